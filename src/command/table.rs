@@ -1,0 +1,297 @@
+//! The command table. Every command cairn supports has exactly one row here:
+//! routing, arity checks, COMMAND INFO/DOCS/GETKEYS and (later) cluster and
+//! WATCH checks read it; nothing else re-derives a command's keys.
+
+use super::args::Args;
+use crate::families::{bits, generic, server, string};
+use crate::net::session::{Action, Session};
+
+/// Where a command's keys are among its arguments.
+#[derive(Debug, Clone, Copy)]
+pub enum KeySpec {
+    /// No keys.
+    None,
+    /// Keys at `first..=last` (negative `last` counts from the end) every
+    /// `step` arguments, as Redis's (first, last, step).
+    Range {
+        /// Index of the first key.
+        first: i32,
+        /// Index of the last key; -1 = the last argument.
+        last: i32,
+        /// Distance between keys.
+        step: i32,
+    },
+}
+
+/// A handler: parses the arguments on the connection and returns what to do.
+pub type Handler = fn(&mut Session, Args) -> Action;
+
+/// One row of the table.
+pub struct CommandSpec {
+    /// Lowercase name.
+    pub name: &'static str,
+    /// Redis arity: N = exactly N arguments (with the name), -N = at least N.
+    pub arity: i32,
+    /// Command flags as COMMAND INFO lists them.
+    pub flags: &'static str,
+    /// Where the keys are.
+    pub keys: KeySpec,
+    /// Key-spec flags for COMMAND INFO (RO, RW, OW, RM, ACCESS, UPDATE...).
+    pub key_flags: &'static str,
+    /// ACL categories, space separated.
+    pub acl: &'static str,
+    /// COMMAND DOCS group.
+    pub group: &'static str,
+    /// Redis version that introduced the command.
+    pub since: &'static str,
+    /// One-line description for COMMAND DOCS.
+    pub summary: &'static str,
+    /// Argument synopsis for COMMAND DOCS (see `docs`).
+    pub syntax: &'static str,
+    /// Command tips (e.g. nondeterministic_output).
+    pub tips: &'static str,
+    /// The handler.
+    pub handler: Handler,
+}
+
+impl CommandSpec {
+    /// Whether the argument count is acceptable.
+    pub fn arity_ok(&self, argc: usize) -> bool {
+        let a = self.arity;
+        if a >= 0 {
+            argc == a as usize
+        } else {
+            argc >= (-a) as usize
+        }
+    }
+
+    /// Whether a flag is set.
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.flags.split(' ').any(|f| f == flag)
+    }
+
+    /// The indexes of the keys in `argv`.
+    pub fn key_positions(&self, argc: usize) -> Vec<usize> {
+        match self.keys {
+            KeySpec::None => Vec::new(),
+            KeySpec::Range { first, last, step } => {
+                let last = if last < 0 {
+                    argc as i32 + last
+                } else {
+                    last.min(argc as i32 - 1)
+                };
+                (first..=last)
+                    .step_by(step.max(1) as usize)
+                    .filter(|&i| i > 0 && (i as usize) < argc)
+                    .map(|i| i as usize)
+                    .collect()
+            }
+        }
+    }
+}
+
+macro_rules! commands {
+    ($( $name:literal, $arity:expr, $flags:literal, ($f:expr, $l:expr, $s:expr), $kflags:literal,
+        $acl:literal, $group:literal, $since:literal, $handler:path, $summary:literal, $syntax:literal, $tips:literal; )*) => {
+        /// Every command, sorted by name.
+        pub static TABLE: &[CommandSpec] = &[$(
+            CommandSpec {
+                name: $name,
+                arity: $arity,
+                flags: $flags,
+                keys: if $f == 0 { KeySpec::None } else { KeySpec::Range { first: $f, last: $l, step: $s } },
+                key_flags: $kflags,
+                acl: $acl,
+                group: $group,
+                since: $since,
+                summary: $summary,
+                syntax: $syntax,
+                tips: $tips,
+                handler: $handler,
+            },
+        )*];
+    };
+}
+
+commands! {
+    "append", 3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @string @fast", "string", "2.0.0", string::append,
+        "Append a value to a key.", "key value", "";
+    "auth", -2, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::auth,
+        "Authenticate to the server.", "[username] password", "";
+    "bitcount", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.6.0", bits::bitcount,
+        "Count set bits in a string.", "key [start end [BYTE|BIT]]", "";
+    "bitfield", -2, "write denyoom", (1, 1, 1), "RW UPDATE ACCESS", "@write @bitmap @slow", "bitmap", "3.2.0", bits::bitfield,
+        "Perform arbitrary bitfield integer operations on strings.", "key [GET encoding offset|[OVERFLOW WRAP|SAT|FAIL] SET encoding offset value|INCRBY encoding offset increment ...]", "";
+    "bitfield_ro", -2, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @bitmap @fast", "bitmap", "6.0.0", bits::bitfield_ro,
+        "Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD.", "key [GET encoding offset ...]", "";
+    "bitop", -4, "write denyoom", (2, -1, 1), "OW UPDATE", "@write @bitmap @slow", "bitmap", "2.6.0", bits::bitop,
+        "Perform bitwise operations between strings.", "operation destkey key [key ...]", "";
+    "bitpos", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.8.7", bits::bitpos,
+        "Find first bit set or clear in a string.", "key bit [start [end [BYTE|BIT]]]", "";
+    "client", -2, "", (0, 0, 0), "", "@slow", "connection", "2.4.0", server::client,
+        "A container for client connection commands.", "subcommand [arg ...]", "";
+    "command", -1, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
+        "Get array of Redis command details.", "[subcommand [arg ...]]", "nondeterministic_output_order";
+    "config", -2, "", (0, 0, 0), "", "@slow", "server", "2.0.0", server::config,
+        "A container for server configuration commands.", "subcommand [arg ...]", "";
+    "copy", -3, "write denyoom", (1, 2, 1), "RW ACCESS", "@keyspace @write @slow", "generic", "6.2.0", generic::copy,
+        "Copy a key.", "source destination [DB destination-db] [REPLACE]", "";
+    "dbsize", 1, "readonly fast", (0, 0, 0), "", "@keyspace @read @fast", "server", "1.0.0", generic::dbsize,
+        "Return the number of keys in the selected database.", "", "request_policy:all_shards response_policy:agg_sum";
+    "decr", 2, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::decr,
+        "Decrement the integer value of a key by one.", "key", "";
+    "decrby", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::decrby,
+        "Decrement the integer value of a key by the given number.", "key decrement", "";
+    "del", -2, "write", (1, -1, 1), "RM DELETE", "@keyspace @write @slow", "generic", "1.0.0", generic::del,
+        "Delete a key.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "echo", 2, "fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
+        "Echo the given string.", "message", "";
+    "exists", -2, "readonly fast", (1, -1, 1), "RO", "@keyspace @read @fast", "generic", "1.0.0", generic::exists,
+        "Determine if a key exists.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "expire", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::expire,
+        "Set a key's time to live in seconds.", "key seconds [NX|XX|GT|LT]", "";
+    "expireat", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "1.2.0", generic::expireat,
+        "Set the expiration for a key as a UNIX timestamp.", "key unix-time-seconds [NX|XX|GT|LT]", "";
+    "expiretime", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "7.0.0", generic::expiretime,
+        "Get the expiration Unix timestamp for a key.", "key", "";
+    "flushall", -1, "write", (0, 0, 0), "", "@keyspace @write @slow @dangerous", "server", "1.0.0", generic::flushall,
+        "Remove all keys from all databases.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
+    "flushdb", -1, "write", (0, 0, 0), "", "@keyspace @write @slow @dangerous", "server", "1.0.0", generic::flushdb,
+        "Remove all keys from the current database.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
+    "get", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::get,
+        "Get the value of a key.", "key", "";
+    "getbit", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @bitmap @fast", "bitmap", "2.2.0", bits::getbit,
+        "Returns the bit value at offset in the string value stored at key.", "key offset", "";
+    "getdel", 2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @string @fast", "string", "6.2.0", string::getdel,
+        "Get the value of a key and delete the key.", "key", "";
+    "getex", -2, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "6.2.0", string::getex,
+        "Get the value of a key and optionally set its expiration.", "key [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|PERSIST]", "";
+    "getrange", 4, "readonly", (1, 1, 1), "RO ACCESS", "@read @string @slow", "string", "2.4.0", string::getrange,
+        "Get a substring of the string stored at a key.", "key start end", "";
+    "getset", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::getset,
+        "Set the string value of a key and return its old value.", "key value", "";
+    "hello", -1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.0.0", server::hello,
+        "Handshake with Redis.", "[protover [AUTH username password] [SETNAME clientname]]", "";
+    "incr", 2, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::incr,
+        "Increment the integer value of a key by one.", "key", "";
+    "incrby", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::incrby,
+        "Increment the integer value of a key by the given amount.", "key increment", "";
+    "incrbyfloat", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "2.6.0", string::incrbyfloat,
+        "Increment the float value of a key by the given amount.", "key increment", "";
+    "info", -1, "loading stale", (0, 0, 0), "", "@slow @dangerous", "server", "1.0.0", server::info,
+        "Get information and statistics about the server.", "[section [section ...]]", "nondeterministic_output";
+    "keys", 2, "readonly", (0, 0, 0), "", "@keyspace @read @slow @dangerous", "generic", "1.0.0", generic::keys,
+        "Find all keys matching the given pattern.", "pattern", "request_policy:all_shards nondeterministic_output_order";
+    "lastsave", 1, "loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "1.0.0", server::lastsave,
+        "Get the UNIX time stamp of the last successful save to disk.", "", "nondeterministic_output";
+    "lcs", -3, "readonly", (1, 2, 1), "RO ACCESS", "@read @string @slow", "string", "7.0.0", string::lcs,
+        "Find longest common substring.", "key1 key2 [LEN] [IDX] [MINMATCHLEN min-match-len] [WITHMATCHLEN]", "";
+    "mget", -2, "readonly fast", (1, -1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::mget,
+        "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
+    "move", 3, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
+        "Move a key to another database.", "key db", "";
+    "mset", -3, "write denyoom", (1, -1, 2), "OW UPDATE", "@write @string @slow", "string", "1.0.1", string::mset,
+        "Set multiple keys to multiple values.", "key value [key value ...]", "request_policy:multi_shard response_policy:all_succeeded";
+    "msetnx", -3, "write denyoom", (1, -1, 2), "OW INSERT", "@write @string @slow", "string", "1.0.1", string::msetnx,
+        "Set multiple keys to multiple values, only if none of the keys exist.", "key value [key value ...]", "request_policy:multi_shard response_policy:agg_min";
+    "persist", 2, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.2.0", generic::persist,
+        "Remove the expiration from a key.", "key", "";
+    "pexpire", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.6.0", generic::pexpire,
+        "Set a key's time to live in milliseconds.", "key milliseconds [NX|XX|GT|LT]", "";
+    "pexpireat", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.6.0", generic::pexpireat,
+        "Set the expiration for a key as a UNIX timestamp specified in milliseconds.", "key unix-time-milliseconds [NX|XX|GT|LT]", "";
+    "pexpiretime", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "7.0.0", generic::pexpiretime,
+        "Get the expiration Unix timestamp for a key in milliseconds.", "key", "";
+    "ping", -1, "fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::ping,
+        "Ping the server.", "[message]", "request_policy:all_shards response_policy:all_succeeded";
+    "psetex", 4, "write denyoom", (1, 1, 1), "OW UPDATE", "@write @string @slow", "string", "2.6.0", string::psetex,
+        "Set the value and expiration in milliseconds of a key.", "key milliseconds value", "";
+    "pttl", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "2.6.0", generic::pttl,
+        "Get the time to live for a key in milliseconds.", "key", "nondeterministic_output";
+    "quit", -1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::quit,
+        "Close the connection.", "", "";
+    "randomkey", 1, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "1.0.0", generic::randomkey,
+        "Return a random key from the keyspace.", "", "request_policy:all_shards nondeterministic_output";
+    "rename", 3, "write", (1, 2, 1), "RW ACCESS DELETE", "@keyspace @write @slow", "generic", "1.0.0", generic::rename,
+        "Rename a key.", "key newkey", "";
+    "renamenx", 3, "write fast", (1, 2, 1), "RW ACCESS DELETE", "@keyspace @write @fast", "generic", "1.0.0", generic::renamenx,
+        "Rename a key, only if the new key does not exist.", "key newkey", "";
+    "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
+        "Reset the connection.", "", "";
+    "scan", -2, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "2.8.0", generic::scan,
+        "Incrementally iterate the keys space.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", "nondeterministic_output request_policy:special";
+    "select", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "2.0.0", server::select,
+        "Change the selected database for the current connection.", "index", "";
+    "set", -3, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE VARIABLE_FLAGS", "@write @string @slow", "string", "1.0.0", string::set,
+        "Set the string value of a key.", "key value [NX|XX] [GET] [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|KEEPTTL]", "";
+    "setbit", 4, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE", "@write @bitmap @slow", "bitmap", "2.2.0", bits::setbit,
+        "Sets or clears the bit at offset in the string value stored at key.", "key offset value", "";
+    "setex", 4, "write denyoom", (1, 1, 1), "OW UPDATE", "@write @string @slow", "string", "2.0.0", string::setex,
+        "Set the value and expiration of a key.", "key seconds value", "";
+    "setnx", 3, "write denyoom fast", (1, 1, 1), "OW INSERT", "@write @string @fast", "string", "1.0.0", string::setnx,
+        "Set the value of a key, only if the key does not exist.", "key value", "";
+    "setrange", 4, "write denyoom", (1, 1, 1), "RW UPDATE", "@write @string @slow", "string", "2.2.0", string::setrange,
+        "Overwrite part of a string at key starting at the specified offset.", "key offset value", "";
+    "shutdown", -1, "admin noscript loading stale no_multi sentinel allow_busy", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", server::shutdown,
+        "Synchronously save the dataset to disk and then shut down the server.", "[NOSAVE|SAVE] [NOW] [FORCE] [ABORT]", "";
+    "strlen", 2, "readonly fast", (1, 1, 1), "RO", "@read @string @fast", "string", "2.2.0", string::strlen,
+        "Get the length of the value stored in a key.", "key", "";
+    "substr", 4, "readonly", (1, 1, 1), "RO ACCESS", "@read @string @slow", "string", "1.0.0", string::getrange,
+        "Get a substring of the string stored at a key.", "key start end", "";
+    "swapdb", 3, "write fast", (0, 0, 0), "", "@keyspace @write @fast @dangerous", "server", "4.0.0", generic::swapdb,
+        "Swaps two Redis databases.", "index1 index2", "";
+    "time", 1, "loading stale fast", (0, 0, 0), "", "@fast", "server", "2.6.0", server::time,
+        "Return the current server time.", "", "nondeterministic_output";
+    "touch", -2, "readonly fast", (1, -1, 1), "RO", "@keyspace @read @fast", "generic", "2.3.4", generic::touch,
+        "Alters the last access time of a key(s). Returns the number of existing keys specified.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "ttl", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "1.0.0", generic::ttl,
+        "Get the time to live for a key in seconds.", "key", "nondeterministic_output";
+    "type", 2, "readonly fast", (1, 1, 1), "RO", "@keyspace @read @fast", "generic", "1.0.0", generic::type_,
+        "Determine the type stored at key.", "key", "";
+    "unlink", -2, "write fast", (1, -1, 1), "RM DELETE", "@keyspace @write @fast", "generic", "4.0.0", generic::unlink,
+        "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+}
+
+/// Finds a command by name, case-insensitively.
+pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    if name.len() > 32 {
+        return None;
+    }
+    let mut lower = [0u8; 32];
+    let lower = &mut lower[..name.len()];
+    lower.copy_from_slice(name);
+    lower.make_ascii_lowercase();
+    let lower = std::str::from_utf8(lower).ok()?;
+    TABLE
+        .binary_search_by(|c| c.name.cmp(lower))
+        .ok()
+        .map(|i| &TABLE[i])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_sorted_and_unique() {
+        for w in TABLE.windows(2) {
+            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+    }
+
+    #[test]
+    fn lookup_ignores_case() {
+        assert_eq!(lookup(b"GeT").unwrap().name, "get");
+        assert!(lookup(b"nosuch").is_none());
+    }
+
+    #[test]
+    fn key_positions_follow_the_spec() {
+        let mset = lookup(b"mset").unwrap();
+        assert_eq!(mset.key_positions(5), vec![1, 3]);
+        let bitop = lookup(b"bitop").unwrap();
+        assert_eq!(bitop.key_positions(5), vec![2, 3, 4]);
+        let get = lookup(b"get").unwrap();
+        assert_eq!(get.key_positions(2), vec![1]);
+    }
+}

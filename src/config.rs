@@ -1,0 +1,225 @@
+//! Configuration: the fields of config.toml, their defaults (config.toml
+//! itself is compiled in), command-line overrides, and the subset CONFIG
+//! GET/SET can see.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use serde::Deserialize;
+
+/// The default configuration: the repository's config.toml, compiled in so
+/// the binary and the documented file can never disagree.
+pub const DEFAULT_TOML: &str = include_str!("../config.toml");
+
+/// When commits reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    /// Every commit is durable before its replies are sent.
+    Always,
+    /// Commits are made durable once a second.
+    Everysec,
+    /// Commits are made durable every 30 seconds.
+    No,
+}
+
+impl Durability {
+    /// The name used in config.toml and CONFIG GET.
+    pub fn name(self) -> &'static str {
+        match self {
+            Durability::Always => "always",
+            Durability::Everysec => "everysec",
+            Durability::No => "no",
+        }
+    }
+
+    /// Parses a config value.
+    pub fn parse(s: &str) -> Option<Durability> {
+        match s.to_ascii_lowercase().as_str() {
+            "always" => Some(Durability::Always),
+            "everysec" => Some(Durability::Everysec),
+            "no" => Some(Durability::No),
+            _ => None,
+        }
+    }
+}
+
+/// The server configuration.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listen address.
+    pub bind: String,
+    /// Listen port (0 = any free port, for tests).
+    pub port: u16,
+    /// Data directory.
+    pub dir: PathBuf,
+    /// Number of shards; 0 = number of CPUs.
+    pub shards: usize,
+    /// Durability policy.
+    pub durability: Durability,
+    /// redb cache per shard in MiB.
+    pub cache_mb: usize,
+    /// Ops per write transaction at most.
+    pub max_batch: usize,
+    /// Default log level.
+    pub log_level: String,
+    /// Password for AUTH; empty = none.
+    pub requirepass: String,
+    /// Largest accepted bulk string.
+    pub proto_max_bulk_len: u64,
+    /// Connection limit.
+    pub maxclients: usize,
+}
+
+/// Errors loading the configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or has an unknown / ill-typed field.
+    #[error("invalid config {origin}: {message}")]
+    Parse {
+        /// Which file.
+        origin: String,
+        /// What toml said.
+        message: String,
+    },
+    /// A value out of its bounds.
+    #[error("invalid config value: {0}")]
+    Bounds(String),
+}
+
+/// Command-line flags; each overrides the config file's field.
+#[derive(Debug, Default, Parser)]
+#[command(
+    name = "cairn",
+    version,
+    about = "A disk-backed, Redis-compatible server"
+)]
+pub struct Flags {
+    /// Config file to load (defaults: ./config.toml if present, else built-in).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Port to listen on.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// Address to bind.
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Data directory.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Number of shards (0 = CPUs).
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// always | everysec | no.
+    #[arg(long)]
+    pub durability: Option<String>,
+}
+
+impl Config {
+    /// The compiled-in defaults.
+    pub fn defaults() -> Config {
+        Config::from_toml(DEFAULT_TOML, "built-in defaults").expect("built-in config.toml is valid")
+    }
+
+    /// Parses a full or partial TOML document over the defaults.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let parse_err = |e: toml::de::Error| ConfigError::Parse {
+            origin: origin.to_string(),
+            message: e.to_string(),
+        };
+        let mut base: toml::Table = DEFAULT_TOML.parse().map_err(parse_err)?;
+        let over: toml::Table = text.parse().map_err(parse_err)?;
+        for (k, v) in over {
+            base.insert(k, v);
+        }
+        let cfg: Config = toml::Value::Table(base).try_into().map_err(parse_err)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Loads the file the flags name (or ./config.toml) and applies the flags.
+    pub fn load(flags: &Flags) -> Result<Config, ConfigError> {
+        let path = match &flags.config {
+            Some(p) => Some(p.clone()),
+            None => Some(PathBuf::from("config.toml")).filter(|p| p.exists()),
+        };
+        let mut cfg = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                Config::from_toml(&text, &path.display().to_string())?
+            }
+            None => Config::defaults(),
+        };
+        if let Some(p) = flags.port {
+            cfg.port = p;
+        }
+        if let Some(b) = &flags.bind {
+            cfg.bind = b.clone();
+        }
+        if let Some(d) = &flags.dir {
+            cfg.dir = d.clone();
+        }
+        if let Some(s) = flags.shards {
+            cfg.shards = s;
+        }
+        if let Some(d) = &flags.durability {
+            cfg.durability = Durability::parse(d).ok_or_else(|| {
+                ConfigError::Bounds(format!("durability '{d}' (always|everysec|no)"))
+            })?;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.shards > 1024 {
+            return Err(ConfigError::Bounds("shards must be at most 1024".into()));
+        }
+        if self.max_batch == 0 {
+            return Err(ConfigError::Bounds("max_batch must be at least 1".into()));
+        }
+        if self.cache_mb == 0 {
+            return Err(ConfigError::Bounds("cache_mb must be at least 1".into()));
+        }
+        Ok(())
+    }
+
+    /// The effective shard count.
+    pub fn shard_count(&self) -> usize {
+        if self.shards == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            self.shards
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_parse_and_overrides_apply() {
+        let d = Config::defaults();
+        assert_eq!(d.port, 6379);
+        assert_eq!(d.durability, Durability::Everysec);
+        let c = Config::from_toml("port = 7000\ndurability = \"always\"", "test").unwrap();
+        assert_eq!(c.port, 7000);
+        assert_eq!(c.durability, Durability::Always);
+        assert_eq!(c.bind, "127.0.0.1");
+        assert!(Config::from_toml("nosuch = 1", "test").is_err());
+        assert!(Config::from_toml("durability = \"sometimes\"", "test").is_err());
+    }
+}

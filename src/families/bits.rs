@@ -1,0 +1,361 @@
+//! Bitmaps on strings: SETBIT, GETBIT, BITCOUNT, BITPOS, BITOP, BITFIELD.
+//! The bit arithmetic itself lives in `util::bits`.
+
+use bytes::Bytes;
+
+use super::{read_string, string_bytes, string_for_write, Fail};
+use crate::command::args::{self, error, is, Args, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::storage::keyspace::{self, Key};
+use crate::storage::Meta;
+use crate::util::bits::{self, BitOp, FieldType, Overflow};
+
+const BAD_OFFSET: &str = "ERR bit offset is not an integer or out of range";
+/// Largest bit offset: strings are at most 512 MB.
+const MAX_BIT_OFFSET: i64 = 512 * 1024 * 1024 * 8 - 1;
+
+fn bit_offset(arg: &[u8]) -> Result<u64, Reply> {
+    match crate::util::num::parse_i64(arg) {
+        Some(o) if (0..=MAX_BIT_OFFSET).contains(&o) => Ok(o as u64),
+        _ => Err(error(BAD_OFFSET)),
+    }
+}
+
+/// Replaces a string's bytes, keeping its TTL, or creates it.
+fn store_bytes(
+    w: &mut crate::storage::WriteCtx,
+    k: Key,
+    old: Option<&Meta>,
+    v: Vec<u8>,
+) -> Result<(), Fail> {
+    let expire = old.map_or(0, |m| m.expire_ms);
+    keyspace::store(w, k, old, &Meta::string(v, expire))?;
+    Ok(())
+}
+
+/// SETBIT key offset value
+pub fn setbit(s: &mut Session, a: Args) -> Action {
+    let offset = match bit_offset(a.get(2)) {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    let on = match &a.get(3)[..] {
+        b"1" => true,
+        b"0" => false,
+        _ => return Reply::err("bit is not an integer or out of range").into(),
+    };
+    s.write(a.get(1), move |w, k| {
+        let old = string_for_write(w, k)?;
+        let mut v = old
+            .as_ref()
+            .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
+        let byte = (offset / 8) as usize;
+        if v.len() <= byte {
+            v.resize(byte + 1, 0);
+        }
+        let mask = 0x80u8 >> (offset % 8);
+        let was = v[byte] & mask != 0;
+        if on {
+            v[byte] |= mask;
+        } else {
+            v[byte] &= !mask;
+        }
+        store_bytes(w, k, old.as_ref(), v)?;
+        Ok(Reply::Int(was as i64))
+    })
+}
+
+/// GETBIT key offset
+pub fn getbit(s: &mut Session, a: Args) -> Action {
+    let offset = match bit_offset(a.get(2)) {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let v = read_string(r, k)?.unwrap_or_default();
+        let byte = (offset / 8) as usize;
+        let bit = v.get(byte).is_some_and(|b| b & (0x80 >> (offset % 8)) != 0);
+        Ok(Reply::Int(bit as i64))
+    })
+}
+
+/// Parses an optional trailing BYTE|BIT.
+fn unit_is_bit(arg: Option<&Bytes>) -> Result<bool, Reply> {
+    match arg {
+        None => Ok(false),
+        Some(u) if is(u, "byte") => Ok(false),
+        Some(u) if is(u, "bit") => Ok(true),
+        Some(_) => Err(error(SYNTAX)),
+    }
+}
+
+/// BITCOUNT key [start end [BYTE|BIT]]
+pub fn bitcount(s: &mut Session, a: Args) -> Action {
+    let parsed = (|| -> Result<(Option<(i64, i64)>, bool), Reply> {
+        match a.len() {
+            2 => Ok((None, false)),
+            4 | 5 => {
+                let (st, en) = (a.int(2)?, a.int(3)?);
+                Ok((Some((st, en)), unit_is_bit(a.all().get(4))?))
+            }
+            _ => Err(error(SYNTAX)),
+        }
+    })();
+    let (range, bit_unit) = match parsed {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let v = read_string(r, k)?.unwrap_or_default();
+        Ok(Reply::Int(bits::bitcount(&v, range, bit_unit)))
+    })
+}
+
+/// BITPOS key bit [start [end [BYTE|BIT]]]
+pub fn bitpos(s: &mut Session, a: Args) -> Action {
+    let parsed = (|| -> Result<(bool, Option<i64>, Option<i64>, bool), Reply> {
+        let bit = match &a.get(2)[..] {
+            b"1" => true,
+            b"0" => false,
+            _ => {
+                args::int(a.get(2))?;
+                return Err(Reply::err("The bit argument must be 1 or 0."));
+            }
+        };
+        if a.len() > 6 {
+            return Err(error(SYNTAX));
+        }
+        let start = a.all().get(3).map(|x| args::int(x)).transpose()?;
+        let end = a.all().get(4).map(|x| args::int(x)).transpose()?;
+        Ok((bit, start, end, unit_is_bit(a.all().get(5))?))
+    })();
+    let (bit, start, end, bit_unit) = match parsed {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = read_string(r, k)? else {
+            return Ok(Reply::Int(if bit { -1 } else { 0 }));
+        };
+        Ok(Reply::Int(bits::bitpos(&v, bit, start, end, bit_unit)))
+    })
+}
+
+/// BITOP AND|OR|XOR|NOT destkey key [key ...]
+pub fn bitop(s: &mut Session, a: Args) -> Action {
+    let op = match &a.get(1).to_ascii_lowercase()[..] {
+        b"and" => BitOp::And,
+        b"or" => BitOp::Or,
+        b"xor" => BitOp::Xor,
+        b"not" => BitOp::Not,
+        _ => return error(SYNTAX).into(),
+    };
+    if op == BitOp::Not && a.len() != 4 {
+        return Reply::err("BITOP NOT must be called with a single source key.").into();
+    }
+    let dest = a.get(2).clone();
+    let sources: Vec<Bytes> = a.from(3).to_vec();
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let compute = move |inputs: Vec<Option<Vec<u8>>>| -> Vec<u8> {
+        let owned: Vec<Vec<u8>> = inputs.into_iter().map(Option::unwrap_or_default).collect();
+        let refs: Vec<&[u8]> = owned.iter().map(|v| v.as_slice()).collect();
+        bits::bitop(op, &refs)
+    };
+    let write_dest =
+        move |w: &mut crate::storage::WriteCtx, k: Key, v: Vec<u8>| -> Result<Reply, Fail> {
+            let len = v.len() as i64;
+            if v.is_empty() {
+                keyspace::delete_if_live(w, k)?;
+            } else {
+                let old = keyspace::lookup_for_write(w, k)?;
+                keyspace::store(w, k, old.as_ref(), &Meta::string(v, 0))?;
+            }
+            Ok(Reply::Int(len))
+        };
+    let mut all = sources.clone();
+    all.push(dest.clone());
+    let ids: Vec<usize> = all.iter().map(|k| shards.shard_of_key(k)).collect();
+    if ids.windows(2).all(|w| w[0] == w[1]) {
+        return s.write(&dest.clone(), move |w, kd| {
+            let mut inputs = Vec::with_capacity(sources.len());
+            for src in &sources {
+                inputs.push(read_string(w, Key::new(db, src))?);
+            }
+            write_dest(w, kd, compute(inputs))
+        });
+    }
+    super::coordinated(shards, ids.clone(), move |locked| async move {
+        let mut inputs = Vec::with_capacity(sources.len());
+        for (src, &id) in sources.iter().zip(&ids) {
+            let src = src.clone();
+            let got = locked
+                .run(id, move |w| Ok(read_string(w, Key::new(db, &src))))
+                .await?;
+            match got {
+                Ok(v) => inputs.push(v),
+                Err(Fail::Reply(r)) => return Ok(Err(r)),
+                Err(Fail::Store(e)) => return Err(e.into()),
+            }
+        }
+        let value = compute(inputs);
+        let dest_shard = *ids.last().unwrap();
+        let out = locked
+            .run(dest_shard, move |w| {
+                Ok(write_dest(w, Key::new(db, &dest), value))
+            })
+            .await?;
+        match out {
+            Ok(r) => Ok(Ok(r)),
+            Err(Fail::Reply(r)) => Ok(Err(r)),
+            Err(Fail::Store(e)) => Err(e.into()),
+        }
+    })
+}
+
+/// One BITFIELD operation.
+#[derive(Clone, Copy)]
+enum FieldOp {
+    Get(FieldType, u64),
+    Set(FieldType, u64, i64, Overflow),
+    Incr(FieldType, u64, i64, Overflow),
+}
+
+/// Parses BITFIELD's sub-commands with Redis's error texts.
+fn parse_field_ops(a: &Args, read_only: bool) -> Result<Vec<FieldOp>, Reply> {
+    let rest = a.from(2);
+    let mut ops = Vec::new();
+    let mut overflow = Overflow::Wrap;
+    let mut i = 0;
+    let bad_type = || {
+        Reply::err("Invalid bitfield type. Use something like i16 u8. Note that u64 is not supported but i64 is.")
+    };
+    while i < rest.len() {
+        let op = &rest[i][..];
+        let remaining = rest.len() - i - 1;
+        if is(op, "get") && remaining >= 2 {
+            let ty = FieldType::parse(&rest[i + 1]).ok_or_else(bad_type)?;
+            let off = bits::parse_offset(&rest[i + 2], ty.bits).ok_or_else(|| error(BAD_OFFSET))?;
+            ops.push(FieldOp::Get(ty, off));
+            i += 3;
+        } else if (is(op, "set") || is(op, "incrby")) && remaining >= 3 {
+            if read_only {
+                return Err(Reply::err("BITFIELD_RO only supports the GET subcommand"));
+            }
+            let ty = FieldType::parse(&rest[i + 1]).ok_or_else(bad_type)?;
+            let off = bits::parse_offset(&rest[i + 2], ty.bits).ok_or_else(|| error(BAD_OFFSET))?;
+            let v = args::int(&rest[i + 3])?;
+            ops.push(if is(op, "set") {
+                FieldOp::Set(ty, off, v, overflow)
+            } else {
+                FieldOp::Incr(ty, off, v, overflow)
+            });
+            i += 4;
+        } else if is(op, "overflow") && remaining >= 1 {
+            let o = &rest[i + 1];
+            overflow = if is(o, "wrap") {
+                Overflow::Wrap
+            } else if is(o, "sat") {
+                Overflow::Sat
+            } else if is(o, "fail") {
+                Overflow::Fail
+            } else {
+                return Err(Reply::err("Invalid OVERFLOW type specified"));
+            };
+            i += 2;
+        } else {
+            return Err(error(SYNTAX));
+        }
+    }
+    Ok(ops)
+}
+
+/// Runs BITFIELD ops over a value; returns the replies and whether it changed.
+fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool) {
+    let mut out = Vec::with_capacity(ops.len());
+    let mut changed = false;
+    for op in ops {
+        match *op {
+            FieldOp::Get(ty, off) => out.push(Reply::Int(bits::get_field(v, off, ty))),
+            FieldOp::Set(ty, off, value, ov) => {
+                let old = bits::get_field(v, off, ty);
+                if ov == Overflow::Fail && !fits(value, ty) {
+                    out.push(Reply::Nil);
+                } else {
+                    bits::set_field(v, off, ty, value_for_set(value, ty, ov));
+                    changed = true;
+                    out.push(Reply::Int(old));
+                }
+            }
+            FieldOp::Incr(ty, off, by, ov) => {
+                let old = bits::get_field(v, off, ty);
+                match bits::incr_field(old, by, ty, ov) {
+                    Some(new) => {
+                        bits::set_field(v, off, ty, new);
+                        changed = true;
+                        out.push(Reply::Int(new));
+                    }
+                    None => out.push(Reply::Nil),
+                }
+            }
+        }
+    }
+    (out, changed)
+}
+
+/// Whether `value` is representable in the field type.
+fn fits(value: i64, ty: FieldType) -> bool {
+    let bits = ty.bits as u32;
+    if ty.signed {
+        let half = 1i128 << (bits - 1);
+        (-half..half).contains(&(value as i128))
+    } else {
+        (0..(1i128 << bits)).contains(&(value as i128))
+    }
+}
+
+/// The value SET stores: wrapped or saturated into the type's range.
+fn value_for_set(value: i64, ty: FieldType, ov: Overflow) -> i64 {
+    match ov {
+        Overflow::Sat => bits::incr_field(0, value, ty, Overflow::Sat).unwrap_or(value),
+        _ => bits::incr_field(0, value, ty, Overflow::Wrap).unwrap_or(value),
+    }
+}
+
+/// BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset increment] [OVERFLOW WRAP|SAT|FAIL]
+pub fn bitfield(s: &mut Session, a: Args) -> Action {
+    let ops = match parse_field_ops(&a, false) {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    if ops.iter().all(|o| matches!(o, FieldOp::Get(..))) {
+        return s.read(a.get(1), move |r, k| {
+            let mut v = read_string(r, k)?.unwrap_or_default();
+            Ok(Reply::Array(run_field_ops(&mut v, &ops).0))
+        });
+    }
+    s.write(a.get(1), move |w, k| {
+        let old = string_for_write(w, k)?;
+        let mut v = old
+            .as_ref()
+            .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
+        let (out, changed) = run_field_ops(&mut v, &ops);
+        if changed {
+            store_bytes(w, k, old.as_ref(), v)?;
+        }
+        Ok(Reply::Array(out))
+    })
+}
+
+/// BITFIELD_RO key [GET type offset ...]
+pub fn bitfield_ro(s: &mut Session, a: Args) -> Action {
+    let ops = match parse_field_ops(&a, true) {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let mut v = read_string(r, k)?.unwrap_or_default();
+        Ok(Reply::Array(run_field_ops(&mut v, &ops).0))
+    })
+}

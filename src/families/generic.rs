@@ -1,0 +1,792 @@
+//! Keyspace commands valid for every type: DEL, EXISTS, TYPE, RENAME, COPY,
+//! MOVE, KEYS, SCAN, RANDOMKEY, DBSIZE, FLUSHDB/FLUSHALL, SWAPDB and the
+//! expiry family.
+
+use bytes::Bytes;
+
+use super::{coordinated, OpResult};
+use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::shard::ShardSet;
+use crate::storage::encoding::{self, Meta, MetaBody};
+use crate::storage::keyspace::{self, Key};
+use crate::storage::tables::DATABASES;
+use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
+use crate::util::glob;
+use std::sync::Arc;
+
+fn del_keys(s: &mut Session, a: Args) -> Action {
+    s.write_each_shard(
+        a.from(1).to_vec(),
+        |w, ks| {
+            let mut n = 0;
+            for k in ks {
+                n += keyspace::delete_if_live(w, *k)? as i64;
+            }
+            Ok(n)
+        },
+        Reply::Int,
+    )
+}
+
+/// DEL key [key ...]
+pub fn del(s: &mut Session, a: Args) -> Action {
+    del_keys(s, a)
+}
+
+/// UNLINK key [key ...] (DEL is already O(1) per key: collections are
+/// collected in the background).
+pub fn unlink(s: &mut Session, a: Args) -> Action {
+    del_keys(s, a)
+}
+
+fn count_live(s: &mut Session, a: Args) -> Action {
+    s.read_many(a.from(1).to_vec(), |readers, keys| {
+        let mut n = 0;
+        for (r, k) in readers.iter().zip(keys) {
+            n += keyspace::lookup_header(*r, *k)?.is_some() as i64;
+        }
+        Ok(Reply::Int(n))
+    })
+}
+
+/// EXISTS key [key ...]
+pub fn exists(s: &mut Session, a: Args) -> Action {
+    count_live(s, a)
+}
+
+/// TOUCH key [key ...]
+pub fn touch(s: &mut Session, a: Args) -> Action {
+    count_live(s, a)
+}
+
+/// TYPE key
+pub fn type_(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        let name = keyspace::lookup_header(r, k)?.map_or("none", |(t, _)| t.name());
+        Ok(Reply::Simple(name))
+    })
+}
+
+/// A key's full contents, for RENAME, COPY and MOVE.
+struct Dump {
+    meta: Meta,
+    rows: Vec<(Table, Vec<u8>, Vec<u8>)>,
+}
+
+/// Reads a live key with all its sub-key rows (suffixes after the version
+/// prefix), so it can be written under another name.
+fn dump(r: &dyn KvRead, key: Key) -> Result<Option<Dump>, StoreError> {
+    let Some(meta) = keyspace::lookup(r, key)? else {
+        return Ok(None);
+    };
+    let mut rows = Vec::new();
+    if let MetaBody::Collection { version, .. } = meta.body {
+        let prefix = encoding::version_prefix(key.db, key.slot, key.name, version);
+        let end = encoding::prefix_successor(&prefix);
+        for t in [Table::Sub, Table::ZScore] {
+            r.scan(t, &prefix, end.as_deref(), false, &mut |k, v| {
+                rows.push((t, k[prefix.len()..].to_vec(), v.to_vec()));
+                true
+            })?;
+        }
+    }
+    Ok(Some(Dump { meta, rows }))
+}
+
+/// Writes a dump as `key` (replacing whatever is there) with `expire_ms`.
+fn restore(w: &mut WriteCtx, key: Key, d: &Dump, expire_ms: u64) -> Result<(), StoreError> {
+    let old = keyspace::lookup_for_write(w, key)?;
+    let mut meta = d.meta.clone();
+    meta.expire_ms = expire_ms;
+    if let MetaBody::Collection { version, .. } = &mut meta.body {
+        *version = w.new_version();
+        let prefix = encoding::version_prefix(key.db, key.slot, key.name, *version);
+        for (t, suffix, v) in &d.rows {
+            w.put(*t, &encoding::sub_key(&prefix, suffix), v)?;
+        }
+    }
+    keyspace::store(w, key, old.as_ref(), &meta)
+}
+
+fn rename_generic(s: &mut Session, a: Args, nx: bool) -> Action {
+    let (src, dst) = (a.get(1).clone(), a.get(2).clone());
+    let db = s.db;
+    let no_key = || Reply::err("no such key");
+    let shards = s.server.shards.clone();
+    let (ids, id) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
+    if ids == id {
+        return s.write(&src.clone(), move |w, ks| {
+            let kd = Key::new(db, &dst);
+            let Some(d) = dump(w, ks)? else {
+                return Err(no_key().into());
+            };
+            if src == dst {
+                return Ok(if nx { Reply::Int(0) } else { Reply::Ok });
+            }
+            if nx && keyspace::lookup_for_write(w, kd)?.is_some() {
+                return Ok(Reply::Int(0));
+            }
+            let old = keyspace::lookup_for_write(w, ks)?.expect("dumped key is live");
+            keyspace::delete(w, ks, &old)?;
+            restore(w, kd, &d, d.meta.expire_ms)?;
+            Ok(if nx { Reply::Int(1) } else { Reply::Ok })
+        });
+    }
+    coordinated(shards, vec![ids, id], move |locked| async move {
+        let (s2, d2) = (src.clone(), dst.clone());
+        let dumped = locked.run(ids, move |w| dump(w, Key::new(db, &s2))).await?;
+        let Some(d) = dumped else {
+            return Ok(Err(no_key()));
+        };
+        if nx {
+            let exists = locked
+                .run(id, move |w| {
+                    Ok(keyspace::lookup_for_write(w, Key::new(db, &d2))?.is_some())
+                })
+                .await?;
+            if exists {
+                return Ok(Err(Reply::Int(0)));
+            }
+        }
+        locked
+            .run(ids, move |w| {
+                keyspace::delete_if_live(w, Key::new(db, &src))
+            })
+            .await?;
+        locked
+            .run(id, move |w| {
+                restore(w, Key::new(db, &dst), &d, d.meta.expire_ms)
+            })
+            .await?;
+        Ok(Ok(if nx { Reply::Int(1) } else { Reply::Ok }))
+    })
+}
+
+/// RENAME key newkey
+pub fn rename(s: &mut Session, a: Args) -> Action {
+    rename_generic(s, a, false)
+}
+
+/// RENAMENX key newkey
+pub fn renamenx(s: &mut Session, a: Args) -> Action {
+    rename_generic(s, a, true)
+}
+
+/// Parses a DB index argument.
+fn db_index(arg: &[u8]) -> Result<u8, Reply> {
+    let n = args::int(arg)?;
+    if !(0..DATABASES as i64).contains(&n) {
+        return Err(Reply::err("DB index is out of range"));
+    }
+    Ok(n as u8)
+}
+
+/// COPY source destination [DB destination-db] [REPLACE]
+pub fn copy(s: &mut Session, a: Args) -> Action {
+    let (src, dst) = (a.get(1).clone(), a.get(2).clone());
+    let mut target_db = s.db;
+    let mut replace = false;
+    let rest = a.from(3);
+    let mut i = 0;
+    while i < rest.len() {
+        if is(&rest[i], "replace") {
+            replace = true;
+        } else if is(&rest[i], "db") && i + 1 < rest.len() {
+            match db_index(&rest[i + 1]) {
+                Ok(d) => target_db = d,
+                Err(_) if args::int(&rest[i + 1]).is_err() => return error(NOT_INTEGER).into(),
+                Err(r) => return r.into(),
+            }
+            i += 1;
+        } else {
+            return error(SYNTAX).into();
+        }
+        i += 1;
+    }
+    let db = s.db;
+    if db == target_db && src == dst {
+        return Reply::err("source and destination objects are the same").into();
+    }
+    let shards = s.server.shards.clone();
+    let (ids, id) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
+    let apply = move |w: &mut WriteCtx, d: &Dump| -> Result<Reply, StoreError> {
+        let kd = Key::new(target_db, &dst);
+        if !replace && keyspace::lookup_for_write(w, kd)?.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        restore(w, kd, d, d.meta.expire_ms)?;
+        Ok(Reply::Int(1))
+    };
+    if ids == id {
+        return s.write(&src.clone(), move |w, ks| match dump(w, ks)? {
+            None => Ok(Reply::Int(0)),
+            Some(d) => Ok(apply(w, &d)?),
+        });
+    }
+    coordinated(shards, vec![ids, id], move |locked| async move {
+        let dumped = locked
+            .run(ids, move |w| dump(w, Key::new(db, &src)))
+            .await?;
+        let Some(d) = dumped else {
+            return Ok(Err(Reply::Int(0)));
+        };
+        let r = locked.run(id, move |w| apply(w, &d)).await?;
+        Ok(if r == Reply::Int(1) { Ok(r) } else { Err(r) })
+    })
+}
+
+/// MOVE key db (same key, same slot: always one shard)
+pub fn move_(s: &mut Session, a: Args) -> Action {
+    let target = match db_index(a.get(2)) {
+        Ok(d) => d,
+        Err(r) => return r.into(),
+    };
+    if target == s.db {
+        return Reply::err("source and destination objects are the same").into();
+    }
+    let name = a.get(1).clone();
+    s.write(a.get(1), move |w, k| {
+        let kt = Key::new(target, &name);
+        let Some(d) = dump(w, k)? else {
+            return Ok(Reply::Int(0));
+        };
+        if keyspace::lookup_for_write(w, kt)?.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        keyspace::delete_if_live(w, k)?;
+        restore(w, kt, &d, d.meta.expire_ms)?;
+        Ok(Reply::Int(1))
+    })
+}
+
+/// Visits the live keys of database `db` in one shard snapshot, from slot
+/// `from_slot` on, in slot order; `visit` returns false to stop.
+fn for_each_key(
+    r: &dyn KvRead,
+    db: u8,
+    from_slot: u16,
+    visit: &mut dyn FnMut(u16, &[u8], KeyType) -> bool,
+) -> Result<(), StoreError> {
+    let start = encoding::meta_slot_prefix(db, from_slot);
+    let end = encoding::prefix_successor(&encoding::meta_db_prefix(db));
+    let now = r.now_ms();
+    let mut err = None;
+    r.scan(Table::Meta, &start, end.as_deref(), false, &mut |k, v| {
+        let Some((_, slot, name)) = encoding::decode_meta_key(k) else {
+            return true;
+        };
+        match Meta::peek_header(v) {
+            Ok((t, exp)) if exp == 0 || exp > now => visit(slot, name, t),
+            Ok(_) => true,
+            Err(e) => {
+                err = Some(e);
+                false
+            }
+        }
+    })?;
+    err.map_or(Ok(()), |e| Err(e.into()))
+}
+
+/// Snapshots of every shard (for keyspace-wide reads).
+async fn all_snapshots(shards: &ShardSet) -> Result<Vec<crate::storage::ReadCtx>, StoreError> {
+    let ids: Vec<usize> = (0..shards.len()).collect();
+    shards.snapshots(&ids).await
+}
+
+/// KEYS pattern
+pub fn keys(s: &mut Session, a: Args) -> Action {
+    let pattern = a.get(1).clone();
+    let (shards, db) = (s.server.shards.clone(), s.db);
+    Action::Job(Box::pin(async move {
+        let snaps = match all_snapshots(&shards).await {
+            Ok(s) => s,
+            Err(e) => return Reply::err(e),
+        };
+        let all = pattern.as_ref() == b"*";
+        let mut out = Vec::new();
+        for snap in &snaps {
+            let r = for_each_key(snap, db, 0, &mut |_, name, _| {
+                if all || glob::string_match(&pattern, name, false) {
+                    out.push(Reply::bulk_copy(name));
+                }
+                true
+            });
+            if let Err(e) = r {
+                return Reply::err(e);
+            }
+        }
+        Reply::Array(out)
+    }))
+}
+
+/// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+///
+/// The cursor is the next slot to visit. Every call finishes the slots it
+/// starts, so a key present for the whole iteration is always returned and
+/// cursors stay plain integers.
+pub fn scan(s: &mut Session, a: Args) -> Action {
+    let cursor = match std::str::from_utf8(a.get(1))
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+    {
+        Some(c) => c,
+        None => return Reply::err("invalid cursor").into(),
+    };
+    let opts = match ScanOpts::parse(a.from(2)) {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    let (shards, db) = (s.server.shards.clone(), s.db);
+    Action::Job(Box::pin(async move {
+        if cursor >= crate::cluster::SLOTS as u64 {
+            return scan_reply(0, Vec::new());
+        }
+        let snaps = match all_snapshots(&shards).await {
+            Ok(s) => s,
+            Err(e) => return Reply::err(e),
+        };
+        let mut found = Vec::new();
+        let mut seen = 0usize;
+        let mut next: u64 = 0;
+        let start_slot = cursor as u16;
+        let first_shard = crate::cluster::shard_of_slot(start_slot, shards.len());
+        'shards: for snap in &snaps[first_shard..] {
+            let mut last_slot: Option<u16> = None;
+            let mut stop_at: Option<u16> = None;
+            let r = for_each_key(snap, db, start_slot, &mut |slot, name, t| {
+                if seen >= opts.count && last_slot != Some(slot) {
+                    stop_at = Some(slot);
+                    return false;
+                }
+                last_slot = Some(slot);
+                seen += 1;
+                if opts.matches(name, t) {
+                    found.push(Reply::bulk_copy(name));
+                }
+                true
+            });
+            if let Err(e) = r {
+                return Reply::err(e);
+            }
+            if let Some(slot) = stop_at {
+                next = slot as u64;
+                break 'shards;
+            }
+        }
+        scan_reply(next, found)
+    }))
+}
+
+fn scan_reply(cursor: u64, keys: Vec<Reply>) -> Reply {
+    Reply::Array(vec![Reply::bulk(cursor.to_string()), Reply::Array(keys)])
+}
+
+/// SCAN's MATCH / COUNT / TYPE options.
+pub struct ScanOpts {
+    /// MATCH pattern.
+    pub pattern: Option<Bytes>,
+    /// COUNT hint.
+    pub count: usize,
+    /// TYPE filter (lowercase name).
+    pub ktype: Option<String>,
+}
+
+impl ScanOpts {
+    /// Parses the options with Redis's errors.
+    pub fn parse(rest: &[Bytes]) -> Result<ScanOpts, Reply> {
+        let mut o = ScanOpts {
+            pattern: None,
+            count: 10,
+            ktype: None,
+        };
+        let mut i = 0;
+        while i < rest.len() {
+            let has_next = i + 1 < rest.len();
+            if is(&rest[i], "count") && has_next {
+                let c = args::int(&rest[i + 1])?;
+                if c < 1 {
+                    return Err(error(SYNTAX));
+                }
+                o.count = c as usize;
+            } else if is(&rest[i], "match") && has_next {
+                o.pattern = Some(rest[i + 1].clone()).filter(|p| p.as_ref() != b"*");
+            } else if is(&rest[i], "type") && has_next {
+                o.ktype = Some(String::from_utf8_lossy(&rest[i + 1]).to_lowercase());
+            } else {
+                return Err(error(SYNTAX));
+            }
+            i += 2;
+        }
+        Ok(o)
+    }
+
+    /// Whether a key passes the filters.
+    pub fn matches(&self, name: &[u8], t: KeyType) -> bool {
+        self.ktype.as_ref().is_none_or(|k| k == t.name())
+            && self
+                .pattern
+                .as_ref()
+                .is_none_or(|p| glob::string_match(p, name, false))
+    }
+}
+
+/// RANDOMKEY
+pub fn randomkey(s: &mut Session, _a: Args) -> Action {
+    let (shards, db) = (s.server.shards.clone(), s.db);
+    Action::Job(Box::pin(async move {
+        let snaps = match all_snapshots(&shards).await {
+            Ok(s) => s,
+            Err(e) => return Reply::err(e),
+        };
+        let slot: u16 = rand::random::<u16>() % crate::cluster::SLOTS;
+        let first = crate::cluster::shard_of_slot(slot, shards.len());
+        // Start at a random slot and take the first live key from there,
+        // wrapping around once.
+        let order = (first..snaps.len()).chain(0..=first);
+        for (n, i) in order.enumerate() {
+            let from = if n == 0 { slot } else { 0 };
+            let mut hit = None;
+            if let Err(e) = for_each_key(&snaps[i], db, from, &mut |_, name, _| {
+                hit = Some(name.to_vec());
+                false
+            }) {
+                return Reply::err(e);
+            }
+            if let Some(k) = hit {
+                return Reply::bulk(k);
+            }
+        }
+        Reply::Nil
+    }))
+}
+
+/// DBSIZE
+pub fn dbsize(s: &mut Session, _a: Args) -> Action {
+    let n: i64 = s
+        .server
+        .shards
+        .shards()
+        .iter()
+        .map(|sh| sh.counts(s.db).keys)
+        .sum();
+    Reply::Int(n).into()
+}
+
+/// Parses FLUSHDB/FLUSHALL's optional ASYNC|SYNC.
+fn flush_mode(a: &Args) -> Result<(), Reply> {
+    match a.from(1) {
+        [] => Ok(()),
+        [m] if is(m, "async") || is(m, "sync") => Ok(()),
+        _ => Err(error(SYNTAX)),
+    }
+}
+
+/// Deletes every key of database `db` in one shard: range deletes of its
+/// `meta`, `sub` and `zscore` rows (all prefixed by the namespace), plus its
+/// `ttl` and `gc` rows.
+fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
+    let prefix = encoding::meta_db_prefix(db);
+    let end = encoding::prefix_successor(&prefix);
+    for t in [Table::Meta, Table::Sub, Table::ZScore, Table::Gc] {
+        w.del_range(t, &prefix, end.as_deref(), usize::MAX)?;
+    }
+    let mut ttl_rows = Vec::new();
+    w.scan(Table::Ttl, &[], None, false, &mut |k, _| {
+        if k.get(8..10) == Some(&prefix[..]) {
+            ttl_rows.push(k.to_vec());
+        }
+        true
+    })?;
+    for k in ttl_rows {
+        w.del(Table::Ttl, &k)?;
+    }
+    w.state.counts[db as usize] = Default::default();
+    w.state.counts_dirty = true;
+    Ok(())
+}
+
+/// Runs `f` on every shard inside one coordinated commit.
+fn on_all_shards(
+    s: &Session,
+    f: impl Fn(&mut WriteCtx) -> Result<(), StoreError> + Send + Sync + 'static,
+    reply: Reply,
+) -> Action {
+    let shards = s.server.shards.clone();
+    let ids: Vec<usize> = (0..shards.len()).collect();
+    if ids.len() == 1 {
+        return Action::Write {
+            shard: 0,
+            f: Box::new(move |w| f(w).map(|()| reply)),
+        };
+    }
+    let f = Arc::new(f);
+    coordinated(shards, ids.clone(), move |locked| async move {
+        for id in ids {
+            let f = f.clone();
+            locked.run(id, move |w| f(w)).await?;
+        }
+        Ok(Ok(reply))
+    })
+}
+
+/// FLUSHDB [ASYNC|SYNC]
+pub fn flushdb(s: &mut Session, a: Args) -> Action {
+    if let Err(r) = flush_mode(&a) {
+        return r.into();
+    }
+    let db = s.db;
+    on_all_shards(s, move |w| flush_db(w, db), Reply::Ok)
+}
+
+/// FLUSHALL [ASYNC|SYNC]
+pub fn flushall(s: &mut Session, a: Args) -> Action {
+    if let Err(r) = flush_mode(&a) {
+        return r.into();
+    }
+    on_all_shards(
+        s,
+        |w| {
+            for t in [
+                Table::Meta,
+                Table::Sub,
+                Table::ZScore,
+                Table::Ttl,
+                Table::Gc,
+            ] {
+                w.clear(t)?;
+            }
+            w.state.counts = Default::default();
+            w.state.counts_dirty = true;
+            Ok(())
+        },
+        Reply::Ok,
+    )
+}
+
+/// Moves every key of database `from` in one shard to database `to`.
+fn relabel_db(w: &mut WriteCtx, from: u8, to: u8) -> Result<(), StoreError> {
+    let prefix = encoding::meta_db_prefix(from);
+    let end = encoding::prefix_successor(&prefix);
+    let mut names = Vec::new();
+    w.scan(Table::Meta, &prefix, end.as_deref(), false, &mut |k, _| {
+        if let Some((_, _, name)) = encoding::decode_meta_key(k) {
+            names.push(name.to_vec());
+        }
+        true
+    })?;
+    for name in names {
+        let k = Key::new(from, &name);
+        if let Some(d) = dump(w, k)? {
+            keyspace::delete_if_live(w, k)?;
+            restore(w, Key::new(to, &name), &d, d.meta.expire_ms)?;
+        } else {
+            // Expired but not yet reaped: drop it rather than carry it over.
+            keyspace::lookup_for_write(w, k)?;
+        }
+    }
+    Ok(())
+}
+
+/// SWAPDB index1 index2
+///
+/// Rewrites both databases' keys under each other's namespace inside one
+/// coordinated commit: atomic, but O(keys in both databases).
+pub fn swapdb(s: &mut Session, a: Args) -> Action {
+    let parse = |arg: &[u8], which: &str| -> Result<u8, Reply> {
+        let n = args::int(arg).map_err(|_| Reply::err(format!("invalid {which} DB index")))?;
+        if !(0..DATABASES as i64).contains(&n) {
+            return Err(Reply::err("DB index is out of range"));
+        }
+        Ok(n as u8)
+    };
+    let (x, y) = match (parse(a.get(1), "first"), parse(a.get(2), "second")) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(r), _) | (_, Err(r)) => return r.into(),
+    };
+    if x == y {
+        return Reply::Ok.into();
+    }
+    // A spare namespace beyond the 16 databases holds x's keys mid-swap.
+    const SPARE: u8 = DATABASES as u8;
+    on_all_shards(
+        s,
+        move |w| {
+            relabel_db(w, x, SPARE)?;
+            relabel_db(w, y, x)?;
+            relabel_db(w, SPARE, y)
+        },
+        Reply::Ok,
+    )
+}
+
+/// Parsed NX/XX/GT/LT of the EXPIRE family.
+#[derive(Default, Clone, Copy)]
+struct ExpireFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+}
+
+fn expire_flags(rest: &[Bytes]) -> Result<ExpireFlags, Reply> {
+    let mut f = ExpireFlags::default();
+    for o in rest {
+        if is(o, "nx") {
+            f.nx = true;
+        } else if is(o, "xx") {
+            f.xx = true;
+        } else if is(o, "gt") {
+            f.gt = true;
+        } else if is(o, "lt") {
+            f.lt = true;
+        } else {
+            return Err(Reply::err(format!(
+                "Unsupported option {}",
+                String::from_utf8_lossy(o)
+            )));
+        }
+    }
+    if f.nx && (f.xx || f.gt || f.lt) {
+        return Err(Reply::err(
+            "NX and XX, GT or LT options at the same time are not compatible",
+        ));
+    }
+    if f.gt && f.lt {
+        return Err(Reply::err(
+            "GT and LT options at the same time are not compatible",
+        ));
+    }
+    Ok(f)
+}
+
+fn expire_generic(
+    s: &mut Session,
+    a: Args,
+    ms: bool,
+    absolute: bool,
+    name: &'static str,
+) -> Action {
+    let flags = match expire_flags(a.from(3)) {
+        Ok(f) => f,
+        Err(r) => return r.into(),
+    };
+    let v = match a.int(2) {
+        Ok(v) => v,
+        Err(r) => return r.into(),
+    };
+    let invalid = move || Reply::err(format!("invalid expire time in '{name}' command"));
+    let when = if ms { Some(v) } else { v.checked_mul(1000) };
+    let Some(when) = when else {
+        return invalid().into();
+    };
+    s.write(a.get(1), move |w, k| -> OpResult {
+        let when = if absolute {
+            when
+        } else {
+            when.checked_add(w.now_ms() as i64).ok_or_else(invalid)?
+        };
+        let Some(old) = keyspace::lookup_for_write(w, k)? else {
+            return Ok(Reply::Int(0));
+        };
+        let cur = old.expire_ms;
+        let when_u = when.max(0) as u64;
+        let allowed = if flags.nx {
+            cur == 0
+        } else if flags.xx && cur == 0 {
+            false
+        } else if flags.gt {
+            cur != 0 && when_u > cur
+        } else if flags.lt {
+            cur == 0 || when_u < cur
+        } else {
+            true
+        };
+        if !allowed {
+            return Ok(Reply::Int(0));
+        }
+        if when <= w.now_ms() as i64 {
+            keyspace::delete(w, k, &old)?;
+        } else {
+            let mut new = old.clone();
+            new.expire_ms = when_u;
+            keyspace::store(w, k, Some(&old), &new)?;
+        }
+        Ok(Reply::Int(1))
+    })
+}
+
+/// EXPIRE key seconds [NX|XX|GT|LT]
+pub fn expire(s: &mut Session, a: Args) -> Action {
+    expire_generic(s, a, false, false, "expire")
+}
+
+/// PEXPIRE key milliseconds [NX|XX|GT|LT]
+pub fn pexpire(s: &mut Session, a: Args) -> Action {
+    expire_generic(s, a, true, false, "pexpire")
+}
+
+/// EXPIREAT key unix-time-seconds [NX|XX|GT|LT]
+pub fn expireat(s: &mut Session, a: Args) -> Action {
+    expire_generic(s, a, false, true, "expireat")
+}
+
+/// PEXPIREAT key unix-time-milliseconds [NX|XX|GT|LT]
+pub fn pexpireat(s: &mut Session, a: Args) -> Action {
+    expire_generic(s, a, true, true, "pexpireat")
+}
+
+/// TTL-style replies: -2 missing, -1 no expiry, else the (rounded) value.
+fn ttl_generic(s: &mut Session, a: Args, ms: bool, absolute: bool) -> Action {
+    s.read(a.get(1), move |r, k| {
+        let Some((_, expire)) = keyspace::lookup_header(r, k)? else {
+            return Ok(Reply::Int(-2));
+        };
+        if expire == 0 {
+            return Ok(Reply::Int(-1));
+        }
+        let v = if absolute {
+            expire as i64
+        } else {
+            (expire as i64 - r.now_ms() as i64).max(0)
+        };
+        Ok(Reply::Int(if ms { v } else { (v + 500) / 1000 }))
+    })
+}
+
+/// TTL key
+pub fn ttl(s: &mut Session, a: Args) -> Action {
+    ttl_generic(s, a, false, false)
+}
+
+/// PTTL key
+pub fn pttl(s: &mut Session, a: Args) -> Action {
+    ttl_generic(s, a, true, false)
+}
+
+/// EXPIRETIME key
+pub fn expiretime(s: &mut Session, a: Args) -> Action {
+    ttl_generic(s, a, false, true)
+}
+
+/// PEXPIRETIME key
+pub fn pexpiretime(s: &mut Session, a: Args) -> Action {
+    ttl_generic(s, a, true, true)
+}
+
+/// PERSIST key
+pub fn persist(s: &mut Session, a: Args) -> Action {
+    s.write(a.get(1), |w, k| {
+        let Some(old) = keyspace::lookup_for_write(w, k)? else {
+            return Ok(Reply::Int(0));
+        };
+        if old.expire_ms == 0 {
+            return Ok(Reply::Int(0));
+        }
+        let mut new = old.clone();
+        new.expire_ms = 0;
+        keyspace::store(w, k, Some(&old), &new)?;
+        Ok(Reply::Int(1))
+    })
+}

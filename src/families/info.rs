@@ -1,0 +1,176 @@
+//! INFO sections, with Redis's field names where Redis has the field.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::net::session::Session;
+use crate::storage::tables::DATABASES;
+
+/// Resident set size of this process in bytes (Linux), 0 if unknown.
+pub fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| {
+            s.split_whitespace()
+                .nth(1)
+                .and_then(|v| v.parse::<u64>().ok())
+        })
+        .map_or(0, |pages| pages * 4096)
+}
+
+/// Appends one section (header included) to `out`.
+pub fn section(s: &Session, name: &str, out: &mut String) {
+    let srv = &s.server;
+    let st = &srv.stats;
+    let uptime = srv.started.elapsed().as_secs();
+    match name {
+        "server" => {
+            let _ = write!(
+                out,
+                "# Server\r\nredis_version:{}\r\ncairn_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nexecutable:cairn\r\nconfig_file:\r\n",
+                super::server::REDIS_VERSION,
+                env!("CARGO_PKG_VERSION"),
+                std::env::consts::OS,
+                std::env::consts::ARCH,
+                std::process::id(),
+                srv.port.load(Relaxed),
+                uptime,
+                uptime / 86400
+            );
+        }
+        "clients" => {
+            let _ = write!(
+                out,
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:0\r\ntracking_clients:0\r\n",
+                srv.clients.len(),
+                srv.runtime.read().maxclients
+            );
+        }
+        "memory" => {
+            let rss = rss_bytes();
+            let _ = write!(
+                out,
+                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_peak:{rss}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
+                rss as f64 / 1048576.0
+            );
+        }
+        "persistence" => {
+            let _ = write!(
+                out,
+                "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\ncairn_durability:{}\r\n",
+                srv.last_save.load(Relaxed),
+                srv.shards.durability.name()
+            );
+        }
+        "stats" => {
+            let expired: u64 = srv
+                .shards
+                .shards()
+                .iter()
+                .map(|sh| sh.stats.expired_keys.load(Relaxed))
+                .sum();
+            let _ = write!(
+                out,
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\n",
+                st.connections.load(Relaxed),
+                st.commands.load(Relaxed),
+                st.net_in.load(Relaxed),
+                st.net_out.load(Relaxed),
+                st.rejected.load(Relaxed),
+                expired,
+                st.hits.load(Relaxed),
+                st.misses.load(Relaxed),
+                st.errors.load(Relaxed)
+            );
+        }
+        "replication" => {
+            out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+        }
+        "cpu" => {
+            let (user, sys) = cpu_seconds();
+            let _ = write!(
+                out,
+                "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n"
+            );
+        }
+        "commandstats" => {
+            out.push_str("# Commandstats\r\n");
+            let mut rows: Vec<_> = srv
+                .command_stats
+                .iter()
+                .map(|e| {
+                    (
+                        *e.key(),
+                        e.calls.load(Relaxed),
+                        e.usec.load(Relaxed),
+                        e.failed.load(Relaxed),
+                    )
+                })
+                .collect();
+            rows.sort();
+            for (name, calls, usec, failed) in rows {
+                let per = if calls == 0 {
+                    0.0
+                } else {
+                    usec as f64 / calls as f64
+                };
+                let _ = write!(
+                    out,
+                    "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2},rejected_calls=0,failed_calls={failed}\r\n"
+                );
+            }
+        }
+        "keyspace" => {
+            out.push_str("# Keyspace\r\n");
+            for db in 0..DATABASES as u8 {
+                let (mut keys, mut expires) = (0, 0);
+                for sh in srv.shards.shards() {
+                    let c = sh.counts(db);
+                    keys += c.keys;
+                    expires += c.expires;
+                }
+                if keys > 0 {
+                    let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
+                }
+            }
+        }
+        "cairn" => {
+            let shards = srv.shards.shards();
+            let sum = |f: fn(&crate::shard::ShardStats) -> u64| -> u64 {
+                shards.iter().map(|sh| f(&sh.stats)).sum()
+            };
+            let batches = sum(|s| s.batches.load(Relaxed));
+            let ops = sum(|s| s.batch_ops.load(Relaxed));
+            let avg = if batches == 0 {
+                0.0
+            } else {
+                ops as f64 / batches as f64
+            };
+            let _ = write!(
+                out,
+                "# Cairn\r\nshards:{}\r\ndurability:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\n",
+                shards.len(),
+                srv.shards.durability.name(),
+                shards.iter().map(|sh| sh.stats.max_batch.load(Relaxed)).max().unwrap_or(0),
+                sum(|s| s.commits.load(Relaxed)),
+                sum(|s| s.fsyncs.load(Relaxed)),
+                sum(|s| s.coordinated.load(Relaxed)),
+                sum(|s| s.reaper_ticks.load(Relaxed)),
+                sum(|s| s.expired_keys.load(Relaxed)),
+                sum(|s| s.gc_rows.load(Relaxed)),
+                sum(|s| s.gc_versions.load(Relaxed)),
+            );
+        }
+        _ => {}
+    }
+}
+
+/// User and system CPU seconds of this process (Linux), from /proc.
+fn cpu_seconds() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = 100.0;
+    let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
+    (get(11), get(12))
+}

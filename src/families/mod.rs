@@ -1,0 +1,236 @@
+//! Command families. Each handler parses its arguments on the connection and
+//! returns an [`Action`]: the closure it carries is the part that runs on a
+//! shard (inside a snapshot or the batch transaction) and never touches a
+//! socket.
+
+pub mod bits;
+pub mod generic;
+pub mod info;
+pub mod server;
+pub mod string;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::command::args::WRONGTYPE;
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::shard::coordinator::{CoordError, Locked};
+use crate::shard::ShardSet;
+use crate::storage::keyspace::{self, Key};
+use crate::storage::{KeyType, KvRead, Meta, MetaBody, StoreError, WriteCtx};
+
+/// Why a shard-side op stopped early: a reply for the client (WRONGTYPE,
+/// overflow...) or a storage failure that aborts the batch.
+#[derive(Debug)]
+pub enum Fail {
+    /// Reply this to the client; nothing was written.
+    Reply(Reply),
+    /// Storage failed.
+    Store(StoreError),
+}
+
+impl From<StoreError> for Fail {
+    fn from(e: StoreError) -> Fail {
+        Fail::Store(e)
+    }
+}
+
+impl From<Reply> for Fail {
+    fn from(r: Reply) -> Fail {
+        Fail::Reply(r)
+    }
+}
+
+/// Shard-side result.
+pub type OpResult = Result<Reply, Fail>;
+
+/// Turns an op's outcome into what the shard expects.
+pub fn settle(r: OpResult) -> Result<Reply, StoreError> {
+    match r {
+        Ok(r) | Err(Fail::Reply(r)) => Ok(r),
+        Err(Fail::Store(e)) => Err(e),
+    }
+}
+
+/// The WRONGTYPE reply.
+pub fn wrongtype() -> Fail {
+    Fail::Reply(Reply::Error(WRONGTYPE.to_string()))
+}
+
+/// Reads a string key: `None` if absent, WRONGTYPE if another type.
+pub fn read_string(r: &dyn KvRead, key: Key) -> Result<Option<Vec<u8>>, Fail> {
+    match keyspace::lookup(r, key)? {
+        None => Ok(None),
+        Some(Meta {
+            body: MetaBody::String(v),
+            ..
+        }) => Ok(Some(v)),
+        Some(_) => Err(wrongtype()),
+    }
+}
+
+/// Looks a key up for writing and checks it is a string (or absent).
+pub fn string_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Fail> {
+    match keyspace::lookup_for_write(w, key)? {
+        Some(m) if m.ktype != KeyType::String => Err(wrongtype()),
+        other => Ok(other),
+    }
+}
+
+/// The value bytes of a string meta.
+pub fn string_bytes(meta: &Meta) -> &[u8] {
+    match &meta.body {
+        MetaBody::String(v) => v,
+        MetaBody::Collection { .. } => &[],
+    }
+}
+
+impl Session {
+    /// A read of one key, with shard-side errors settled.
+    pub fn read(
+        &self,
+        key: &Bytes,
+        f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
+    ) -> Action {
+        self.read_key(key, move |r, k| settle(f(r, k)))
+    }
+
+    /// A write of one key, with shard-side errors settled.
+    pub fn write(
+        &self,
+        key: &Bytes,
+        f: impl FnOnce(&mut WriteCtx, Key) -> OpResult + Send + 'static,
+    ) -> Action {
+        self.write_key(key, move |w, k| settle(f(w, k)))
+    }
+
+    /// A read of several keys from one consistent view. `f` gets one reader
+    /// per key (keys on one shard share a snapshot).
+    pub fn read_many(
+        &self,
+        keys: Vec<Bytes>,
+        f: impl FnOnce(&[&dyn KvRead], &[Key]) -> OpResult + Send + 'static,
+    ) -> Action {
+        let db = self.db;
+        let shards = self.server.shards.clone();
+        let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+        if ids.windows(2).all(|w| w[0] == w[1]) {
+            let shard = ids.first().copied().unwrap_or(0);
+            return Action::Read {
+                shard,
+                f: Box::new(move |r| {
+                    let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
+                    let readers: Vec<&dyn KvRead> = ks.iter().map(|_| r).collect();
+                    settle(f(&readers, &ks))
+                }),
+            };
+        }
+        Action::Job(Box::pin(async move {
+            let mut uniq = ids.clone();
+            uniq.sort_unstable();
+            uniq.dedup();
+            let snaps = match shards.snapshots(&uniq).await {
+                Ok(s) => s,
+                Err(e) => return Reply::err(e),
+            };
+            let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
+            let readers: Vec<&dyn KvRead> = ids
+                .iter()
+                .map(|id| &snaps[uniq.binary_search(id).unwrap()] as &dyn KvRead)
+                .collect();
+            settle(f(&readers, &ks)).unwrap_or_else(Reply::err)
+        }))
+    }
+
+    /// A write of several keys where each shard's part is independent: `f`
+    /// runs once per shard with that shard's key indexes, and `combine` folds
+    /// the per-shard replies. Atomic across shards (coordinated commit).
+    pub fn write_each_shard(
+        &self,
+        keys: Vec<Bytes>,
+        f: impl Fn(&mut WriteCtx, &[Key]) -> Result<i64, Fail> + Send + Sync + 'static,
+        combine: fn(i64) -> Reply,
+    ) -> Action {
+        let db = self.db;
+        let shards = self.server.shards.clone();
+        let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+        if ids.windows(2).all(|w| w[0] == w[1]) {
+            return Action::Write {
+                shard: ids[0],
+                f: Box::new(move |w| {
+                    let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
+                    settle(f(w, &ks).map(combine))
+                }),
+            };
+        }
+        let f = Arc::new(f);
+        coordinated(shards, ids.clone(), move |locked| async move {
+            let mut uniq = ids.clone();
+            uniq.sort_unstable();
+            uniq.dedup();
+            let mut total = 0;
+            for id in uniq {
+                let mine: Vec<Bytes> = keys
+                    .iter()
+                    .zip(&ids)
+                    .filter(|(_, &i)| i == id)
+                    .map(|(k, _)| k.clone())
+                    .collect();
+                let f = f.clone();
+                let out = locked
+                    .run(id, move |w| {
+                        let ks: Vec<Key> = mine.iter().map(|k| Key::new(db, k)).collect();
+                        Ok(f(w, &ks))
+                    })
+                    .await?;
+                match out {
+                    Ok(n) => total += n,
+                    Err(Fail::Reply(r)) => return Ok(Err(r)),
+                    Err(Fail::Store(e)) => return Err(e.into()),
+                }
+            }
+            Ok(Ok(combine(total)))
+        })
+    }
+}
+
+/// Runs `plan` with the given shards locked, as a task of its own so a client
+/// vanishing mid-command cannot interrupt it. `plan` returns `Ok(Ok(reply))`
+/// to commit, `Ok(Err(reply))` to roll back and reply.
+pub fn coordinated<F, Fut>(shards: Arc<ShardSet>, ids: Vec<usize>, plan: F) -> Action
+where
+    F: FnOnce(Arc<Locked>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Result<Reply, Reply>, CoordError>> + Send + 'static,
+{
+    let task = tokio::spawn(async move {
+        let locked = match Locked::lock(&shards, &ids).await {
+            Ok(l) => Arc::new(l),
+            Err(e) => return Reply::err(e),
+        };
+        let outcome = plan(locked.clone()).await;
+        let locked = match Arc::try_unwrap(locked) {
+            Ok(l) => l,
+            Err(_) => return Reply::err("coordinator still in use"),
+        };
+        match outcome {
+            Ok(Ok(reply)) => match locked.commit().await {
+                Ok(()) => reply,
+                Err(e) => Reply::err(e),
+            },
+            Ok(Err(reply)) => {
+                locked.abort();
+                reply
+            }
+            Err(e) => {
+                locked.abort();
+                Reply::err(e)
+            }
+        }
+    });
+    Action::Job(Box::pin(async move {
+        task.await.unwrap_or_else(|_| Reply::err("command failed"))
+    }))
+}

@@ -1,0 +1,676 @@
+//! Connection and server commands: PING, ECHO, QUIT, RESET, AUTH, HELLO,
+//! SELECT, CLIENT, COMMAND, CONFIG, INFO, TIME, LASTSAVE, SHUTDOWN.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::command::args::{self, error, is, Args, SYNTAX};
+use crate::command::{docs, lookup, TABLE};
+use crate::net::session::{Action, ReplyMode, Session};
+use crate::protocol::Reply;
+use crate::storage::tables::DATABASES;
+
+/// The Redis version cairn answers as (what clients check for features).
+pub const REDIS_VERSION: &str = "7.0.15";
+
+fn arity_error(full_name: &str) -> Action {
+    Reply::err(format!(
+        "wrong number of arguments for '{full_name}' command"
+    ))
+    .into()
+}
+
+fn unknown_subcommand(sub: &[u8], container: &str) -> Action {
+    Reply::err(format!(
+        "unknown subcommand '{}'. Try {} HELP.",
+        String::from_utf8_lossy(sub),
+        container
+    ))
+    .into()
+}
+
+/// PING [message]
+pub fn ping(_s: &mut Session, a: Args) -> Action {
+    match a.len() {
+        1 => Reply::Simple("PONG").into(),
+        2 => Reply::Bulk(a.get(1).clone()).into(),
+        _ => arity_error("ping"),
+    }
+}
+
+/// ECHO message
+pub fn echo(_s: &mut Session, a: Args) -> Action {
+    Reply::Bulk(a.get(1).clone()).into()
+}
+
+/// QUIT
+pub fn quit(_s: &mut Session, _a: Args) -> Action {
+    Action::Close(Some(Reply::Ok))
+}
+
+/// RESET
+pub fn reset(s: &mut Session, _a: Args) -> Action {
+    s.db = 0;
+    s.resp3 = false;
+    s.reply_mode = ReplyMode::On;
+    s.authenticated = s.server.runtime.read().requirepass.is_empty();
+    let mut info = s.entry.info.lock();
+    info.db = 0;
+    info.resp = 2;
+    Reply::Simple("RESET").into()
+}
+
+/// TIME
+pub fn time(_s: &mut Session, _a: Args) -> Action {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    Reply::Array(vec![
+        Reply::bulk(now.as_secs().to_string()),
+        Reply::bulk(now.subsec_micros().to_string()),
+    ])
+    .into()
+}
+
+/// LASTSAVE
+pub fn lastsave(s: &mut Session, _a: Args) -> Action {
+    Reply::Int(s.server.last_save.load(Relaxed) as i64).into()
+}
+
+/// Checks a password (and user) against requirepass.
+fn check_auth(s: &mut Session, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Reply> {
+    let required = s.server.runtime.read().requirepass.clone();
+    if required.is_empty() && user.is_none() {
+        return Err(Reply::err(
+            "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
+        ));
+    }
+    let user_ok = user.is_none_or(|u| u == b"default");
+    let pass_ok = required.is_empty() || pass == required.as_bytes();
+    if user_ok && pass_ok {
+        s.authenticated = true;
+        Ok(())
+    } else {
+        Err(Reply::Error(
+            "WRONGPASS invalid username-password pair or user is disabled.".into(),
+        ))
+    }
+}
+
+/// AUTH [username] password
+pub fn auth(s: &mut Session, a: Args) -> Action {
+    let r = match a.len() {
+        2 => check_auth(s, None, a.get(1)),
+        3 => check_auth(s, Some(&a.get(1).clone()), &a.get(2).clone()),
+        _ => Err(error(SYNTAX)),
+    };
+    r.map_or_else(Action::Reply, |()| Reply::Ok.into())
+}
+
+/// HELLO [protover [AUTH username password] [SETNAME clientname]]
+pub fn hello(s: &mut Session, a: Args) -> Action {
+    let mut proto = None;
+    if a.len() >= 2 {
+        match args::int(a.get(1)) {
+            Ok(v) if v == 2 || v == 3 => proto = Some(v),
+            Ok(_) => {
+                return Reply::Error("NOPROTO unsupported protocol version".into()).into();
+            }
+            Err(_) => {
+                return Reply::err("Protocol version is not an integer or out of range").into();
+            }
+        }
+    }
+    let mut i = 2;
+    let mut name = None;
+    let mut creds = None;
+    while i < a.len() {
+        let more = a.len() - i - 1;
+        if is(a.get(i), "auth") && more >= 2 {
+            creds = Some((a.get(i + 1).clone(), a.get(i + 2).clone()));
+            i += 3;
+        } else if is(a.get(i), "setname") && more >= 1 {
+            name = Some(a.get(i + 1).clone());
+            i += 2;
+        } else {
+            return Reply::err(format!(
+                "Syntax error in HELLO option '{}'",
+                String::from_utf8_lossy(a.get(i))
+            ))
+            .into();
+        }
+    }
+    if let Some((u, p)) = creds {
+        if let Err(r) = check_auth(s, Some(&u), &p) {
+            return r.into();
+        }
+    }
+    if !s.authenticated {
+        return Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()).into();
+    }
+    if let Some(n) = name {
+        if let Err(r) = valid_name(&n) {
+            return r.into();
+        }
+        s.entry.info.lock().name = String::from_utf8_lossy(&n).into_owned();
+    }
+    if let Some(p) = proto {
+        s.resp3 = p == 3;
+        s.entry.info.lock().resp = p as u8;
+    }
+    let b = |x: &str| Reply::bulk(x.to_string());
+    Reply::Map(vec![
+        (b("server"), b("redis")),
+        (b("version"), b(REDIS_VERSION)),
+        (b("proto"), Reply::Int(if s.resp3 { 3 } else { 2 })),
+        (b("id"), Reply::Int(s.entry.id as i64)),
+        (b("mode"), b("standalone")),
+        (b("role"), b("master")),
+        (b("modules"), Reply::Array(Vec::new())),
+    ])
+    .into()
+}
+
+/// SELECT index
+pub fn select(s: &mut Session, a: Args) -> Action {
+    match a.int(1) {
+        Ok(n) if (0..DATABASES as i64).contains(&n) => {
+            s.db = n as u8;
+            s.entry.info.lock().db = n as u8;
+            Reply::Ok.into()
+        }
+        Ok(_) => Reply::err("DB index is out of range").into(),
+        Err(r) => r.into(),
+    }
+}
+
+fn valid_name(n: &[u8]) -> Result<(), Reply> {
+    if n.iter().any(|&c| !(b'!'..=b'~').contains(&c)) {
+        return Err(Reply::err(
+            "Client names cannot contain spaces, newlines or special characters.",
+        ));
+    }
+    Ok(())
+}
+
+/// One CLIENT LIST / CLIENT INFO line.
+fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
+    let info = e.info.lock().clone();
+    let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
+    let flags = if info.no_evict { "e" } else { "N" };
+    let me = e.id == s.entry.id;
+    format!(
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+        e.id,
+        e.addr,
+        e.laddr,
+        info.name,
+        e.created.elapsed().as_secs(),
+        if me { 0 } else { idle },
+        flags,
+        info.db,
+        if info.last_cmd.is_empty() { "NULL".to_string() } else if me { "client|list".into() } else { info.last_cmd.clone() },
+        info.resp,
+    )
+}
+
+/// CLIENT subcommand [args]
+pub fn client(s: &mut Session, a: Args) -> Action {
+    let sub = a.get(1).to_ascii_lowercase();
+    let sub = String::from_utf8_lossy(&sub).into_owned();
+    let n = a.len();
+    let full = format!("client|{sub}");
+    match sub.as_str() {
+        "id" if n == 2 => Reply::Int(s.entry.id as i64).into(),
+        "getname" if n == 2 => {
+            let name = s.entry.info.lock().name.clone();
+            if name.is_empty() {
+                Reply::Nil.into()
+            } else {
+                Reply::bulk(name).into()
+            }
+        }
+        "setname" if n == 3 => match valid_name(a.get(2)) {
+            Ok(()) => {
+                s.entry.info.lock().name = String::from_utf8_lossy(a.get(2)).into_owned();
+                Reply::Ok.into()
+            }
+            Err(r) => r.into(),
+        },
+        "setinfo" if n == 4 => {
+            let attr = a.get(2).to_ascii_lowercase();
+            let v = String::from_utf8_lossy(a.get(3)).into_owned();
+            let mut info = s.entry.info.lock();
+            match &attr[..] {
+                b"lib-name" => info.lib.0 = v,
+                b"lib-ver" => info.lib.1 = v,
+                _ => {
+                    return Reply::err(format!(
+                        "Unrecognized option '{}'",
+                        String::from_utf8_lossy(a.get(2))
+                    ))
+                    .into()
+                }
+            }
+            Reply::Ok.into()
+        }
+        "info" if n == 2 => Reply::Verbatim(client_line(s, &s.entry) + "\n").into(),
+        "list" => {
+            let mut ids: Option<Vec<u64>> = None;
+            let rest = a.from(2);
+            if !rest.is_empty() {
+                if is(&rest[0], "id") && rest.len() > 1 {
+                    let mut v = Vec::new();
+                    for x in &rest[1..] {
+                        match args::int(x) {
+                            Ok(i) if i > 0 => v.push(i as u64),
+                            _ => return Reply::err("Invalid client ID").into(),
+                        }
+                    }
+                    ids = Some(v);
+                } else if is(&rest[0], "type") && rest.len() == 2 {
+                    let t = rest[1].to_ascii_lowercase();
+                    if !matches!(&t[..], b"normal" | b"master" | b"replica" | b"pubsub") {
+                        return Reply::err(format!(
+                            "Unknown client type '{}'",
+                            String::from_utf8_lossy(&rest[1])
+                        ))
+                        .into();
+                    }
+                    if &t[..] != b"normal" {
+                        ids = Some(Vec::new());
+                    }
+                } else {
+                    return error(SYNTAX).into();
+                }
+            }
+            let mut entries: Vec<_> = s.server.clients.iter().map(|e| e.value().clone()).collect();
+            entries.sort_by_key(|e| e.id);
+            let mut out = String::new();
+            for e in entries {
+                if ids.as_ref().is_none_or(|v| v.contains(&e.id)) {
+                    out.push_str(&client_line(s, &e));
+                    out.push('\n');
+                }
+            }
+            Reply::Verbatim(out).into()
+        }
+        "kill" if n >= 3 => client_kill(s, &a),
+        "no-evict" if n == 3 => {
+            let v = a.get(2);
+            if is(v, "on") || is(v, "off") {
+                s.entry.info.lock().no_evict = is(v, "on");
+                Reply::Ok.into()
+            } else {
+                error(SYNTAX).into()
+            }
+        }
+        "reply" if n == 3 => {
+            let v = a.get(2);
+            if is(v, "on") {
+                s.reply_mode = ReplyMode::On;
+                Reply::Ok.into()
+            } else if is(v, "off") {
+                s.reply_mode = ReplyMode::Off;
+                Reply::Ok.into()
+            } else if is(v, "skip") {
+                s.reply_mode = ReplyMode::Skip;
+                Reply::Ok.into()
+            } else {
+                error(SYNTAX).into()
+            }
+        }
+        "help" if n == 2 => Reply::Array(
+            [
+                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+                "ID",
+                "    Return the ID of the current connection.",
+                "INFO",
+                "    Return information about the current client connection.",
+                "GETNAME",
+                "    Return the name of the current connection.",
+                "SETNAME <name>",
+                "    Assign the name <name> to the current connection.",
+                "LIST [TYPE normal|master|replica|pubsub] [ID <id> [<id> ...]]",
+                "    Return information about client connections.",
+                "KILL <ip:port>|<option> <value> [<option> <value> [...]]",
+                "    Kill connections.",
+                "NO-EVICT (ON|OFF)",
+                "    Protect current client connection from eviction.",
+                "REPLY (ON|OFF|SKIP)",
+                "    Control the replies sent to the current connection.",
+                "HELP",
+                "    Print this help.",
+            ]
+            .iter()
+            .map(|l| Reply::Status(l.to_string()))
+            .collect(),
+        )
+        .into(),
+        "id" | "getname" | "setname" | "info" | "no-evict" | "reply" | "help" | "kill"
+        | "setinfo" => arity_error(&full),
+        _ => unknown_subcommand(a.get(1), "CLIENT"),
+    }
+}
+
+/// CLIENT KILL addr | CLIENT KILL [ID id] [ADDR addr] [LADDR addr] [USER u] [TYPE t] [SKIPME yes|no]
+fn client_kill(s: &Session, a: &Args) -> Action {
+    let rest = a.from(2);
+    let me = s.entry.id;
+    let targets: Vec<_> = s.server.clients.iter().map(|e| e.value().clone()).collect();
+    if rest.len() == 1 {
+        let addr = String::from_utf8_lossy(&rest[0]).into_owned();
+        return match targets.iter().find(|e| e.addr == addr) {
+            Some(e) => {
+                kill(e);
+                Reply::Ok.into()
+            }
+            None => Reply::err("No such client").into(),
+        };
+    }
+    if rest.len() % 2 != 0 {
+        return error(SYNTAX).into();
+    }
+    let (mut id, mut addr, mut laddr, mut user, mut skipme) = (None, None, None, None, true);
+    for pair in rest.chunks(2) {
+        let v = String::from_utf8_lossy(&pair[1]).into_owned();
+        if is(&pair[0], "id") {
+            match args::int(&pair[1]) {
+                Ok(i) if i > 0 => id = Some(i as u64),
+                _ => return Reply::err("client-id should be greater than 0").into(),
+            }
+        } else if is(&pair[0], "addr") {
+            addr = Some(v);
+        } else if is(&pair[0], "laddr") {
+            laddr = Some(v);
+        } else if is(&pair[0], "user") {
+            user = Some(v);
+        } else if is(&pair[0], "type") {
+            if !matches!(
+                v.to_lowercase().as_str(),
+                "normal" | "master" | "replica" | "slave" | "pubsub"
+            ) {
+                return Reply::err(format!("Unknown client type '{v}'")).into();
+            }
+        } else if is(&pair[0], "skipme") {
+            if is(&pair[1], "yes") {
+                skipme = true;
+            } else if is(&pair[1], "no") {
+                skipme = false;
+            } else {
+                return error(SYNTAX).into();
+            }
+        } else {
+            return error(SYNTAX).into();
+        }
+    }
+    let mut n = 0;
+    for e in targets {
+        let hit = id.is_none_or(|i| i == e.id)
+            && addr.as_ref().is_none_or(|x| *x == e.addr)
+            && laddr.as_ref().is_none_or(|x| *x == e.laddr)
+            && user.as_ref().is_none_or(|u| u == "default")
+            && !(skipme && e.id == me);
+        if hit {
+            kill(&e);
+            n += 1;
+        }
+    }
+    Reply::Int(n).into()
+}
+
+fn kill(e: &crate::server::ClientEntry) {
+    e.killed.store(true, Relaxed);
+    e.kill.notify_one();
+}
+
+/// COMMAND [COUNT | INFO name... | DOCS name... | GETKEYS cmd args... | LIST]
+pub fn command(_s: &mut Session, a: Args) -> Action {
+    if a.len() == 1 {
+        return Reply::Array(TABLE.iter().map(docs::info).collect()).into();
+    }
+    let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
+    match sub.as_str() {
+        "count" if a.len() == 2 => Reply::Int(TABLE.len() as i64).into(),
+        "list" => Reply::Array(TABLE.iter().map(|c| Reply::bulk(c.name)).collect()).into(),
+        "info" => {
+            if a.len() == 2 {
+                return Reply::Array(TABLE.iter().map(docs::info).collect()).into();
+            }
+            Reply::Array(
+                a.from(2)
+                    .iter()
+                    .map(|n| lookup(n).map_or(Reply::NilArray, docs::info))
+                    .collect(),
+            )
+            .into()
+        }
+        "docs" => {
+            let mut out = Vec::new();
+            let wanted: Vec<_> = if a.len() == 2 {
+                TABLE.iter().collect()
+            } else {
+                a.from(2).iter().filter_map(|n| lookup(n)).collect()
+            };
+            for c in wanted {
+                out.push((Reply::bulk(c.name), docs::docs(c)));
+            }
+            Reply::Map(out).into()
+        }
+        "getkeys" if a.len() >= 3 => {
+            let argv = a.from(2);
+            let Some(spec) = lookup(&argv[0]) else {
+                return Reply::err("Invalid command specified").into();
+            };
+            if !spec.arity_ok(argv.len()) {
+                return Reply::err("Invalid number of arguments specified for command").into();
+            }
+            let keys = spec.key_positions(argv.len());
+            if keys.is_empty() {
+                return Reply::err("The command has no key arguments").into();
+            }
+            Reply::Array(
+                keys.into_iter()
+                    .map(|i| Reply::Bulk(argv[i].clone()))
+                    .collect(),
+            )
+            .into()
+        }
+        "count" | "getkeys" => arity_error(&format!("command|{sub}")),
+        _ => unknown_subcommand(a.get(1), "COMMAND"),
+    }
+}
+
+/// The parameters CONFIG GET knows, with their current values.
+fn config_params(s: &Session) -> Vec<(String, String)> {
+    let rt = s.server.runtime.read();
+    let cfg = &s.server.config;
+    let mut v = vec![
+        ("bind".to_string(), cfg.bind.clone()),
+        ("port".into(), s.server.port.load(Relaxed).to_string()),
+        (
+            "dir".into(),
+            std::fs::canonicalize(&cfg.dir)
+                .unwrap_or(cfg.dir.clone())
+                .display()
+                .to_string(),
+        ),
+        ("databases".into(), DATABASES.to_string()),
+        ("requirepass".into(), rt.requirepass.clone()),
+        (
+            "proto-max-bulk-len".into(),
+            rt.proto_max_bulk_len.to_string(),
+        ),
+        ("maxclients".into(), rt.maxclients.to_string()),
+        (
+            "appendfsync".into(),
+            s.server.shards.durability.name().to_string(),
+        ),
+        ("shards".into(), s.server.shards.len().to_string()),
+        (
+            "durability".into(),
+            s.server.shards.durability.name().to_string(),
+        ),
+    ];
+    for (k, val) in &rt.passive {
+        v.push((k.clone(), val.clone()));
+    }
+    v.sort();
+    v
+}
+
+/// CONFIG GET pattern... | SET param value... | RESETSTAT | REWRITE
+pub fn config(s: &mut Session, a: Args) -> Action {
+    let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
+    match sub.as_str() {
+        "get" if a.len() >= 3 => {
+            let params = config_params(s);
+            let mut out = Vec::new();
+            for (k, v) in &params {
+                if a.from(2)
+                    .iter()
+                    .any(|p| crate::util::glob::string_match(p, k.as_bytes(), true))
+                {
+                    out.push((Reply::bulk(k.clone()), Reply::bulk(v.clone())));
+                }
+            }
+            Reply::Map(out).into()
+        }
+        "set" if a.len() >= 4 && a.len() % 2 == 0 => config_set(s, a.from(2)),
+        "resetstat" if a.len() == 2 => {
+            s.server.command_stats.clear();
+            let st = &s.server.stats;
+            for c in [
+                &st.commands,
+                &st.net_in,
+                &st.net_out,
+                &st.hits,
+                &st.misses,
+                &st.errors,
+                &st.rejected,
+            ] {
+                c.store(0, Relaxed);
+            }
+            Reply::Ok.into()
+        }
+        "rewrite" if a.len() == 2 => {
+            Reply::err("The server is running without a config file").into()
+        }
+        "get" | "set" | "resetstat" | "rewrite" => arity_error(&format!("config|{sub}")),
+        _ => unknown_subcommand(a.get(1), "CONFIG"),
+    }
+}
+
+fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
+    let mut rt = s.server.runtime.write();
+    let mut staged = rt.clone();
+    for p in pairs.chunks(2) {
+        let name = String::from_utf8_lossy(&p[0]).to_lowercase();
+        let value = String::from_utf8_lossy(&p[1]).into_owned();
+        let bad = |why: &str| {
+            Reply::err(format!(
+                "CONFIG SET failed (possibly related to argument '{name}') - {why}"
+            ))
+        };
+        match name.as_str() {
+            "requirepass" => staged.requirepass = value,
+            "proto-max-bulk-len" => match value.parse::<u64>() {
+                Ok(v) if v >= 1024 * 1024 => staged.proto_max_bulk_len = v,
+                _ => return bad("argument must be a memory value").into(),
+            },
+            "maxclients" => match value.parse::<usize>() {
+                Ok(v) if v >= 1 => staged.maxclients = v,
+                _ => return bad("argument couldn't be parsed into an integer").into(),
+            },
+            n if staged.passive.contains_key(n) => {
+                staged.passive.insert(n.to_string(), value);
+            }
+            _ => {
+                return Reply::err(format!(
+                    "Unknown option or number of arguments for CONFIG SET - '{}'",
+                    String::from_utf8_lossy(&p[0])
+                ))
+                .into()
+            }
+        }
+    }
+    *rt = staged;
+    Reply::Ok.into()
+}
+
+/// INFO [section ...]
+pub fn info(s: &mut Session, a: Args) -> Action {
+    let mut wanted: Vec<String> = a
+        .from(1)
+        .iter()
+        .map(|x| String::from_utf8_lossy(x).to_lowercase())
+        .collect();
+    if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
+        wanted.extend(
+            [
+                "server",
+                "clients",
+                "memory",
+                "persistence",
+                "stats",
+                "replication",
+                "cpu",
+                "keyspace",
+                "cairn",
+            ]
+            .map(String::from),
+        );
+    }
+    if wanted.iter().any(|w| w == "all" || w == "everything") {
+        wanted.extend(
+            [
+                "server",
+                "clients",
+                "memory",
+                "persistence",
+                "stats",
+                "replication",
+                "cpu",
+                "commandstats",
+                "keyspace",
+                "cairn",
+            ]
+            .map(String::from),
+        );
+    }
+    let mut text = String::new();
+    for section in [
+        "server",
+        "clients",
+        "memory",
+        "persistence",
+        "stats",
+        "replication",
+        "cpu",
+        "commandstats",
+        "keyspace",
+        "cairn",
+    ] {
+        if wanted.iter().any(|w| w == section) {
+            if !text.is_empty() {
+                text.push_str("\r\n");
+            }
+            crate::families::info::section(s, section, &mut text);
+        }
+    }
+    Reply::Verbatim(text).into()
+}
+
+/// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]
+pub fn shutdown(s: &mut Session, a: Args) -> Action {
+    for o in a.from(1) {
+        if is(o, "abort") {
+            return Reply::err("No shutdown in progress.").into();
+        }
+        if !(is(o, "nosave") || is(o, "save") || is(o, "now") || is(o, "force")) {
+            return error(SYNTAX).into();
+        }
+    }
+    tracing::info!("SHUTDOWN requested by client {}", s.entry.id);
+    s.server.request_shutdown();
+    Action::Close(None)
+}

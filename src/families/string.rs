@@ -1,0 +1,604 @@
+//! Strings: GET/SET and friends, counters, ranges, MGET/MSET, LCS.
+
+use bytes::Bytes;
+
+use super::{read_string, string_bytes, string_for_write, wrongtype, Fail};
+use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::shard::now_ms;
+use crate::storage::keyspace::{self, Key};
+use crate::storage::{KeyType, KvRead, Meta, WriteCtx};
+use crate::util::{lcs as lcs_algo, num};
+
+/// Largest string Redis lets SETRANGE/APPEND build (proto-max-bulk-len).
+pub const MAX_STRING: u64 = 512 * 1024 * 1024;
+
+const TOO_BIG: &str = "ERR string exceeds maximum allowed size (proto-max-bulk-len)";
+
+/// The expiry a SET/GETEX option asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ExpireOpt {
+    /// No expiry option: SET clears the TTL, GETEX leaves it.
+    None,
+    /// An absolute expiry in ms.
+    At(u64),
+    /// KEEPTTL.
+    Keep,
+    /// PERSIST (GETEX).
+    Persist,
+}
+
+/// Parsed SET / GETEX options.
+struct SetOpts {
+    nx: bool,
+    xx: bool,
+    get: bool,
+    expire: ExpireOpt,
+}
+
+/// Which command's option set to accept.
+#[derive(PartialEq, Eq)]
+enum OptsFor {
+    Set,
+    GetEx,
+}
+
+/// Parses the options of SET (from argv[3]) or GETEX (from argv[2]) with
+/// Redis's rules: syntax is checked first, then the expire value.
+fn parse_opts(args: &Args, from: usize, cmd: OptsFor, name: &str) -> Result<SetOpts, Reply> {
+    let mut o = SetOpts {
+        nx: false,
+        xx: false,
+        get: false,
+        expire: ExpireOpt::None,
+    };
+    let mut unit: Option<(&[u8], bool /*ms*/, bool /*absolute*/)> = None;
+    let mut keep = false;
+    let mut persist = false;
+    let a = args.all();
+    let mut i = from;
+    while i < a.len() {
+        let arg = &a[i][..];
+        let next = a.get(i + 1);
+        let has_expire = unit.is_some() || keep || persist;
+        if cmd == OptsFor::Set && is(arg, "nx") && !o.xx {
+            o.nx = true;
+        } else if cmd == OptsFor::Set && is(arg, "xx") && !o.nx {
+            o.xx = true;
+        } else if cmd == OptsFor::Set && is(arg, "get") {
+            o.get = true;
+        } else if cmd == OptsFor::Set && is(arg, "keepttl") && !has_expire {
+            keep = true;
+        } else if cmd == OptsFor::GetEx && is(arg, "persist") && !has_expire {
+            persist = true;
+        } else if (is(arg, "ex") || is(arg, "px") || is(arg, "exat") || is(arg, "pxat"))
+            && !has_expire
+            && next.is_some()
+        {
+            let ms = is(arg, "px") || is(arg, "pxat");
+            let absolute = is(arg, "exat") || is(arg, "pxat");
+            unit = Some((&next.unwrap()[..], ms, absolute));
+            i += 1;
+        } else {
+            return Err(error(SYNTAX));
+        }
+        i += 1;
+    }
+    if keep {
+        o.expire = ExpireOpt::Keep;
+    } else if persist {
+        o.expire = ExpireOpt::Persist;
+    } else if let Some((value, ms, absolute)) = unit {
+        o.expire = ExpireOpt::At(expire_at(value, ms, absolute, name)?);
+    }
+    Ok(o)
+}
+
+/// Converts an EX/PX/EXAT/PXAT value to an absolute ms time, with Redis's
+/// checks and error texts.
+fn expire_at(value: &[u8], ms: bool, absolute: bool, name: &str) -> Result<u64, Reply> {
+    let v = args::int(value)?;
+    let invalid = || Reply::err(format!("invalid expire time in '{name}' command"));
+    if v <= 0 || (!ms && v > i64::MAX / 1000) {
+        return Err(invalid());
+    }
+    let mut when = if ms { v } else { v * 1000 };
+    if !absolute {
+        when = when.checked_add(now_ms() as i64).ok_or_else(invalid)?;
+    }
+    if when <= 0 {
+        return Err(invalid());
+    }
+    Ok(when as u64)
+}
+
+/// GET key
+pub fn get(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| Ok(Reply::opt_bulk(read_string(r, k)?)))
+}
+
+/// SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]
+pub fn set(s: &mut Session, a: Args) -> Action {
+    let opts = match parse_opts(&a, 3, OptsFor::Set, "set") {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    let value = a.get(2).clone();
+    s.write(a.get(1), move |w, k| {
+        let old = keyspace::lookup_for_write(w, k)?;
+        let old_value = match (&old, opts.get) {
+            (Some(m), true) if m.ktype != KeyType::String => return Err(wrongtype()),
+            (Some(m), true) => Reply::bulk_copy(string_bytes(m)),
+            (None, true) => Reply::Nil,
+            _ => Reply::Ok,
+        };
+        if (opts.nx && old.is_some()) || (opts.xx && old.is_none()) {
+            return Ok(if opts.get { old_value } else { Reply::Nil });
+        }
+        let expire = match opts.expire {
+            ExpireOpt::At(t) => t,
+            ExpireOpt::Keep => old.as_ref().map_or(0, |m| m.expire_ms),
+            _ => 0,
+        };
+        keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), expire))?;
+        Ok(old_value)
+    })
+}
+
+/// Writes a plain string value, replacing whatever the key held.
+fn put_string(w: &mut WriteCtx, k: Key, value: &[u8], expire: u64) -> Result<(), Fail> {
+    let old = keyspace::lookup_for_write(w, k)?;
+    keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), expire))?;
+    Ok(())
+}
+
+/// SETNX key value
+pub fn setnx(s: &mut Session, a: Args) -> Action {
+    let value = a.get(2).clone();
+    s.write(a.get(1), move |w, k| {
+        if keyspace::lookup_for_write(w, k)?.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        keyspace::store(w, k, None, &Meta::string(value.to_vec(), 0))?;
+        Ok(Reply::Int(1))
+    })
+}
+
+fn set_with_expire(s: &mut Session, a: Args, ms: bool, name: &str) -> Action {
+    let when = match expire_at(a.get(2), ms, false, name) {
+        Ok(t) => t,
+        Err(r) => return r.into(),
+    };
+    let value = a.get(3).clone();
+    s.write(a.get(1), move |w, k| {
+        put_string(w, k, &value, when)?;
+        Ok(Reply::Ok)
+    })
+}
+
+/// SETEX key seconds value
+pub fn setex(s: &mut Session, a: Args) -> Action {
+    set_with_expire(s, a, false, "setex")
+}
+
+/// PSETEX key milliseconds value
+pub fn psetex(s: &mut Session, a: Args) -> Action {
+    set_with_expire(s, a, true, "psetex")
+}
+
+/// GETSET key value
+pub fn getset(s: &mut Session, a: Args) -> Action {
+    let value = a.get(2).clone();
+    s.write(a.get(1), move |w, k| {
+        let old = string_for_write(w, k)?;
+        let reply = old
+            .as_ref()
+            .map_or(Reply::Nil, |m| Reply::bulk_copy(string_bytes(m)));
+        keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), 0))?;
+        Ok(reply)
+    })
+}
+
+/// GETDEL key
+pub fn getdel(s: &mut Session, a: Args) -> Action {
+    s.write(a.get(1), |w, k| {
+        let Some(old) = string_for_write(w, k)? else {
+            return Ok(Reply::Nil);
+        };
+        keyspace::delete(w, k, &old)?;
+        Ok(Reply::bulk_copy(string_bytes(&old)))
+    })
+}
+
+/// GETEX key [EX|PX|EXAT|PXAT|PERSIST]
+pub fn getex(s: &mut Session, a: Args) -> Action {
+    let opts = match parse_opts(&a, 2, OptsFor::GetEx, "getex") {
+        Ok(o) => o,
+        Err(r) => return r.into(),
+    };
+    s.write(a.get(1), move |w, k| {
+        let Some(old) = string_for_write(w, k)? else {
+            return Ok(Reply::Nil);
+        };
+        let reply = Reply::bulk_copy(string_bytes(&old));
+        let expire = match opts.expire {
+            ExpireOpt::At(t) => t,
+            ExpireOpt::Persist => 0,
+            _ => return Ok(reply),
+        };
+        if expire != 0 && expire <= w.now_ms() {
+            keyspace::delete(w, k, &old)?;
+        } else if expire != old.expire_ms {
+            let mut new = old.clone();
+            new.expire_ms = expire;
+            keyspace::store(w, k, Some(&old), &new)?;
+        }
+        Ok(reply)
+    })
+}
+
+/// APPEND key value
+pub fn append(s: &mut Session, a: Args) -> Action {
+    let value = a.get(2).clone();
+    s.write(a.get(1), move |w, k| {
+        let old = string_for_write(w, k)?;
+        let mut v = old
+            .as_ref()
+            .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
+        if v.len() as u64 + value.len() as u64 > MAX_STRING {
+            return Err(error(TOO_BIG).into());
+        }
+        v.extend_from_slice(&value);
+        let len = v.len() as i64;
+        let expire = old.as_ref().map_or(0, |m| m.expire_ms);
+        keyspace::store(w, k, old.as_ref(), &Meta::string(v, expire))?;
+        Ok(Reply::Int(len))
+    })
+}
+
+/// STRLEN key
+pub fn strlen(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        Ok(Reply::Int(read_string(r, k)?.map_or(0, |v| v.len() as i64)))
+    })
+}
+
+/// GETRANGE key start end (also SUBSTR)
+pub fn getrange(s: &mut Session, a: Args) -> Action {
+    let (start, end) = match (a.int(2), a.int(3)) {
+        (Ok(s), Ok(e)) => (s, e),
+        (Err(r), _) | (_, Err(r)) => return r.into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let v = read_string(r, k)?.unwrap_or_default();
+        Ok(match clamp_range(start, end, v.len() as i64) {
+            Some((s, e)) => Reply::bulk_copy(&v[s..=e]),
+            None => Reply::bulk(Bytes::new()),
+        })
+    })
+}
+
+/// Redis's GETRANGE index arithmetic: negative indexes count from the end,
+/// both ends clamp, an empty result is `None`.
+fn clamp_range(mut start: i64, mut end: i64, len: i64) -> Option<(usize, usize)> {
+    if start < 0 && end < 0 && start > end {
+        return None;
+    }
+    if start < 0 {
+        start += len;
+    }
+    if end < 0 {
+        end += len;
+    }
+    start = start.max(0);
+    end = end.max(0);
+    if end >= len {
+        end = len - 1;
+    }
+    if start > end || len == 0 {
+        return None;
+    }
+    Some((start as usize, end as usize))
+}
+
+/// SETRANGE key offset value
+pub fn setrange(s: &mut Session, a: Args) -> Action {
+    let offset = match a.int(2) {
+        Ok(o) if o < 0 => return Reply::err("offset is out of range").into(),
+        Ok(o) => o as u64,
+        Err(r) => return r.into(),
+    };
+    let value = a.get(3).clone();
+    s.write(a.get(1), move |w, k| {
+        let old = string_for_write(w, k)?;
+        let cur_len = old.as_ref().map_or(0, |m| string_bytes(m).len());
+        if value.is_empty() {
+            return Ok(Reply::Int(cur_len as i64));
+        }
+        if offset + value.len() as u64 > MAX_STRING {
+            return Err(error(TOO_BIG).into());
+        }
+        let mut v = old
+            .as_ref()
+            .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
+        let end = offset as usize + value.len();
+        if v.len() < end {
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(&value);
+        let len = v.len() as i64;
+        let expire = old.as_ref().map_or(0, |m| m.expire_ms);
+        keyspace::store(w, k, old.as_ref(), &Meta::string(v, expire))?;
+        Ok(Reply::Int(len))
+    })
+}
+
+/// Adds `by` to the integer in a key, keeping its TTL.
+fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
+    s.write(key, move |w, k| {
+        let old = string_for_write(w, k)?;
+        let cur = match &old {
+            Some(m) => num::parse_i64(string_bytes(m)).ok_or_else(|| error(NOT_INTEGER))?,
+            None => 0,
+        };
+        let new = cur
+            .checked_add(by)
+            .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
+        let expire = old.as_ref().map_or(0, |m| m.expire_ms);
+        keyspace::store(
+            w,
+            k,
+            old.as_ref(),
+            &Meta::string(new.to_string().into_bytes(), expire),
+        )?;
+        Ok(Reply::Int(new))
+    })
+}
+
+/// INCR key
+pub fn incr(s: &mut Session, a: Args) -> Action {
+    incr_by(s, a.get(1), 1)
+}
+
+/// DECR key
+pub fn decr(s: &mut Session, a: Args) -> Action {
+    incr_by(s, a.get(1), -1)
+}
+
+/// INCRBY key increment
+pub fn incrby(s: &mut Session, a: Args) -> Action {
+    match a.int(2) {
+        Ok(by) => incr_by(s, a.get(1), by),
+        Err(r) => r.into(),
+    }
+}
+
+/// DECRBY key decrement
+pub fn decrby(s: &mut Session, a: Args) -> Action {
+    match a.int(2) {
+        Ok(i64::MIN) => Reply::err("decrement would overflow").into(),
+        Ok(by) => incr_by(s, a.get(1), -by),
+        Err(r) => r.into(),
+    }
+}
+
+/// INCRBYFLOAT key increment
+pub fn incrbyfloat(s: &mut Session, a: Args) -> Action {
+    let by = match args::float(a.get(2)) {
+        Ok(f) => f,
+        Err(r) => return r.into(),
+    };
+    s.write(a.get(1), move |w, k| {
+        let old = string_for_write(w, k)?;
+        let cur = match &old {
+            Some(m) => num::parse_f64(string_bytes(m)).ok_or_else(|| error(args::NOT_FLOAT))?,
+            None => 0.0,
+        };
+        let text = num::format_incrbyfloat(cur + by)
+            .ok_or_else(|| Reply::err("increment would produce NaN or Infinity"))?;
+        let expire = old.as_ref().map_or(0, |m| m.expire_ms);
+        keyspace::store(
+            w,
+            k,
+            old.as_ref(),
+            &Meta::string(text.clone().into_bytes(), expire),
+        )?;
+        Ok(Reply::bulk(text))
+    })
+}
+
+/// MGET key [key ...]
+pub fn mget(s: &mut Session, a: Args) -> Action {
+    s.read_many(a.from(1).to_vec(), |readers, keys| {
+        let mut out = Vec::with_capacity(keys.len());
+        for (r, k) in readers.iter().zip(keys) {
+            out.push(match read_string(*r, *k) {
+                Ok(v) => Reply::opt_bulk(v),
+                Err(Fail::Reply(_)) => Reply::Nil,
+                Err(e) => return Err(e),
+            });
+        }
+        Ok(Reply::Array(out))
+    })
+}
+
+/// Splits MSET-style arguments into keys and values, or the arity error.
+fn pairs(a: &Args) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
+    let rest = a.from(1);
+    if rest.len() % 2 != 0 {
+        return Err(Reply::err(format!(
+            "wrong number of arguments for '{}' command",
+            a.name_lower()
+        )));
+    }
+    Ok(rest.chunks(2).map(|p| (p[0].clone(), p[1].clone())).unzip())
+}
+
+/// MSET key value [key value ...]
+pub fn mset(s: &mut Session, a: Args) -> Action {
+    let (keys, values) = match pairs(&a) {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    let lookup: std::collections::HashMap<Bytes, Bytes> =
+        keys.iter().cloned().zip(values).collect();
+    // Later pairs win, as in Redis: the map keeps the last value of each key.
+    s.write_each_shard(
+        keys,
+        move |w, ks| {
+            for k in ks {
+                put_string(w, *k, &lookup[k.name], 0)?;
+            }
+            Ok(0)
+        },
+        |_| Reply::Ok,
+    )
+}
+
+/// MSETNX key value [key value ...]
+pub fn msetnx(s: &mut Session, a: Args) -> Action {
+    let (keys, values) = match pairs(&a) {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+    let lookup: std::collections::HashMap<Bytes, Bytes> =
+        keys.iter().cloned().zip(values).collect();
+    if ids.windows(2).all(|w| w[0] == w[1]) {
+        return s.write(&keys[0].clone(), move |w, _| {
+            for k in &keys {
+                if keyspace::lookup_for_write(w, Key::new(db, k))?.is_some() {
+                    return Ok(Reply::Int(0));
+                }
+            }
+            for k in &keys {
+                put_string(w, Key::new(db, k), &lookup[k], 0)?;
+            }
+            Ok(Reply::Int(1))
+        });
+    }
+    super::coordinated(shards, ids.clone(), move |locked| async move {
+        let mut uniq = ids.clone();
+        uniq.sort_unstable();
+        uniq.dedup();
+        let keys_of = |id: usize| -> Vec<Bytes> {
+            keys.iter()
+                .zip(&ids)
+                .filter(|(_, &i)| i == id)
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        for &id in &uniq {
+            let mine = keys_of(id);
+            let any = locked
+                .run(id, move |w| {
+                    for k in &mine {
+                        if keyspace::lookup_for_write(w, Key::new(db, k))?.is_some() {
+                            return Ok(true);
+                        }
+                    }
+                    Ok(false)
+                })
+                .await?;
+            if any {
+                return Ok(Err(Reply::Int(0)));
+            }
+        }
+        let lookup = std::sync::Arc::new(lookup);
+        for &id in &uniq {
+            let mine = keys_of(id);
+            let lookup = lookup.clone();
+            locked
+                .run(id, move |w| {
+                    for k in &mine {
+                        if let Err(Fail::Store(e)) = put_string(w, Key::new(db, k), &lookup[k], 0) {
+                            return Err(e);
+                        }
+                    }
+                    Ok(())
+                })
+                .await?;
+        }
+        Ok(Ok(Reply::Int(1)))
+    })
+}
+
+/// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]
+pub fn lcs(s: &mut Session, a: Args) -> Action {
+    let (mut want_len, mut want_idx, mut with_len, mut min_len) = (false, false, false, 0i64);
+    let rest = a.from(3);
+    let mut i = 0;
+    while i < rest.len() {
+        let o = &rest[i][..];
+        if is(o, "idx") {
+            want_idx = true;
+        } else if is(o, "len") {
+            want_len = true;
+        } else if is(o, "withmatchlen") {
+            with_len = true;
+        } else if is(o, "minmatchlen") && i + 1 < rest.len() {
+            match args::int(&rest[i + 1]) {
+                Ok(n) => min_len = n.max(0),
+                Err(r) => return r.into(),
+            }
+            i += 1;
+        } else {
+            return error(SYNTAX).into();
+        }
+        i += 1;
+    }
+    if want_len && want_idx {
+        return Reply::err("If you want both the length and indexes, please just use IDX.").into();
+    }
+    s.read_many(vec![a.get(1).clone(), a.get(2).clone()], move |r, k| {
+        let sa = read_string(r[0], k[0]);
+        let sb = read_string(r[1], k[1]);
+        let (sa, sb) = match (sa, sb) {
+            (Ok(x), Ok(y)) => (x.unwrap_or_default(), y.unwrap_or_default()),
+            (Err(Fail::Store(e)), _) | (_, Err(Fail::Store(e))) => return Err(e.into()),
+            _ => {
+                return Ok(Reply::err("The specified keys must contain string values"));
+            }
+        };
+        let result = lcs_algo::lcs(&sa, &sb);
+        if want_len {
+            return Ok(Reply::Int(result.len as i64));
+        }
+        if !want_idx {
+            return Ok(Reply::bulk(result.string));
+        }
+        let mut matches = Vec::new();
+        for m in result.matches.iter().filter(|m| m.len as i64 >= min_len) {
+            let mut item = vec![
+                Reply::Array(vec![Reply::Int(m.a.0 as i64), Reply::Int(m.a.1 as i64)]),
+                Reply::Array(vec![Reply::Int(m.b.0 as i64), Reply::Int(m.b.1 as i64)]),
+            ];
+            if with_len {
+                item.push(Reply::Int(m.len as i64));
+            }
+            matches.push(Reply::Array(item));
+        }
+        Ok(Reply::Map(vec![
+            (Reply::bulk("matches"), Reply::Array(matches)),
+            (Reply::bulk("len"), Reply::Int(result.len as i64)),
+        ]))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clamp_range;
+
+    #[test]
+    fn getrange_arithmetic_matches_redis() {
+        assert_eq!(clamp_range(0, -1, 5), Some((0, 4)));
+        assert_eq!(clamp_range(-3, -1, 5), Some((2, 4)));
+        assert_eq!(clamp_range(-1, -3, 5), None);
+        assert_eq!(clamp_range(10, 20, 5), None);
+        assert_eq!(clamp_range(0, 100, 5), Some((0, 4)));
+        assert_eq!(clamp_range(0, 0, 0), None);
+    }
+}

@@ -1,0 +1,28 @@
+//! cairn: a disk-backed, Redis-compatible server.
+//!
+//! # Layout
+//! * [`config`] — config.toml fields, defaults, command-line overrides.
+//! * [`protocol`] — RESP decoding (redis-protocol + inline) and reply encoding.
+//! * [`net`] — listener, connection tasks, per-client session state.
+//! * [`command`] — the command table, argument helpers, COMMAND INFO/DOCS.
+//! * [`families`] — command implementations: parsing on the connection,
+//!   shard-side closures for the data.
+//! * [`storage`] — the on-disk encoding on redb and the keyspace rules.
+//! * [`shard`] — shard actors (group commit), reaper, multi-shard coordinator.
+//! * [`cluster`] — key slots and slot-to-shard mapping.
+//! * [`server`] — state shared by all connections.
+//! * [`util`] — Redis-exact helpers: glob matching, number parsing and
+//!   formatting, bit operations, LCS.
+//! * [`run`] — starting and stopping a server (used by main and the tests).
+
+pub mod cluster;
+pub mod command;
+pub mod config;
+pub mod families;
+pub mod net;
+pub mod protocol;
+pub mod run;
+pub mod server;
+pub mod shard;
+pub mod storage;
+pub mod util;

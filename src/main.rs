@@ -1,0 +1,50 @@
+//! The cairn server binary: load config.toml and flags, start, serve until
+//! SIGINT, SIGTERM or SHUTDOWN.
+
+use clap::Parser;
+
+use cairn::config::{Config, Flags};
+
+fn main() {
+    let flags = Flags::parse();
+    let config = match Config::load(&flags) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("cairn: {e}");
+            std::process::exit(1);
+        }
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
+    tracing_subscriber::fmt().with_env_filter(filter).init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async move {
+        let running = match cairn::run::start(config).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("cairn: {e}");
+                std::process::exit(1);
+            }
+        };
+        let server = running.server.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("signal received, shutting down");
+            server.request_shutdown();
+        });
+        running.serve().await;
+    });
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,275 @@
+//! One connection: read, split into commands, dispatch, reply in order with
+//! one write per batch of pipelined requests.
+//!
+//! Ordering: a client's writes to one shard are sent to that shard's actor
+//! without waiting, so a pipeline shares group commits. Before anything runs
+//! on a different shard, the client waits for its writes in flight, so
+//! another client can never see a later write of this client before an
+//! earlier one. A read on the shard that has this client's writes in flight
+//! goes through the actor (behind those writes) instead of a snapshot.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::session::{Action, ReplyMode, Session};
+use crate::command::{self, Args};
+use crate::protocol::{Reply, RequestParser};
+use crate::server::{ClientEntry, ClientInfo, Server};
+
+/// A reply slot in request order.
+enum Slot {
+    Ready(Reply),
+    Waiting(tokio::sync::oneshot::Receiver<Reply>),
+}
+
+/// Replies not yet written, in request order.
+struct Outbox {
+    slots: VecDeque<(Slot, bool /* resp3 */, bool /* suppressed */)>,
+    /// The shard this client has writes in flight on.
+    inflight: Option<usize>,
+    out: BytesMut,
+}
+
+impl Outbox {
+    fn push_ready(&mut self, r: Reply, resp3: bool, suppressed: bool) {
+        if self.slots.is_empty() {
+            if !suppressed {
+                r.encode(&mut self.out, resp3);
+            }
+        } else {
+            self.slots.push_back((Slot::Ready(r), resp3, suppressed));
+        }
+    }
+
+    /// Waits for every reply in flight and encodes them.
+    async fn drain(&mut self) {
+        while let Some((slot, resp3, suppressed)) = self.slots.pop_front() {
+            let reply = match slot {
+                Slot::Ready(r) => r,
+                Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
+            };
+            if !suppressed {
+                reply.encode(&mut self.out, resp3);
+            }
+        }
+        self.inflight = None;
+    }
+}
+
+/// Serves one client until it quits, errs or the server stops.
+pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
+    let id = server.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let laddr = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let entry = Arc::new(ClientEntry {
+        id,
+        addr: peer.to_string(),
+        laddr,
+        created: Instant::now(),
+        info: parking_lot::Mutex::new(ClientInfo {
+            resp: 2,
+            ..ClientInfo::default()
+        }),
+        kill: tokio::sync::Notify::new(),
+        killed: std::sync::atomic::AtomicBool::new(false),
+    });
+    server.stats.connections.fetch_add(1, Ordering::Relaxed);
+    if server.clients.len() >= server.runtime.read().maxclients {
+        server.stats.rejected.fetch_add(1, Ordering::Relaxed);
+        let _ = stream
+            .write_all(b"-ERR max number of clients reached\r\n")
+            .await;
+        return;
+    }
+    server.clients.insert(id, entry.clone());
+    let mut session = Session::new(server.clone(), entry.clone());
+    serve(&mut session, &mut stream).await;
+    server.clients.remove(&id);
+}
+
+async fn serve(session: &mut Session, stream: &mut TcpStream) {
+    let server = session.server.clone();
+    let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len);
+    let mut buf = BytesMut::with_capacity(16 * 1024);
+    let mut outbox = Outbox {
+        slots: VecDeque::new(),
+        inflight: None,
+        out: BytesMut::with_capacity(16 * 1024),
+    };
+    loop {
+        let mut close = false;
+        loop {
+            match parser.next(&mut buf) {
+                Ok(Some(argv)) if argv.is_empty() => continue,
+                Ok(Some(argv)) => {
+                    if execute(session, &mut outbox, Args::new(argv)).await {
+                        close = true;
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    outbox.drain().await;
+                    Reply::err(e).encode(&mut outbox.out, session.resp3);
+                    close = true;
+                    break;
+                }
+            }
+        }
+        outbox.drain().await;
+        if !outbox.out.is_empty() {
+            server
+                .stats
+                .net_out
+                .fetch_add(outbox.out.len() as u64, Ordering::Relaxed);
+            if stream.write_all(&outbox.out).await.is_err() {
+                return;
+            }
+            outbox.out.clear();
+            if outbox.out.capacity() > 1 << 20 {
+                outbox.out = BytesMut::with_capacity(16 * 1024);
+            }
+        }
+        if close || session.entry.killed.load(Ordering::Relaxed) {
+            return;
+        }
+        if buf.capacity() - buf.len() < 4096 {
+            buf.reserve(16 * 1024);
+        }
+        tokio::select! {
+            n = stream.read_buf(&mut buf) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => { server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed); }
+            },
+            _ = session.entry.kill.notified() => return,
+            _ = server.shutdown.notified() => return,
+        }
+    }
+}
+
+/// Runs one command; true when the connection must close afterwards.
+async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool {
+    let server = session.server.clone();
+    server.stats.commands.fetch_add(1, Ordering::Relaxed);
+    let started = Instant::now();
+    let suppressed = match session.reply_mode {
+        ReplyMode::On => false,
+        ReplyMode::Off => true,
+        ReplyMode::Skip => {
+            session.reply_mode = ReplyMode::On;
+            true
+        }
+    };
+    let Some(spec) = command::lookup(args.get(0)) else {
+        let r = unknown_command(&args);
+        server.stats.errors.fetch_add(1, Ordering::Relaxed);
+        outbox.push_ready(r, session.resp3, suppressed);
+        return false;
+    };
+    if !session.authenticated && !spec.has_flag("no_auth") {
+        outbox.push_ready(
+            Reply::Error("NOAUTH Authentication required.".into()),
+            session.resp3,
+            suppressed,
+        );
+        return false;
+    }
+    if !spec.arity_ok(args.len()) {
+        let r = Reply::err(format!(
+            "wrong number of arguments for '{}' command",
+            spec.name
+        ));
+        outbox.push_ready(r, session.resp3, suppressed);
+        return false;
+    }
+    {
+        let mut info = session.entry.info.lock();
+        info.last_cmd.clear();
+        info.last_cmd.push_str(spec.name);
+        info.last_active = Some(Instant::now());
+    }
+    let action = (spec.handler)(session, args);
+    let resp3 = session.resp3;
+    let mut close = false;
+    let mut failed = false;
+    match action {
+        Action::Reply(r) => {
+            failed = r.is_error();
+            outbox.push_ready(r, resp3, suppressed);
+        }
+        Action::Write { shard, f } => {
+            if outbox.inflight.is_some_and(|s| s != shard) {
+                outbox.drain().await;
+            }
+            let rx = server.shards.submit(shard, f);
+            outbox
+                .slots
+                .push_back((Slot::Waiting(rx), resp3, suppressed));
+            outbox.inflight = Some(shard);
+        }
+        Action::Read { shard, f } => {
+            if outbox.inflight == Some(shard) {
+                let rx = server.shards.submit(shard, Box::new(move |w| f(&*w)));
+                outbox
+                    .slots
+                    .push_back((Slot::Waiting(rx), resp3, suppressed));
+            } else {
+                if outbox.inflight.is_some() {
+                    outbox.drain().await;
+                }
+                let r = match server.shards.shard(shard).snapshot() {
+                    Ok(snap) => f(&snap).unwrap_or_else(|e| Reply::err(e)),
+                    Err(e) => Reply::err(e),
+                };
+                failed = r.is_error();
+                outbox.push_ready(r, resp3, suppressed);
+            }
+        }
+        Action::Job(job) => {
+            outbox.drain().await;
+            let r = job.await;
+            failed = r.is_error();
+            outbox.push_ready(r, session.resp3, suppressed);
+        }
+        Action::Close(r) => {
+            outbox.drain().await;
+            if let Some(r) = r {
+                outbox.push_ready(r, resp3, suppressed);
+            }
+            close = true;
+        }
+    }
+    if failed {
+        server.stats.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    server.record_call(spec.name, started.elapsed().as_micros() as u64, failed);
+    close
+}
+
+/// Redis 7.0's reply to an unknown command, quoting up to 128 bytes of args.
+fn unknown_command(args: &Args) -> Reply {
+    let mut quoted = String::new();
+    for a in args.from(1) {
+        if quoted.len() >= 128 {
+            break;
+        }
+        let room = 128 - quoted.len();
+        let s = String::from_utf8_lossy(a);
+        let s: String = s.chars().take(room).collect();
+        quoted.push_str(&format!("'{s}' "));
+    }
+    let name = String::from_utf8_lossy(args.get(0));
+    let name: String = name.chars().take(128).collect();
+    Reply::err(format!(
+        "unknown command '{name}', with args beginning with: {quoted}"
+    ))
+}

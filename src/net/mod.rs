@@ -1,0 +1,34 @@
+//! The network side: the listener, one task per connection, and the
+//! per-client session state commands read and change.
+
+pub mod conn;
+pub mod session;
+
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::server::Server;
+
+/// Accepts connections until the server is asked to stop.
+pub async fn serve(server: Arc<Server>, listener: TcpListener) {
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let _ = stream.set_nodelay(true);
+                    let server = server.clone();
+                    tokio::spawn(async move { conn::run(server, stream, peer).await });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            },
+            _ = server.shutdown.notified() => break,
+        }
+        if server.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            break;
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! Replies and their encoding in RESP2 or RESP3.
+//!
+//! Commands build a [`Reply`] tree; the connection encodes it for the
+//! protocol version the client chose with HELLO. RESP3-only shapes (maps,
+//! sets, doubles, booleans, verbatim strings) degrade to their RESP2 forms as
+//! Redis does.
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+/// A reply to one command.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// `+OK`.
+    Ok,
+    /// A simple (status) string, e.g. `+PONG`.
+    Simple(&'static str),
+    /// A simple string built at run time.
+    Status(String),
+    /// An error; the text includes its code (`ERR ...`, `WRONGTYPE ...`).
+    Error(String),
+    /// An integer.
+    Int(i64),
+    /// A bulk string.
+    Bulk(Bytes),
+    /// The null bulk string (RESP2 `$-1`, RESP3 `_`).
+    Nil,
+    /// The null array (RESP2 `*-1`, RESP3 `_`).
+    NilArray,
+    /// An array.
+    Array(Vec<Reply>),
+    /// A map (RESP2: flat array of key, value, key, value...).
+    Map(Vec<(Reply, Reply)>),
+    /// A set (RESP2: array).
+    Set(Vec<Reply>),
+    /// A double (RESP2: bulk string in Redis's `%.17g` form).
+    Double(f64),
+    /// A boolean (RESP2: integer 1/0).
+    Bool(bool),
+    /// A verbatim text string such as INFO's (RESP2: bulk string).
+    Verbatim(String),
+}
+
+impl Reply {
+    /// An error reply with Redis's generic `ERR` code.
+    pub fn err(msg: impl std::fmt::Display) -> Reply {
+        Reply::Error(format!("ERR {msg}"))
+    }
+
+    /// A bulk string from anything byte-like.
+    pub fn bulk(b: impl Into<Bytes>) -> Reply {
+        Reply::Bulk(b.into())
+    }
+
+    /// A bulk string from a copied slice.
+    pub fn bulk_copy(b: &[u8]) -> Reply {
+        Reply::Bulk(Bytes::copy_from_slice(b))
+    }
+
+    /// Bulk string or nil.
+    pub fn opt_bulk(b: Option<Vec<u8>>) -> Reply {
+        b.map_or(Reply::Nil, |v| Reply::Bulk(v.into()))
+    }
+
+    /// Whether this is an error reply.
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Appends the encoding of this reply to `out`.
+    pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
+        match self {
+            Reply::Ok => out.put_slice(b"+OK\r\n"),
+            Reply::Simple(s) => line(out, b'+', s.as_bytes()),
+            Reply::Status(s) => line(out, b'+', s.as_bytes()),
+            Reply::Error(e) => {
+                // An error line may not contain newlines: Redis replaces them.
+                let clean: Vec<u8> = e
+                    .bytes()
+                    .map(|b| if b == b'\r' || b == b'\n' { b' ' } else { b })
+                    .collect();
+                line(out, b'-', &clean)
+            }
+            Reply::Int(i) => {
+                out.put_u8(b':');
+                put_int(out, *i);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Bulk(b) => bulk(out, b),
+            Reply::Nil if resp3 => out.put_slice(b"_\r\n"),
+            Reply::Nil => out.put_slice(b"$-1\r\n"),
+            Reply::NilArray if resp3 => out.put_slice(b"_\r\n"),
+            Reply::NilArray => out.put_slice(b"*-1\r\n"),
+            Reply::Array(items) => {
+                header(out, b'*', items.len());
+                for item in items {
+                    item.encode(out, resp3);
+                }
+            }
+            Reply::Set(items) => {
+                header(out, if resp3 { b'~' } else { b'*' }, items.len());
+                for item in items {
+                    item.encode(out, resp3);
+                }
+            }
+            Reply::Map(pairs) => {
+                if resp3 {
+                    header(out, b'%', pairs.len());
+                } else {
+                    header(out, b'*', pairs.len() * 2);
+                }
+                for (k, v) in pairs {
+                    k.encode(out, resp3);
+                    v.encode(out, resp3);
+                }
+            }
+            Reply::Double(d) => {
+                let text = format_double(*d);
+                if resp3 {
+                    line(out, b',', text.as_bytes());
+                } else {
+                    bulk(out, text.as_bytes());
+                }
+            }
+            Reply::Bool(b) if resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
+            Reply::Bool(b) => out.put_slice(if *b { b":1\r\n" } else { b":0\r\n" }),
+            Reply::Verbatim(text) if resp3 => {
+                header(out, b'=', text.len() + 4);
+                out.put_slice(b"txt:");
+                out.put_slice(text.as_bytes());
+                out.put_slice(b"\r\n");
+            }
+            Reply::Verbatim(text) => bulk(out, text.as_bytes()),
+        }
+    }
+}
+
+/// How Redis 7.0 prints a double in a reply: `%.17g`, with `inf`/`-inf`.
+pub fn format_double(d: f64) -> String {
+    crate::util::num::format_double(d)
+}
+
+fn line(out: &mut BytesMut, tag: u8, body: &[u8]) {
+    out.reserve(body.len() + 3);
+    out.put_u8(tag);
+    out.put_slice(body);
+    out.put_slice(b"\r\n");
+}
+
+fn header(out: &mut BytesMut, tag: u8, len: usize) {
+    out.put_u8(tag);
+    put_int(out, len as i64);
+    out.put_slice(b"\r\n");
+}
+
+fn bulk(out: &mut BytesMut, b: &[u8]) {
+    out.reserve(b.len() + 16);
+    header(out, b'$', b.len());
+    out.put_slice(b);
+    out.put_slice(b"\r\n");
+}
+
+fn put_int(out: &mut BytesMut, i: i64) {
+    let mut buf = itoa_buf(i);
+    out.put_slice(buf.as_bytes_mut());
+}
+
+/// Formats an integer without allocating.
+struct IntBuf {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl IntBuf {
+    fn as_bytes_mut(&mut self) -> &[u8] {
+        &self.bytes[self.start..]
+    }
+}
+
+fn itoa_buf(i: i64) -> IntBuf {
+    let mut bytes = [0u8; 20];
+    let mut pos = 20;
+    let neg = i < 0;
+    let mut n = i.unsigned_abs();
+    loop {
+        pos -= 1;
+        bytes[pos] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if neg {
+        pos -= 1;
+        bytes[pos] = b'-';
+    }
+    IntBuf { bytes, start: pos }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enc(r: Reply, resp3: bool) -> String {
+        let mut out = BytesMut::new();
+        r.encode(&mut out, resp3);
+        String::from_utf8(out.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn resp2_and_resp3_forms() {
+        assert_eq!(
+            enc(Reply::Int(i64::MIN), false),
+            ":-9223372036854775808\r\n"
+        );
+        assert_eq!(enc(Reply::Nil, false), "$-1\r\n");
+        assert_eq!(enc(Reply::Nil, true), "_\r\n");
+        assert_eq!(enc(Reply::NilArray, false), "*-1\r\n");
+        let m = Reply::Map(vec![(Reply::bulk("a"), Reply::Int(1))]);
+        assert_eq!(enc(m.clone(), false), "*2\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(enc(m, true), "%1\r\n$1\r\na\r\n:1\r\n");
+        assert_eq!(enc(Reply::Bool(true), false), ":1\r\n");
+        assert_eq!(enc(Reply::err("x\r\ny"), false), "-ERR x  y\r\n");
+    }
+}

@@ -1,0 +1,353 @@
+//! Request decoding.
+//!
+//! redis-protocol decodes a frame from the start of the buffer and, when the
+//! frame is incomplete, throws its work away; a 10 MB MSET arriving in 64 KiB
+//! pieces would be re-parsed ~160 times. So [`RequestParser`] first checks
+//! completeness with a resumable scan of the `*N` / `$len` headers (remembering
+//! where it stopped), and only hands redis-protocol a frame known to be whole.
+//! The same scan enforces Redis's protocol limits with its exact error texts.
+
+use bytes::{Bytes, BytesMut};
+
+/// Longest inline request, and longest `*`/`$` header line, Redis accepts
+/// before it gives up (PROTO_INLINE_MAX_SIZE).
+pub const INLINE_MAX: usize = 64 * 1024;
+
+/// A request that breaks the protocol. The connection replies with the
+/// message (already carrying Redis's `Protocol error:` wording) and closes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProtocolError(pub String);
+
+/// Where the completeness scan of the current multibulk frame stopped.
+#[derive(Debug, Default, Clone, Copy)]
+struct Scan {
+    /// Bytes of the frame known to be complete so far.
+    pos: usize,
+    /// Bulk strings still to scan; `None` until the `*N` line has been read.
+    remaining: Option<u64>,
+}
+
+/// Splits a connection's byte stream into commands (argument vectors).
+#[derive(Debug)]
+pub struct RequestParser {
+    max_bulk_len: u64,
+    scan: Scan,
+}
+
+impl RequestParser {
+    /// A parser enforcing `proto-max-bulk-len`.
+    pub fn new(max_bulk_len: u64) -> Self {
+        RequestParser {
+            max_bulk_len,
+            scan: Scan::default(),
+        }
+    }
+
+    /// Takes the next whole command off the front of `buf`. `Ok(None)` means
+    /// more bytes are needed. An empty argument vector is a request Redis
+    /// ignores (an empty inline line, `*0`, `*-1`): the caller skips it.
+    pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        if buf.is_empty() {
+            return Ok(None);
+        }
+        if buf[0] != b'*' {
+            return parse_inline(buf);
+        }
+        let Some(len) = self.scan_multibulk(buf)? else {
+            return Ok(None);
+        };
+        self.scan = Scan::default();
+        let frame = buf.split_to(len).freeze();
+        // `*0` and negative counts are requests Redis silently skips.
+        if frame.starts_with(b"*-") || frame.starts_with(b"*0\r") {
+            return Ok(Some(Vec::new()));
+        }
+        decode_complete(&frame).map(Some)
+    }
+
+    /// Resumable completeness check: returns the frame length once the whole
+    /// frame is in `buf`.
+    fn scan_multibulk(&mut self, buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
+        let remaining = match self.scan.remaining {
+            Some(r) => r,
+            None => {
+                let Some(line_end) = find_crlf(buf, 1) else {
+                    if buf.len() > INLINE_MAX {
+                        return Err(perr("too big mbulk count string"));
+                    }
+                    return Ok(None);
+                };
+                let count = parse_len(&buf[1..line_end]);
+                let count = match count {
+                    Some(c) if c <= i32::MAX as i64 => c,
+                    _ => return Err(perr("invalid multibulk length")),
+                };
+                self.scan.pos = line_end + 2;
+                let count = count.max(0) as u64;
+                self.scan.remaining = Some(count);
+                count
+            }
+        };
+        let mut remaining = remaining;
+        let mut pos = self.scan.pos;
+        while remaining > 0 {
+            if pos >= buf.len() {
+                break;
+            }
+            if buf[pos] != b'$' {
+                return Err(perr(&format!("expected '$', got '{}'", buf[pos] as char)));
+            }
+            let Some(line_end) = find_crlf(buf, pos + 1) else {
+                if buf.len() - pos > INLINE_MAX {
+                    return Err(perr("too big bulk count string"));
+                }
+                break;
+            };
+            let len = match parse_len(&buf[pos + 1..line_end]) {
+                Some(l) if l >= 0 && l as u64 <= self.max_bulk_len => l as usize,
+                _ => return Err(perr("invalid bulk length")),
+            };
+            let end = line_end + 2 + len + 2;
+            if end > buf.len() {
+                break;
+            }
+            pos = end;
+            remaining -= 1;
+        }
+        self.scan.pos = pos;
+        self.scan.remaining = Some(remaining);
+        Ok((remaining == 0).then_some(pos))
+    }
+}
+
+fn perr(what: &str) -> ProtocolError {
+    ProtocolError(format!("Protocol error: {what}"))
+}
+
+/// Decodes a frame the scan has proven complete. redis-protocol returns
+/// zero-copy slices of `frame`.
+fn decode_complete(frame: &Bytes) -> Result<Vec<Bytes>, ProtocolError> {
+    use redis_protocol::resp2::types::BytesFrame;
+    let decoded =
+        redis_protocol::resp2::decode::decode_bytes(frame).map_err(|e| perr(&e.to_string()))?;
+    match decoded {
+        Some((BytesFrame::Array(items), _)) => items
+            .into_iter()
+            .map(|item| match item {
+                BytesFrame::BulkString(b) => Ok(b),
+                _ => Err(perr("expected bulk string")),
+            })
+            .collect(),
+        _ => Err(perr("invalid multibulk frame")),
+    }
+}
+
+fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
+    let mut i = from;
+    while i < buf.len() {
+        let off = buf[i..].iter().position(|&b| b == b'\r')?;
+        i += off;
+        if i + 1 < buf.len() {
+            if buf[i + 1] == b'\n' {
+                return Some(i);
+            }
+        } else {
+            return None;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Parses a header length the way Redis's string2ll does (optional '-',
+/// digits, no '+', no spaces).
+fn parse_len(s: &[u8]) -> Option<i64> {
+    let (neg, digits) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(if neg { -v } else { v })
+}
+
+/// An inline command: one line, split like redis-cli/telnet input.
+fn parse_inline(buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+    let Some(nl) = buf.iter().position(|&b| b == b'\n') else {
+        if buf.len() > INLINE_MAX {
+            return Err(perr("too big inline request"));
+        }
+        return Ok(None);
+    };
+    let line = buf.split_to(nl + 1);
+    let mut line = &line[..nl];
+    if line.last() == Some(&b'\r') {
+        line = &line[..line.len() - 1];
+    }
+    split_args(line)
+        .map(|args| Some(args.into_iter().map(Bytes::from).collect()))
+        .ok_or_else(|| perr("unbalanced quotes in request"))
+}
+
+/// Splits a line into arguments with Redis's inline rules: whitespace
+/// separates; "double quotes" take \n \r \t \b \a \\ \" and \xHH escapes;
+/// 'single quotes' take only \'; a closing quote must end the argument.
+/// `None` for unbalanced quotes.
+pub fn split_args(line: &[u8]) -> Option<Vec<Vec<u8>>> {
+    let mut args = Vec::new();
+    let mut i = 0;
+    loop {
+        while i < line.len() && line[i].is_ascii_whitespace() {
+            i += 1;
+        }
+        if i >= line.len() {
+            return Some(args);
+        }
+        let mut cur = Vec::new();
+        let mut in_dq = false;
+        let mut in_sq = false;
+        loop {
+            if in_dq {
+                let c = *line.get(i)?;
+                if c == b'\\' && i + 3 < line.len() && line[i + 1] == b'x' {
+                    if let (Some(h), Some(l)) = (hex(line[i + 2]), hex(line[i + 3])) {
+                        cur.push(h * 16 + l);
+                        i += 4;
+                        continue;
+                    }
+                }
+                if c == b'\\' && i + 1 < line.len() {
+                    i += 1;
+                    cur.push(match line[i] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                } else if c == b'"' {
+                    // The closing quote must be followed by a space or the end.
+                    if i + 1 < line.len() && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+                i += 1;
+            } else if in_sq {
+                let c = *line.get(i)?;
+                if c == b'\\' && i + 1 < line.len() && line[i + 1] == b'\'' {
+                    cur.push(b'\'');
+                    i += 2;
+                    continue;
+                } else if c == b'\'' {
+                    if i + 1 < line.len() && !line[i + 1].is_ascii_whitespace() {
+                        return None;
+                    }
+                    i += 1;
+                    break;
+                }
+                cur.push(c);
+                i += 1;
+            } else {
+                match line.get(i) {
+                    None => break,
+                    Some(c) if c.is_ascii_whitespace() => break,
+                    Some(b'"') => in_dq = true,
+                    Some(b'\'') => in_sq = true,
+                    Some(&c) => cur.push(c),
+                }
+                i += 1;
+            }
+        }
+        args.push(cur);
+    }
+}
+
+fn hex(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(input: &[u8]) -> Result<Vec<Vec<Bytes>>, ProtocolError> {
+        let mut p = RequestParser::new(512 * 1024 * 1024);
+        let mut buf = BytesMut::from(input);
+        let mut out = Vec::new();
+        while let Some(cmd) = p.next(&mut buf)? {
+            out.push(cmd);
+        }
+        Ok(out)
+    }
+
+    #[test]
+    fn multibulk_and_inline() {
+        let cmds = parse_all(b"*2\r\n$3\r\nGET\r\n$1\r\na\r\nPING\r\nSET \"a b\" 'c'\r\n").unwrap();
+        assert_eq!(cmds.len(), 3);
+        assert_eq!(cmds[0], vec![Bytes::from("GET"), Bytes::from("a")]);
+        assert_eq!(cmds[1], vec![Bytes::from("PING")]);
+        assert_eq!(
+            cmds[2],
+            vec![Bytes::from("SET"), Bytes::from("a b"), Bytes::from("c")]
+        );
+    }
+
+    #[test]
+    fn errors_use_redis_text() {
+        let e = |b: &[u8]| parse_all(b).unwrap_err().0;
+        assert_eq!(e(b"*abc\r\n"), "Protocol error: invalid multibulk length");
+        assert_eq!(
+            e(b"*3000000000\r\n"),
+            "Protocol error: invalid multibulk length"
+        );
+        assert_eq!(e(b"*1\r\n$-1\r\n"), "Protocol error: invalid bulk length");
+        assert_eq!(
+            e(b"*1\r\n$600000000\r\n"),
+            "Protocol error: invalid bulk length"
+        );
+        assert_eq!(e(b"*1\r\n:1\r\n"), "Protocol error: expected '$', got ':'");
+        assert_eq!(
+            e(b"SET \"a\r\n"),
+            "Protocol error: unbalanced quotes in request"
+        );
+        assert_eq!(e(&[b'x'; 70000]), "Protocol error: too big inline request");
+    }
+
+    #[test]
+    fn empty_requests_are_skipped() {
+        let cmds = parse_all(b"*0\r\n*-1\r\n\r\n").unwrap();
+        assert!(cmds.iter().all(|c| c.is_empty()));
+    }
+
+    #[test]
+    fn large_request_in_pieces_resumes_scan() {
+        let mut req = format!("*{}\r\n", 2 + 2 * 1000).into_bytes();
+        for a in ["MSET"] {
+            req.extend_from_slice(format!("${}\r\n{}\r\n", a.len(), a).as_bytes());
+        }
+        req.extend_from_slice(b"$1\r\nk\r\n");
+        for i in 0..1000 {
+            let k = format!("key{i}");
+            req.extend_from_slice(format!("${}\r\n{}\r\n$1\r\nv\r\n", k.len(), k).as_bytes());
+        }
+        let mut p = RequestParser::new(1 << 29);
+        let mut buf = BytesMut::new();
+        let mut got = None;
+        for chunk in req.chunks(7) {
+            buf.extend_from_slice(chunk);
+            if let Some(cmd) = p.next(&mut buf).unwrap() {
+                got = Some(cmd);
+            }
+        }
+        assert_eq!(got.unwrap().len(), 2002);
+        assert!(buf.is_empty());
+    }
+}

@@ -1,0 +1,76 @@
+//! Starting and stopping a server: open the shards, bind, serve until a
+//! signal or SHUTDOWN, then commit and close everything.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::config::Config;
+use crate::server::Server;
+use crate::shard::ShardSet;
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The shards could not be opened.
+    #[error(transparent)]
+    Open(#[from] crate::shard::set::OpenError),
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// A started server.
+pub struct Running {
+    /// The shared state.
+    pub server: Arc<Server>,
+    /// The bound address.
+    pub addr: SocketAddr,
+    listener: Option<TcpListener>,
+}
+
+/// Opens the shards and binds the listener (does not serve yet).
+pub async fn start(config: Config) -> Result<Running, StartError> {
+    let addr = format!("{}:{}", config.bind, config.port);
+    let listener = TcpListener::bind(&addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: addr.clone(),
+            source,
+        })?;
+    let local = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let shards = ShardSet::open(&config)?;
+    let server = Arc::new(Server::new(config, shards));
+    server
+        .port
+        .store(local.port() as u64, std::sync::atomic::Ordering::Relaxed);
+    Ok(Running {
+        server,
+        addr: local,
+        listener: Some(listener),
+    })
+}
+
+impl Running {
+    /// Serves until shutdown is requested, then closes the shards cleanly.
+    pub async fn serve(mut self) {
+        let listener = self.listener.take().expect("serve called once");
+        tracing::info!(addr = %self.addr, "ready to accept connections");
+        crate::net::serve(self.server.clone(), listener).await;
+        // Give connections a moment to finish the batch they are in.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+        while !self.server.clients.is_empty() && std::time::Instant::now() < deadline {
+            self.server.shutdown.notify_waiters();
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        self.server.shards.shutdown().await;
+    }
+}

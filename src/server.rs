@@ -1,0 +1,187 @@
+//! State shared by every connection: configuration that CONFIG SET can
+//! change, the shards, the client registry and server-wide statistics.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use dashmap::DashMap;
+
+use crate::config::Config;
+use crate::shard::ShardSet;
+
+/// What CLIENT LIST / CLIENT INFO / CLIENT KILL need to know about a client.
+#[derive(Debug)]
+pub struct ClientEntry {
+    /// Client id.
+    pub id: u64,
+    /// Peer address.
+    pub addr: String,
+    /// Local address.
+    pub laddr: String,
+    /// When the connection was accepted.
+    pub created: Instant,
+    /// Mutable details the connection keeps up to date.
+    pub info: parking_lot::Mutex<ClientInfo>,
+    /// Set by CLIENT KILL; the connection closes when it sees it.
+    pub kill: tokio::sync::Notify,
+    /// Whether CLIENT KILL has targeted this client.
+    pub killed: AtomicBool,
+}
+
+/// The parts of a client's state others may read.
+#[derive(Debug, Clone, Default)]
+pub struct ClientInfo {
+    /// CLIENT SETNAME.
+    pub name: String,
+    /// Selected database.
+    pub db: u8,
+    /// RESP version.
+    pub resp: u8,
+    /// Last command name.
+    pub last_cmd: String,
+    /// When the last command ran.
+    pub last_active: Option<Instant>,
+    /// CLIENT NO-EVICT.
+    pub no_evict: bool,
+    /// Library name and version from CLIENT SETINFO.
+    pub lib: (String, String),
+}
+
+/// Per-command call counts for INFO commandstats.
+#[derive(Debug, Default)]
+pub struct CommandStat {
+    /// Calls.
+    pub calls: AtomicU64,
+    /// Total microseconds spent.
+    pub usec: AtomicU64,
+    /// Calls that replied with an error.
+    pub failed: AtomicU64,
+}
+
+/// Server-wide statistics.
+#[derive(Debug, Default)]
+pub struct ServerStats {
+    /// Connections accepted.
+    pub connections: AtomicU64,
+    /// Connections refused (maxclients).
+    pub rejected: AtomicU64,
+    /// Commands processed.
+    pub commands: AtomicU64,
+    /// Bytes read from clients.
+    pub net_in: AtomicU64,
+    /// Bytes written to clients.
+    pub net_out: AtomicU64,
+    /// Keyspace hits (reads that found a key).
+    pub hits: AtomicU64,
+    /// Keyspace misses.
+    pub misses: AtomicU64,
+    /// Error replies sent.
+    pub errors: AtomicU64,
+}
+
+/// Run-time settable configuration (CONFIG SET).
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    /// AUTH password; empty = none.
+    pub requirepass: String,
+    /// Largest bulk argument.
+    pub proto_max_bulk_len: u64,
+    /// Connection limit.
+    pub maxclients: usize,
+    /// Values CONFIG SET accepted for parameters cairn reports but does not
+    /// act on (save, appendonly, maxmemory...), so CONFIG GET returns them.
+    pub passive: HashMap<String, String>,
+}
+
+/// The server.
+pub struct Server {
+    /// Configuration as loaded.
+    pub config: Config,
+    /// Settable configuration.
+    pub runtime: parking_lot::RwLock<Runtime>,
+    /// The shards.
+    pub shards: Arc<ShardSet>,
+    /// Connected clients by id.
+    pub clients: DashMap<u64, Arc<ClientEntry>>,
+    /// Next client id.
+    pub next_client_id: AtomicU64,
+    /// Statistics.
+    pub stats: ServerStats,
+    /// Per-command statistics.
+    pub command_stats: DashMap<&'static str, CommandStat>,
+    /// When the server started.
+    pub started: Instant,
+    /// Unix time of the last durable point (LASTSAVE).
+    pub last_save: AtomicU64,
+    /// The port actually bound.
+    pub port: AtomicU64,
+    /// Signalled to stop the server (SHUTDOWN, signals).
+    pub shutdown: tokio::sync::Notify,
+    /// Set once shutdown has begun.
+    pub stopping: AtomicBool,
+}
+
+impl Server {
+    /// Creates the shared state.
+    pub fn new(config: Config, shards: Arc<ShardSet>) -> Server {
+        let mut passive = HashMap::new();
+        for (k, v) in [
+            ("save", ""),
+            ("appendonly", "no"),
+            ("maxmemory", "0"),
+            ("maxmemory-policy", "noeviction"),
+            ("timeout", "0"),
+            ("tcp-keepalive", "300"),
+            ("loglevel", "notice"),
+            ("slowlog-log-slower-than", "10000"),
+            ("slowlog-max-len", "128"),
+            ("lua-time-limit", "5000"),
+            ("cluster-enabled", "no"),
+            ("notify-keyspace-events", ""),
+        ] {
+            passive.insert(k.to_string(), v.to_string());
+        }
+        let runtime = Runtime {
+            requirepass: config.requirepass.clone(),
+            proto_max_bulk_len: config.proto_max_bulk_len,
+            maxclients: config.maxclients,
+            passive,
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Server {
+            config,
+            runtime: parking_lot::RwLock::new(runtime),
+            shards,
+            clients: DashMap::new(),
+            next_client_id: AtomicU64::new(1),
+            stats: ServerStats::default(),
+            command_stats: DashMap::new(),
+            started: Instant::now(),
+            last_save: AtomicU64::new(now),
+            port: AtomicU64::new(0),
+            shutdown: tokio::sync::Notify::new(),
+            stopping: AtomicBool::new(false),
+        }
+    }
+
+    /// Asks the server to stop.
+    pub fn request_shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.shutdown.notify_waiters();
+        self.shutdown.notify_one();
+    }
+
+    /// Counts a command call.
+    pub fn record_call(&self, name: &'static str, usec: u64, failed: bool) {
+        let stat = self.command_stats.entry(name).or_default();
+        stat.calls.fetch_add(1, Ordering::Relaxed);
+        stat.usec.fetch_add(usec, Ordering::Relaxed);
+        if failed {
+            stat.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}

@@ -1,0 +1,412 @@
+//! The shard actor: mailbox -> batch -> one write transaction -> commit ->
+//! replies; plus the reaper tick, the durability timer and the coordinator
+//! protocol (see the parent module).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use redb::Database;
+
+use super::{now_ms, ShardShared, WriteFn};
+use crate::config::Durability;
+use crate::protocol::Reply;
+use crate::storage::keyspace::{self, ReapStats};
+use crate::storage::{ShardState, StoreError, WriteCtx};
+
+/// Keys the reaper may expire in one slice.
+const REAP_KEYS_PER_TICK: usize = 500;
+/// Sub-key rows the garbage collector may delete in one slice.
+const GC_ROWS_PER_TICK: usize = 20_000;
+/// How often the reaper runs.
+const REAPER_INTERVAL: Duration = Duration::from_millis(100);
+
+/// A client write: run `f` in the next batch, reply on `reply`.
+pub struct Submit {
+    /// The op.
+    pub f: WriteFn,
+    /// Where the reply goes after the commit.
+    pub reply: tokio::sync::oneshot::Sender<Reply>,
+}
+
+impl Message for Submit {
+    type Result = ();
+}
+
+/// Commit whatever is queued (sent to itself once per mailbox drain).
+struct Flush;
+
+impl Message for Flush {
+    type Result = ();
+}
+
+/// Stop: commit what is queued, make everything durable, then stop.
+pub struct Shutdown {
+    /// Signalled once the file is durable.
+    pub done: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Message for Shutdown {
+    type Result = ();
+}
+
+/// A coordinator takes this shard (see `coordinator`).
+pub struct Lock {
+    /// Signalled once the shard has committed its queue and is waiting for steps.
+    pub ready: tokio::sync::oneshot::Sender<()>,
+    /// Steps to run while locked.
+    pub steps: std::sync::mpsc::Receiver<super::coordinator::Step>,
+}
+
+impl Message for Lock {
+    type Result = ();
+}
+
+/// The actor.
+pub struct ShardActor {
+    shared: Arc<ShardShared>,
+    state: ShardState,
+    durability: Durability,
+    max_batch: usize,
+    queue: Vec<Submit>,
+    flush_scheduled: bool,
+    /// Commits made with Durability::None since the last durable one.
+    unsynced: bool,
+    last_sync: Instant,
+}
+
+impl ShardActor {
+    /// An actor for an opened, initialised file.
+    pub fn new(
+        shared: Arc<ShardShared>,
+        state: ShardState,
+        durability: Durability,
+        max_batch: usize,
+    ) -> ShardActor {
+        shared.publish_counts(&state.counts);
+        ShardActor {
+            shared,
+            state,
+            durability,
+            max_batch,
+            queue: Vec::new(),
+            flush_scheduled: false,
+            unsynced: false,
+            last_sync: Instant::now(),
+        }
+    }
+
+    fn db(&self) -> Arc<Database> {
+        self.shared.db.clone()
+    }
+
+    fn begin(&mut self) -> Result<redb::WriteTransaction, StoreError> {
+        let mut txn = self.shared.db.begin_write()?;
+        let durability = if self.durability == Durability::Always {
+            redb::Durability::Immediate
+        } else {
+            redb::Durability::None
+        };
+        txn.set_durability(durability)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        Ok(txn)
+    }
+
+    /// Commits `txn`, holding the commit lock so multi-shard readers see
+    /// either all or none of a coordinated commit.
+    fn commit(&mut self, txn: redb::WriteTransaction) -> Result<(), StoreError> {
+        let shared = self.shared.clone();
+        let visible = shared.commit_lock.write();
+        txn.commit()?;
+        drop(visible);
+        self.note_commit();
+        Ok(())
+    }
+
+    fn note_commit(&mut self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.shared.stats.commits.fetch_add(1, Relaxed);
+        if self.durability == Durability::Always {
+            self.shared.stats.fsyncs.fetch_add(1, Relaxed);
+        } else {
+            self.unsynced = true;
+        }
+        self.shared.publish_counts(&self.state.counts);
+    }
+
+    /// Applies the queued ops in one transaction, commits, replies.
+    fn flush(&mut self) {
+        self.flush_scheduled = false;
+        if self.queue.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.queue);
+        let n = batch.len() as u64;
+        let (replies, senders): (Vec<_>, Vec<_>) = match self.apply_batch(batch) {
+            Ok(pairs) => pairs.into_iter().unzip(),
+            Err((e, senders)) => {
+                tracing::error!(shard = self.shared.id, error = %e, "batch aborted");
+                let r = Reply::err(e);
+                (senders.iter().map(|_| r.clone()).collect(), senders)
+            }
+        };
+        use std::sync::atomic::Ordering::Relaxed;
+        let stats = &self.shared.stats;
+        stats.batches.fetch_add(1, Relaxed);
+        stats.batch_ops.fetch_add(n, Relaxed);
+        stats.max_batch.fetch_max(n, Relaxed);
+        for (reply, tx) in replies.into_iter().zip(senders) {
+            // The client may have gone; its write stands regardless.
+            let _ = tx.send(reply);
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn apply_batch(
+        &mut self,
+        batch: Vec<Submit>,
+    ) -> Result<
+        Vec<(Reply, tokio::sync::oneshot::Sender<Reply>)>,
+        (StoreError, Vec<tokio::sync::oneshot::Sender<Reply>>),
+    > {
+        let txn = match self.begin() {
+            Ok(t) => t,
+            Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
+        };
+        let now = now_ms();
+        let mut out = Vec::with_capacity(batch.len());
+        let mut failure = None;
+        {
+            let mut ctx = match WriteCtx::open(&txn, now, &mut self.state) {
+                Ok(c) => c,
+                Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
+            };
+            for Submit { f, reply } in batch {
+                if failure.is_some() {
+                    out.push((Reply::Nil, reply));
+                    continue;
+                }
+                match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+                    Ok(Ok(r)) => out.push((r, reply)),
+                    Ok(Err(e)) => {
+                        failure = Some(e);
+                        out.push((Reply::Nil, reply));
+                    }
+                    Err(_) => {
+                        failure = Some(StoreError::Internal("command panicked".into()));
+                        out.push((Reply::Nil, reply));
+                    }
+                }
+            }
+            if failure.is_none() {
+                if let Err(e) = ctx.finish() {
+                    failure = Some(e);
+                }
+            }
+        }
+        let result = match failure {
+            None => self.commit(txn),
+            Some(e) => {
+                let _ = txn.abort();
+                Err(e)
+            }
+        };
+        match result {
+            Ok(()) => Ok(out),
+            Err(e) => {
+                self.reload_state();
+                Err((e, out.into_iter().map(|(_, s)| s).collect()))
+            }
+        }
+    }
+
+    /// After an aborted transaction the in-memory counters may be ahead of
+    /// the file; reread them.
+    fn reload_state(&mut self) {
+        match ShardState::load(&self.db()) {
+            Ok(s) => self.state = s,
+            Err(e) => {
+                tracing::error!(shard = self.shared.id, error = %e, "cannot reload shard state")
+            }
+        }
+    }
+
+    /// Makes every earlier commit durable.
+    fn sync(&mut self) -> Result<(), StoreError> {
+        let mut txn = self.shared.db.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        txn.commit()?;
+        use std::sync::atomic::Ordering::Relaxed;
+        self.shared.stats.commits.fetch_add(1, Relaxed);
+        self.shared.stats.fsyncs.fetch_add(1, Relaxed);
+        self.unsynced = false;
+        self.last_sync = Instant::now();
+        Ok(())
+    }
+
+    fn sync_interval(&self) -> Option<Duration> {
+        match self.durability {
+            Durability::Always => None,
+            Durability::Everysec => Some(Duration::from_secs(1)),
+            Durability::No => Some(Duration::from_secs(30)),
+        }
+    }
+
+    /// One bounded slice of active expiry and garbage collection.
+    fn reap(&mut self) -> Result<(), StoreError> {
+        let txn = self.begin()?;
+        let mut stats = ReapStats::default();
+        {
+            let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
+            keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
+            keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
+            ctx.finish()?;
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        let shared = self.shared.clone();
+        let s = &shared.stats;
+        s.reaper_ticks.fetch_add(1, Relaxed);
+        if stats.expired == 0 && stats.gc_rows == 0 && stats.gc_versions == 0 {
+            txn.abort()?;
+            return Ok(());
+        }
+        self.commit(txn)?;
+        s.expired_keys.fetch_add(stats.expired, Relaxed);
+        s.gc_rows.fetch_add(stats.gc_rows, Relaxed);
+        s.gc_versions.fetch_add(stats.gc_versions, Relaxed);
+        Ok(())
+    }
+
+    /// Serves a coordinator until it commits or aborts.
+    fn serve_lock(&mut self, lock: Lock) {
+        use super::coordinator::Step;
+        self.flush();
+        let txn = match self.begin() {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
+                return; // the coordinator sees `ready` dropped and fails
+            }
+        };
+        let shared = self.shared.clone();
+        let mut ctx = match WriteCtx::open(&txn, now_ms(), &mut self.state) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(shard = shared.id, error = %e, "cannot lock shard");
+                return;
+            }
+        };
+        if lock.ready.send(()).is_err() {
+            return;
+        }
+        let outcome = loop {
+            match lock.steps.recv() {
+                Ok(Step::Run(f, tx)) => {
+                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx)))
+                        .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
+                    let _ = tx.send(r);
+                }
+                Ok(Step::Commit { barrier, done }) => break Some((barrier, done)),
+                // Abort, or the coordinator vanished: roll back.
+                Ok(Step::Abort) | Err(_) => break None,
+            }
+        };
+        let Some((barrier, done)) = outcome else {
+            drop(ctx);
+            let _ = txn.abort();
+            self.reload_state();
+            return;
+        };
+        let finished = ctx.finish();
+        // Every participant holds its commit lock before any commits, and
+        // releases it only after all have committed.
+        let visible = shared.commit_lock.write();
+        barrier.wait();
+        let result = finished.and_then(|()| txn.commit().map_err(StoreError::from));
+        barrier.wait();
+        drop(visible);
+        match &result {
+            Ok(()) => {
+                self.note_commit();
+                shared
+                    .stats
+                    .coordinated
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(_) => self.reload_state(),
+        }
+        let _ = done.send(result.map_err(|e| e.to_string()));
+    }
+}
+
+impl Actor for ShardActor {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Clients may flood the mailbox; never let it push back on them.
+        ctx.set_mailbox_capacity(usize::MAX);
+        ctx.run_interval(REAPER_INTERVAL, |act, _| {
+            if let Err(e) = act.reap() {
+                tracing::error!(shard = act.shared.id, error = %e, "reaper slice failed");
+            }
+        });
+        if let Some(every) = self.sync_interval() {
+            ctx.run_interval(Duration::from_millis(100), move |act, _| {
+                if act.unsynced && act.last_sync.elapsed() >= every {
+                    if let Err(e) = act.sync() {
+                        tracing::error!(shard = act.shared.id, error = %e, "sync failed");
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl Handler<Submit> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
+        self.queue.push(msg);
+        if self.queue.len() >= self.max_batch {
+            self.flush();
+        } else if !self.flush_scheduled {
+            // actix runs notified messages after it has drained the mailbox,
+            // so this Flush commits everything that arrived meanwhile.
+            self.flush_scheduled = true;
+            ctx.notify(Flush);
+        }
+    }
+}
+
+impl Handler<Flush> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
+        self.flush();
+    }
+}
+
+impl Handler<Lock> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Lock, _: &mut Self::Context) {
+        self.serve_lock(msg);
+    }
+}
+
+impl Handler<Shutdown> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) {
+        self.flush();
+        if self.unsynced {
+            if let Err(e) = self.sync() {
+                tracing::error!(shard = self.shared.id, error = %e, "final sync failed");
+            }
+        }
+        ctx.stop();
+        let _ = msg.done.send(());
+    }
+}

@@ -1,0 +1,120 @@
+//! Shards: one actix actor per shard, each on its own arbiter thread and the
+//! only writer of `<dir>/shard-<i>.redb`.
+//!
+//! # Group commit
+//! Connections send write ops into the actor's mailbox. The actor queues
+//! them and, once the mailbox is drained (or `max_batch` ops are queued),
+//! applies the whole batch in one redb write transaction, commits it under the
+//! durability policy, and only then replies to every op. Many clients' writes
+//! share one commit and one fsync.
+//!
+//! # Reads
+//! Reads do not visit the actor: a connection opens a redb read transaction
+//! (an MVCC snapshot) on the shard's file. Replies follow commits, so a client
+//! always reads its own acknowledged writes.
+//!
+//! # Atomicity across shards
+//! A command touching several shards is run by a [`coordinator`]: it locks the
+//! shards in ascending id order (so two coordinators cannot deadlock), runs a
+//! step on each inside that shard's write transaction, then commits them all
+//! while holding every shard's `commit_lock` for writing. Readers that need a
+//! consistent view of several shards take those locks for reading while they
+//! open their snapshots, so nobody sees half of an MSET or a RENAME.
+
+pub mod actor;
+pub mod coordinator;
+pub mod set;
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use redb::Database;
+
+use crate::protocol::Reply;
+use crate::storage::tables::{DbCounts, DATABASES};
+use crate::storage::{ReadCtx, StoreError, WriteCtx};
+
+pub use set::ShardSet;
+
+/// A write op: runs on the shard thread inside the batch transaction.
+pub type WriteFn = Box<dyn FnOnce(&mut WriteCtx) -> Result<Reply, StoreError> + Send>;
+
+/// Counters a shard publishes for INFO.
+#[derive(Debug, Default)]
+pub struct ShardStats {
+    /// Write transactions committed for client batches.
+    pub batches: AtomicU64,
+    /// Ops applied in those batches.
+    pub batch_ops: AtomicU64,
+    /// Largest batch seen.
+    pub max_batch: AtomicU64,
+    /// All commits (batches, reaper, coordinator, sync).
+    pub commits: AtomicU64,
+    /// Durable (fsynced) commits.
+    pub fsyncs: AtomicU64,
+    /// Keys removed by the reaper because they expired.
+    pub expired_keys: AtomicU64,
+    /// Sub-key rows removed by the garbage collector.
+    pub gc_rows: AtomicU64,
+    /// Dead collection versions fully collected.
+    pub gc_versions: AtomicU64,
+    /// Reaper slices run.
+    pub reaper_ticks: AtomicU64,
+    /// Multi-shard transactions this shard took part in.
+    pub coordinated: AtomicU64,
+}
+
+/// The part of a shard every thread may touch.
+pub struct ShardShared {
+    /// Shard index.
+    pub id: usize,
+    /// The shard's file.
+    pub db: Arc<Database>,
+    /// Held for writing while commits become visible, for reading while a
+    /// multi-shard reader opens its snapshots (see the module doc).
+    pub commit_lock: parking_lot::RwLock<()>,
+    /// INFO counters.
+    pub stats: ShardStats,
+    counts: [[AtomicI64; 2]; DATABASES],
+}
+
+impl ShardShared {
+    fn new(id: usize, db: Arc<Database>) -> ShardShared {
+        ShardShared {
+            id,
+            db,
+            commit_lock: parking_lot::RwLock::new(()),
+            stats: ShardStats::default(),
+            counts: std::array::from_fn(|_| [AtomicI64::new(0), AtomicI64::new(0)]),
+        }
+    }
+
+    /// Publishes committed key counts.
+    fn publish_counts(&self, counts: &[DbCounts; DATABASES]) {
+        for (slot, c) in self.counts.iter().zip(counts) {
+            slot[0].store(c.keys, Ordering::Relaxed);
+            slot[1].store(c.expires, Ordering::Relaxed);
+        }
+    }
+
+    /// Committed key counts of database `db`.
+    pub fn counts(&self, db: u8) -> DbCounts {
+        let c = &self.counts[db as usize];
+        DbCounts {
+            keys: c[0].load(Ordering::Relaxed),
+            expires: c[1].load(Ordering::Relaxed),
+        }
+    }
+
+    /// Opens a snapshot of this shard.
+    pub fn snapshot(&self) -> Result<ReadCtx, StoreError> {
+        ReadCtx::begin(&self.db, now_ms())
+    }
+}
+
+/// Wall-clock time in Unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}

@@ -1,0 +1,390 @@
+//! The redb tables of one shard file and the two views commands use: a
+//! [`ReadCtx`] over an MVCC snapshot (connection threads) and a [`WriteCtx`]
+//! over the actor's batch write transaction.
+
+use std::ops::Bound;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use super::encoding::CorruptRow;
+
+type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+const META: Def = TableDefinition::new("meta");
+const SUB: Def = TableDefinition::new("sub");
+const ZSCORE: Def = TableDefinition::new("zscore");
+const TTL: Def = TableDefinition::new("ttl");
+const GC: Def = TableDefinition::new("gc");
+const SYS: Def = TableDefinition::new("sys");
+
+/// The tables of a shard file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Table {
+    /// One row per key: type, expiry, value or collection header.
+    Meta,
+    /// Collection members under their version.
+    Sub,
+    /// Sorted-set score index.
+    ZScore,
+    /// Expiry index ordered by time.
+    Ttl,
+    /// Dead collection versions awaiting background deletion.
+    Gc,
+    /// Format version, version high-water mark, key counts.
+    Sys,
+}
+
+impl Table {
+    fn def(self) -> Def {
+        match self {
+            Table::Meta => META,
+            Table::Sub => SUB,
+            Table::ZScore => ZSCORE,
+            Table::Ttl => TTL,
+            Table::Gc => GC,
+            Table::Sys => SYS,
+        }
+    }
+
+    const ALL: [Table; 6] = [
+        Table::Meta,
+        Table::Sub,
+        Table::ZScore,
+        Table::Ttl,
+        Table::Gc,
+        Table::Sys,
+    ];
+}
+
+/// A storage failure. Commands turn it into an `ERR` reply; the shard aborts
+/// the batch it happened in.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// redb reported an error.
+    #[error("storage error: {0}")]
+    Redb(#[from] redb::Error),
+    /// A row could not be decoded.
+    #[error(transparent)]
+    Corrupt(#[from] CorruptRow),
+    /// Anything else that stops a transaction (a panicking op, a refused
+    /// durability setting).
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Redb(e.into())
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::DatabaseError
+);
+
+/// Read access shared by both views, object-safe so command logic can be
+/// written once and run on either.
+pub trait KvRead {
+    /// The time lazy expiry is judged against.
+    fn now_ms(&self) -> u64;
+    /// One row.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Rows with keys in `[start, end)` (end `None` = to the table's end), in
+    /// key order or reversed; `visit` returns false to stop.
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError>;
+}
+
+fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
+    t: &T,
+    start: &[u8],
+    end: Option<&[u8]>,
+    reverse: bool,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> Result<(), StoreError> {
+    let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+        Bound::Included(start),
+        end.map_or(Bound::Unbounded, Bound::Excluded),
+    );
+    let mut iter = t.range::<&[u8]>(range)?;
+    loop {
+        let item = if reverse {
+            iter.next_back()
+        } else {
+            iter.next()
+        };
+        let Some(item) = item else { return Ok(()) };
+        let (k, v) = item?;
+        if !visit(k.value(), v.value()) {
+            return Ok(());
+        }
+    }
+}
+
+/// Creates the tables of a new file and checks the format version of an
+/// existing one.
+pub fn init_file(db: &Database) -> Result<(), StoreError> {
+    let txn = db.begin_write()?;
+    {
+        for t in Table::ALL {
+            txn.open_table(t.def())?;
+        }
+        let mut sys = txn.open_table(SYS)?;
+        let existing = sys.get(&b"format"[..])?.map(|v| v.value().to_vec());
+        match existing {
+            None => {
+                sys.insert(&b"format"[..], &FORMAT_VERSION.to_be_bytes()[..])?;
+            }
+            Some(v) if v == FORMAT_VERSION.to_be_bytes() => {}
+            Some(_) => {
+                return Err(CorruptRow("file written by an incompatible format version").into())
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// On-disk format version of this build.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A read-only snapshot of a shard.
+pub struct ReadCtx {
+    txn: redb::ReadTransaction,
+    now_ms: u64,
+}
+
+impl ReadCtx {
+    /// Opens a snapshot.
+    pub fn begin(db: &Database, now_ms: u64) -> Result<ReadCtx, StoreError> {
+        Ok(ReadCtx {
+            txn: db.begin_read()?,
+            now_ms,
+        })
+    }
+}
+
+impl KvRead for ReadCtx {
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let t = self.txn.open_table(table.def())?;
+        Ok(t.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let t = self.txn.open_table(table.def())?;
+        scan_table(&t, start, end, reverse, visit)
+    }
+}
+
+/// Per-database key and expiring-key counts (DBSIZE, INFO keyspace).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DbCounts {
+    /// Keys stored (including expired ones not yet reaped, as Redis counts).
+    pub keys: i64,
+    /// Keys with an expiry.
+    pub expires: i64,
+}
+
+/// Number of logical databases (SELECT 0..15).
+pub const DATABASES: usize = 16;
+
+/// What the actor keeps in memory about its file between transactions.
+#[derive(Debug, Clone)]
+pub struct ShardState {
+    /// Next collection version to hand out.
+    pub next_version: u64,
+    /// Whether versions were handed out in the current transaction.
+    pub version_dirty: bool,
+    /// Key counts per database.
+    pub counts: [DbCounts; DATABASES],
+    /// Whether counts changed in the current transaction.
+    pub counts_dirty: bool,
+}
+
+impl ShardState {
+    /// Loads the persisted state of a file.
+    pub fn load(db: &Database) -> Result<ShardState, StoreError> {
+        let txn = db.begin_read()?;
+        let sys = txn.open_table(SYS)?;
+        let hwm = sys.get(&b"version_hwm"[..])?.map_or(0, |v| {
+            u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8]))
+        });
+        let mut counts = [DbCounts::default(); DATABASES];
+        for (i, c) in counts.iter_mut().enumerate() {
+            if let Some(v) = sys.get(count_key(i as u8).as_slice())? {
+                let v = v.value();
+                if v.len() == 16 {
+                    c.keys = i64::from_be_bytes(v[..8].try_into().unwrap());
+                    c.expires = i64::from_be_bytes(v[8..].try_into().unwrap());
+                }
+            }
+        }
+        Ok(ShardState {
+            // Versions also start above the wall clock in microseconds, so a
+            // file whose high-water mark was lost still never reuses one.
+            next_version: hwm.max(now_micros()) + 1,
+            version_dirty: false,
+            counts,
+            counts_dirty: false,
+        })
+    }
+}
+
+fn now_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
+fn count_key(db: u8) -> Vec<u8> {
+    let mut k = b"count/".to_vec();
+    k.push(db);
+    k
+}
+
+/// The actor's view of its open write transaction.
+pub struct WriteCtx<'t> {
+    tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 6],
+    now_ms: u64,
+    /// The shard's in-memory state, updated as rows are written.
+    pub state: &'t mut ShardState,
+}
+
+impl<'t> WriteCtx<'t> {
+    /// Opens every table of the transaction.
+    pub fn open(
+        txn: &'t redb::WriteTransaction,
+        now_ms: u64,
+        state: &'t mut ShardState,
+    ) -> Result<WriteCtx<'t>, StoreError> {
+        Ok(WriteCtx {
+            tables: [
+                txn.open_table(META)?,
+                txn.open_table(SUB)?,
+                txn.open_table(ZSCORE)?,
+                txn.open_table(TTL)?,
+                txn.open_table(GC)?,
+                txn.open_table(SYS)?,
+            ],
+            now_ms,
+            state,
+        })
+    }
+
+    fn table(&self, t: Table) -> &redb::Table<'t, &'static [u8], &'static [u8]> {
+        &self.tables[t as usize]
+    }
+
+    fn table_mut(&mut self, t: Table) -> &mut redb::Table<'t, &'static [u8], &'static [u8]> {
+        &mut self.tables[t as usize]
+    }
+
+    /// Writes a row.
+    pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.table_mut(table).insert(key, value)?;
+        Ok(())
+    }
+
+    /// Removes a row; true if it existed.
+    pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        Ok(self.table_mut(table).remove(key)?.is_some())
+    }
+
+    /// Removes up to `limit` rows with keys in `[start, end)`; returns how
+    /// many went. Bounded so the reaper never holds a batch for long.
+    pub fn del_range(
+        &mut self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let mut keys = Vec::new();
+        self.scan(table, start, end, false, &mut |k, _| {
+            keys.push(k.to_vec());
+            keys.len() < limit
+        })?;
+        for k in &keys {
+            self.del(table, k)?;
+        }
+        Ok(keys.len())
+    }
+
+    /// Removes every row of a table (FLUSHALL).
+    pub fn clear(&mut self, table: Table) -> Result<(), StoreError> {
+        self.table_mut(table).retain(|_, _| false)?;
+        Ok(())
+    }
+
+    /// Hands out a fresh collection version.
+    pub fn new_version(&mut self) -> u64 {
+        let v = self.state.next_version;
+        self.state.next_version += 1;
+        self.state.version_dirty = true;
+        v
+    }
+
+    /// Persists the in-memory state touched by this transaction.
+    pub fn finish(mut self) -> Result<(), StoreError> {
+        if self.state.version_dirty {
+            let hwm = self.state.next_version - 1;
+            self.put(Table::Sys, b"version_hwm", &hwm.to_be_bytes())?;
+            self.state.version_dirty = false;
+        }
+        if self.state.counts_dirty {
+            let counts = self.state.counts;
+            for (i, c) in counts.iter().enumerate() {
+                let mut v = c.keys.to_be_bytes().to_vec();
+                v.extend_from_slice(&c.expires.to_be_bytes());
+                self.put(Table::Sys, &count_key(i as u8), &v)?;
+            }
+            self.state.counts_dirty = false;
+        }
+        Ok(())
+    }
+}
+
+impl KvRead for WriteCtx<'_> {
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.table(table).get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        scan_table(self.table(table), start, end, reverse, visit)
+    }
+}

@@ -1,0 +1,5 @@
+//! Redis-exact helpers with no dependencies: glob matching, number parsing and formatting, bit operations, LCS.
+pub mod bits;
+pub mod glob;
+pub mod lcs;
+pub mod num;

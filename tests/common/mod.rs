@@ -1,0 +1,112 @@
+//! Test support: a real cairn server on 127.0.0.1 with a temporary data
+//! directory, running on its own thread and runtime, stopped on drop.
+
+#![allow(dead_code)]
+
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use cairn::config::{Config, Durability};
+
+/// A running server.
+pub struct TestServer {
+    /// The port it listens on.
+    pub port: u16,
+    /// Its data directory (kept alive for the server's life).
+    pub dir: Option<tempfile::TempDir>,
+    /// Path of the data directory.
+    pub path: PathBuf,
+    server: std::sync::Arc<cairn::server::Server>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestServer {
+    /// Starts a server with the default test settings (2 shards, everysec).
+    pub fn start() -> TestServer {
+        Self::start_with(|_| {})
+    }
+
+    /// Starts a server after letting `tweak` change the config.
+    pub fn start_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().to_path_buf();
+        let mut s = Self::start_in(path, tweak);
+        s.dir = Some(dir);
+        s
+    }
+
+    /// Starts a server on an existing directory.
+    pub fn start_in(path: PathBuf, tweak: impl FnOnce(&mut Config)) -> TestServer {
+        let mut cfg = Config::defaults();
+        cfg.port = 0;
+        cfg.dir = path.clone();
+        cfg.shards = 2;
+        cfg.durability = Durability::Everysec;
+        cfg.log_level = "warn".into();
+        tweak(&mut cfg);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let running = cairn::run::start(cfg).await.expect("server starts");
+                tx.send((running.addr.port(), running.server.clone()))
+                    .unwrap();
+                running.serve().await;
+            });
+        });
+        let (port, server) = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("server started");
+        TestServer {
+            port,
+            dir: None,
+            path,
+            server,
+            thread: Some(thread),
+        }
+    }
+
+    /// A plain TCP connection with read/write timeouts.
+    pub fn tcp(&self) -> TcpStream {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_write_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.set_nodelay(true).unwrap();
+        s
+    }
+
+    /// A redis-rs client connection.
+    pub fn client(&self) -> redis::Connection {
+        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
+        let conn = c
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("redis connection");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn
+    }
+
+    /// Stops the server cleanly and waits for it.
+    pub fn stop(mut self) -> Option<tempfile::TempDir> {
+        self.shutdown();
+        self.dir.take()
+    }
+
+    fn shutdown(&mut self) {
+        if let Some(t) = self.thread.take() {
+            self.server.request_shutdown();
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
