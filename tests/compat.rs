@@ -1,0 +1,989 @@
+//! Compatibility transcripts.
+//!
+//! Replays every `tests/compat/cases/<name>.txt` against cairn and compares each
+//! reply, byte for byte, with `tests/compat/expected/<name>.txt`, which
+//! `tests/compat/record.py` recorded from a real Redis 7.0.x.  The file format is
+//! described in `tests/compat/README.md`.
+//!
+//! Environment:
+//! * `CAIRN_COMPAT_ADDR=127.0.0.1:PORT` runs the cases against an already-running
+//!   server (used to check the harness against real Redis) instead of starting
+//!   cairn.  Only loopback addresses are accepted.
+//! * `CAIRN_COMPAT_ONLY=name[,name...]` runs only these case files.
+//!
+//! Every difference in every file is collected; the test fails once at the end
+//! with the full list (file, line, command, expected, got).
+
+#[allow(dead_code)]
+mod common;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Upper bound for any single reply.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// After a `!raw` reply that the server keeps the connection open for: how long
+/// to watch for unexpected extra bytes or a close.
+const RAW_GRACE: Duration = Duration::from_millis(100);
+/// After a `!raw` that expects no reply at all: how long to watch for one.
+const RAW_NO_REPLY_GRACE: Duration = Duration::from_millis(300);
+/// After a reply that Redis followed by closing the connection: how long to
+/// wait for the close.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+/// Longest reply text shown in the report.
+const SHOW_MAX: usize = 600;
+
+// ---------------------------------------------------------------------------
+// Case files
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq)]
+enum Kind {
+    Cmd(Vec<Vec<u8>>),
+    Raw(Vec<u8>),
+    Sleep(u64),
+    Reconnect,
+    Unordered,
+    Ignore,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    lineno: usize,
+    /// The line as written, trailing whitespace removed.
+    text: Vec<u8>,
+    kind: Kind,
+    /// For `Cmd`: the reply is compared as a multiset (`!unordered`).
+    unordered: bool,
+    /// For `Cmd`: only the reply's type byte is compared (`!ignore`).
+    ignore: bool,
+}
+
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\r' | b'\n' | 0x0b | 0x0c)
+}
+
+fn hex_val(c: u8) -> Option<u8> {
+    (c as char).to_digit(16).map(|d| d as u8)
+}
+
+/// Split a line the way redis-cli does (sdssplitargs).
+fn split_args(line: &[u8]) -> Result<Vec<Vec<u8>>, String> {
+    let mut args = Vec::new();
+    let n = line.len();
+    let mut p = 0;
+    loop {
+        while p < n && is_space(line[p]) {
+            p += 1;
+        }
+        if p >= n {
+            return Ok(args);
+        }
+        let mut cur = Vec::new();
+        let (mut inq, mut insq) = (false, false);
+        loop {
+            let c = line.get(p).copied();
+            if inq {
+                let Some(c) = c else {
+                    return Err("unterminated double quote".into());
+                };
+                if c == b'\\'
+                    && p + 3 < n
+                    && line[p + 1] == b'x'
+                    && hex_val(line[p + 2]).is_some()
+                    && hex_val(line[p + 3]).is_some()
+                {
+                    cur.push(hex_val(line[p + 2]).unwrap() * 16 + hex_val(line[p + 3]).unwrap());
+                    p += 3;
+                } else if c == b'\\' && p + 1 < n {
+                    p += 1;
+                    cur.push(match line[p] {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                } else if c == b'"' {
+                    if p + 1 < n && !is_space(line[p + 1]) {
+                        return Err("closing quote must be followed by a space".into());
+                    }
+                    p += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+            } else if insq {
+                let Some(c) = c else {
+                    return Err("unterminated single quote".into());
+                };
+                if c == b'\\' && p + 1 < n && line[p + 1] == b'\'' {
+                    p += 1;
+                    cur.push(b'\'');
+                } else if c == b'\'' {
+                    if p + 1 < n && !is_space(line[p + 1]) {
+                        return Err("closing quote must be followed by a space".into());
+                    }
+                    p += 1;
+                    break;
+                } else {
+                    cur.push(c);
+                }
+            } else {
+                match c {
+                    None => break,
+                    Some(b' ' | b'\n' | b'\r' | b'\t' | 0) => {
+                        p += 1;
+                        break;
+                    }
+                    Some(b'"') => inq = true,
+                    Some(b'\'') => insq = true,
+                    Some(c) => cur.push(c),
+                }
+            }
+            p += 1;
+        }
+        args.push(cur);
+    }
+}
+
+fn trim_end(mut s: &[u8]) -> &[u8] {
+    while let [rest @ .., b' ' | b'\t' | b'\r'] = s {
+        s = rest;
+    }
+    s
+}
+
+fn trim_start(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    s
+}
+
+fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
+    let (mut pending_unordered, mut pending_ignore) = (false, false);
+    for (i, line) in data.split(|&b| b == b'\n').enumerate() {
+        let lineno = i + 1;
+        let text = trim_end(line);
+        let stripped = trim_start(text);
+        if stripped.is_empty() || stripped[0] == b'#' {
+            continue;
+        }
+        let at = |msg: &str| format!("{name}.txt:{lineno}: {msg}");
+        let mut entry = Entry {
+            lineno,
+            text: text.to_vec(),
+            kind: Kind::Reconnect,
+            unordered: false,
+            ignore: false,
+        };
+        if stripped[0] == b'!' {
+            let toks = split_args(&stripped[1..]).map_err(|e| at(&e))?;
+            let prefix_pending = pending_unordered || pending_ignore;
+            entry.kind = match (toks.first().map(|t| t.as_slice()), toks.len()) {
+                (Some(b"unordered"), 1) | (Some(b"ignore"), 1) => {
+                    if prefix_pending {
+                        return Err(at("two prefix directives in a row"));
+                    }
+                    if toks[0] == b"unordered" {
+                        pending_unordered = true;
+                        Kind::Unordered
+                    } else {
+                        pending_ignore = true;
+                        Kind::Ignore
+                    }
+                }
+                (Some(b"sleep"), 2) => {
+                    let ms = std::str::from_utf8(&toks[1])
+                        .ok()
+                        .and_then(|s| s.parse::<u64>().ok())
+                        .ok_or_else(|| at("bad !sleep"))?;
+                    Kind::Sleep(ms)
+                }
+                (Some(b"raw"), 2) if !prefix_pending => Kind::Raw(toks[1].clone()),
+                (Some(b"reconnect"), 1) if !prefix_pending => Kind::Reconnect,
+                _ => return Err(at("unknown or misplaced directive")),
+            };
+        } else {
+            let args = split_args(stripped).map_err(|e| at(&e))?;
+            if args.is_empty() {
+                return Err(at("no command"));
+            }
+            entry.kind = Kind::Cmd(args);
+            entry.unordered = pending_unordered;
+            entry.ignore = pending_ignore;
+            pending_unordered = false;
+            pending_ignore = false;
+        }
+        entries.push(entry);
+    }
+    if pending_unordered || pending_ignore {
+        return Err(format!("{name}.txt: prefix directive at end of file"));
+    }
+    Ok(entries)
+}
+
+// ---------------------------------------------------------------------------
+// Expected files
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq)]
+enum Expect {
+    /// Exact bytes, connection still open.
+    Bytes(Vec<u8>),
+    /// An array compared as a multiset of its elements.
+    Unordered(Vec<u8>),
+    /// These bytes, then the connection closed.
+    Closed(Vec<u8>),
+    /// Only the first byte (the reply type) is compared.
+    Ignored(Vec<u8>),
+}
+
+/// One `> ` line of an expected file and the reply line after it, if any.
+struct Recorded {
+    text: Vec<u8>,
+    expect: Option<Expect>,
+}
+
+fn unescape(s: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] != b'\\' {
+            out.push(s[i]);
+            i += 1;
+            continue;
+        }
+        match s.get(i + 1) {
+            Some(b'\\') => out.push(b'\\'),
+            Some(b'r') => out.push(b'\r'),
+            Some(b'n') => out.push(b'\n'),
+            Some(b't') => out.push(b'\t'),
+            Some(b'x') => {
+                let h = s.get(i + 2).copied().and_then(hex_val);
+                let l = s.get(i + 3).copied().and_then(hex_val);
+                match (h, l) {
+                    (Some(h), Some(l)) => out.push(h * 16 + l),
+                    _ => return Err("bad \\x escape".into()),
+                }
+                i += 2;
+            }
+            _ => return Err("bad escape".into()),
+        }
+        i += 2;
+    }
+    Ok(out)
+}
+
+fn escape(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len());
+    for &c in b {
+        match c {
+            b'\\' => s.push_str("\\\\"),
+            b'\r' => s.push_str("\\r"),
+            b'\n' => s.push_str("\\n"),
+            b'\t' => s.push_str("\\t"),
+            0x20..=0x7e => s.push(c as char),
+            _ => {
+                let _ = write!(s, "\\x{c:02x}");
+            }
+        }
+    }
+    s
+}
+
+fn parse_expected_file(name: &str, data: &[u8]) -> Result<Vec<Recorded>, String> {
+    let mut out: Vec<Recorded> = Vec::new();
+    for (i, line) in data.split(|&b| b == b'\n').enumerate() {
+        let at = |msg: &str| format!("expected/{name}.txt:{}: {msg}", i + 1);
+        if line.is_empty() || line[0] == b'#' {
+            continue;
+        }
+        if let Some(text) = line.strip_prefix(b"> ") {
+            out.push(Recorded {
+                text: text.to_vec(),
+                expect: None,
+            });
+            continue;
+        }
+        if line[0] != b'<' {
+            return Err(at("line is neither '> ' nor '<'"));
+        }
+        let (tag, rest) = match line.iter().position(|&b| b == b' ') {
+            Some(sp) => (&line[..sp], &line[sp + 1..]),
+            None => (line, &b""[..]),
+        };
+        let bytes = unescape(rest).map_err(|e| at(&e))?;
+        let expect = match tag {
+            b"<" => Expect::Bytes(bytes),
+            b"<unordered" => Expect::Unordered(bytes),
+            b"<closed" => Expect::Closed(bytes),
+            b"<ignored" => Expect::Ignored(bytes),
+            _ => return Err(at("unknown reply tag")),
+        };
+        match out.last_mut() {
+            Some(r) if r.expect.is_none() => r.expect = Some(expect),
+            _ => return Err(at("reply line without a command line before it")),
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// RESP2 / RESP3 framing
+// ---------------------------------------------------------------------------
+
+#[derive(Debug)]
+enum Frame {
+    Incomplete,
+    Bad,
+}
+
+fn frame_line(buf: &[u8], pos: usize) -> Result<(&[u8], usize), Frame> {
+    let rest = buf.get(pos..).ok_or(Frame::Incomplete)?;
+    match rest.windows(2).position(|w| w == b"\r\n") {
+        Some(i) => Ok((&rest[..i], pos + i + 2)),
+        None => Err(Frame::Incomplete),
+    }
+}
+
+fn frame_int(b: &[u8]) -> Result<i64, Frame> {
+    std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<i64>().ok())
+        .ok_or(Frame::Bad)
+}
+
+/// Offset just past one complete reply starting at `pos`.  An attribute (`|`)
+/// is framed together with the reply it annotates.
+fn reply_end(buf: &[u8], pos: usize) -> Result<usize, Frame> {
+    let t = *buf.get(pos).ok_or(Frame::Incomplete)?;
+    let (body, next) = frame_line(buf, pos + 1)?;
+    match t {
+        b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => Ok(next),
+        b'$' | b'!' | b'=' => {
+            let n = frame_int(body)?;
+            if n < 0 {
+                return Ok(next);
+            }
+            let end = next + n as usize;
+            if buf.len() < end + 2 {
+                return Err(Frame::Incomplete);
+            }
+            if &buf[end..end + 2] != b"\r\n" {
+                return Err(Frame::Bad);
+            }
+            Ok(end + 2)
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = frame_int(body)?;
+            if n < 0 {
+                return Ok(next);
+            }
+            let n = if matches!(t, b'%' | b'|') { n * 2 } else { n };
+            let mut p = next;
+            for _ in 0..n {
+                p = reply_end(buf, p)?;
+            }
+            if t == b'|' {
+                return reply_end(buf, p);
+            }
+            Ok(p)
+        }
+        _ => Err(Frame::Bad),
+    }
+}
+
+/// How many complete replies `buf` starts with.
+fn count_replies(buf: &[u8]) -> usize {
+    let (mut n, mut p) = (0, 0);
+    while let Ok(e) = reply_end(buf, p) {
+        n += 1;
+        p = e;
+    }
+    n
+}
+
+/// Split an array/set reply into its header line and its elements' bytes.
+fn split_aggregate(reply: &[u8]) -> Option<(&[u8], Vec<&[u8]>)> {
+    if !matches!(reply.first(), Some(b'*' | b'~')) {
+        return None;
+    }
+    let (body, mut p) = frame_line(reply, 1).ok()?;
+    let n: i64 = std::str::from_utf8(body).ok()?.parse().ok()?;
+    let mut elems = Vec::new();
+    for _ in 0..n.max(0) {
+        let e = reply_end(reply, p).ok()?;
+        elems.push(&reply[p..e]);
+        p = e;
+    }
+    if p != reply.len() {
+        return None;
+    }
+    Some((&reply[..frame_line(reply, 1).ok()?.1], elems))
+}
+
+fn same_multiset(expected: &[u8], got: &[u8]) -> bool {
+    let (Some((eh, ee)), Some((gh, ge))) = (split_aggregate(expected), split_aggregate(got)) else {
+        return expected == got;
+    };
+    if eh != gh {
+        return false;
+    }
+    let mut counts: HashMap<&[u8], i64> = HashMap::new();
+    for e in ee {
+        *counts.entry(e).or_default() += 1;
+    }
+    for g in ge {
+        *counts.entry(g).or_default() -= 1;
+    }
+    counts.values().all(|&c| c == 0)
+}
+
+// ---------------------------------------------------------------------------
+// Connection
+// ---------------------------------------------------------------------------
+
+fn encode_command(args: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+enum Recv {
+    Data,
+    Eof,
+    Timeout,
+}
+
+struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    closed: bool,
+}
+
+/// What the server sent for one entry.
+struct Got {
+    bytes: Vec<u8>,
+    closed: bool,
+    timed_out: bool,
+}
+
+impl Conn {
+    fn open(addr: SocketAddr) -> Result<Conn, String> {
+        let stream = TcpStream::connect_timeout(&addr, READ_TIMEOUT)
+            .map_err(|e| format!("connect to {addr}: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        stream
+            .set_write_timeout(Some(READ_TIMEOUT))
+            .map_err(|e| e.to_string())?;
+        Ok(Conn {
+            stream,
+            buf: Vec::new(),
+            closed: false,
+        })
+    }
+
+    fn send(&mut self, data: &[u8]) {
+        if !self.closed && self.stream.write_all(data).is_err() {
+            self.closed = true;
+        }
+    }
+
+    /// One read, waiting at most `wait`.
+    fn recv(&mut self, wait: Duration) -> Recv {
+        if self.closed {
+            return Recv::Eof;
+        }
+        let wait = wait.max(Duration::from_millis(1));
+        if self.stream.set_read_timeout(Some(wait)).is_err() {
+            self.closed = true;
+            return Recv::Eof;
+        }
+        let mut chunk = [0u8; 65536];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => {
+                self.closed = true;
+                Recv::Eof
+            }
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Recv::Data
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                Recv::Timeout
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => Recv::Data,
+            Err(_) => {
+                self.closed = true;
+                Recv::Eof
+            }
+        }
+    }
+
+    /// One complete reply, or what arrived before the close or the timeout.
+    fn read_reply(&mut self) -> Got {
+        let deadline = Instant::now() + READ_TIMEOUT;
+        loop {
+            match reply_end(&self.buf, 0) {
+                Ok(end) => {
+                    let bytes = self.buf.drain(..end).collect();
+                    return Got {
+                        bytes,
+                        closed: false,
+                        timed_out: false,
+                    };
+                }
+                Err(Frame::Bad) => {
+                    // Not RESP: hand over everything so the report shows it.
+                    let bytes = std::mem::take(&mut self.buf);
+                    return Got {
+                        bytes,
+                        closed: self.closed,
+                        timed_out: false,
+                    };
+                }
+                Err(Frame::Incomplete) => {}
+            }
+            if self.closed {
+                return Got {
+                    bytes: std::mem::take(&mut self.buf),
+                    closed: true,
+                    timed_out: false,
+                };
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Got {
+                    bytes: std::mem::take(&mut self.buf),
+                    closed: false,
+                    timed_out: true,
+                };
+            }
+            let _ = self.recv(deadline - now);
+        }
+    }
+
+    /// Everything the server sends after a `!raw` write, steered by what Redis
+    /// sent: wait until as many complete replies (or at least as many bytes)
+    /// have arrived; then, if Redis closed the connection, wait for the close,
+    /// else watch briefly for extra bytes or a close.
+    fn read_raw(&mut self, expected: &[u8], want_closed: bool) -> Got {
+        let want = expected.len();
+        let want_replies = count_replies(expected);
+        let deadline = Instant::now() + READ_TIMEOUT;
+        let mut timed_out = false;
+        while self.buf.len() < want
+            && !(want_replies > 0 && count_replies(&self.buf) >= want_replies)
+            && !self.closed
+        {
+            let now = Instant::now();
+            if now >= deadline {
+                timed_out = true;
+                break;
+            }
+            let _ = self.recv(deadline - now);
+        }
+        if !timed_out && !self.closed {
+            if want_closed {
+                let until = Instant::now() + CLOSE_WAIT;
+                while !self.closed {
+                    let now = Instant::now();
+                    if now >= until {
+                        break;
+                    }
+                    let _ = self.recv(until - now);
+                }
+            } else {
+                let grace = if want == 0 {
+                    RAW_NO_REPLY_GRACE
+                } else {
+                    RAW_GRACE
+                };
+                let until = Instant::now() + grace;
+                while !self.closed {
+                    let now = Instant::now();
+                    if now >= until {
+                        break;
+                    }
+                    if let Recv::Timeout = self.recv(until - now) {
+                        break;
+                    }
+                }
+            }
+        }
+        Got {
+            bytes: std::mem::take(&mut self.buf),
+            closed: self.closed,
+            timed_out,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Running one file
+// ---------------------------------------------------------------------------
+
+struct Failure {
+    file: String,
+    line: usize,
+    command: String,
+    expected: String,
+    got: String,
+}
+
+fn show(bytes: &[u8], closed: bool) -> String {
+    let mut s = escape(bytes);
+    if s.len() > SHOW_MAX {
+        let mut cut = SHOW_MAX;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let total = s.len();
+        s.truncate(cut);
+        let _ = write!(s, "... ({total} chars)");
+    }
+    if closed {
+        s.push_str(" <closed>");
+    }
+    if s.is_empty() {
+        s.push_str("(nothing)");
+    }
+    s
+}
+
+fn show_expect(e: &Expect) -> String {
+    match e {
+        Expect::Bytes(b) => show(b, false),
+        Expect::Unordered(b) => format!("{} (any order)", show(b, false)),
+        Expect::Closed(b) => show(b, true),
+        Expect::Ignored(b) => format!("a reply of type {}", show(b, false)),
+    }
+}
+
+fn matches(expect: &Expect, got: &Got) -> bool {
+    if got.timed_out {
+        return false;
+    }
+    match expect {
+        Expect::Bytes(b) => !got.closed && got.bytes == *b,
+        Expect::Closed(b) => got.closed && got.bytes == *b,
+        Expect::Unordered(b) => !got.closed && same_multiset(b, &got.bytes),
+        Expect::Ignored(b) => {
+            !got.closed && got.bytes.first() == b.first() && reply_end(&got.bytes, 0).is_ok()
+        }
+    }
+}
+
+fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure>) -> usize {
+    let fail =
+        |failures: &mut Vec<Failure>, line: usize, command: &str, expected: &str, got: &str| {
+            failures.push(Failure {
+                file: format!("{name}.txt"),
+                line,
+                command: command.to_string(),
+                expected: expected.to_string(),
+                got: got.to_string(),
+            })
+        };
+    let case_path = dir.join("cases").join(format!("{name}.txt"));
+    let exp_path = dir.join("expected").join(format!("{name}.txt"));
+    let case_data = match std::fs::read(&case_path) {
+        Ok(d) => d,
+        Err(e) => {
+            fail(
+                failures,
+                0,
+                "",
+                "a readable case file",
+                &format!("{}: {e}", case_path.display()),
+            );
+            return 0;
+        }
+    };
+    let entries = match parse_case_file(name, &case_data) {
+        Ok(e) => e,
+        Err(e) => {
+            fail(failures, 0, "", "a valid case file", &e);
+            return 0;
+        }
+    };
+    let recorded = match std::fs::read(&exp_path)
+        .map_err(|e| format!("{}: {e} (run tests/compat/record.py)", exp_path.display()))
+        .and_then(|d| parse_expected_file(name, &d))
+    {
+        Ok(r) => r,
+        Err(e) => {
+            fail(failures, 0, "", "a valid expected file", &e);
+            return 0;
+        }
+    };
+    // The expected file must be a recording of exactly this case file.
+    let stale = recorded.len() != entries.len()
+        || entries.iter().zip(&recorded).any(|(e, r)| {
+            let needs_reply = matches!(e.kind, Kind::Cmd(_) | Kind::Raw(_));
+            e.text != r.text || needs_reply != r.expect.is_some()
+        });
+    if stale {
+        fail(
+            failures,
+            0,
+            "",
+            "expected/ in step with cases/",
+            "expected file is stale: re-run tests/compat/record.py",
+        );
+        return 0;
+    }
+
+    let mut checked = 0;
+    let mut conn = match Conn::open(addr) {
+        Ok(c) => c,
+        Err(e) => {
+            fail(failures, 0, "", "a connection", &e);
+            return 0;
+        }
+    };
+    conn.send(&encode_command(&[b"FLUSHALL".to_vec()]));
+    let flush = conn.read_reply();
+    if flush.timed_out || flush.closed {
+        fail(
+            failures,
+            0,
+            "FLUSHALL",
+            "a reply",
+            &show(&flush.bytes, flush.closed),
+        );
+        return 0;
+    }
+
+    // After a timeout or an unexpected close the stream is out of step: skip
+    // ahead to the next !reconnect.
+    let mut skipping: Option<usize> = None;
+    for (entry, rec) in entries.iter().zip(&recorded) {
+        let command = String::from_utf8_lossy(&entry.text).into_owned();
+        match &entry.kind {
+            Kind::Unordered | Kind::Ignore => continue,
+            Kind::Sleep(ms) => {
+                if skipping.is_none() {
+                    std::thread::sleep(Duration::from_millis(*ms));
+                }
+                continue;
+            }
+            Kind::Reconnect => {
+                if let Some(n) = skipping.take() {
+                    if n > 0 {
+                        fail(
+                            failures,
+                            entry.lineno,
+                            &command,
+                            "(resynchronising)",
+                            &format!("{n} earlier command(s) skipped after the stream broke"),
+                        );
+                    }
+                }
+                conn = match Conn::open(addr) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        fail(failures, entry.lineno, &command, "a connection", &e);
+                        return checked;
+                    }
+                };
+                continue;
+            }
+            Kind::Cmd(_) | Kind::Raw(_) => {}
+        }
+        if let Some(n) = skipping.as_mut() {
+            *n += 1;
+            continue;
+        }
+        let expect = rec.expect.as_ref().expect("checked above");
+        let got = match &entry.kind {
+            Kind::Raw(bytes) => {
+                conn.send(bytes);
+                match expect {
+                    Expect::Bytes(b) | Expect::Unordered(b) | Expect::Ignored(b) => {
+                        conn.read_raw(b, false)
+                    }
+                    Expect::Closed(b) => conn.read_raw(b, true),
+                }
+            }
+            Kind::Cmd(args) => {
+                conn.send(&encode_command(args));
+                conn.read_reply()
+            }
+            _ => unreachable!(),
+        };
+        checked += 1;
+        if !matches(expect, &got) {
+            let mut got_text = show(&got.bytes, got.closed);
+            if got.timed_out {
+                got_text = format!("timeout after {:?}; received {got_text}", READ_TIMEOUT);
+            }
+            fail(
+                failures,
+                entry.lineno,
+                &command,
+                &show_expect(expect),
+                &got_text,
+            );
+            let expected_close = matches!(expect, Expect::Closed(_));
+            if got.timed_out || (got.closed && !expected_close) {
+                skipping = Some(0);
+            }
+        }
+    }
+    if let Some(n) = skipping {
+        if n > 0 {
+            fail(
+                failures,
+                0,
+                "",
+                "(end of file)",
+                &format!("{n} command(s) at the end skipped after the stream broke"),
+            );
+        }
+    }
+    checked
+}
+
+// ---------------------------------------------------------------------------
+// The test
+// ---------------------------------------------------------------------------
+
+fn compat_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("compat")
+}
+
+fn case_names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir.join("cases"))
+        .expect("tests/compat/cases exists")
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let p = e.path();
+            (p.extension()? == "txt").then(|| p.file_stem()?.to_str().map(str::to_owned))?
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+fn loopback_addr(s: &str) -> SocketAddr {
+    let addr = s
+        .to_socket_addrs()
+        .unwrap_or_else(|e| panic!("CAIRN_COMPAT_ADDR={s}: {e}"))
+        .next()
+        .unwrap_or_else(|| panic!("CAIRN_COMPAT_ADDR={s}: no address"));
+    assert!(
+        addr.ip().is_loopback(),
+        "CAIRN_COMPAT_ADDR must be a loopback address, got {addr}"
+    );
+    addr
+}
+
+#[test]
+fn compat_transcripts() {
+    let dir = compat_dir();
+    let mut names = case_names(&dir);
+    if let Ok(only) = std::env::var("CAIRN_COMPAT_ONLY") {
+        let wanted: Vec<String> = only
+            .split(',')
+            .map(|s| s.trim().trim_end_matches(".txt").to_string())
+            .filter(|s| !s.is_empty())
+            .collect();
+        for w in &wanted {
+            assert!(names.contains(w), "CAIRN_COMPAT_ONLY: no case file {w}.txt");
+        }
+        names.retain(|n| wanted.contains(n));
+    }
+    assert!(!names.is_empty(), "no case files in {}", dir.display());
+
+    // Keep the server alive for the whole run; it stops on drop.
+    let (_server, addr) = match std::env::var("CAIRN_COMPAT_ADDR") {
+        Ok(a) => (None, loopback_addr(&a)),
+        Err(_) => {
+            let server = common::TestServer::start();
+            let addr = SocketAddr::from(([127, 0, 0, 1], server.port));
+            (Some(server), addr)
+        }
+    };
+
+    let mut failures = Vec::new();
+    let mut summary = String::new();
+    let mut total = 0;
+    for name in &names {
+        let before = failures.len();
+        let checked = run_file(name, &dir, addr, &mut failures);
+        total += checked;
+        let _ = writeln!(
+            summary,
+            "  {name}: {checked} replies checked, {} difference(s)",
+            failures.len() - before
+        );
+    }
+    eprintln!(
+        "compat: {} file(s), {total} replies checked against {addr}\n{summary}",
+        names.len()
+    );
+
+    if !failures.is_empty() {
+        let mut report = format!(
+            "{} compatibility difference(s) from Redis 7.0:\n{summary}\n",
+            failures.len()
+        );
+        for f in &failures {
+            let _ = writeln!(report, "{}:{}: {}", f.file, f.line, f.command);
+            let _ = writeln!(report, "    expected: {}", f.expected);
+            let _ = writeln!(report, "    got:      {}", f.got);
+        }
+        panic!("{report}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Self-checks of the harness pieces (no server needed)
+// ---------------------------------------------------------------------------
+
+#[test]
+fn compat_harness_split_args() {
+    let s = |l: &str| split_args(l.as_bytes()).unwrap();
+    assert_eq!(
+        s("SET a b"),
+        vec![b"SET".to_vec(), b"a".to_vec(), b"b".to_vec()]
+    );
+    assert_eq!(
+        s(r#"SET "a b" 'c d'"#)[1..],
+        [b"a b".to_vec(), b"c d".to_vec()]
+    );
+    assert_eq!(s(r#"X "\x00\n\"q\\""#)[1], b"\x00\n\"q\\".to_vec());
+    assert_eq!(s(r"X 'it\'s'")[1], b"it's".to_vec());
+    assert_eq!(s(r#"X """#)[1], b"".to_vec());
+    assert!(split_args(br#"X "a"b"#).is_err());
+    assert!(split_args(br#"X "a"#).is_err());
+}
+
+#[test]
+fn compat_harness_framing() {
+    assert_eq!(reply_end(b"+OK\r\n", 0).unwrap(), 5);
+    assert_eq!(reply_end(b"$3\r\nbar\r\n+", 0).unwrap(), 9);
+    assert!(matches!(reply_end(b"$3\r\nba", 0), Err(Frame::Incomplete)));
+    assert_eq!(reply_end(b"*2\r\n$-1\r\n_\r\n", 0).unwrap(), 12);
+    assert_eq!(reply_end(b"%1\r\n+a\r\n:1\r\n", 0).unwrap(), 12);
+    assert_eq!(reply_end(b"|1\r\n+a\r\n+b\r\n:1\r\n", 0).unwrap(), 16);
+    assert!(same_multiset(b"*2\r\n+a\r\n+b\r\n", b"*2\r\n+b\r\n+a\r\n"));
+    assert!(!same_multiset(b"*2\r\n+a\r\n+a\r\n", b"*2\r\n+a\r\n+b\r\n"));
+    let raw = b"a\\b\r\n\x00\xff\"";
+    assert_eq!(unescape(escape(raw).as_bytes()).unwrap(), raw.to_vec());
+}

@@ -1,0 +1,592 @@
+#!/usr/bin/env python3
+"""Record compatibility transcripts against a real Redis 7.0.x.
+
+Usage:
+    python3 tests/compat/record.py              # record every cases/*.txt
+    python3 tests/compat/record.py strings bits # record only these cases
+    python3 tests/compat/record.py --addr 127.0.0.1:6379 strings
+                                                # use an already-running server
+                                                # (must be Redis 7.0.x on loopback)
+
+For each tests/compat/cases/<name>.txt this writes tests/compat/expected/<name>.txt.
+The format of both files is described in tests/compat/README.md; tests/compat.rs
+replays the same files against cairn.
+
+Python 3.11 standard library only.  If redis-server is missing it is installed
+with apt-get (Debian package `redis-server`).  The server runs on a free port on
+127.0.0.1 with a temporary directory and no persistence, and is stopped at the
+end.  Nothing is ever sent anywhere but 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CASES = HERE / "cases"
+EXPECTED = HERE / "expected"
+
+# Timeouts (seconds).
+READ_TIMEOUT = 5.0  # any single reply
+RAW_NO_REPLY_WAIT = 1.0  # !raw: how long to wait for a first complete reply
+RAW_GRACE = 0.3  # !raw: after a complete reply, quiet time that ends the read
+
+
+class CaseError(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------
+# Tokenising case lines (the rules of redis-cli's argument splitter)
+# --------------------------------------------------------------------------
+
+def _is_hex(c: int) -> bool:
+    return c in b"0123456789abcdefABCDEF"
+
+
+def split_args(line: bytes) -> list[bytes]:
+    """Split a line the way redis-cli does.
+
+    Whitespace separates tokens.  "double quoted" tokens understand
+    \\" \\\\ \\n \\r \\t \\b \\a and \\xHH; any other escaped character stands
+    for itself.  'single quoted' tokens are literal except \\' for a quote.
+    A closing quote must be followed by whitespace or the end of the line.
+    """
+    args: list[bytes] = []
+    p = 0
+    n = len(line)
+    ws = b" \n\r\t\x00"
+    while True:
+        while p < n and line[p] in b" \t\r\n\v\f":
+            p += 1
+        if p >= n:
+            return args
+        cur = bytearray()
+        inq = insq = False
+        done = False
+        while not done:
+            c = line[p] if p < n else None
+            if inq:
+                if c is None:
+                    raise CaseError("unterminated double quote")
+                if (c == 0x5C and p + 3 < n and line[p + 1] == ord("x")
+                        and _is_hex(line[p + 2]) and _is_hex(line[p + 3])):
+                    cur.append(int(line[p + 2:p + 4], 16))
+                    p += 3
+                elif c == 0x5C and p + 1 < n:
+                    p += 1
+                    e = line[p]
+                    cur.append({ord("n"): 10, ord("r"): 13, ord("t"): 9,
+                                ord("b"): 8, ord("a"): 7}.get(e, e))
+                elif c == ord('"'):
+                    if p + 1 < n and line[p + 1] not in b" \t\r\n\v\f":
+                        raise CaseError("closing quote must be followed by a space")
+                    done = True
+                else:
+                    cur.append(c)
+            elif insq:
+                if c is None:
+                    raise CaseError("unterminated single quote")
+                if c == 0x5C and p + 1 < n and line[p + 1] == ord("'"):
+                    p += 1
+                    cur.append(ord("'"))
+                elif c == ord("'"):
+                    if p + 1 < n and line[p + 1] not in b" \t\r\n\v\f":
+                        raise CaseError("closing quote must be followed by a space")
+                    done = True
+                else:
+                    cur.append(c)
+            else:
+                if c is None or c in ws:
+                    done = True
+                elif c == ord('"'):
+                    inq = True
+                elif c == ord("'"):
+                    insq = True
+                else:
+                    cur.append(c)
+            if p < n:
+                p += 1
+        args.append(bytes(cur))
+
+
+# --------------------------------------------------------------------------
+# Case files
+# --------------------------------------------------------------------------
+
+class Entry:
+    """One non-blank, non-comment line of a case file."""
+
+    def __init__(self, lineno: int, text: bytes, kind: str, args=None,
+                 raw: bytes = b"", sleep_ms: int = 0, unordered: bool = False):
+        self.lineno = lineno
+        self.text = text  # the line as written (trailing whitespace stripped)
+        self.kind = kind  # "cmd" | "raw" | "sleep" | "reconnect" | "unordered"
+        self.args = args or []
+        self.raw = raw
+        self.sleep_ms = sleep_ms
+        self.unordered = unordered  # for "cmd": compare as a multiset
+        self.ignore = False  # for "cmd": read the reply, compare nothing
+
+
+def parse_case_file(path: Path) -> list[Entry]:
+    entries: list[Entry] = []
+    pending_unordered = False
+    pending_ignore = False
+    data = path.read_bytes()
+    for i, line in enumerate(data.split(b"\n"), start=1):
+        text = line.rstrip(b" \t\r")
+        stripped = text.lstrip(b" \t")
+        if not stripped or stripped.startswith(b"#"):
+            continue
+        where = f"{path.name}:{i}"
+        if stripped.startswith(b"!"):
+            toks = split_args(stripped[1:])
+            if not toks:
+                raise CaseError(f"{where}: empty directive")
+            name = toks[0].decode()
+            if name in ("unordered", "ignore") and len(toks) == 1:
+                if pending_unordered or pending_ignore:
+                    raise CaseError(f"{where}: two prefix directives in a row")
+                if name == "unordered":
+                    pending_unordered = True
+                else:
+                    pending_ignore = True
+                entries.append(Entry(i, text, name))
+            elif name == "sleep" and len(toks) == 2 and toks[1].isdigit():
+                entries.append(Entry(i, text, "sleep", sleep_ms=int(toks[1])))
+            elif name == "raw" and len(toks) == 2:
+                if pending_unordered or pending_ignore:
+                    raise CaseError(f"{where}: !{name} must follow no prefix directive")
+                entries.append(Entry(i, text, "raw", raw=toks[1]))
+            elif name == "reconnect" and len(toks) == 1:
+                if pending_unordered or pending_ignore:
+                    raise CaseError(f"{where}: !{name} must follow no prefix directive")
+                entries.append(Entry(i, text, "reconnect"))
+            else:
+                raise CaseError(f"{where}: unknown or malformed directive")
+            continue
+        try:
+            args = split_args(stripped)
+        except CaseError as e:
+            raise CaseError(f"{where}: {e}") from None
+        if not args:
+            raise CaseError(f"{where}: no command")
+        ent = Entry(i, text, "cmd", args=args, unordered=pending_unordered)
+        ent.ignore = pending_ignore
+        entries.append(ent)
+        pending_unordered = pending_ignore = False
+    if pending_unordered or pending_ignore:
+        raise CaseError(f"{path.name}: prefix directive at end of file")
+    return entries
+
+
+# --------------------------------------------------------------------------
+# Escaping reply bytes for the expected files
+# --------------------------------------------------------------------------
+
+def escape(b: bytes) -> str:
+    out = []
+    for c in b:
+        if c == 0x5C:
+            out.append("\\\\")
+        elif c == 13:
+            out.append("\\r")
+        elif c == 10:
+            out.append("\\n")
+        elif c == 9:
+            out.append("\\t")
+        elif 0x20 <= c < 0x7F:
+            out.append(chr(c))
+        else:
+            out.append(f"\\x{c:02x}")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------
+# RESP2 / RESP3 reply framing
+# --------------------------------------------------------------------------
+
+class Incomplete(Exception):
+    pass
+
+
+class BadReply(Exception):
+    pass
+
+
+def _line(buf: bytes, pos: int) -> tuple[bytes, int]:
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        raise Incomplete
+    return buf[pos:end], end + 2
+
+
+def _int(b: bytes) -> int:
+    try:
+        return int(b)
+    except ValueError:
+        raise BadReply(f"bad length {b!r}") from None
+
+
+def reply_end(buf: bytes, pos: int = 0) -> int:
+    """Return the offset just past one complete reply starting at pos.
+
+    Raises Incomplete if more bytes are needed, BadReply if the bytes are not
+    RESP.  An attribute (|) is framed together with the reply it annotates.
+    """
+    if pos >= len(buf):
+        raise Incomplete
+    t = buf[pos:pos + 1]
+    body, nxt = _line(buf, pos + 1)
+    if t in (b"+", b"-", b":", b"_", b",", b"#", b"("):
+        return nxt
+    if t in (b"$", b"!", b"="):
+        n = _int(body)
+        if n < 0:
+            return nxt
+        if len(buf) < nxt + n + 2:
+            raise Incomplete
+        if buf[nxt + n:nxt + n + 2] != b"\r\n":
+            raise BadReply("bulk not terminated by CRLF")
+        return nxt + n + 2
+    if t in (b"*", b"~", b">", b"%", b"|"):
+        n = _int(body)
+        if n < 0:
+            return nxt
+        if t in (b"%", b"|"):
+            n *= 2
+        p = nxt
+        for _ in range(n):
+            p = reply_end(buf, p)
+        if t == b"|":
+            return reply_end(buf, p)
+        return p
+    raise BadReply(f"unknown reply type {t!r}")
+
+
+def sorted_aggregate(reply: bytes) -> bytes:
+    """An array/set reply with its elements sorted bytewise.
+
+    Used for !unordered replies so that re-recording gives the same file no
+    matter which order the server happened to use.
+    """
+    head_end = reply.index(b"\r\n") + 2
+    n = int(reply[1:head_end - 2])
+    elems = []
+    p = head_end
+    for _ in range(max(n, 0)):
+        e = reply_end(reply, p)
+        elems.append(reply[p:e])
+        p = e
+    if p != len(reply):
+        raise BadReply("trailing bytes after aggregate")
+    return reply[:head_end] + b"".join(sorted(elems))
+
+
+def count_replies(buf: bytes) -> int:
+    n = 0
+    p = 0
+    while p < len(buf):
+        try:
+            p = reply_end(buf, p)
+        except (Incomplete, BadReply):
+            break
+        n += 1
+    return n
+
+
+# --------------------------------------------------------------------------
+# Talking to the server
+# --------------------------------------------------------------------------
+
+def encode_command(args: list[bytes]) -> bytes:
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Conn:
+    def __init__(self, host: str, port: int):
+        self.sock = socket.create_connection((host, port), timeout=READ_TIMEOUT)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self.closed = False
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def send(self, data: bytes) -> bool:
+        if self.closed:
+            return False
+        try:
+            self.sock.sendall(data)
+            return True
+        except OSError:
+            self.closed = True
+            return False
+
+    def _recv(self, timeout: float) -> bytes | None:
+        """Bytes, b"" on EOF/reset, None on timeout."""
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            d = self.sock.recv(65536)
+        except socket.timeout:
+            return None
+        except OSError:
+            return b""
+        return d
+
+    def read_reply(self) -> tuple[bytes, bool]:
+        """One complete reply (bytes, closed).  On EOF returns what came."""
+        deadline = time.monotonic() + READ_TIMEOUT
+        while True:
+            try:
+                end = reply_end(self.buf)
+                r, self.buf = self.buf[:end], self.buf[end:]
+                return r, False
+            except Incomplete:
+                pass
+            if self.closed:
+                r, self.buf = self.buf, b""
+                return r, True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no complete reply within {READ_TIMEOUT}s "
+                                   f"(got {self.buf!r})")
+            d = self._recv(left)
+            if d is None:
+                continue
+            if d == b"":
+                self.closed = True
+            else:
+                self.buf += d
+
+    def read_raw(self) -> tuple[bytes, bool]:
+        """Everything the server sends after a !raw write.
+
+        Waits up to RAW_NO_REPLY_WAIT for one complete reply (or the close),
+        then keeps reading until the server has been quiet for RAW_GRACE or
+        closes, so pipelined replies and a close right after a protocol error
+        are both captured.
+        """
+        start = time.monotonic()
+        while not self.closed and count_replies(self.buf) == 0:
+            left = start + RAW_NO_REPLY_WAIT - time.monotonic()
+            if left <= 0:
+                break
+            d = self._recv(left)
+            if d is None:
+                break
+            if d == b"":
+                self.closed = True
+            else:
+                self.buf += d
+        while not self.closed:
+            d = self._recv(RAW_GRACE)
+            if d is None:
+                break
+            if d == b"":
+                self.closed = True
+            else:
+                self.buf += d
+        r, self.buf = self.buf, b""
+        return r, self.closed
+
+
+def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
+    """Replay entries; return the lines of the expected file body."""
+    out: list[str] = []
+    conn = Conn(host, port)
+    try:
+        conn.send(encode_command([b"FLUSHALL"]))
+        r, closed = conn.read_reply()
+        if closed or r != b"+OK\r\n":
+            raise RuntimeError(f"FLUSHALL failed: {r!r}")
+        for e in entries:
+            out.append("> " + e.text.decode("utf-8", "surrogateescape"))
+            if e.kind in ("unordered", "ignore"):
+                continue
+            if e.kind == "sleep":
+                time.sleep(e.sleep_ms / 1000)
+                continue
+            if e.kind == "reconnect":
+                conn.close()
+                conn = Conn(host, port)
+                continue
+            if e.kind == "raw":
+                conn.send(e.raw)
+                reply, closed = conn.read_raw()
+            else:
+                if conn.closed:
+                    reply, closed = b"", True
+                else:
+                    conn.send(encode_command(e.args))
+                    reply, closed = conn.read_reply()
+            if e.kind == "cmd" and e.ignore:
+                if closed:
+                    raise RuntimeError(f"line {e.lineno}: !ignore reply closed "
+                                       f"the connection")
+                # Only the reply's type byte is kept (and compared).
+                out.append("<ignored " + escape(reply[:1]))
+                continue
+            if closed:
+                tag = "<closed"
+            elif e.kind == "cmd" and e.unordered:
+                if reply[:1] not in (b"*", b"~"):
+                    raise RuntimeError(f"line {e.lineno}: !unordered reply is "
+                                       f"not an array: {reply!r}")
+                tag = "<unordered"
+                reply = sorted_aggregate(reply)
+            else:
+                tag = "<"
+            esc = escape(reply)
+            out.append(f"{tag} {esc}" if esc else tag)
+    finally:
+        conn.close()
+    return out
+
+
+# --------------------------------------------------------------------------
+# Server management
+# --------------------------------------------------------------------------
+
+def ensure_redis_installed():
+    if shutil.which("redis-server"):
+        return
+    print("redis-server not found; installing with apt-get", file=sys.stderr)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "update"], check=True, env=env)
+    subprocess.run(["apt-get", "install", "-y", "redis-server", "redis-tools"],
+                   check=True, env=env)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RedisServer:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="cairn-compat-")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+             "--save", "", "--appendonly", "no", "--dir", self.dir,
+             "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                c = Conn("127.0.0.1", self.port)
+                c.send(encode_command([b"PING"]))
+                r, _ = c.read_reply()
+                c.close()
+                if r == b"+PONG\r\n":
+                    return
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.05)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def server_version(host: str, port: int) -> str:
+    c = Conn(host, port)
+    try:
+        c.send(encode_command([b"INFO", b"server"]))
+        r, _ = c.read_reply()
+    finally:
+        c.close()
+    for line in r.split(b"\r\n"):
+        if line.startswith(b"redis_version:"):
+            return line.split(b":", 1)[1].decode()
+    raise RuntimeError("INFO server has no redis_version")
+
+
+# --------------------------------------------------------------------------
+
+def main(argv: list[str]) -> int:
+    addr = None
+    names: list[str] = []
+    it = iter(argv)
+    for a in it:
+        if a == "--addr":
+            addr = next(it)
+        elif a in ("-h", "--help"):
+            print(__doc__)
+            return 0
+        else:
+            names.append(a[:-4] if a.endswith(".txt") else a)
+    if not names:
+        names = sorted(p.stem for p in CASES.glob("*.txt"))
+    parsed = {}
+    for name in names:
+        path = CASES / f"{name}.txt"
+        if not path.exists():
+            print(f"no such case file: {path}", file=sys.stderr)
+            return 2
+        parsed[name] = parse_case_file(path)
+
+    server = None
+    if addr:
+        host, port_s = addr.rsplit(":", 1)
+        if not host.startswith("127.") and host not in ("localhost", "::1"):
+            print("refusing a non-loopback address", file=sys.stderr)
+            return 2
+        port = int(port_s)
+    else:
+        ensure_redis_installed()
+        server = RedisServer()
+        host, port = "127.0.0.1", server.port
+    try:
+        version = server_version(host, port)
+        if not version.startswith("7.0."):
+            print(f"expected Redis 7.0.x, found {version}", file=sys.stderr)
+            return 1
+        EXPECTED.mkdir(exist_ok=True)
+        for name, entries in parsed.items():
+            body = run_case(host, port, entries)
+            header = [
+                f"# Recorded from Redis {version} by tests/compat/record.py "
+                f"from cases/{name}.txt. Do not edit: re-record.",
+                "# '> ' case line; '< ' reply bytes; '<unordered ' reply "
+                "compared as a multiset; '<closed ' bytes then connection closed;",
+                "# '<ignored T' reply read, only its type byte T compared.",
+            ]
+            text = "\n".join(header + body) + "\n"
+            (EXPECTED / f"{name}.txt").write_text(text, encoding="utf-8",
+                                                  errors="surrogateescape")
+            n = sum(1 for e in entries if e.kind in ("cmd", "raw"))
+            print(f"{name}: {n} commands recorded")
+    finally:
+        if server:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
