@@ -14,7 +14,6 @@
 //! Every difference in every file is collected; the test fails once at the end
 //! with the full list (file, line, command, expected, got).
 
-#[allow(dead_code)]
 mod common;
 
 use std::collections::HashMap;

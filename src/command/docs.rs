@@ -22,38 +22,63 @@ pub fn info(c: &CommandSpec) -> Reply {
         KeySpec::None => (0, 0, 0),
         KeySpec::Range { first, last, step } => (first, last, step),
     };
-    let tips = Reply::Array(c.tips.split_whitespace().map(bulk_str).collect());
+    let tips = Reply::Set(c.tips.split_whitespace().map(bulk_str).collect());
     let key_specs = match c.keys {
         KeySpec::None => Vec::new(),
         KeySpec::Range { first, last, step } => {
             let lastkey = if last < 0 { last } else { last - first };
-            vec![Reply::Map(vec![
-                (bulk_str("flags"), status_set(c.key_flags)),
-                (
-                    bulk_str("begin_search"),
-                    Reply::Map(vec![
-                        (bulk_str("type"), bulk_str("index")),
+            // `key_flags` is "FLAGS..." or "FLAGS... | notes". Redis prints
+            // the access type (RO, RW, OW, RM) upper case, the rest lower.
+            let (flags, notes) = match c.key_flags.split_once(" | ") {
+                Some((f, n)) => (f, Some(n)),
+                None => (c.key_flags, None),
+            };
+            let flags = flags
+                .split_whitespace()
+                .map(|f| {
+                    if ["RO", "RW", "OW", "RM"].contains(&f) {
+                        f.to_string()
+                    } else {
+                        f.to_lowercase()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let mut spec = Vec::new();
+            if let Some(n) = notes {
+                spec.push((bulk_str("notes"), bulk_str(n)));
+            }
+            spec.push((bulk_str("flags"), status_set(&flags)));
+            vec![Reply::Map(
+                spec.into_iter()
+                    .chain(vec![
                         (
-                            bulk_str("spec"),
-                            Reply::Map(vec![(bulk_str("index"), Reply::Int(first as i64))]),
-                        ),
-                    ]),
-                ),
-                (
-                    bulk_str("find_keys"),
-                    Reply::Map(vec![
-                        (bulk_str("type"), bulk_str("range")),
-                        (
-                            bulk_str("spec"),
+                            bulk_str("begin_search"),
                             Reply::Map(vec![
-                                (bulk_str("lastkey"), Reply::Int(lastkey as i64)),
-                                (bulk_str("keystep"), Reply::Int(step as i64)),
-                                (bulk_str("limit"), Reply::Int(0)),
+                                (bulk_str("type"), bulk_str("index")),
+                                (
+                                    bulk_str("spec"),
+                                    Reply::Map(vec![(bulk_str("index"), Reply::Int(first as i64))]),
+                                ),
                             ]),
                         ),
-                    ]),
-                ),
-            ])]
+                        (
+                            bulk_str("find_keys"),
+                            Reply::Map(vec![
+                                (bulk_str("type"), bulk_str("range")),
+                                (
+                                    bulk_str("spec"),
+                                    Reply::Map(vec![
+                                        (bulk_str("lastkey"), Reply::Int(lastkey as i64)),
+                                        (bulk_str("keystep"), Reply::Int(step as i64)),
+                                        (bulk_str("limit"), Reply::Int(0)),
+                                    ]),
+                                ),
+                            ]),
+                        ),
+                    ])
+                    .collect(),
+            )]
         }
     };
     Reply::Array(vec![
@@ -65,8 +90,8 @@ pub fn info(c: &CommandSpec) -> Reply {
         Reply::Int(step as i64),
         status_set(c.acl),
         tips,
-        Reply::Array(key_specs),
-        Reply::Array(Vec::new()),
+        Reply::Set(key_specs),
+        Reply::Set(Vec::new()),
     ])
 }
 

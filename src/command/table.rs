@@ -222,7 +222,7 @@ commands! {
         "Incrementally iterate the keys space.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", "nondeterministic_output request_policy:special";
     "select", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "2.0.0", server::select,
         "Change the selected database for the current connection.", "index", "";
-    "set", -3, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE VARIABLE_FLAGS", "@write @string @slow", "string", "1.0.0", string::set,
+    "set", -3, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE VARIABLE_FLAGS | RW and ACCESS due to the optional `GET` argument", "@write @string @slow", "string", "1.0.0", string::set,
         "Set the string value of a key.", "key value [NX|XX] [GET] [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|KEEPTTL]", "";
     "setbit", 4, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE", "@write @bitmap @slow", "bitmap", "2.2.0", bits::setbit,
         "Sets or clears the bit at offset in the string value stored at key.", "key offset value", "";

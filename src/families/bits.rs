@@ -91,53 +91,53 @@ fn unit_is_bit(arg: Option<&Bytes>) -> Result<bool, Reply> {
 }
 
 /// BITCOUNT key [start end [BYTE|BIT]]
+///
+/// Like Redis, the key is looked up before the range is parsed: a missing
+/// key answers 0 whatever the other arguments are.
 pub fn bitcount(s: &mut Session, a: Args) -> Action {
-    let parsed = (|| -> Result<(Option<(i64, i64)>, bool), Reply> {
-        match a.len() {
-            2 => Ok((None, false)),
+    let key = a.get(1).clone();
+    s.read(&key, move |r, k| {
+        let Some(v) = read_string(r, k)? else {
+            return Ok(Reply::Int(0));
+        };
+        let (range, bit_unit) = match a.len() {
+            2 => (None, false),
             4 | 5 => {
                 let (st, en) = (a.int(2)?, a.int(3)?);
-                Ok((Some((st, en)), unit_is_bit(a.all().get(4))?))
+                (Some((st, en)), unit_is_bit(a.all().get(4))?)
             }
-            _ => Err(error(SYNTAX)),
-        }
-    })();
-    let (range, bit_unit) = match parsed {
-        Ok(p) => p,
-        Err(r) => return r.into(),
-    };
-    s.read(a.get(1), move |r, k| {
-        let v = read_string(r, k)?.unwrap_or_default();
+            _ => return Err(error(SYNTAX).into()),
+        };
         Ok(Reply::Int(bits::bitcount(&v, range, bit_unit)))
     })
 }
 
 /// BITPOS key bit [start [end [BYTE|BIT]]]
+///
+/// Redis checks the bit argument first, then looks the key up, and only
+/// then parses the range.
 pub fn bitpos(s: &mut Session, a: Args) -> Action {
-    let parsed = (|| -> Result<(bool, Option<i64>, Option<i64>, bool), Reply> {
-        let bit = match &a.get(2)[..] {
-            b"1" => true,
-            b"0" => false,
-            _ => {
-                args::int(a.get(2))?;
-                return Err(Reply::err("The bit argument must be 1 or 0."));
+    let bit = match &a.get(2)[..] {
+        b"1" => true,
+        b"0" => false,
+        other => {
+            return match args::int(other) {
+                Err(r) => r.into(),
+                Ok(_) => Reply::err("The bit argument must be 1 or 0.").into(),
             }
-        };
-        if a.len() > 6 {
-            return Err(error(SYNTAX));
         }
-        let start = a.all().get(3).map(|x| args::int(x)).transpose()?;
-        let end = a.all().get(4).map(|x| args::int(x)).transpose()?;
-        Ok((bit, start, end, unit_is_bit(a.all().get(5))?))
-    })();
-    let (bit, start, end, bit_unit) = match parsed {
-        Ok(p) => p,
-        Err(r) => return r.into(),
     };
-    s.read(a.get(1), move |r, k| {
+    let key = a.get(1).clone();
+    s.read(&key, move |r, k| {
         let Some(v) = read_string(r, k)? else {
             return Ok(Reply::Int(if bit { -1 } else { 0 }));
         };
+        if a.len() > 6 {
+            return Err(error(SYNTAX).into());
+        }
+        let start = a.all().get(3).map(|x| args::int(x)).transpose()?;
+        let end = a.all().get(4).map(|x| args::int(x)).transpose()?;
+        let bit_unit = unit_is_bit(a.all().get(5))?;
         Ok(Reply::Int(bits::bitpos(&v, bit, start, end, bit_unit)))
     })
 }
@@ -280,12 +280,13 @@ fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool) {
             FieldOp::Get(ty, off) => out.push(Reply::Int(bits::get_field(v, off, ty))),
             FieldOp::Set(ty, off, value, ov) => {
                 let old = bits::get_field(v, off, ty);
-                if ov == Overflow::Fail && !fits(value, ty) {
-                    out.push(Reply::Nil);
-                } else {
-                    bits::set_field(v, off, ty, value_for_set(value, ty, ov));
-                    changed = true;
-                    out.push(Reply::Int(old));
+                match value_for_set(value, ty, ov) {
+                    Some(stored) => {
+                        bits::set_field(v, off, ty, stored);
+                        changed = true;
+                        out.push(Reply::Int(old));
+                    }
+                    None => out.push(Reply::Nil),
                 }
             }
             FieldOp::Incr(ty, off, by, ov) => {
@@ -304,22 +305,32 @@ fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool) {
     (out, changed)
 }
 
-/// Whether `value` is representable in the field type.
-fn fits(value: i64, ty: FieldType) -> bool {
+/// The value SET stores, or `None` when OVERFLOW FAIL refuses it. As in
+/// Redis, an unsigned field reads the argument as an unsigned 64-bit number
+/// (so -5 saturates to the maximum), a signed field as signed.
+fn value_for_set(value: i64, ty: FieldType, ov: Overflow) -> Option<i64> {
     let bits = ty.bits as u32;
-    if ty.signed {
+    let (v, min, max): (i128, i128, i128) = if ty.signed {
         let half = 1i128 << (bits - 1);
-        (-half..half).contains(&(value as i128))
+        (value as i128, -half, half - 1)
     } else {
-        (0..(1i128 << bits)).contains(&(value as i128))
+        (value as u64 as i128, 0, (1i128 << bits) - 1)
+    };
+    if (min..=max).contains(&v) {
+        return Some(v as i64);
     }
-}
-
-/// The value SET stores: wrapped or saturated into the type's range.
-fn value_for_set(value: i64, ty: FieldType, ov: Overflow) -> i64 {
     match ov {
-        Overflow::Sat => bits::incr_field(0, value, ty, Overflow::Sat).unwrap_or(value),
-        _ => bits::incr_field(0, value, ty, Overflow::Wrap).unwrap_or(value),
+        Overflow::Fail => None,
+        Overflow::Sat => Some(if v > max { max as i64 } else { min as i64 }),
+        Overflow::Wrap => {
+            let low = (v as u128 & ((1u128 << bits) - 1)) as i128;
+            let wrapped = if ty.signed && low > max {
+                low - (1i128 << bits)
+            } else {
+                low
+            };
+            Some(wrapped as i64)
+        }
     }
 }
 

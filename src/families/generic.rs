@@ -327,10 +327,16 @@ pub fn keys(s: &mut Session, a: Args) -> Action {
 /// starts, so a key present for the whole iteration is always returned and
 /// cursors stay plain integers.
 pub fn scan(s: &mut Session, a: Args) -> Action {
-    let cursor = match std::str::from_utf8(a.get(1))
-        .ok()
-        .and_then(|c| c.parse::<u64>().ok())
-    {
+    // Redis parses the cursor with strtoull: "" reads as 0.
+    let cursor = match std::str::from_utf8(a.get(1)).ok().and_then(|c| {
+        if c.is_empty() {
+            Some(0)
+        } else if c.starts_with('+') {
+            None
+        } else {
+            c.parse::<u64>().ok()
+        }
+    }) {
         Some(c) => c,
         None => return Reply::err("invalid cursor").into(),
     };

@@ -171,7 +171,9 @@ impl Session {
             let mut uniq = ids.clone();
             uniq.sort_unstable();
             uniq.dedup();
-            let mut total = 0;
+            // Send every shard its part first, then collect: the parts run
+            // in parallel on their shard threads.
+            let mut pending = Vec::with_capacity(uniq.len());
             for id in uniq {
                 let mine: Vec<Bytes> = keys
                     .iter()
@@ -180,13 +182,14 @@ impl Session {
                     .map(|(k, _)| k.clone())
                     .collect();
                 let f = f.clone();
-                let out = locked
-                    .run(id, move |w| {
-                        let ks: Vec<Key> = mine.iter().map(|k| Key::new(db, k)).collect();
-                        Ok(f(w, &ks))
-                    })
-                    .await?;
-                match out {
+                pending.push(locked.send(id, move |w| {
+                    let ks: Vec<Key> = mine.iter().map(|k| Key::new(db, k)).collect();
+                    Ok(f(w, &ks))
+                }));
+            }
+            let mut total = 0;
+            for p in pending {
+                match p.wait().await? {
                     Ok(n) => total += n,
                     Err(Fail::Reply(r)) => return Ok(Err(r)),
                     Err(Fail::Store(e)) => return Err(e.into()),
@@ -197,40 +200,18 @@ impl Session {
     }
 }
 
-/// Runs `plan` with the given shards locked, as a task of its own so a client
-/// vanishing mid-command cannot interrupt it. `plan` returns `Ok(Ok(reply))`
-/// to commit, `Ok(Err(reply))` to roll back and reply.
+/// Runs `plan` with the given shards locked, through the coordinator (see
+/// `shard::coordinator`). `plan` returns `Ok(Ok(reply))` when its writes
+/// stand, `Ok(Err(reply))` when it decided not to write (and wrote nothing).
 pub fn coordinated<F, Fut>(shards: Arc<ShardSet>, ids: Vec<usize>, plan: F) -> Action
 where
     F: FnOnce(Arc<Locked>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Result<Reply, Reply>, CoordError>> + Send + 'static,
 {
-    let task = tokio::spawn(async move {
-        let locked = match Locked::lock(&shards, &ids).await {
-            Ok(l) => Arc::new(l),
-            Err(e) => return Reply::err(e),
-        };
-        let outcome = plan(locked.clone()).await;
-        let locked = match Arc::try_unwrap(locked) {
-            Ok(l) => l,
-            Err(_) => return Reply::err("coordinator still in use"),
-        };
-        match outcome {
-            Ok(Ok(reply)) => match locked.commit().await {
-                Ok(()) => reply,
-                Err(e) => Reply::err(e),
-            },
-            Ok(Err(reply)) => {
-                locked.abort();
-                reply
-            }
-            Err(e) => {
-                locked.abort();
-                Reply::err(e)
-            }
-        }
-    });
+    let rx = shards
+        .coordinator()
+        .submit(ids, Box::new(move |locked| Box::pin(plan(locked))));
     Action::Job(Box::pin(async move {
-        task.await.unwrap_or_else(|_| Reply::err("command failed"))
+        rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
     }))
 }

@@ -56,6 +56,8 @@ pub fn reset(s: &mut Session, _a: Args) -> Action {
     let mut info = s.entry.info.lock();
     info.db = 0;
     info.resp = 2;
+    info.name.clear();
+    info.no_evict = false;
     Reply::Simple("RESET").into()
 }
 
@@ -311,10 +313,10 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 Reply::Ok.into()
             } else if is(v, "off") {
                 s.reply_mode = ReplyMode::Off;
-                Reply::Ok.into()
+                Action::Silent
             } else if is(v, "skip") {
                 s.reply_mode = ReplyMode::Skip;
-                Reply::Ok.into()
+                Action::Silent
             } else {
                 error(SYNTAX).into()
             }
@@ -367,7 +369,7 @@ fn client_kill(s: &Session, a: &Args) -> Action {
             None => Reply::err("No such client").into(),
         };
     }
-    if rest.len() % 2 != 0 {
+    if !rest.len().is_multiple_of(2) {
         return error(SYNTAX).into();
     }
     let (mut id, mut addr, mut laddr, mut user, mut skipme) = (None, None, None, None, true);
@@ -439,7 +441,7 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             Reply::Array(
                 a.from(2)
                     .iter()
-                    .map(|n| lookup(n).map_or(Reply::NilArray, docs::info))
+                    .map(|n| lookup(n).map_or(Reply::Nil, docs::info))
                     .collect(),
             )
             .into()
@@ -456,7 +458,7 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             }
             Reply::Map(out).into()
         }
-        "getkeys" if a.len() >= 3 => {
+        "getkeys" if a.len() >= 4 => {
             let argv = a.from(2);
             let Some(spec) = lookup(&argv[0]) else {
                 return Reply::err("Invalid command specified").into();
@@ -522,20 +524,13 @@ fn config_params(s: &Session) -> Vec<(String, String)> {
 pub fn config(s: &mut Session, a: Args) -> Action {
     let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
     match sub.as_str() {
-        "get" if a.len() >= 3 => {
-            let params = config_params(s);
-            let mut out = Vec::new();
-            for (k, v) in &params {
-                if a.from(2)
-                    .iter()
-                    .any(|p| crate::util::glob::string_match(p, k.as_bytes(), true))
-                {
-                    out.push((Reply::bulk(k.clone()), Reply::bulk(v.clone())));
-                }
+        "get" if a.len() >= 3 => config_get(s, a.from(2)),
+        "set" if a.len() >= 4 => {
+            if !a.len().is_multiple_of(2) {
+                return error(SYNTAX).into();
             }
-            Reply::Map(out).into()
+            config_set(s, a.from(2))
         }
-        "set" if a.len() >= 4 && a.len() % 2 == 0 => config_set(s, a.from(2)),
         "resetstat" if a.len() == 2 => {
             s.server.command_stats.clear();
             let st = &s.server.stats;
@@ -560,36 +555,123 @@ pub fn config(s: &mut Session, a: Args) -> Action {
     }
 }
 
+/// CONFIG GET: a pattern without glob characters names one parameter and
+/// is echoed as given (Redis does the same); a glob lists every match.
+fn config_get(s: &Session, patterns: &[bytes::Bytes]) -> Action {
+    let params = config_params(s);
+    let mut out: Vec<(Reply, Reply)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for p in patterns {
+        let is_glob = p.iter().any(|c| matches!(c, b'*' | b'?' | b'['));
+        for (k, v) in &params {
+            let hit = if is_glob {
+                crate::util::glob::string_match(p, k.as_bytes(), true)
+            } else {
+                p.eq_ignore_ascii_case(k.as_bytes())
+            };
+            if hit && seen.insert(k.clone()) {
+                let name = if is_glob {
+                    Reply::bulk(k.clone())
+                } else {
+                    Reply::Bulk(p.clone())
+                };
+                out.push((name, Reply::bulk(v.clone())));
+            }
+        }
+    }
+    Reply::Map(out).into()
+}
+
+/// Parameters that exist but cannot change while the server runs.
+const IMMUTABLE: &[&str] = &[
+    "bind",
+    "port",
+    "dir",
+    "databases",
+    "shards",
+    "durability",
+    "appendfsync",
+];
+
+/// Checks a value for one of the passive parameters.
+fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
+    match name {
+        "maxmemory" => {
+            let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+            let unit = &value[digits.len()..].to_ascii_lowercase();
+            let ok = !digits.is_empty()
+                && digits.bytes().all(|c| c.is_ascii_digit())
+                && ["", "k", "kb", "m", "mb", "g", "gb"].contains(&unit.as_str());
+            ok.then_some(()).ok_or("argument must be a memory value")
+        }
+        "appendonly" => matches!(value.to_ascii_lowercase().as_str(), "yes" | "no")
+            .then_some(())
+            .ok_or("argument must be 'yes' or 'no'"),
+        "save" => {
+            let parts: Vec<&str> = value.split_whitespace().collect();
+            let ok =
+                parts.len().is_multiple_of(2) && parts.iter().all(|p| p.parse::<u64>().is_ok());
+            ok.then_some(()).ok_or("Invalid save parameters")
+        }
+        "timeout"
+        | "tcp-keepalive"
+        | "slowlog-log-slower-than"
+        | "slowlog-max-len"
+        | "lua-time-limit" => value
+            .parse::<i64>()
+            .map(|_| ())
+            .map_err(|_| "argument couldn't be parsed into an integer"),
+        _ => Ok(()),
+    }
+}
+
 fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
     let mut rt = s.server.runtime.write();
     let mut staged = rt.clone();
+    let mut seen = std::collections::HashSet::new();
     for p in pairs.chunks(2) {
         let name = String::from_utf8_lossy(&p[0]).to_lowercase();
         let value = String::from_utf8_lossy(&p[1]).into_owned();
-        let bad = |why: &str| {
+        let bad = |why: &str| -> Action {
             Reply::err(format!(
                 "CONFIG SET failed (possibly related to argument '{name}') - {why}"
             ))
+            .into()
         };
+        let known = IMMUTABLE.contains(&name.as_str())
+            || staged.passive.contains_key(&name)
+            || matches!(
+                name.as_str(),
+                "requirepass" | "proto-max-bulk-len" | "maxclients"
+            );
+        if !known {
+            return Reply::err(format!(
+                "Unknown option or number of arguments for CONFIG SET - '{}'",
+                String::from_utf8_lossy(&p[0])
+            ))
+            .into();
+        }
+        if !seen.insert(name.clone()) {
+            return bad("duplicate parameter");
+        }
+        if IMMUTABLE.contains(&name.as_str()) {
+            return bad("can't set immutable config");
+        }
         match name.as_str() {
             "requirepass" => staged.requirepass = value,
             "proto-max-bulk-len" => match value.parse::<u64>() {
                 Ok(v) if v >= 1024 * 1024 => staged.proto_max_bulk_len = v,
-                _ => return bad("argument must be a memory value").into(),
+                _ => return bad("argument must be a memory value"),
             },
             "maxclients" => match value.parse::<usize>() {
                 Ok(v) if v >= 1 => staged.maxclients = v,
-                _ => return bad("argument couldn't be parsed into an integer").into(),
+                _ => return bad("argument couldn't be parsed into an integer"),
             },
-            n if staged.passive.contains_key(n) => {
+            n => {
+                if let Err(why) = validate_passive(n, &value) {
+                    return bad(why);
+                }
                 staged.passive.insert(n.to_string(), value);
-            }
-            _ => {
-                return Reply::err(format!(
-                    "Unknown option or number of arguments for CONFIG SET - '{}'",
-                    String::from_utf8_lossy(&p[0])
-                ))
-                .into()
             }
         }
     }

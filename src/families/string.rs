@@ -61,19 +61,24 @@ fn parse_opts(args: &Args, from: usize, cmd: OptsFor, name: &str) -> Result<SetO
     while i < a.len() {
         let arg = &a[i][..];
         let next = a.get(i + 1);
-        let has_expire = unit.is_some() || keep || persist;
+        // An option may repeat (the last value wins) but may not be mixed
+        // with a conflicting one, as in Redis.
+        let same_unit = |n: &str| unit.is_none_or(|(_, ms, abs)| option_name(ms, abs) == n);
         if cmd == OptsFor::Set && is(arg, "nx") && !o.xx {
             o.nx = true;
         } else if cmd == OptsFor::Set && is(arg, "xx") && !o.nx {
             o.xx = true;
         } else if cmd == OptsFor::Set && is(arg, "get") {
             o.get = true;
-        } else if cmd == OptsFor::Set && is(arg, "keepttl") && !has_expire {
+        } else if cmd == OptsFor::Set && is(arg, "keepttl") && unit.is_none() && !persist {
             keep = true;
-        } else if cmd == OptsFor::GetEx && is(arg, "persist") && !has_expire {
+        } else if cmd == OptsFor::GetEx && is(arg, "persist") && unit.is_none() && !keep {
             persist = true;
-        } else if (is(arg, "ex") || is(arg, "px") || is(arg, "exat") || is(arg, "pxat"))
-            && !has_expire
+        } else if ["ex", "px", "exat", "pxat"]
+            .iter()
+            .any(|n| is(arg, n) && same_unit(n))
+            && !keep
+            && !persist
             && next.is_some()
         {
             let ms = is(arg, "px") || is(arg, "pxat");
@@ -93,6 +98,16 @@ fn parse_opts(args: &Args, from: usize, cmd: OptsFor, name: &str) -> Result<SetO
         o.expire = ExpireOpt::At(expire_at(value, ms, absolute, name)?);
     }
     Ok(o)
+}
+
+/// The option name for a unit (ms?, absolute?).
+fn option_name(ms: bool, absolute: bool) -> &'static str {
+    match (ms, absolute) {
+        (false, false) => "ex",
+        (true, false) => "px",
+        (false, true) => "exat",
+        (true, true) => "pxat",
+    }
 }
 
 /// Converts an EX/PX/EXAT/PXAT value to an absolute ms time, with Redis's
@@ -426,7 +441,7 @@ pub fn mget(s: &mut Session, a: Args) -> Action {
 /// Splits MSET-style arguments into keys and values, or the arity error.
 fn pairs(a: &Args) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
     let rest = a.from(1);
-    if rest.len() % 2 != 0 {
+    if !rest.len().is_multiple_of(2) {
         return Err(Reply::err(format!(
             "wrong number of arguments for '{}' command",
             a.name_lower()

@@ -161,14 +161,13 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
     let server = session.server.clone();
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
-    let suppressed = match session.reply_mode {
-        ReplyMode::On => false,
-        ReplyMode::Off => true,
-        ReplyMode::Skip => {
-            session.reply_mode = ReplyMode::On;
-            true
-        }
-    };
+    // SKIP silences this command only; OFF silences until CLIENT REPLY ON,
+    // whose own reply is sent.
+    let mode_before = session.reply_mode;
+    if mode_before == ReplyMode::Skip {
+        session.reply_mode = ReplyMode::On;
+    }
+    let mut suppressed = mode_before != ReplyMode::On;
     let Some(spec) = command::lookup(args.get(0)) else {
         let r = unknown_command(&args);
         server.stats.errors.fetch_add(1, Ordering::Relaxed);
@@ -198,6 +197,9 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
         info.last_active = Some(Instant::now());
     }
     let action = (spec.handler)(session, args);
+    if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
+        suppressed = false;
+    }
     let resp3 = session.resp3;
     let mut close = false;
     let mut failed = false;
@@ -227,7 +229,7 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
                     outbox.drain().await;
                 }
                 let r = match server.shards.shard(shard).snapshot() {
-                    Ok(snap) => f(&snap).unwrap_or_else(|e| Reply::err(e)),
+                    Ok(snap) => f(&snap).unwrap_or_else(Reply::err),
                     Err(e) => Reply::err(e),
                 };
                 failed = r.is_error();
@@ -240,6 +242,7 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
             failed = r.is_error();
             outbox.push_ready(r, session.resp3, suppressed);
         }
+        Action::Silent => {}
         Action::Close(r) => {
             outbox.drain().await;
             if let Some(r) = r {

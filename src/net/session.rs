@@ -39,6 +39,8 @@ pub enum Action {
     },
     /// Run after every earlier reply of this client has arrived.
     Job(Job),
+    /// No reply at all (CLIENT REPLY OFF|SKIP).
+    Silent,
     /// Reply (if any), then close the connection.
     Close(Option<Reply>),
 }

@@ -330,7 +330,8 @@ mod tests {
     #[test]
     fn large_request_in_pieces_resumes_scan() {
         let mut req = format!("*{}\r\n", 2 + 2 * 1000).into_bytes();
-        for a in ["MSET"] {
+        {
+            let a = "MSET";
             req.extend_from_slice(format!("${}\r\n{}\r\n", a.len(), a).as_bytes());
         }
         req.extend_from_slice(b"$1\r\nk\r\n");

@@ -1,17 +1,34 @@
-//! Multi-shard commands: lock the shards in ascending id order, run a step
-//! in each one's write transaction, then commit all of them at once (see the
+//! Multi-shard commands: lock the shards in ascending id order, run steps in
+//! each one's write transaction, then commit all of them at once (see the
 //! parent module for the visibility rule).
 //!
-//! A coordinated command must run to its end once it has started committing,
-//! so callers run it in a task of its own: a client that vanishes mid-command
-//! cannot leave half of it applied.
+//! # Group commit across shards
+//! All multi-shard commands go through one coordinator task. It takes every
+//! command waiting for it (up to [`MAX_ROUND`]), locks the union of their
+//! shards once, runs the commands' plans one after another inside those
+//! transactions, and commits them together: many MSETs share one lock round
+//! and one commit per shard, as single-shard writes share a batch.
+//!
+//! A plan that decides not to write (RENAMENX onto an existing key, MSETNX
+//! with a key present) must not have written anything before deciding; a
+//! storage failure aborts the whole round and every plan in it gets the
+//! error.
+//!
+//! The coordinator is a task of its own, so a client that vanishes
+//! mid-command cannot leave half of it applied.
 
 use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Barrier};
 
 use super::actor::Lock;
 use super::set::ShardSet;
+use crate::protocol::Reply;
 use crate::storage::{StoreError, WriteCtx};
+
+/// Most commands one coordinator round takes.
+pub const MAX_ROUND: usize = 512;
 
 /// What a step hands back to the coordinator.
 pub type StepOut = Box<dyn Any + Send>;
@@ -38,7 +55,15 @@ pub enum Step {
     Abort,
 }
 
-/// Shards held by one coordinator.
+/// What a plan decides: `Ok(reply)` (its writes stand) or `Err(reply)` (it
+/// wrote nothing), or a coordination failure that aborts the round.
+pub type PlanResult = Result<Result<Reply, Reply>, CoordError>;
+
+/// A multi-shard command's body, run with its shards locked.
+pub type Plan =
+    Box<dyn FnOnce(Arc<Locked>) -> Pin<Box<dyn Future<Output = PlanResult> + Send>> + Send>;
+
+/// Shards held by one coordinator round.
 pub struct Locked {
     /// Shard ids, ascending.
     ids: Vec<usize>,
@@ -58,6 +83,20 @@ pub enum CoordError {
     /// A commit failed.
     #[error("commit failed: {0}")]
     Commit(String),
+}
+
+/// A step sent to a locked shard whose result has not been awaited yet.
+pub struct Pending<T> {
+    rx: tokio::sync::oneshot::Receiver<Result<StepOut, StoreError>>,
+    _t: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T: Any + Send> Pending<T> {
+    /// Waits for the step's result.
+    pub async fn wait(self) -> Result<T, CoordError> {
+        let out = self.rx.await.map_err(|_| CoordError::Unavailable)??;
+        Ok(*out.downcast::<T>().expect("step output type"))
+    }
 }
 
 impl Locked {
@@ -86,12 +125,14 @@ impl Locked {
         Ok(locked)
     }
 
-    /// Runs `f` on shard `id` (which must be locked) and returns its output.
-    pub async fn run<T: Any + Send>(
+    /// Sends `f` to shard `id` (which must be locked) without waiting, so
+    /// steps on several shards run in parallel. Steps sent to one shard run
+    /// in the order they were sent.
+    pub fn send<T: Any + Send>(
         &self,
         id: usize,
         f: impl FnOnce(&mut WriteCtx) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, CoordError> {
+    ) -> Pending<T> {
         let idx = self
             .ids
             .iter()
@@ -99,11 +140,21 @@ impl Locked {
             .expect("shard not locked");
         let (tx, rx) = tokio::sync::oneshot::channel();
         let step: StepFn = Box::new(move |w| f(w).map(|t| Box::new(t) as StepOut));
-        self.senders[idx]
-            .send(Step::Run(step, tx))
-            .map_err(|_| CoordError::Unavailable)?;
-        let out = rx.await.map_err(|_| CoordError::Unavailable)??;
-        Ok(*out.downcast::<T>().expect("step output type"))
+        // A closed channel shows up as Unavailable when the result is awaited.
+        let _ = self.senders[idx].send(Step::Run(step, tx));
+        Pending {
+            rx,
+            _t: std::marker::PhantomData,
+        }
+    }
+
+    /// Runs `f` on shard `id` and waits for its output.
+    pub async fn run<T: Any + Send>(
+        &self,
+        id: usize,
+        f: impl FnOnce(&mut WriteCtx) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, CoordError> {
+        self.send(id, f).wait().await
     }
 
     /// Commits every locked shard together.
@@ -149,5 +200,97 @@ impl Drop for Locked {
                 let _ = s.send(Step::Abort);
             }
         }
+    }
+}
+
+/// A queued multi-shard command.
+struct Job {
+    ids: Vec<usize>,
+    plan: Plan,
+    reply: tokio::sync::oneshot::Sender<Reply>,
+}
+
+/// Handle of the coordinator task.
+pub struct Coordinator {
+    tx: tokio::sync::mpsc::UnboundedSender<Job>,
+}
+
+impl Coordinator {
+    /// Starts the coordinator task for a set of shards (on the current
+    /// tokio runtime).
+    pub fn start(shards: std::sync::Weak<ShardSet>) -> Coordinator {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(run(shards, rx));
+        Coordinator { tx }
+    }
+
+    /// Queues a command touching shards `ids`; the receiver yields its reply.
+    pub fn submit(&self, ids: Vec<usize>, plan: Plan) -> tokio::sync::oneshot::Receiver<Reply> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        let _ = self.tx.send(Job { ids, plan, reply });
+        rx
+    }
+}
+
+async fn run(shards: std::sync::Weak<ShardSet>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>) {
+    while let Some(first) = rx.recv().await {
+        let mut round = vec![first];
+        while round.len() < MAX_ROUND {
+            match rx.try_recv() {
+                Ok(job) => round.push(job),
+                Err(_) => break,
+            }
+        }
+        let Some(set) = shards.upgrade() else {
+            return;
+        };
+        run_round(&set, round).await;
+    }
+}
+
+/// Locks the union of the round's shards, runs every plan, commits once.
+async fn run_round(set: &ShardSet, round: Vec<Job>) {
+    let mut ids: Vec<usize> = round.iter().flat_map(|j| j.ids.iter().copied()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let locked = match Locked::lock(set, &ids).await {
+        Ok(l) => Arc::new(l),
+        Err(e) => {
+            for job in round {
+                let _ = job.reply.send(Reply::err(&e));
+            }
+            return;
+        }
+    };
+    let mut replies = Vec::with_capacity(round.len());
+    let mut failure = None;
+    for job in round {
+        if failure.is_none() {
+            match (job.plan)(locked.clone()).await {
+                Ok(Ok(r)) | Ok(Err(r)) => replies.push((job.reply, Some(r))),
+                Err(e) => {
+                    failure = Some(e);
+                    replies.push((job.reply, None));
+                }
+            }
+        } else {
+            replies.push((job.reply, None));
+        }
+    }
+    let locked = Arc::try_unwrap(locked).unwrap_or_else(|_| panic!("plans keep no lock handle"));
+    let outcome = match failure {
+        Some(e) => {
+            locked.abort();
+            Err(e)
+        }
+        None => locked.commit().await,
+    };
+    for (tx, reply) in replies {
+        let r = match (&outcome, reply) {
+            (Ok(()), Some(r)) => r,
+            (Err(e), _) => Reply::err(e),
+            (Ok(()), None) => Reply::err("command aborted"),
+        };
+        let _ = tx.send(r);
     }
 }

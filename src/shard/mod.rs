@@ -31,7 +31,7 @@ use std::sync::Arc;
 use redb::Database;
 
 use crate::protocol::Reply;
-use crate::storage::tables::{DbCounts, DATABASES};
+use crate::storage::tables::{DbCounts, DATABASES, NAMESPACES};
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 pub use set::ShardSet;
@@ -90,7 +90,7 @@ impl ShardShared {
     }
 
     /// Publishes committed key counts.
-    fn publish_counts(&self, counts: &[DbCounts; DATABASES]) {
+    fn publish_counts(&self, counts: &[DbCounts; NAMESPACES]) {
         for (slot, c) in self.counts.iter().zip(counts) {
             slot[0].store(c.keys, Ordering::Relaxed);
             slot[1].store(c.expires, Ordering::Relaxed);

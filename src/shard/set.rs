@@ -60,6 +60,7 @@ pub struct ShardSet {
     _lock: File,
     /// The durability policy the shards run with.
     pub durability: Durability,
+    coordinator: super::coordinator::Coordinator,
 }
 
 impl ShardSet {
@@ -129,13 +130,14 @@ impl ShardSet {
             .map_err(dir_err)?;
         let (addrs, system) = rx.recv().expect("actix system started");
         tracing::info!(shards = n, dir = %cfg.dir.display(), durability = durability.name(), "shards open");
-        Ok(Arc::new(ShardSet {
+        Ok(Arc::new_cyclic(|me| ShardSet {
             shared,
             addrs,
             system,
             thread: parking_lot::Mutex::new(Some(thread)),
             _lock: lock,
             durability,
+            coordinator: super::coordinator::Coordinator::start(me.clone()),
         }))
     }
 
@@ -167,6 +169,11 @@ impl ShardSet {
     /// The actor of a shard.
     pub fn addr(&self, id: usize) -> &Addr<ShardActor> {
         &self.addrs[id]
+    }
+
+    /// The multi-shard coordinator.
+    pub fn coordinator(&self) -> &super::coordinator::Coordinator {
+        &self.coordinator
     }
 
     /// Queues a write on a shard; the receiver yields its reply after commit.
@@ -216,7 +223,8 @@ impl ShardSet {
             let _ = rx.await;
         }
         self.system.stop();
-        if let Some(t) = self.thread.lock().take() {
+        let thread = self.thread.lock().take();
+        if let Some(t) = thread {
             let _ = tokio::task::spawn_blocking(move || t.join()).await;
         }
         tracing::info!("shards closed");

@@ -212,6 +212,10 @@ pub struct DbCounts {
 /// Number of logical databases (SELECT 0..15).
 pub const DATABASES: usize = 16;
 
+/// Namespaces a shard keeps counts for: the databases plus one spare that
+/// SWAPDB parks keys in while it exchanges two databases.
+pub const NAMESPACES: usize = DATABASES + 1;
+
 /// What the actor keeps in memory about its file between transactions.
 #[derive(Debug, Clone)]
 pub struct ShardState {
@@ -220,7 +224,7 @@ pub struct ShardState {
     /// Whether versions were handed out in the current transaction.
     pub version_dirty: bool,
     /// Key counts per database.
-    pub counts: [DbCounts; DATABASES],
+    pub counts: [DbCounts; NAMESPACES],
     /// Whether counts changed in the current transaction.
     pub counts_dirty: bool,
 }
@@ -233,7 +237,7 @@ impl ShardState {
         let hwm = sys.get(&b"version_hwm"[..])?.map_or(0, |v| {
             u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8]))
         });
-        let mut counts = [DbCounts::default(); DATABASES];
+        let mut counts = [DbCounts::default(); NAMESPACES];
         for (i, c) in counts.iter_mut().enumerate() {
             if let Some(v) = sys.get(count_key(i as u8).as_slice())? {
                 let v = v.value();
