@@ -12,14 +12,9 @@ use crate::storage::Meta;
 use crate::util::bits::{self, BitOp, FieldType, Overflow};
 
 const BAD_OFFSET: &str = "ERR bit offset is not an integer or out of range";
-/// Largest bit offset: strings are at most 512 MB.
-const MAX_BIT_OFFSET: i64 = 512 * 1024 * 1024 * 8 - 1;
 
 fn bit_offset(arg: &[u8]) -> Result<u64, Reply> {
-    match crate::util::num::parse_i64(arg) {
-        Some(o) if (0..=MAX_BIT_OFFSET).contains(&o) => Ok(o as u64),
-        _ => Err(error(BAD_OFFSET)),
-    }
+    bits::parse_offset(arg, 0).ok_or_else(|| error(BAD_OFFSET))
 }
 
 /// Replaces a string's bytes, keeping its TTL, or creates it.
@@ -275,12 +270,21 @@ fn parse_field_ops(a: &Args, read_only: bool) -> Result<Vec<FieldOp>, Reply> {
 fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool) {
     let mut out = Vec::with_capacity(ops.len());
     let mut changed = false;
+    // Redis grows the string for every SET/INCRBY before running any of
+    // them, so even a refused OVERFLOW FAIL write creates or extends it.
+    for op in ops {
+        if let FieldOp::Set(ty, off, ..) | FieldOp::Incr(ty, off, ..) = *op {
+            let before = v.len();
+            bits::grow_for_field(v, off, ty);
+            changed |= v.len() != before;
+        }
+    }
     for op in ops {
         match *op {
             FieldOp::Get(ty, off) => out.push(Reply::Int(bits::get_field(v, off, ty))),
             FieldOp::Set(ty, off, value, ov) => {
                 let old = bits::get_field(v, off, ty);
-                match value_for_set(value, ty, ov) {
+                match bits::set_value(value, ty, ov) {
                     Some(stored) => {
                         bits::set_field(v, off, ty, stored);
                         changed = true;
@@ -305,35 +309,6 @@ fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool) {
     (out, changed)
 }
 
-/// The value SET stores, or `None` when OVERFLOW FAIL refuses it. As in
-/// Redis, an unsigned field reads the argument as an unsigned 64-bit number
-/// (so -5 saturates to the maximum), a signed field as signed.
-fn value_for_set(value: i64, ty: FieldType, ov: Overflow) -> Option<i64> {
-    let bits = ty.bits as u32;
-    let (v, min, max): (i128, i128, i128) = if ty.signed {
-        let half = 1i128 << (bits - 1);
-        (value as i128, -half, half - 1)
-    } else {
-        (value as u64 as i128, 0, (1i128 << bits) - 1)
-    };
-    if (min..=max).contains(&v) {
-        return Some(v as i64);
-    }
-    match ov {
-        Overflow::Fail => None,
-        Overflow::Sat => Some(if v > max { max as i64 } else { min as i64 }),
-        Overflow::Wrap => {
-            let low = (v as u128 & ((1u128 << bits) - 1)) as i128;
-            let wrapped = if ty.signed && low > max {
-                low - (1i128 << bits)
-            } else {
-                low
-            };
-            Some(wrapped as i64)
-        }
-    }
-}
-
 /// BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset increment] [OVERFLOW WRAP|SAT|FAIL]
 pub fn bitfield(s: &mut Session, a: Args) -> Action {
     let ops = match parse_field_ops(&a, false) {
@@ -352,7 +327,7 @@ pub fn bitfield(s: &mut Session, a: Args) -> Action {
             .as_ref()
             .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
         let (out, changed) = run_field_ops(&mut v, &ops);
-        if changed {
+        if changed || old.is_none() {
             store_bytes(w, k, old.as_ref(), v)?;
         }
         Ok(Reply::Array(out))

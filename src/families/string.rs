@@ -399,19 +399,19 @@ pub fn decrby(s: &mut Session, a: Args) -> Action {
 }
 
 /// INCRBYFLOAT key increment
+///
+/// Computed in 80-bit extended precision, as Redis's `long double`, so the
+/// stored text matches Redis digit for digit.
 pub fn incrbyfloat(s: &mut Session, a: Args) -> Action {
-    let by = match args::float(a.get(2)) {
-        Ok(f) => f,
-        Err(r) => return r.into(),
-    };
+    let by = a.get(2).clone();
     s.write(a.get(1), move |w, k| {
         let old = string_for_write(w, k)?;
-        let cur = match &old {
-            Some(m) => num::parse_f64(string_bytes(m)).ok_or_else(|| error(args::NOT_FLOAT))?,
-            None => 0.0,
-        };
-        let text = num::format_incrbyfloat(cur + by)
-            .ok_or_else(|| Reply::err("increment would produce NaN or Infinity"))?;
+        let text = num::incrbyfloat(old.as_ref().map(string_bytes), &by).map_err(|e| match e {
+            num::IncrFloatError::NanOrInfinity => {
+                Reply::err("increment would produce NaN or Infinity")
+            }
+            _ => error(args::NOT_FLOAT),
+        })?;
         let expire = old.as_ref().map_or(0, |m| m.expire_ms);
         keyspace::store(
             w,
