@@ -1,1 +1,68 @@
-fn main() {}
+//! Criterion benchmarks of the storage hot paths: key and score encoding,
+//! metadata round trips, and a shard-style batch of SETs applied in one redb
+//! write transaction (what one group commit costs per op).
+
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
+
+use cairn::storage::encoding::{meta_key, score_from_bytes, score_to_bytes, Meta};
+use cairn::storage::keyspace::{self, Key};
+use cairn::storage::tables::{init_file, ShardState};
+use cairn::storage::WriteCtx;
+
+fn encoding(c: &mut Criterion) {
+    c.bench_function("meta_key", |b| {
+        b.iter(|| {
+            meta_key(
+                black_box(0),
+                black_box(1234),
+                black_box(b"key:000000012345"),
+            )
+        })
+    });
+    c.bench_function("score_round_trip", |b| {
+        b.iter(|| score_from_bytes(score_to_bytes(black_box(-1234.5678))))
+    });
+    let meta = Meta::string(vec![b'x'; 64], 0);
+    let raw = meta.encode();
+    c.bench_function("meta_encode", |b| b.iter(|| black_box(&meta).encode()));
+    c.bench_function("meta_decode", |b| {
+        b.iter(|| Meta::decode(black_box(&raw)).unwrap())
+    });
+}
+
+fn shard_apply(c: &mut Criterion) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = redb::Database::builder()
+        .set_cache_size(64 << 20)
+        .create(dir.path().join("bench.redb"))
+        .unwrap();
+    init_file(&db).unwrap();
+    let mut state = ShardState::load(&db).unwrap();
+    let mut n = 0u64;
+    c.bench_function("batch_of_100_sets_non_durable_commit", |b| {
+        b.iter_batched(
+            || (),
+            |()| {
+                let mut txn = db.begin_write().unwrap();
+                txn.set_durability(redb::Durability::None).unwrap();
+                {
+                    let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+                    for _ in 0..100 {
+                        n += 1;
+                        let name = format!("key:{:012}", n % 100_000);
+                        let k = Key::new(0, name.as_bytes());
+                        let old = keyspace::lookup_for_write(&mut w, k).unwrap();
+                        keyspace::store(&mut w, k, old.as_ref(), &Meta::string(b"xxx".to_vec(), 0))
+                            .unwrap();
+                    }
+                    w.finish().unwrap();
+                }
+                txn.commit().unwrap();
+            },
+            BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, encoding, shard_apply);
+criterion_main!(benches);
