@@ -29,8 +29,13 @@ enum Slot {
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
 }
 
-/// Replies not yet written, in request order.
+/// Replies not yet written, in request order, and the snapshots the
+/// current batch of requests reads from.
 struct Outbox {
+    /// One snapshot per shard, shared by the reads of one batch of pipelined
+    /// requests (as Redis serves a pipeline without interleaving). Dropped
+    /// whenever this client's own writes commit, so it always sees them.
+    snapshots: Vec<Option<crate::storage::ReadCtx>>,
     slots: VecDeque<(Slot, bool /* resp3 */, bool /* suppressed */)>,
     /// The shard this client has writes in flight on.
     inflight: Option<usize>,
@@ -53,13 +58,23 @@ impl Outbox {
         while let Some((slot, resp3, suppressed)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
-                Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
+                Slot::Waiting(rx) => {
+                    // A write of this client committed: later reads must see it.
+                    self.forget_snapshots();
+                    rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
+                }
             };
             if !suppressed {
                 reply.encode(&mut self.out, resp3);
             }
         }
         self.inflight = None;
+    }
+
+    fn forget_snapshots(&mut self) {
+        for s in &mut self.snapshots {
+            *s = None;
+        }
     }
 }
 
@@ -101,6 +116,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len);
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut outbox = Outbox {
+        snapshots: (0..server.shards.len()).map(|_| None).collect(),
         slots: VecDeque::new(),
         inflight: None,
         out: BytesMut::with_capacity(16 * 1024),
@@ -126,6 +142,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             }
         }
         outbox.drain().await;
+        outbox.forget_snapshots();
         if !outbox.out.is_empty() {
             server
                 .stats
@@ -228,9 +245,12 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
                 if outbox.inflight.is_some() {
                     outbox.drain().await;
                 }
-                let r = match server.shards.shard(shard).snapshot() {
-                    Ok(snap) => f(&snap).unwrap_or_else(Reply::err),
-                    Err(e) => Reply::err(e),
+                if outbox.snapshots[shard].is_none() {
+                    outbox.snapshots[shard] = server.shards.shard(shard).snapshot().ok();
+                }
+                let r = match &outbox.snapshots[shard] {
+                    Some(snap) => f(snap).unwrap_or_else(Reply::err),
+                    None => Reply::err("cannot open a snapshot"),
                 };
                 failed = r.is_error();
                 outbox.push_ready(r, resp3, suppressed);
@@ -238,6 +258,7 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
         }
         Action::Job(job) => {
             outbox.drain().await;
+            outbox.forget_snapshots();
             let r = job.await;
             failed = r.is_error();
             outbox.push_ready(r, session.resp3, suppressed);

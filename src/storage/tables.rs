@@ -161,9 +161,11 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
 /// On-disk format version of this build.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// A read-only snapshot of a shard.
+/// A read-only snapshot of a shard. Tables are opened on first use and kept,
+/// so a pipeline of reads on one snapshot opens each table once.
 pub struct ReadCtx {
     txn: redb::ReadTransaction,
+    tables: [std::sync::OnceLock<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>; 6],
     now_ms: u64,
 }
 
@@ -172,8 +174,21 @@ impl ReadCtx {
     pub fn begin(db: &Database, now_ms: u64) -> Result<ReadCtx, StoreError> {
         Ok(ReadCtx {
             txn: db.begin_read()?,
+            tables: Default::default(),
             now_ms,
         })
+    }
+
+    fn table(
+        &self,
+        t: Table,
+    ) -> Result<&redb::ReadOnlyTable<&'static [u8], &'static [u8]>, StoreError> {
+        let slot = &self.tables[t as usize];
+        if let Some(table) = slot.get() {
+            return Ok(table);
+        }
+        let opened = self.txn.open_table(t.def())?;
+        Ok(slot.get_or_init(|| opened))
     }
 }
 
@@ -183,8 +198,7 @@ impl KvRead for ReadCtx {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let t = self.txn.open_table(table.def())?;
-        Ok(t.get(key)?.map(|v| v.value().to_vec()))
+        Ok(self.table(table)?.get(key)?.map(|v| v.value().to_vec()))
     }
 
     fn scan(
@@ -195,8 +209,7 @@ impl KvRead for ReadCtx {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let t = self.txn.open_table(table.def())?;
-        scan_table(&t, start, end, reverse, visit)
+        scan_table(self.table(table)?, start, end, reverse, visit)
     }
 }
 
