@@ -1,0 +1,429 @@
+//! Durability: acknowledged writes survive a SIGKILL under `durability =
+//! always`, the data directory lock keeps a second server out, data and TTLs
+//! survive clean restarts under every durability policy, and expired keys are
+//! reaped after a restart.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use cairn::config::Durability;
+use common::TestServer;
+use redis::{Connection, Value};
+
+/// A free loopback port (bound, read, released).
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().unwrap().port()
+}
+
+/// A cairn binary started by a test; SIGKILLed on drop if still running.
+struct Proc {
+    child: Child,
+    port: u16,
+}
+
+impl Proc {
+    /// Starts the binary on `data` with 2 shards and `durability = always`,
+    /// cwd in `cwd` (so no ./config.toml is picked up).
+    fn spawn(cwd: &Path, data: &Path, port: u16, stderr: Stdio) -> Proc {
+        let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .current_dir(cwd)
+            .args(["--port", &port.to_string()])
+            .arg("--dir")
+            .arg(data)
+            .args(["--shards", "2", "--durability", "always"])
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .expect("spawn cairn");
+        Proc { child, port }
+    }
+
+    /// Starts the binary and waits until it answers PING.
+    fn start(cwd: &Path, data: &Path) -> Proc {
+        let mut p = Proc::spawn(cwd, data, free_port(), Stdio::null());
+        p.wait_ready();
+        p
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("cairn exited before answering PING: {status}");
+            }
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
+                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+                let mut buf = [0u8; 7];
+                if s.write_all(b"PING\r\n").is_ok()
+                    && s.read_exact(&mut buf).is_ok()
+                    && &buf == b"+PONG\r\n"
+                {
+                    return;
+                }
+            }
+            assert!(Instant::now() < deadline, "cairn did not answer PING");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn client(&self) -> Connection {
+        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
+        let conn = c
+            .get_connection_with_timeout(Duration::from_secs(5))
+            .expect("redis connection");
+        conn.set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        conn
+    }
+
+    /// SIGKILL and reap.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SHUTDOWN, then wait (bounded) for the exit status.
+    fn shutdown(&mut self) -> std::process::ExitStatus {
+        let mut c = self.client();
+        let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut c);
+        wait_exit(&mut self.child, Duration::from_secs(10)).expect("cairn exits after SHUTDOWN")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Waits up to `limit` for a child to exit.
+fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return Some(s);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn get(c: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(c).unwrap()
+}
+
+fn int(c: &mut Connection, args: &[&str]) -> i64 {
+    let mut cmd = redis::cmd(args[0]);
+    for a in &args[1..] {
+        cmd.arg(*a);
+    }
+    cmd.query(c).unwrap()
+}
+
+fn info(c: &mut Connection, section: &str) -> String {
+    redis::cmd("INFO").arg(section).query(c).unwrap()
+}
+
+/// The value of `field:` in an INFO text.
+fn info_field(text: &str, field: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim_end().to_string())
+}
+
+// Pins: with durability=always every acknowledged SET and INCR survives a
+// SIGKILL mid-stream, and no INCR is applied twice.
+#[test]
+fn acknowledged_writes_survive_sigkill() {
+    let root = tempfile::tempdir().unwrap();
+    let data: PathBuf = root.path().join("data");
+    let mut first = Proc::start(root.path(), &data);
+
+    let sets = Arc::new(AtomicU64::new(0));
+    let incrs = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (sets, incrs, stop) = (sets.clone(), incrs.clone(), stop.clone());
+        let mut c = first.client();
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let set: redis::RedisResult<Value> = redis::cmd("SET")
+                    .arg(format!("k{i}"))
+                    .arg(format!("v{i}"))
+                    .query(&mut c);
+                match set {
+                    Ok(Value::Okay) => sets.store(i + 1, Ordering::SeqCst),
+                    Ok(other) => panic!("SET k{i} answered {other:?}"),
+                    Err(_) => return,
+                }
+                match redis::cmd("INCR").arg("counter").query::<i64>(&mut c) {
+                    Ok(n) => {
+                        assert_eq!(n as u64, i + 1, "INCR reply");
+                        incrs.store(i + 1, Ordering::SeqCst);
+                    }
+                    Err(_) => return,
+                }
+                i += 1;
+            }
+        })
+    };
+
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) && sets.load(Ordering::SeqCst) < 3000 {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    first.kill();
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer thread");
+    let (sets, incrs) = (sets.load(Ordering::SeqCst), incrs.load(Ordering::SeqCst));
+    assert!(sets > 10, "only {sets} writes acknowledged before the kill");
+    eprintln!("SIGKILL after {sets} acknowledged SETs, {incrs} INCRs");
+
+    let second = Proc::start(root.path(), &data);
+    let mut c = second.client();
+    for chunk in (0..sets).collect::<Vec<_>>().chunks(500) {
+        let mut cmd = redis::cmd("MGET");
+        for i in chunk {
+            cmd.arg(format!("k{i}"));
+        }
+        let got: Vec<Option<String>> = cmd.query(&mut c).unwrap();
+        for (i, v) in chunk.iter().zip(got) {
+            assert_eq!(
+                v,
+                Some(format!("v{i}")),
+                "acknowledged key k{i} after SIGKILL"
+            );
+        }
+    }
+    let counter: u64 = get(&mut c, "counter").map_or(0, |v| v.parse().unwrap());
+    assert!(
+        counter >= incrs && counter <= incrs + 1,
+        "counter {counter} after {incrs} acknowledged INCRs"
+    );
+    drop(c);
+    let mut second = second;
+    let status = second.shutdown();
+    assert!(
+        status.success(),
+        "cairn exited with {status} after SHUTDOWN"
+    );
+}
+
+// Pins: a second server on a data directory in use exits non-zero with an
+// error naming the lock, and the first server keeps serving.
+#[test]
+fn second_server_on_same_dir_is_refused() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let first = Proc::start(root.path(), &data);
+    let mut c = first.client();
+    let _: () = redis::cmd("SET").arg("x").arg("1").query(&mut c).unwrap();
+
+    let mut second = Proc::spawn(root.path(), &data, free_port(), Stdio::piped());
+    let status = wait_exit(&mut second.child, Duration::from_secs(15))
+        .expect("second server on a locked dir must exit");
+    let mut stderr = String::new();
+    second
+        .child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!status.success(), "second server exited with {status}");
+    assert!(
+        stderr.to_lowercase().contains("lock"),
+        "stderr does not mention the lock: {stderr:?}"
+    );
+    assert_eq!(get(&mut c, "x").as_deref(), Some("1"));
+}
+
+/// Writes the fixture: db0 s1 (no TTL), s2 (EX 100), s3 (PX 50000); db3 d1
+/// (no TTL), d2 (EX 200).
+fn write_fixture(c: &mut Connection, prefix: &str) {
+    let set = |c: &mut Connection, args: &[&str]| {
+        let mut cmd = redis::cmd("SET");
+        for a in args {
+            cmd.arg(*a);
+        }
+        let v: Value = cmd.query(c).unwrap();
+        assert_eq!(v, Value::Okay);
+    };
+    let _: () = redis::cmd("SELECT").arg(0).query(c).unwrap();
+    set(c, &[&format!("{prefix}s1"), "v1"]);
+    set(c, &[&format!("{prefix}s2"), "v2", "EX", "100"]);
+    set(c, &[&format!("{prefix}s3"), "v3", "PX", "50000"]);
+    let _: () = redis::cmd("SELECT").arg(3).query(c).unwrap();
+    set(c, &[&format!("{prefix}d1"), "w1"]);
+    set(c, &[&format!("{prefix}d2"), "w2", "EX", "200"]);
+    let _: () = redis::cmd("SELECT").arg(0).query(c).unwrap();
+}
+
+/// Checks the fixture written with `prefix` is intact with sane TTLs.
+fn check_fixture(c: &mut Connection, prefix: &str) {
+    let _: () = redis::cmd("SELECT").arg(0).query(c).unwrap();
+    assert_eq!(get(c, &format!("{prefix}s1")).as_deref(), Some("v1"));
+    assert_eq!(get(c, &format!("{prefix}s2")).as_deref(), Some("v2"));
+    assert_eq!(get(c, &format!("{prefix}s3")).as_deref(), Some("v3"));
+    assert_eq!(int(c, &["TTL", &format!("{prefix}s1")]), -1);
+    let ttl = int(c, &["TTL", &format!("{prefix}s2")]);
+    assert!((85..=100).contains(&ttl), "TTL {prefix}s2 = {ttl}");
+    let pttl = int(c, &["PTTL", &format!("{prefix}s3")]);
+    assert!(
+        (35_000..=50_000).contains(&pttl),
+        "PTTL {prefix}s3 = {pttl}"
+    );
+    let _: () = redis::cmd("SELECT").arg(3).query(c).unwrap();
+    assert_eq!(get(c, &format!("{prefix}d1")).as_deref(), Some("w1"));
+    assert_eq!(get(c, &format!("{prefix}d2")).as_deref(), Some("w2"));
+    assert_eq!(int(c, &["TTL", &format!("{prefix}d1")]), -1);
+    let ttl = int(c, &["TTL", &format!("{prefix}d2")]);
+    assert!((185..=200).contains(&ttl), "TTL {prefix}d2 = {ttl}");
+    // Not visible from the other database.
+    assert_eq!(get(c, &format!("{prefix}s1")), None);
+    let _: () = redis::cmd("SELECT").arg(0).query(c).unwrap();
+    assert_eq!(get(c, &format!("{prefix}d1")), None);
+}
+
+/// Asserts DBSIZE of db0 and db3 and the INFO keyspace lines.
+fn check_sizes(c: &mut Connection, db0: (i64, i64), db3: (i64, i64)) {
+    let _: () = redis::cmd("SELECT").arg(3).query(c).unwrap();
+    assert_eq!(int(c, &["DBSIZE"]), db3.0, "DBSIZE db3");
+    let _: () = redis::cmd("SELECT").arg(0).query(c).unwrap();
+    assert_eq!(int(c, &["DBSIZE"]), db0.0, "DBSIZE db0");
+    let ks = info(c, "keyspace");
+    let expect = format!(
+        "# Keyspace\r\ndb0:keys={},expires={},avg_ttl=0\r\ndb3:keys={},expires={},avg_ttl=0\r\n",
+        db0.0, db0.1, db3.0, db3.1
+    );
+    assert_eq!(ks, expect);
+}
+
+/// Write, SHUTDOWN, restart, check; write more, stop(), restart, check all.
+fn clean_restart(durability: Durability) {
+    let tweak = move |cfg: &mut cairn::config::Config| cfg.durability = durability;
+    let srv = TestServer::start_with(tweak);
+    let path = srv.path.clone();
+    let mut c = srv.client();
+    write_fixture(&mut c, "a:");
+    check_sizes(&mut c, (3, 2), (2, 1));
+    // SHUTDOWN from a client closes the connection without a reply.
+    let r = redis::cmd("SHUTDOWN").query::<Value>(&mut c);
+    assert!(r.is_err(), "SHUTDOWN answered {r:?}");
+    let tmp = srv.stop();
+
+    let srv = TestServer::start_in(path.clone(), tweak);
+    let mut c = srv.client();
+    check_fixture(&mut c, "a:");
+    check_sizes(&mut c, (3, 2), (2, 1));
+    write_fixture(&mut c, "b:");
+    drop(c);
+    drop(srv.stop());
+
+    let srv = TestServer::start_in(path, tweak);
+    let mut c = srv.client();
+    check_fixture(&mut c, "a:");
+    check_fixture(&mut c, "b:");
+    check_sizes(&mut c, (6, 4), (4, 2));
+    let persistence = info(&mut c, "persistence");
+    assert_eq!(
+        info_field(&persistence, "cairn_durability").as_deref(),
+        Some(durability.name())
+    );
+    drop(srv.stop());
+    drop(tmp);
+}
+
+// Pins: strings with and without TTL in db0 and db3 survive SHUTDOWN and
+// stop() restarts with durability=always; TTLs and DBSIZE stay right.
+#[test]
+fn clean_restart_always() {
+    clean_restart(Durability::Always);
+}
+
+// Pins: the same clean-restart guarantees with durability=everysec.
+#[test]
+fn clean_restart_everysec() {
+    clean_restart(Durability::Everysec);
+}
+
+// Pins: the same clean-restart guarantees with durability=no (the final
+// sync on shutdown makes everything durable).
+#[test]
+fn clean_restart_no() {
+    clean_restart(Durability::No);
+}
+
+// Pins: a PX 300 key is gone after a restart, and the reaper removes an
+// untouched expired key (DBSIZE and INFO keyspace drop without access).
+#[test]
+fn expiry_survives_restart_and_is_reaped() {
+    let srv = TestServer::start();
+    let path = srv.path.clone();
+    let mut c = srv.client();
+    let set_at = Instant::now();
+    for k in ["touched", "untouched"] {
+        let v: Value = redis::cmd("SET")
+            .arg(k)
+            .arg("v")
+            .arg("PX")
+            .arg(300)
+            .query(&mut c)
+            .unwrap();
+        assert_eq!(v, Value::Okay);
+    }
+    let _: () = redis::cmd("SET")
+        .arg("keep")
+        .arg("v")
+        .query(&mut c)
+        .unwrap();
+    drop(c);
+    let tmp = srv.stop();
+
+    let srv = TestServer::start_in(path, |_| {});
+    let restarted_at = Instant::now();
+    let restarted_before_expiry = restarted_at < set_at + Duration::from_millis(300);
+    std::thread::sleep(Duration::from_millis(500));
+    let mut c = srv.client();
+    assert_eq!(get(&mut c, "touched"), None);
+    assert_eq!(int(&mut c, &["PTTL", "touched"]), -2);
+    assert_eq!(int(&mut c, &["EXISTS", "touched"]), 0);
+
+    // "untouched" is never accessed: only the reaper can remove it.
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut size = int(&mut c, &["DBSIZE"]);
+    while size != 1 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+        size = int(&mut c, &["DBSIZE"]);
+    }
+    assert_eq!(size, 1, "DBSIZE after the reaper had 3 s");
+    assert_eq!(
+        info(&mut c, "keyspace"),
+        "# Keyspace\r\ndb0:keys=1,expires=0,avg_ttl=0\r\n"
+    );
+    if restarted_before_expiry {
+        let cairn = info(&mut c, "cairn");
+        let reaped: u64 = info_field(&cairn, "reaper_expired_keys")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(reaped >= 1, "reaper_expired_keys = {reaped}");
+    }
+    assert_eq!(get(&mut c, "keep").as_deref(), Some("v"));
+    assert_eq!(get(&mut c, "untouched"), None);
+    drop(srv.stop());
+    drop(tmp);
+}

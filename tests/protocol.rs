@@ -1,0 +1,350 @@
+//! The wire protocol over raw TCP: large requests arriving in pieces,
+//! Redis's exact protocol errors (and the close that follows), inline
+//! commands, pipelines mixing inline and multibulk, and clients that vanish
+//! mid-command or with replies unread.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::TestServer;
+
+/// A multibulk request.
+fn multibulk(args: &[&[u8]]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Sends `send` and reads exactly `expected.len()` bytes, which must match.
+fn exchange(s: &mut TcpStream, send: &[u8], expected: &[u8]) {
+    s.write_all(send).unwrap();
+    expect(s, expected, send);
+}
+
+fn expect(s: &mut TcpStream, expected: &[u8], context: &[u8]) {
+    let mut got = vec![0u8; expected.len()];
+    let mut n = 0;
+    while n < got.len() {
+        match s.read(&mut got[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) => panic!(
+                "reading reply to {:?}: {e} (got {:?})",
+                String::from_utf8_lossy(context),
+                String::from_utf8_lossy(&got[..n])
+            ),
+        }
+    }
+    assert_eq!(
+        String::from_utf8_lossy(&got[..n]),
+        String::from_utf8_lossy(expected),
+        "reply to {:?}",
+        String::from_utf8_lossy(context)
+    );
+}
+
+/// Asserts the server closes the connection (EOF or reset) with nothing more
+/// to say.
+fn expect_closed(s: &mut TcpStream, context: &[u8]) {
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 256];
+    match s.read(&mut buf) {
+        Ok(0) => {}
+        Ok(n) => panic!(
+            "after {:?} the server sent more: {:?}",
+            String::from_utf8_lossy(context),
+            String::from_utf8_lossy(&buf[..n])
+        ),
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        Err(e) => panic!(
+            "server did not close the connection after {:?}: {e}",
+            String::from_utf8_lossy(context)
+        ),
+    }
+}
+
+/// INFO clients' connected_clients, read over a fresh connection (which
+/// counts itself).
+fn connected_clients(srv: &TestServer) -> u64 {
+    let mut s = srv.tcp();
+    s.write_all(b"INFO clients\r\n").unwrap();
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    // "$<len>\r\n<len bytes>\r\n"
+    loop {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "connection closed during INFO");
+        text.extend_from_slice(&buf[..n]);
+        if let Some(nl) = text.windows(2).position(|w| w == b"\r\n") {
+            let len: usize = std::str::from_utf8(&text[1..nl]).unwrap().parse().unwrap();
+            if text.len() >= nl + 2 + len + 2 {
+                break;
+            }
+        }
+    }
+    let text = String::from_utf8(text).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("connected_clients:"))
+        .expect("connected_clients field")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Waits (bounded) until only `n` clients are connected, counting the probe.
+fn wait_for_clients(srv: &TestServer, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = connected_clients(srv);
+        if got == n {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{got} clients still connected, expected {n}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// Pins: an MSET of 200,000 pairs arriving in 64 KiB pieces is answered +OK
+// in bounded time (15 s: debug build on 2 shared cores) and stores every pair.
+#[test]
+fn huge_mset_in_pieces() {
+    let srv = TestServer::start();
+    const PAIRS: usize = 200_000;
+    let mut req = format!("*{}\r\n$4\r\nMSET\r\n", 1 + 2 * PAIRS).into_bytes();
+    for i in 0..PAIRS {
+        let k = format!("key:{i}");
+        let v = format!("v{i}");
+        req.extend_from_slice(format!("${}\r\n{k}\r\n${}\r\n{v}\r\n", k.len(), v.len()).as_bytes());
+    }
+    let mut s = srv.tcp();
+    s.set_read_timeout(Some(Duration::from_secs(18))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(18))).unwrap();
+    let started = Instant::now();
+    for piece in req.chunks(64 * 1024) {
+        s.write_all(piece).unwrap();
+    }
+    expect(&mut s, b"+OK\r\n", b"MSET of 200000 pairs");
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(15), "MSET took {took:?}");
+    exchange(&mut s, b"DBSIZE\r\n", b":200000\r\n");
+    exchange(&mut s, b"GET key:0\r\n", b"$2\r\nv0\r\n");
+    exchange(&mut s, b"GET key:199999\r\n", b"$7\r\nv199999\r\n");
+    exchange(
+        &mut s,
+        b"MGET key:77 key:123456\r\n",
+        b"*2\r\n$3\r\nv77\r\n$7\r\nv123456\r\n",
+    );
+}
+
+// Pins: each malformed request gets Redis 7.0's exact protocol error, the
+// connection closes, and data stored before is intact.
+#[test]
+fn malformed_requests_get_protocol_errors() {
+    let srv = TestServer::start();
+    let cases: &[(&[u8], &str)] = &[
+        (b"*abc\r\n", "invalid multibulk length"),
+        (b"*3000000000\r\n", "invalid multibulk length"),
+        (b"*1\r\n$-1\r\n", "invalid bulk length"),
+        (b"*1\r\n$abc\r\n", "invalid bulk length"),
+        (b"*1\r\n$600000000\r\n", "invalid bulk length"),
+        (b"*1\r\n:1\r\n", "expected '$', got ':'"),
+        (b"*2\r\n$3\r\nGET\r\n+x\r\n", "expected '$', got '+'"),
+        (b"SET a \"b\r\n", "unbalanced quotes in request"),
+        (b"SET a 'b\r\n", "unbalanced quotes in request"),
+        (b"SET a \"b\"c\r\n", "unbalanced quotes in request"),
+    ];
+    for (i, (bad, msg)) in cases.iter().enumerate() {
+        let key = format!("before{i}");
+        let mut s = srv.tcp();
+        exchange(
+            &mut s,
+            &multibulk(&[b"SET", key.as_bytes(), b"kept"]),
+            b"+OK\r\n",
+        );
+        let expected = format!("-ERR Protocol error: {msg}\r\n");
+        exchange(&mut s, bad, expected.as_bytes());
+        expect_closed(&mut s, bad);
+
+        let mut s = srv.tcp();
+        exchange(
+            &mut s,
+            format!("GET {key}\r\n").as_bytes(),
+            b"$4\r\nkept\r\n",
+        );
+    }
+    // A valid command ahead of the bad one in the same packet still runs and
+    // is answered before the error.
+    let mut s = srv.tcp();
+    let mut req = multibulk(&[b"SET", b"q", b"v"]);
+    req.extend_from_slice(b"*1\r\n$-1\r\n");
+    exchange(
+        &mut s,
+        &req,
+        b"+OK\r\n-ERR Protocol error: invalid bulk length\r\n",
+    );
+    expect_closed(&mut s, &req);
+    let mut s = srv.tcp();
+    exchange(&mut s, b"GET q\r\n", b"$1\r\nv\r\n");
+    exchange(
+        &mut s,
+        b"DBSIZE\r\n",
+        format!(":{}\r\n", cases.len() + 1).as_bytes(),
+    );
+}
+
+// Pins: inline commands split arguments like Redis (quotes, escapes, extra
+// spaces, bare LF, empty lines skipped).
+#[test]
+fn inline_commands() {
+    let srv = TestServer::start();
+    let mut s = srv.tcp();
+    exchange(&mut s, b"PING\r\n", b"+PONG\r\n");
+    exchange(&mut s, b"PING\n", b"+PONG\r\n");
+    exchange(&mut s, b"\r\n\n   \r\nPING\r\n", b"+PONG\r\n");
+    exchange(&mut s, b"SET a \"b c\"\r\n", b"+OK\r\n");
+    exchange(&mut s, b"GET a\r\n", b"$3\r\nb c\r\n");
+    exchange(&mut s, b"SET e \"x\\ty\\x41\"\r\n", b"+OK\r\n");
+    exchange(&mut s, b"GET e\r\n", b"$4\r\nx\tyA\r\n");
+    exchange(&mut s, b"SET s 'it\\'s'\r\n", b"+OK\r\n");
+    exchange(&mut s, b"GET s\r\n", b"$4\r\nit's\r\n");
+    exchange(&mut s, b"  ECHO   spaced   \r\n", b"$6\r\nspaced\r\n");
+    exchange(
+        &mut s,
+        b"ECHO a b\r\n",
+        b"-ERR wrong number of arguments for 'echo' command\r\n",
+    );
+    exchange(
+        &mut s,
+        b"FOO bar\r\n",
+        b"-ERR unknown command 'FOO', with args beginning with: 'bar' \r\n",
+    );
+    // Errors that are not protocol errors keep the connection open.
+    exchange(&mut s, b"PING\r\n", b"+PONG\r\n");
+}
+
+// Pins: a pipeline mixing inline and multibulk requests (and skipped *0 /
+// *-1 requests) is answered in order in one go.
+#[test]
+fn pipelined_inline_and_multibulk() {
+    let srv = TestServer::start();
+    let mut s = srv.tcp();
+    let mut req = Vec::new();
+    req.extend_from_slice(b"PING\r\n");
+    req.extend_from_slice(&multibulk(&[b"PING"]));
+    req.extend_from_slice(b"ECHO hi\r\n");
+    req.extend_from_slice(b"*0\r\n*-1\r\n");
+    req.extend_from_slice(&multibulk(&[b"ECHO", b"yo"]));
+    req.extend_from_slice(b"SET k \"1 2\"\r\n");
+    req.extend_from_slice(&multibulk(&[b"APPEND", b"k", b" 3"]));
+    req.extend_from_slice(b"GET k\r\n");
+    req.extend_from_slice(&multibulk(&[b"INCR", b"n"]));
+    req.extend_from_slice(b"INCR n\r\n");
+    exchange(
+        &mut s,
+        &req,
+        b"+PONG\r\n+PONG\r\n$2\r\nhi\r\n$2\r\nyo\r\n+OK\r\n:5\r\n$5\r\n1 2 3\r\n:1\r\n:2\r\n",
+    );
+    // A multibulk request trickling in one byte at a time.
+    let req = multibulk(&[b"SET", b"slow", b"value"]);
+    for b in &req {
+        s.write_all(std::slice::from_ref(b)).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    expect(&mut s, b"+OK\r\n", &req);
+    exchange(&mut s, b"GET slow\r\n", b"$5\r\nvalue\r\n");
+}
+
+// Pins: a client that disconnects in the middle of a command leaves nothing
+// behind, and the server keeps serving other clients.
+#[test]
+fn disconnect_mid_command_leaves_nothing() {
+    let srv = TestServer::start();
+    let mut other = srv.tcp();
+    exchange(&mut other, b"SET keep 1\r\n", b"+OK\r\n");
+    let cuts: &[&[u8]] = &[
+        b"*3\r\n$3\r\nSE",
+        b"*3\r\n$3\r\nSET\r\n$4\r\nhalf\r\n$10\r\nabcde",
+        b"*3\r\n$3\r\nSET\r\n$4\r\nhalf\r\n$2\r\nab",
+        b"*3\r\n$3\r\nSET\r\n$4\r\nhalf\r\n",
+        b"SET half value",
+    ];
+    for cut in cuts {
+        let mut s = srv.tcp();
+        s.write_all(cut).unwrap();
+        // Let the server read the partial request before the close.
+        std::thread::sleep(Duration::from_millis(50));
+        drop(s);
+        // `other` and the probe itself remain.
+        wait_for_clients(&srv, 2);
+        exchange(&mut other, b"EXISTS half\r\n", b":0\r\n");
+        exchange(&mut other, b"DBSIZE\r\n", b":1\r\n");
+    }
+    exchange(&mut other, b"PING\r\n", b"+PONG\r\n");
+    exchange(&mut other, b"SET half done\r\n", b"+OK\r\n");
+    exchange(&mut other, b"GET half\r\n", b"$4\r\ndone\r\n");
+}
+
+// Pins: a client that sends 100 pipelined SETs and disconnects without
+// reading leaves each key either absent or fully written, in request order,
+// and the server stays healthy.
+#[test]
+fn disconnect_with_unread_replies() {
+    let srv = TestServer::start();
+    const N: usize = 100;
+    let value = vec![b'x'; 1000];
+    let mut req = Vec::new();
+    for i in 0..N {
+        req.extend_from_slice(&multibulk(&[b"SET", format!("p:{i}").as_bytes(), &value]));
+    }
+    // And a final SET that never completes.
+    req.extend_from_slice(b"*3\r\n$3\r\nSET\r\n$5\r\np:end\r\n$1000\r\nxx");
+    let mut s = srv.tcp();
+    s.write_all(&req).unwrap();
+    let _ = s.shutdown(Shutdown::Both);
+    drop(s);
+    wait_for_clients(&srv, 1);
+
+    let mut c = srv.tcp();
+    let mut applied = Vec::new();
+    for i in 0..N {
+        c.write_all(format!("STRLEN p:{i}\r\n").as_bytes()).unwrap();
+        let mut line = Vec::new();
+        let mut b = [0u8; 1];
+        while !line.ends_with(b"\r\n") {
+            c.read_exact(&mut b).unwrap();
+            line.push(b[0]);
+        }
+        match &line[..] {
+            b":1000\r\n" => applied.push(true),
+            b":0\r\n" => applied.push(false),
+            other => panic!("STRLEN p:{i} = {:?}", String::from_utf8_lossy(other)),
+        }
+    }
+    let n = applied.iter().filter(|&&a| a).count();
+    assert!(
+        applied.iter().take(n).all(|&a| a),
+        "applied SETs are not a prefix of the pipeline: {applied:?}"
+    );
+    exchange(&mut c, b"EXISTS p:end\r\n", b":0\r\n");
+    exchange(&mut c, b"DBSIZE\r\n", format!(":{n}\r\n").as_bytes());
+    exchange(&mut c, b"SET after 1\r\n", b"+OK\r\n");
+    exchange(&mut c, b"GET after\r\n", b"$1\r\n1\r\n");
+    let mut others: Vec<TcpStream> = (0..5).map(|_| srv.tcp()).collect();
+    for (i, o) in others.iter_mut().enumerate() {
+        exchange(
+            o,
+            format!("ECHO c{i}\r\n").as_bytes(),
+            format!("$2\r\nc{i}\r\n").as_bytes(),
+        );
+    }
+}
