@@ -346,7 +346,7 @@ impl Actor for ShardActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         // Clients may flood the mailbox; never let it push back on them.
-        ctx.set_mailbox_capacity(usize::MAX);
+        ctx.set_mailbox_capacity(1 << 24);
         ctx.run_interval(REAPER_INTERVAL, |act, _| {
             if let Err(e) = act.reap() {
                 tracing::error!(shard = act.shared.id, error = %e, "reaper slice failed");

@@ -241,3 +241,128 @@ pub fn collect_garbage(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::tables::{init_file, ShardState};
+    use redb::Database;
+
+    fn with_txn<T>(
+        db: &Database,
+        state: &mut ShardState,
+        now: u64,
+        f: impl FnOnce(&mut WriteCtx) -> T,
+    ) -> T {
+        let txn = db.begin_write().unwrap();
+        let out;
+        {
+            let mut w = WriteCtx::open(&txn, now, state).unwrap();
+            out = f(&mut w);
+            w.finish().unwrap();
+        }
+        txn.commit().unwrap();
+        out
+    }
+
+    fn count(w: &WriteCtx, t: Table) -> usize {
+        let mut n = 0;
+        w.scan(t, &[], None, false, &mut |_, _| {
+            n += 1;
+            true
+        })
+        .unwrap();
+        n
+    }
+
+    /// An expiring key has exactly one ttl row; the reaper deletes it once due.
+    #[test]
+    fn ttl_rows_follow_expiry_and_reaper_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder()
+            .create(dir.path().join("s.redb"))
+            .unwrap();
+        init_file(&db).unwrap();
+        let mut state = ShardState::load(&db).unwrap();
+        let k = Key::new(0, b"k");
+        with_txn(&db, &mut state, 1000, |w| {
+            store(w, k, None, &Meta::string(b"v".to_vec(), 5000)).unwrap();
+            let old = lookup_for_write(w, k).unwrap().unwrap();
+            store(w, k, Some(&old), &Meta::string(b"v".to_vec(), 6000)).unwrap();
+            assert_eq!(count(w, Table::Ttl), 1);
+            assert_eq!(w.state.counts[0].keys, 1);
+            assert_eq!(w.state.counts[0].expires, 1);
+        });
+        with_txn(&db, &mut state, 5500, |w| {
+            let mut s = ReapStats::default();
+            reap_expired(w, 10, &mut s).unwrap();
+            assert_eq!(s.expired, 0);
+            assert!(lookup(w, k).unwrap().is_some());
+        });
+        with_txn(&db, &mut state, 6000, |w| {
+            assert!(lookup(w, k).unwrap().is_none(), "lazily expired");
+            let mut s = ReapStats::default();
+            reap_expired(w, 10, &mut s).unwrap();
+            assert_eq!(s.expired, 1);
+            assert_eq!(count(w, Table::Ttl), 0);
+            assert_eq!(count(w, Table::Meta), 0);
+            assert_eq!(w.state.counts[0].keys, 0);
+        });
+    }
+
+    /// Deleting a collection is one meta delete plus a gc row; the collector
+    /// later removes exactly that version's rows and nothing of a neighbour
+    /// whose name extends it.
+    #[test]
+    fn delete_is_o1_and_gc_collects_only_the_dead_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder()
+            .create(dir.path().join("s.redb"))
+            .unwrap();
+        init_file(&db).unwrap();
+        let mut state = ShardState::load(&db).unwrap();
+        let (a, ab) = (Key::new(0, b"a"), Key::new(0, b"ab"));
+        let a_meta = with_txn(&db, &mut state, 0, |w| {
+            let mut metas = Vec::new();
+            for k in [a, ab] {
+                let version = w.new_version();
+                let prefix = encoding::version_prefix(k.db, k.slot, k.name, version);
+                for i in 0..100u32 {
+                    w.put(
+                        Table::Sub,
+                        &encoding::sub_key(&prefix, &i.to_be_bytes()),
+                        b"x",
+                    )
+                    .unwrap();
+                }
+                let m = Meta {
+                    ktype: KeyType::Hash,
+                    expire_ms: 0,
+                    body: MetaBody::Collection {
+                        version,
+                        size: 100,
+                        extra: Vec::new(),
+                    },
+                };
+                store(w, k, None, &m).unwrap();
+                metas.push(m);
+            }
+            metas.remove(0)
+        });
+        with_txn(&db, &mut state, 0, |w| {
+            delete(w, a, &a_meta).unwrap();
+            assert_eq!(count(w, Table::Gc), 1);
+            assert_eq!(count(w, Table::Sub), 200, "rows stay until collected");
+        });
+        with_txn(&db, &mut state, 0, |w| {
+            let mut s = ReapStats::default();
+            collect_garbage(w, 30, &mut s).unwrap();
+            assert_eq!(s.gc_rows, 30, "bounded slice");
+            collect_garbage(w, 1000, &mut s).unwrap();
+            assert_eq!(s.gc_rows, 100);
+            assert_eq!(count(w, Table::Gc), 0);
+            assert_eq!(count(w, Table::Sub), 100, "the neighbour's rows are intact");
+            assert!(lookup(w, ab).unwrap().is_some());
+        });
+    }
+}
