@@ -147,7 +147,7 @@ pub fn hello(s: &mut Session, a: Args) -> Action {
         }
     }
     if !s.authenticated {
-        return Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()).into();
+        return Reply::Error("NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time".into()).into();
     }
     if let Some(n) = name {
         if let Err(r) = valid_name(&n) {

@@ -29,13 +29,8 @@ enum Slot {
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
 }
 
-/// Replies not yet written, in request order, and the snapshots the
-/// current batch of requests reads from.
+/// Replies not yet written, in request order.
 struct Outbox {
-    /// One snapshot per shard, shared by the reads of one batch of pipelined
-    /// requests (as Redis serves a pipeline without interleaving). Dropped
-    /// whenever this client's own writes commit, so it always sees them.
-    snapshots: Vec<Option<crate::storage::ReadCtx>>,
     slots: VecDeque<(Slot, bool /* resp3 */, bool /* suppressed */)>,
     /// The shard this client has writes in flight on.
     inflight: Option<usize>,
@@ -58,23 +53,13 @@ impl Outbox {
         while let Some((slot, resp3, suppressed)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
-                Slot::Waiting(rx) => {
-                    // A write of this client committed: later reads must see it.
-                    self.forget_snapshots();
-                    rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
-                }
+                Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
             };
             if !suppressed {
                 reply.encode(&mut self.out, resp3);
             }
         }
         self.inflight = None;
-    }
-
-    fn forget_snapshots(&mut self) {
-        for s in &mut self.snapshots {
-            *s = None;
-        }
     }
 }
 
@@ -116,7 +101,6 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len);
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut outbox = Outbox {
-        snapshots: (0..server.shards.len()).map(|_| None).collect(),
         slots: VecDeque::new(),
         inflight: None,
         out: BytesMut::with_capacity(16 * 1024),
@@ -142,7 +126,6 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             }
         }
         outbox.drain().await;
-        outbox.forget_snapshots();
         if !outbox.out.is_empty() {
             server
                 .stats
@@ -245,12 +228,9 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
                 if outbox.inflight.is_some() {
                     outbox.drain().await;
                 }
-                if outbox.snapshots[shard].is_none() {
-                    outbox.snapshots[shard] = server.shards.shard(shard).snapshot().ok();
-                }
-                let r = match &outbox.snapshots[shard] {
-                    Some(snap) => f(snap).unwrap_or_else(Reply::err),
-                    None => Reply::err("cannot open a snapshot"),
+                let r = match server.shards.shard(shard).current_snapshot() {
+                    Ok(view) => f(&view).unwrap_or_else(Reply::err),
+                    Err(e) => Reply::err(e),
                 };
                 failed = r.is_error();
                 outbox.push_ready(r, resp3, suppressed);
@@ -258,7 +238,6 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
         }
         Action::Job(job) => {
             outbox.drain().await;
-            outbox.forget_snapshots();
             let r = job.await;
             failed = r.is_error();
             outbox.push_ready(r, session.resp3, suppressed);

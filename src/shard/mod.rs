@@ -75,6 +75,10 @@ pub struct ShardShared {
     pub commit_lock: parking_lot::RwLock<()>,
     /// INFO counters.
     pub stats: ShardStats,
+    /// The latest snapshot and the commit count it was opened at: readers
+    /// share it until the next commit, so a read-mostly load opens one redb
+    /// read transaction per commit instead of one per request.
+    snapshot_cache: parking_lot::Mutex<Option<(u64, Arc<ReadCtx>)>>,
     counts: [[AtomicI64; 2]; DATABASES],
 }
 
@@ -85,6 +89,7 @@ impl ShardShared {
             db,
             commit_lock: parking_lot::RwLock::new(()),
             stats: ShardStats::default(),
+            snapshot_cache: parking_lot::Mutex::new(None),
             counts: std::array::from_fn(|_| [AtomicI64::new(0), AtomicI64::new(0)]),
         }
     }
@@ -106,9 +111,57 @@ impl ShardShared {
         }
     }
 
-    /// Opens a snapshot of this shard.
+    /// Opens a fresh snapshot of this shard.
     pub fn snapshot(&self) -> Result<ReadCtx, StoreError> {
         ReadCtx::begin(&self.db, now_ms())
+    }
+
+    /// A snapshot at least as new as the last commit whose replies have been
+    /// sent (commits are counted before replies go out), shared with other
+    /// readers until the next commit.
+    pub fn current_snapshot(&self) -> Result<ReadView, StoreError> {
+        let generation = self.stats.commits.load(Ordering::Acquire);
+        let mut cache = self.snapshot_cache.lock();
+        let snap = match &*cache {
+            Some((g, snap)) if *g == generation => snap.clone(),
+            _ => {
+                let snap = Arc::new(ReadCtx::begin(&self.db, 0)?);
+                *cache = Some((generation, snap.clone()));
+                snap
+            }
+        };
+        Ok(ReadView {
+            snap,
+            now_ms: now_ms(),
+        })
+    }
+}
+
+/// A shared snapshot with the time lazy expiry is judged against (taken per
+/// request: the snapshot may be older than the clock).
+pub struct ReadView {
+    snap: Arc<ReadCtx>,
+    now_ms: u64,
+}
+
+impl crate::storage::KvRead for ReadView {
+    fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn get(&self, table: crate::storage::Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.snap.get(table, key)
+    }
+
+    fn scan(
+        &self,
+        table: crate::storage::Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.snap.scan(table, start, end, reverse, visit)
     }
 }
 
