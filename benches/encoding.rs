@@ -2,7 +2,7 @@
 //! metadata round trips, and a shard-style batch of SETs applied in one redb
 //! write transaction (what one group commit costs per op).
 
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion};
+use criterion::{black_box, criterion_group, criterion_main, Criterion};
 
 use cairn::storage::encoding::{meta_key, score_from_bytes, score_to_bytes, Meta};
 use cairn::storage::keyspace::{self, Key};
@@ -39,17 +39,18 @@ fn shard_apply(c: &mut Criterion) {
     init_file(&db).unwrap();
     let mut state = ShardState::load(&db).unwrap();
     let mut n = 0u64;
-    c.bench_function("batch_of_100_sets_non_durable_commit", |b| {
-        b.iter_batched(
-            || (),
-            |()| {
+    // Per-op cost of a group commit at several batch sizes: the difference
+    // between them is the fixed cost of one commit.
+    for size in [10usize, 100, 1000] {
+        c.bench_function(&format!("batch_of_{size}_sets_non_durable_commit"), |b| {
+            b.iter(|| {
                 let mut txn = db.begin_write().unwrap();
                 txn.set_durability(redb::Durability::None).unwrap();
                 {
                     let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
-                    for _ in 0..100 {
-                        n += 1;
-                        let name = format!("key:{:012}", n % 100_000);
+                    for _ in 0..size {
+                        n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        let name = format!("key:{:012}", (n >> 33) % 100_000);
                         let k = Key::new(0, name.as_bytes());
                         let old = keyspace::lookup_for_write(&mut w, k).unwrap();
                         keyspace::store(&mut w, k, old.as_ref(), &Meta::string(b"xxx".to_vec(), 0))
@@ -58,10 +59,9 @@ fn shard_apply(c: &mut Criterion) {
                     w.finish().unwrap();
                 }
                 txn.commit().unwrap();
-            },
-            BatchSize::SmallInput,
-        )
-    });
+            })
+        });
+    }
 }
 
 criterion_group!(benches, encoding, shard_apply);
