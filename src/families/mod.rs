@@ -167,12 +167,14 @@ impl Session {
             };
         }
         let f = Arc::new(f);
-        coordinated(shards, ids.clone(), move |locked| async move {
+        let all_ids = ids.clone();
+        submit_plan(shards, all_ids, true, move |locked| {
             let mut uniq = ids.clone();
             uniq.sort_unstable();
             uniq.dedup();
-            // Send every shard its part first, then collect: the parts run
-            // in parallel on their shard threads.
+            // Send every shard its part now, when the coordinator calls the
+            // plan, and collect later: the parts run in parallel on their
+            // shard threads, and the coordinator can start the next plan.
             let mut pending = Vec::with_capacity(uniq.len());
             for id in uniq {
                 let mine: Vec<Bytes> = keys
@@ -187,15 +189,17 @@ impl Session {
                     Ok(f(w, &ks))
                 }));
             }
-            let mut total = 0;
-            for p in pending {
-                match p.wait().await? {
-                    Ok(n) => total += n,
-                    Err(Fail::Reply(r)) => return Ok(Err(r)),
-                    Err(Fail::Store(e)) => return Err(e.into()),
+            async move {
+                let mut total = 0;
+                for p in pending {
+                    match p.wait().await? {
+                        Ok(n) => total += n,
+                        Err(Fail::Reply(r)) => return Ok(Err(r)),
+                        Err(Fail::Store(e)) => return Err(e.into()),
+                    }
                 }
+                Ok(Ok(combine(total)))
             }
-            Ok(Ok(combine(total)))
         })
     }
 }
@@ -208,9 +212,22 @@ where
     F: FnOnce(Arc<Locked>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Result<Reply, Reply>, CoordError>> + Send + 'static,
 {
-    let rx = shards
-        .coordinator()
-        .submit(ids, Box::new(move |locked| Box::pin(plan(locked))));
+    submit_plan(shards, ids, false, plan)
+}
+
+/// Queues a plan with the coordinator. A `blind` plan sends all its steps
+/// when called and only awaits their results in its future, so the
+/// coordinator may start the next plan before it finishes (see
+/// `shard::coordinator`).
+fn submit_plan<F, Fut>(shards: Arc<ShardSet>, ids: Vec<usize>, blind: bool, plan: F) -> Action
+where
+    F: FnOnce(Arc<Locked>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Result<Reply, Reply>, CoordError>> + Send + 'static,
+{
+    let rx =
+        shards
+            .coordinator()
+            .submit(ids, blind, Box::new(move |locked| Box::pin(plan(locked))));
     Action::Job(Box::pin(async move {
         rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
     }))

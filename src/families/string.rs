@@ -140,6 +140,17 @@ pub fn set(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let value = a.get(2).clone();
+    if !opts.get && !opts.nx && !opts.xx && opts.expire != ExpireOpt::Keep {
+        // The common SET: nothing about the old value matters.
+        let expire = match opts.expire {
+            ExpireOpt::At(t) => t,
+            _ => 0,
+        };
+        return s.write(a.get(1), move |w, k| {
+            put_string(w, k, &value, expire)?;
+            Ok(Reply::Ok)
+        });
+    }
     s.write(a.get(1), move |w, k| {
         let old = keyspace::lookup_for_write(w, k)?;
         let old_value = match (&old, opts.get) {
@@ -163,8 +174,7 @@ pub fn set(s: &mut Session, a: Args) -> Action {
 
 /// Writes a plain string value, replacing whatever the key held.
 fn put_string(w: &mut WriteCtx, k: Key, value: &[u8], expire: u64) -> Result<(), Fail> {
-    let old = keyspace::lookup_for_write(w, k)?;
-    keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), expire))?;
+    keyspace::replace(w, k, &Meta::string(value.to_vec(), expire))?;
     Ok(())
 }
 

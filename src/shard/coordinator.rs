@@ -206,6 +206,8 @@ impl Drop for Locked {
 /// A queued multi-shard command.
 struct Job {
     ids: Vec<usize>,
+    /// Sends all its steps when called (see `run_round`).
+    blind: bool,
     plan: Plan,
     reply: tokio::sync::oneshot::Sender<Reply>,
 }
@@ -225,9 +227,19 @@ impl Coordinator {
     }
 
     /// Queues a command touching shards `ids`; the receiver yields its reply.
-    pub fn submit(&self, ids: Vec<usize>, plan: Plan) -> tokio::sync::oneshot::Receiver<Reply> {
+    pub fn submit(
+        &self,
+        ids: Vec<usize>,
+        blind: bool,
+        plan: Plan,
+    ) -> tokio::sync::oneshot::Receiver<Reply> {
         let (reply, rx) = tokio::sync::oneshot::channel();
-        let _ = self.tx.send(Job { ids, plan, reply });
+        let _ = self.tx.send(Job {
+            ids,
+            blind,
+            plan,
+            reply,
+        });
         rx
     }
 }
@@ -262,19 +274,39 @@ async fn run_round(set: &ShardSet, round: Vec<Job>) {
             return;
         }
     };
+    // Plans run in queue order. A blind plan has sent all its steps by the
+    // time it is called, so its result can be collected later; a plan that
+    // reads before it writes is awaited before the next starts. Either way
+    // each shard runs the steps in the order the plans were called, which
+    // is the order of the queue.
     let mut replies = Vec::with_capacity(round.len());
+    let mut outstanding = Vec::new();
     let mut failure = None;
     for job in round {
-        if failure.is_none() {
-            match (job.plan)(locked.clone()).await {
-                Ok(Ok(r)) | Ok(Err(r)) => replies.push((job.reply, Some(r))),
-                Err(e) => {
-                    failure = Some(e);
-                    replies.push((job.reply, None));
-                }
-            }
-        } else {
+        if failure.is_some() {
             replies.push((job.reply, None));
+            continue;
+        }
+        let fut = (job.plan)(locked.clone());
+        if job.blind {
+            outstanding.push((job.reply, fut));
+            continue;
+        }
+        match fut.await {
+            Ok(Ok(r)) | Ok(Err(r)) => replies.push((job.reply, Some(r))),
+            Err(e) => {
+                failure = Some(e);
+                replies.push((job.reply, None));
+            }
+        }
+    }
+    for (reply, fut) in outstanding {
+        match fut.await {
+            Ok(Ok(r)) | Ok(Err(r)) => replies.push((reply, Some(r))),
+            Err(e) => {
+                failure.get_or_insert(e);
+                replies.push((reply, None));
+            }
         }
     }
     let locked = Arc::try_unwrap(locked).unwrap_or_else(|_| panic!("plans keep no lock handle"));

@@ -103,6 +103,44 @@ pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Resu
     w.put(Table::Meta, &key.meta_key(), &new.encode())
 }
 
+/// Stores `new` as the key's metadata whatever it held before (SET, MSET):
+/// one tree walk writes the row and yields the old one, whose `ttl` row,
+/// collection version and counts are then settled as [`store`] would.
+/// Returns the old metadata if it was live.
+pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, StoreError> {
+    let old = w
+        .swap(Table::Meta, &key.meta_key(), &new.encode())?
+        .map(|raw| Meta::decode(&raw))
+        .transpose()?;
+    let old_expire = old.as_ref().map_or(0, |m| m.expire_ms);
+    if old_expire != new.expire_ms {
+        if old_expire != 0 {
+            w.del(
+                Table::Ttl,
+                &encoding::ttl_key(old_expire, key.db, key.slot, key.name),
+            )?;
+        }
+        if new.expire_ms != 0 {
+            w.put(
+                Table::Ttl,
+                &encoding::ttl_key(new.expire_ms, key.db, key.slot, key.name),
+                &[],
+            )?;
+        }
+    }
+    if let Some(old) = &old {
+        retire_version(w, key, old)?;
+    }
+    let counts = &mut w.state.counts[key.db as usize];
+    if old.is_none() {
+        counts.keys += 1;
+    }
+    counts.expires += (new.expire_ms != 0) as i64 - (old_expire != 0) as i64;
+    w.state.counts_dirty = true;
+    let now = w.now_ms();
+    Ok(old.filter(|m| !m.is_expired(now)))
+}
+
 /// Deletes a key whose current metadata is `old`.
 pub fn delete(w: &mut WriteCtx, key: Key, old: &Meta) -> Result<(), StoreError> {
     w.del(Table::Meta, &key.meta_key())?;

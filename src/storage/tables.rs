@@ -326,6 +326,19 @@ impl<'t> WriteCtx<'t> {
         Ok(())
     }
 
+    /// Writes a row and returns the value it replaced, in one tree walk.
+    pub fn swap(
+        &mut self,
+        table: Table,
+        key: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self
+            .table_mut(table)
+            .insert(key, value)?
+            .map(|old| old.value().to_vec()))
+    }
+
     /// Removes a row; true if it existed.
     pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         Ok(self.table_mut(table).remove(key)?.is_some())
