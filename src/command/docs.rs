@@ -164,6 +164,11 @@ fn parse_synopsis(syntax: &str) -> Vec<Reply> {
             }
             _ => (None, words.join("_")),
         };
+        // A choice like NX|XX is shown as typed (redis-cli prints the name).
+        let (token, name) = match token {
+            Some(t) if t.contains('|') => (None, t),
+            other => (other, name),
+        };
         let kind = if name == "key" || name.ends_with("key") {
             "key"
         } else if token.is_some() && words.len() == 1 {
