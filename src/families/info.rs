@@ -6,6 +6,33 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::net::session::Session;
 use crate::storage::tables::DATABASES;
 
+/// Every section, in the order INFO prints them.
+pub const ALL_SECTIONS: [&str; 10] = [
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "commandstats",
+    "keyspace",
+    "cairn",
+];
+
+/// The sections INFO prints without arguments (or with `default`).
+pub const DEFAULT_SECTIONS: [&str; 9] = [
+    "server",
+    "clients",
+    "memory",
+    "persistence",
+    "stats",
+    "replication",
+    "cpu",
+    "keyspace",
+    "cairn",
+];
+
 /// Resident set size of this process in bytes (Linux), 0 if unknown.
 pub fn rss_bytes() -> u64 {
     std::fs::read_to_string("/proc/self/statm")

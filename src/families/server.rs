@@ -681,58 +681,22 @@ fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
 
 /// INFO [section ...]
 pub fn info(s: &mut Session, a: Args) -> Action {
-    let mut wanted: Vec<String> = a
+    use crate::families::info::{ALL_SECTIONS, DEFAULT_SECTIONS};
+    let asked: Vec<String> = a
         .from(1)
         .iter()
         .map(|x| String::from_utf8_lossy(x).to_lowercase())
         .collect();
-    if wanted.is_empty() || wanted.iter().any(|w| w == "default") {
-        wanted.extend(
-            [
-                "server",
-                "clients",
-                "memory",
-                "persistence",
-                "stats",
-                "replication",
-                "cpu",
-                "keyspace",
-                "cairn",
-            ]
-            .map(String::from),
-        );
-    }
-    if wanted.iter().any(|w| w == "all" || w == "everything") {
-        wanted.extend(
-            [
-                "server",
-                "clients",
-                "memory",
-                "persistence",
-                "stats",
-                "replication",
-                "cpu",
-                "commandstats",
-                "keyspace",
-                "cairn",
-            ]
-            .map(String::from),
-        );
-    }
+    let wanted = |section: &str| {
+        asked
+            .iter()
+            .any(|w| w == section || w == "all" || w == "everything")
+            || ((asked.is_empty() || asked.iter().any(|w| w == "default"))
+                && DEFAULT_SECTIONS.contains(&section))
+    };
     let mut text = String::new();
-    for section in [
-        "server",
-        "clients",
-        "memory",
-        "persistence",
-        "stats",
-        "replication",
-        "cpu",
-        "commandstats",
-        "keyspace",
-        "cairn",
-    ] {
-        if wanted.iter().any(|w| w == section) {
+    for section in ALL_SECTIONS {
+        if wanted(section) {
             if !text.is_empty() {
                 text.push_str("\r\n");
             }

@@ -73,6 +73,31 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
 /// [`lookup_for_write`] returned). Keeps the `ttl` row and key counts right,
 /// and retires the old collection version if `new` does not reuse it.
 pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Result<(), StoreError> {
+    settle_replaced(w, key, old, new)?;
+    w.put(Table::Meta, &key.meta_key(), &new.encode())
+}
+
+/// Stores `new` as the key's metadata whatever it held before (SET, MSET):
+/// one tree walk writes the row and yields the old one, which is then
+/// settled as [`store`] would. Returns the old metadata if it was live.
+pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, StoreError> {
+    let old = w
+        .swap(Table::Meta, &key.meta_key(), &new.encode())?
+        .map(|raw| Meta::decode(&raw))
+        .transpose()?;
+    settle_replaced(w, key, old.as_ref(), new)?;
+    let now = w.now_ms();
+    Ok(old.filter(|m| !m.is_expired(now)))
+}
+
+/// Everything besides the `meta` row itself that replacing `old` by `new`
+/// implies: the `ttl` row, the old collection version, the counts.
+fn settle_replaced(
+    w: &mut WriteCtx,
+    key: Key,
+    old: Option<&Meta>,
+    new: &Meta,
+) -> Result<(), StoreError> {
     let old_expire = old.map_or(0, |m| m.expire_ms);
     if old_expire != new.expire_ms {
         if old_expire != 0 {
@@ -100,45 +125,7 @@ pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Resu
     }
     counts.expires += (new.expire_ms != 0) as i64 - (old_expire != 0) as i64;
     w.state.counts_dirty = true;
-    w.put(Table::Meta, &key.meta_key(), &new.encode())
-}
-
-/// Stores `new` as the key's metadata whatever it held before (SET, MSET):
-/// one tree walk writes the row and yields the old one, whose `ttl` row,
-/// collection version and counts are then settled as [`store`] would.
-/// Returns the old metadata if it was live.
-pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, StoreError> {
-    let old = w
-        .swap(Table::Meta, &key.meta_key(), &new.encode())?
-        .map(|raw| Meta::decode(&raw))
-        .transpose()?;
-    let old_expire = old.as_ref().map_or(0, |m| m.expire_ms);
-    if old_expire != new.expire_ms {
-        if old_expire != 0 {
-            w.del(
-                Table::Ttl,
-                &encoding::ttl_key(old_expire, key.db, key.slot, key.name),
-            )?;
-        }
-        if new.expire_ms != 0 {
-            w.put(
-                Table::Ttl,
-                &encoding::ttl_key(new.expire_ms, key.db, key.slot, key.name),
-                &[],
-            )?;
-        }
-    }
-    if let Some(old) = &old {
-        retire_version(w, key, old)?;
-    }
-    let counts = &mut w.state.counts[key.db as usize];
-    if old.is_none() {
-        counts.keys += 1;
-    }
-    counts.expires += (new.expire_ms != 0) as i64 - (old_expire != 0) as i64;
-    w.state.counts_dirty = true;
-    let now = w.now_ms();
-    Ok(old.filter(|m| !m.is_expired(now)))
+    Ok(())
 }
 
 /// Deletes a key whose current metadata is `old`.
