@@ -228,7 +228,5 @@ where
         shards
             .coordinator()
             .submit(ids, blind, Box::new(move |locked| Box::pin(plan(locked))));
-    Action::Job(Box::pin(async move {
-        rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
-    }))
+    Action::Coordinated(rx)
 }

@@ -29,11 +29,23 @@ enum Slot {
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
 }
 
+/// Where a client's unacknowledged writes are: they may only be followed
+/// without waiting by writes that will be applied after them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inflight {
+    /// Nothing in flight.
+    None,
+    /// Writes queued on one shard's actor.
+    Shard(usize),
+    /// Commands queued with the coordinator (which runs them in order).
+    Coordinator,
+}
+
 /// Replies not yet written, in request order.
 struct Outbox {
     slots: VecDeque<(Slot, bool /* resp3 */, bool /* suppressed */)>,
-    /// The shard this client has writes in flight on.
-    inflight: Option<usize>,
+    /// Where this client has writes in flight.
+    inflight: Inflight,
     out: BytesMut,
 }
 
@@ -59,7 +71,7 @@ impl Outbox {
                 reply.encode(&mut self.out, resp3);
             }
         }
-        self.inflight = None;
+        self.inflight = Inflight::None;
     }
 }
 
@@ -102,7 +114,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut outbox = Outbox {
         slots: VecDeque::new(),
-        inflight: None,
+        inflight: Inflight::None,
         out: BytesMut::with_capacity(16 * 1024),
     };
     loop {
@@ -209,23 +221,34 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
             outbox.push_ready(r, resp3, suppressed);
         }
         Action::Write { shard, f } => {
-            if outbox.inflight.is_some_and(|s| s != shard) {
+            if !matches!(outbox.inflight, Inflight::None)
+                && outbox.inflight != Inflight::Shard(shard)
+            {
                 outbox.drain().await;
             }
             let rx = server.shards.submit(shard, f);
             outbox
                 .slots
                 .push_back((Slot::Waiting(rx), resp3, suppressed));
-            outbox.inflight = Some(shard);
+            outbox.inflight = Inflight::Shard(shard);
+        }
+        Action::Coordinated(rx) => {
+            if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
+                outbox.drain().await;
+            }
+            outbox
+                .slots
+                .push_back((Slot::Waiting(rx), resp3, suppressed));
+            outbox.inflight = Inflight::Coordinator;
         }
         Action::Read { shard, f } => {
-            if outbox.inflight == Some(shard) {
+            if outbox.inflight == Inflight::Shard(shard) {
                 let rx = server.shards.submit(shard, Box::new(move |w| f(&*w)));
                 outbox
                     .slots
                     .push_back((Slot::Waiting(rx), resp3, suppressed));
             } else {
-                if outbox.inflight.is_some() {
+                if outbox.inflight != Inflight::None {
                     outbox.drain().await;
                 }
                 let r = match server.shards.shard(shard).current_snapshot() {

@@ -39,6 +39,10 @@ pub enum Action {
     },
     /// Run after every earlier reply of this client has arrived.
     Job(Job),
+    /// A multi-shard command already queued with the coordinator, which
+    /// runs commands in queue order: the connection need not wait for it
+    /// before sending the next coordinated command.
+    Coordinated(tokio::sync::oneshot::Receiver<Reply>),
     /// No reply at all (CLIENT REPLY OFF|SKIP).
     Silent,
     /// Reply (if any), then close the connection.
