@@ -27,7 +27,13 @@ use crate::server::{ClientEntry, ClientInfo, Server};
 enum Slot {
     Ready(Reply),
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
+    /// The replies of a squashed group of writes: an array with one reply per
+    /// write, each encoded with its own (resp3, suppressed) flags.
+    Group(tokio::sync::oneshot::Receiver<Reply>, Vec<(bool, bool)>),
 }
+
+/// Most writes squashed into one coordinated group.
+const MAX_SQUASH: usize = 1024;
 
 /// Where a client's unacknowledged writes are: they may only be followed
 /// without waiting by writes that will be applied after them.
@@ -41,16 +47,75 @@ enum Inflight {
     Coordinator,
 }
 
-/// Replies not yet written, in request order.
+/// Replies not yet written, in request order, and writes not yet sent.
+///
+/// # Squashing
+/// Consecutive writes of one pipelined batch are collected before they are
+/// sent. If they all go to one shard they are queued on its actor one by one
+/// (and share its group commit). If they span shards, they go to the
+/// coordinator as one group that commits on all its shards at once: the
+/// client's writes then become visible together, so no one can see a later
+/// one before an earlier one, and the client need not wait for each shard in
+/// turn. A group also locks the shard of this client's earlier writes still
+/// in flight, so those commit first.
 struct Outbox {
     slots: VecDeque<(Slot, bool /* resp3 */, bool /* suppressed */)>,
     /// Where this client has writes in flight.
     inflight: Inflight,
     out: BytesMut,
+    /// Writes collected but not sent yet, with their reply flags.
+    squash: Vec<(usize, crate::shard::WriteFn, bool, bool)>,
+    shards: Arc<crate::shard::ShardSet>,
 }
 
 impl Outbox {
+    /// Sends the collected writes (see the type's doc).
+    fn flush_squash(&mut self) {
+        if self.squash.is_empty() {
+            return;
+        }
+        let group = std::mem::take(&mut self.squash);
+        let first = group[0].0;
+        let one_shard = group.iter().all(|(s, ..)| *s == first);
+        if one_shard && (self.inflight == Inflight::None || self.inflight == Inflight::Shard(first))
+        {
+            for (shard, f, resp3, suppressed) in group {
+                let rx = self.shards.submit(shard, f);
+                self.slots.push_back((Slot::Waiting(rx), resp3, suppressed));
+            }
+            self.inflight = Inflight::Shard(first);
+            return;
+        }
+        let mut ids: Vec<usize> = group.iter().map(|(s, ..)| *s).collect();
+        if let Inflight::Shard(earlier) = self.inflight {
+            ids.push(earlier);
+        }
+        let flags: Vec<(bool, bool)> = group.iter().map(|(_, _, r, s)| (*r, *s)).collect();
+        let ops: Vec<(usize, crate::shard::WriteFn)> =
+            group.into_iter().map(|(s, f, ..)| (s, f)).collect();
+        let plan: crate::shard::coordinator::Plan = Box::new(move |locked| {
+            let pending: Vec<_> = ops.into_iter().map(|(s, f)| locked.send(s, f)).collect();
+            Box::pin(async move {
+                let mut replies = Vec::with_capacity(pending.len());
+                for p in pending {
+                    replies.push(p.wait().await?);
+                }
+                Ok(Ok(Reply::Array(replies)))
+            })
+        });
+        let rx = self.shards.coordinator().submit(ids, true, plan);
+        self.slots.push_back((Slot::Group(rx, flags), false, false));
+        self.inflight = Inflight::Coordinator;
+    }
+
+    /// Queues a reply slot after any collected writes.
+    fn push_slot(&mut self, slot: Slot, resp3: bool, suppressed: bool) {
+        self.flush_squash();
+        self.slots.push_back((slot, resp3, suppressed));
+    }
+
     fn push_ready(&mut self, r: Reply, resp3: bool, suppressed: bool) {
+        self.flush_squash();
         if self.slots.is_empty() {
             if !suppressed {
                 r.encode(&mut self.out, resp3);
@@ -62,10 +127,32 @@ impl Outbox {
 
     /// Waits for every reply in flight and encodes them.
     async fn drain(&mut self) {
+        self.flush_squash();
         while let Some((slot, resp3, suppressed)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
                 Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
+                Slot::Group(rx, flags) => {
+                    let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
+                    match got {
+                        Reply::Array(items) if items.len() == flags.len() => {
+                            for (r, (resp3, suppressed)) in items.into_iter().zip(flags) {
+                                if !suppressed {
+                                    r.encode(&mut self.out, resp3);
+                                }
+                            }
+                        }
+                        // The whole group failed: every write gets the error.
+                        err => {
+                            for (resp3, suppressed) in flags {
+                                if !suppressed {
+                                    err.encode(&mut self.out, resp3);
+                                }
+                            }
+                        }
+                    }
+                    continue;
+                }
             };
             if !suppressed {
                 reply.encode(&mut self.out, resp3);
@@ -116,6 +203,8 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         slots: VecDeque::new(),
         inflight: Inflight::None,
         out: BytesMut::with_capacity(16 * 1024),
+        squash: Vec::new(),
+        shards: server.shards.clone(),
     };
     loop {
         let mut close = false;
@@ -221,32 +310,24 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
             outbox.push_ready(r, resp3, suppressed);
         }
         Action::Write { shard, f } => {
-            if !matches!(outbox.inflight, Inflight::None)
-                && outbox.inflight != Inflight::Shard(shard)
-            {
-                outbox.drain().await;
+            outbox.squash.push((shard, f, resp3, suppressed));
+            if outbox.squash.len() >= MAX_SQUASH {
+                outbox.flush_squash();
             }
-            let rx = server.shards.submit(shard, f);
-            outbox
-                .slots
-                .push_back((Slot::Waiting(rx), resp3, suppressed));
-            outbox.inflight = Inflight::Shard(shard);
         }
         Action::Coordinated(rx) => {
+            outbox.flush_squash();
             if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
                 outbox.drain().await;
             }
-            outbox
-                .slots
-                .push_back((Slot::Waiting(rx), resp3, suppressed));
+            outbox.push_slot(Slot::Waiting(rx), resp3, suppressed);
             outbox.inflight = Inflight::Coordinator;
         }
         Action::Read { shard, f } => {
+            outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {
                 let rx = server.shards.submit(shard, Box::new(move |w| f(&*w)));
-                outbox
-                    .slots
-                    .push_back((Slot::Waiting(rx), resp3, suppressed));
+                outbox.push_slot(Slot::Waiting(rx), resp3, suppressed);
             } else {
                 if outbox.inflight != Inflight::None {
                     outbox.drain().await;
