@@ -113,7 +113,7 @@ pub struct Server {
     pub command_stats: DashMap<&'static str, CommandStat>,
     /// When the server started.
     pub started: Instant,
-    /// Unix time of the last durable point (LASTSAVE).
+    /// Unix time the server started: LASTSAVE until a durable commit.
     pub last_save: AtomicU64,
     /// The port actually bound.
     pub port: AtomicU64,
@@ -166,6 +166,18 @@ impl Server {
             shutdown: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
         }
+    }
+
+    /// LASTSAVE: when everything acknowledged was last on disk, i.e. the
+    /// latest durable commit of any shard (or the start time).
+    pub fn last_save_time(&self) -> u64 {
+        self.shards
+            .shards()
+            .iter()
+            .map(|sh| sh.stats.last_durable.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+            .max(self.last_save.load(Ordering::Relaxed))
     }
 
     /// Asks the server to stop.

@@ -85,7 +85,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             let _ = write!(
                 out,
                 "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\ncairn_durability:{}\r\n",
-                srv.last_save.load(Relaxed),
+                srv.last_save_time(),
                 srv.shards.durability.name()
             );
         }

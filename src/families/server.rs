@@ -75,7 +75,7 @@ pub fn time(_s: &mut Session, _a: Args) -> Action {
 
 /// LASTSAVE
 pub fn lastsave(s: &mut Session, _a: Args) -> Action {
-    Reply::Int(s.server.last_save.load(Relaxed) as i64).into()
+    Reply::Int(s.server.last_save_time() as i64).into()
 }
 
 /// Checks a password (and user) against requirepass.

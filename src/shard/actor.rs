@@ -128,7 +128,7 @@ impl ShardActor {
         use std::sync::atomic::Ordering::Relaxed;
         self.shared.stats.commits.fetch_add(1, Relaxed);
         if self.durability == Durability::Always {
-            self.shared.stats.fsyncs.fetch_add(1, Relaxed);
+            self.shared.stats.durable_now();
         } else {
             self.unsynced = true;
         }
@@ -240,7 +240,7 @@ impl ShardActor {
         txn.commit()?;
         use std::sync::atomic::Ordering::Relaxed;
         self.shared.stats.commits.fetch_add(1, Relaxed);
-        self.shared.stats.fsyncs.fetch_add(1, Relaxed);
+        self.shared.stats.durable_now();
         self.unsynced = false;
         self.last_sync = Instant::now();
         Ok(())

@@ -62,6 +62,17 @@ pub struct ShardStats {
     pub reaper_ticks: AtomicU64,
     /// Multi-shard transactions this shard took part in.
     pub coordinated: AtomicU64,
+    /// Unix time (s) of the last durable commit: cairn's LASTSAVE.
+    pub last_durable: AtomicU64,
+}
+
+impl ShardStats {
+    /// Records a durable commit.
+    fn durable_now(&self) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        let secs = now_ms() / 1000;
+        self.last_durable.fetch_max(secs, Ordering::Relaxed);
+    }
 }
 
 /// The part of a shard every thread may touch.
