@@ -3,7 +3,7 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, generic, server, string};
+use crate::families::{bits, generic, hash, server, string};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -170,8 +170,40 @@ commands! {
         "Get a substring of the string stored at a key.", "key start end", "";
     "getset", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::getset,
         "Set the string value of a key and return its old value.", "key value", "";
+    "hdel", -3, "write fast", (1, 1, 1), "RW DELETE", "@write @hash @fast", "hash", "2.0.0", hash::hdel,
+        "Delete one or more hash fields.", "key field [field ...]", "";
     "hello", -1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.0.0", server::hello,
         "Handshake with Redis.", "[protover [AUTH username password] [SETNAME clientname]]", "";
+    "hexists", 3, "readonly fast", (1, 1, 1), "RO", "@read @hash @fast", "hash", "2.0.0", hash::hexists,
+        "Determine if a hash field exists.", "key field", "";
+    "hget", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @hash @fast", "hash", "2.0.0", hash::hget,
+        "Get the value of a hash field.", "key field", "";
+    "hgetall", 2, "readonly", (1, 1, 1), "RO ACCESS", "@read @hash @slow", "hash", "2.0.0", hash::hgetall,
+        "Get all the fields and values in a hash.", "key", "nondeterministic_output_order";
+    "hincrby", 4, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @hash @fast", "hash", "2.0.0", hash::hincrby,
+        "Increment the integer value of a hash field by the given number.", "key field increment", "";
+    "hincrbyfloat", 4, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @hash @fast", "hash", "2.6.0", hash::hincrbyfloat,
+        "Increment the float value of a hash field by the given amount.", "key field increment", "";
+    "hkeys", 2, "readonly", (1, 1, 1), "RO", "@read @hash @slow", "hash", "2.0.0", hash::hkeys,
+        "Get all the fields in a hash.", "key", "nondeterministic_output_order";
+    "hlen", 2, "readonly fast", (1, 1, 1), "RO", "@read @hash @fast", "hash", "2.0.0", hash::hlen,
+        "Get the number of fields in a hash.", "key", "";
+    "hmget", -3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @hash @fast", "hash", "2.0.0", hash::hmget,
+        "Get the values of all the given hash fields.", "key field [field ...]", "";
+    "hmset", -4, "write denyoom fast", (1, 1, 1), "RW UPDATE", "@write @hash @fast", "hash", "2.0.0", hash::hmset,
+        "Set multiple hash fields to multiple values.", "key field value [field value ...]", "";
+    "hrandfield", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @hash @slow", "hash", "6.2.0", hash::hrandfield,
+        "Get one or multiple random fields from a hash.", "key [count [WITHVALUES]]", "nondeterministic_output";
+    "hscan", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @hash @slow", "hash", "2.8.0", hash::hscan,
+        "Incrementally iterate hash fields and associated values.", "key cursor [MATCH pattern] [COUNT count]", "nondeterministic_output";
+    "hset", -4, "write denyoom fast", (1, 1, 1), "RW UPDATE", "@write @hash @fast", "hash", "2.0.0", hash::hset,
+        "Set the string value of a hash field.", "key field value [field value ...]", "";
+    "hsetnx", 4, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @hash @fast", "hash", "2.0.0", hash::hsetnx,
+        "Set the value of a hash field, only if the field does not exist.", "key field value", "";
+    "hstrlen", 3, "readonly fast", (1, 1, 1), "RO", "@read @hash @fast", "hash", "3.2.0", hash::hstrlen,
+        "Get the length of the value of a hash field.", "key field", "";
+    "hvals", 2, "readonly", (1, 1, 1), "RO ACCESS", "@read @hash @slow", "hash", "2.0.0", hash::hvals,
+        "Get all the values in a hash.", "key", "nondeterministic_output_order";
     "incr", 2, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::incr,
         "Increment the integer value of a key by one.", "key", "";
     "incrby", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::incrby,

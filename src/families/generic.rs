@@ -327,18 +327,8 @@ pub fn keys(s: &mut Session, a: Args) -> Action {
 /// starts, so a key present for the whole iteration is always returned and
 /// cursors stay plain integers.
 pub fn scan(s: &mut Session, a: Args) -> Action {
-    // Redis parses the cursor with strtoull: "" reads as 0.
-    let cursor = match std::str::from_utf8(a.get(1)).ok().and_then(|c| {
-        if c.is_empty() {
-            Some(0)
-        } else if c.starts_with('+') {
-            None
-        } else {
-            c.parse::<u64>().ok()
-        }
-    }) {
-        Some(c) => c,
-        None => return Reply::err("invalid cursor").into(),
+    let Some(cursor) = parse_cursor(a.get(1)) else {
+        return Reply::err("invalid cursor").into();
     };
     let opts = match ScanOpts::parse(a.from(2)) {
         Ok(o) => o,
@@ -383,6 +373,18 @@ pub fn scan(s: &mut Session, a: Args) -> Action {
         }
         scan_reply(next, found)
     }))
+}
+
+/// Parses a SCAN-family cursor as Redis's strtoull does ("" reads as 0).
+pub fn parse_cursor(arg: &[u8]) -> Option<u64> {
+    let c = std::str::from_utf8(arg).ok()?;
+    if c.is_empty() {
+        Some(0)
+    } else if c.starts_with('+') {
+        None
+    } else {
+        c.parse::<u64>().ok()
+    }
 }
 
 fn scan_reply(cursor: u64, keys: Vec<Reply>) -> Reply {

@@ -4,7 +4,9 @@
 //! socket.
 
 pub mod bits;
+pub mod collection;
 pub mod generic;
+pub mod hash;
 pub mod info;
 pub mod server;
 pub mod string;

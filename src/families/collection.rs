@@ -1,0 +1,153 @@
+//! What every collection command does with its key: find the metadata of
+//! the right type (or reply WRONGTYPE), address its sub-keys under the
+//! current version, keep the size in the metadata, and delete the key when
+//! the collection becomes empty (an empty collection does not exist).
+
+use super::{wrongtype, Fail};
+use crate::storage::encoding::{self, MetaBody};
+use crate::storage::keyspace::{self, Key};
+use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
+
+/// A live collection seen by a reader.
+pub struct View {
+    /// Prefix of its sub-keys (`ns slot key_len key version`).
+    pub prefix: Vec<u8>,
+    /// Number of members.
+    pub size: u64,
+}
+
+impl View {
+    /// The collection at `key` if it exists and has type `ktype`.
+    pub fn load(r: &dyn KvRead, key: Key, ktype: KeyType) -> Result<Option<View>, Fail> {
+        match keyspace::lookup(r, key)? {
+            None => Ok(None),
+            Some(m) if m.ktype != ktype => Err(wrongtype()),
+            Some(m) => Ok(Some(View {
+                prefix: prefix_of(key, &m),
+                size: size_of(&m),
+            })),
+        }
+    }
+
+    /// One member's value.
+    pub fn get(&self, r: &dyn KvRead, member: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        r.get(Table::Sub, &encoding::sub_key(&self.prefix, member))
+    }
+
+    /// Every (member, value) in member order; `visit` returns false to stop.
+    pub fn scan(
+        &self,
+        r: &dyn KvRead,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let end = encoding::prefix_successor(&self.prefix);
+        let n = self.prefix.len();
+        r.scan(
+            Table::Sub,
+            &self.prefix,
+            end.as_deref(),
+            false,
+            &mut |k, v| visit(&k[n..], v),
+        )
+    }
+}
+
+fn prefix_of(key: Key, m: &Meta) -> Vec<u8> {
+    encoding::version_prefix(key.db, key.slot, key.name, m.version().unwrap_or(0))
+}
+
+fn size_of(m: &Meta) -> u64 {
+    match m.body {
+        MetaBody::Collection { size, .. } => size,
+        MetaBody::String(_) => 0,
+    }
+}
+
+/// A collection being changed by a writer.
+pub struct Edit {
+    key_meta: Option<Meta>,
+    meta: Meta,
+    /// Prefix of its sub-keys.
+    pub prefix: Vec<u8>,
+    /// Number of members, kept up to date by the command.
+    pub size: u64,
+}
+
+impl Edit {
+    /// The collection at `key` for writing, if it exists with type `ktype`.
+    pub fn load(w: &mut WriteCtx, key: Key, ktype: KeyType) -> Result<Option<Edit>, Fail> {
+        match keyspace::lookup_for_write(w, key)? {
+            None => Ok(None),
+            Some(m) if m.ktype != ktype => Err(wrongtype()),
+            Some(m) => Ok(Some(Edit {
+                prefix: prefix_of(key, &m),
+                size: size_of(&m),
+                key_meta: Some(m.clone()),
+                meta: m,
+            })),
+        }
+    }
+
+    /// The collection at `key`, created empty (with a fresh version) if absent.
+    pub fn load_or_create(w: &mut WriteCtx, key: Key, ktype: KeyType) -> Result<Edit, Fail> {
+        if let Some(e) = Edit::load(w, key, ktype)? {
+            return Ok(e);
+        }
+        let meta = Meta {
+            ktype,
+            expire_ms: 0,
+            body: MetaBody::Collection {
+                version: w.new_version(),
+                size: 0,
+                extra: Vec::new(),
+            },
+        };
+        Ok(Edit {
+            prefix: prefix_of(key, &meta),
+            size: 0,
+            key_meta: None,
+            meta,
+        })
+    }
+
+    /// One member's value.
+    pub fn get(&self, w: &WriteCtx, member: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        w.get(Table::Sub, &encoding::sub_key(&self.prefix, member))
+    }
+
+    /// Sets a member; true if it is new (and counted).
+    pub fn put(
+        &mut self,
+        w: &mut WriteCtx,
+        member: &[u8],
+        value: &[u8],
+    ) -> Result<bool, StoreError> {
+        let added = w
+            .swap(Table::Sub, &encoding::sub_key(&self.prefix, member), value)?
+            .is_none();
+        self.size += added as u64;
+        Ok(added)
+    }
+
+    /// Removes a member; true if it was there.
+    pub fn remove(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<bool, StoreError> {
+        let removed = w.del(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
+        self.size -= removed as u64;
+        Ok(removed)
+    }
+
+    /// Writes the metadata back; an emptied collection is deleted, and one
+    /// that was created but never filled is not stored at all.
+    pub fn save(mut self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
+        if self.size == 0 {
+            if let Some(old) = &self.key_meta {
+                keyspace::delete(w, key, old)?;
+            }
+            return Ok(());
+        }
+        if let MetaBody::Collection { size, .. } = &mut self.meta.body {
+            *size = self.size;
+        }
+        keyspace::store(w, key, self.key_meta.as_ref(), &self.meta)
+    }
+}

@@ -1,0 +1,336 @@
+//! Hashes: field -> value sub-keys under the key's version.
+
+use bytes::Bytes;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::collection::{Edit, View};
+use super::Fail;
+use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::storage::KeyType;
+use crate::util::num;
+
+const HASH: KeyType = KeyType::Hash;
+
+/// Field/value pairs from `args[from..]`, or the arity error.
+fn field_pairs(a: &Args, from: usize) -> Result<Vec<(Bytes, Bytes)>, Reply> {
+    let rest = a.from(from);
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return Err(Reply::err(format!(
+            "wrong number of arguments for '{}' command",
+            a.name_lower()
+        )));
+    }
+    Ok(rest
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .collect())
+}
+
+fn hset_generic(s: &mut Session, a: Args, reply_ok: bool) -> Action {
+    let pairs = match field_pairs(&a, 2) {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    s.write(a.get(1), move |w, k| {
+        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let mut added = 0;
+        for (f, v) in &pairs {
+            added += h.put(w, f, v)? as i64;
+        }
+        h.save(w, k)?;
+        Ok(if reply_ok {
+            Reply::Ok
+        } else {
+            Reply::Int(added)
+        })
+    })
+}
+
+/// HSET key field value [field value ...]
+pub fn hset(s: &mut Session, a: Args) -> Action {
+    hset_generic(s, a, false)
+}
+
+/// HMSET key field value [field value ...]
+pub fn hmset(s: &mut Session, a: Args) -> Action {
+    hset_generic(s, a, true)
+}
+
+/// HSETNX key field value
+pub fn hsetnx(s: &mut Session, a: Args) -> Action {
+    let (f, v) = (a.get(2).clone(), a.get(3).clone());
+    s.write(a.get(1), move |w, k| {
+        let mut h = Edit::load_or_create(w, k, HASH)?;
+        if h.get(w, &f)?.is_some() {
+            return Ok(Reply::Int(0));
+        }
+        h.put(w, &f, &v)?;
+        h.save(w, k)?;
+        Ok(Reply::Int(1))
+    })
+}
+
+/// HGET key field
+pub fn hget(s: &mut Session, a: Args) -> Action {
+    let f = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(h) = View::load(r, k, HASH)? else {
+            return Ok(Reply::Nil);
+        };
+        Ok(Reply::opt_bulk(h.get(r, &f)?))
+    })
+}
+
+/// HMGET key field [field ...]
+pub fn hmget(s: &mut Session, a: Args) -> Action {
+    let fields = a.from(2).to_vec();
+    s.read(a.get(1), move |r, k| {
+        let h = View::load(r, k, HASH)?;
+        let mut out = Vec::with_capacity(fields.len());
+        for f in &fields {
+            out.push(match &h {
+                Some(h) => Reply::opt_bulk(h.get(r, f)?),
+                None => Reply::Nil,
+            });
+        }
+        Ok(Reply::Array(out))
+    })
+}
+
+/// HDEL key field [field ...]
+pub fn hdel(s: &mut Session, a: Args) -> Action {
+    let fields = a.from(2).to_vec();
+    s.write(a.get(1), move |w, k| {
+        let Some(mut h) = Edit::load(w, k, HASH)? else {
+            return Ok(Reply::Int(0));
+        };
+        let mut n = 0;
+        for f in &fields {
+            n += h.remove(w, f)? as i64;
+        }
+        h.save(w, k)?;
+        Ok(Reply::Int(n))
+    })
+}
+
+/// HLEN key
+pub fn hlen(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        Ok(Reply::Int(
+            View::load(r, k, HASH)?.map_or(0, |h| h.size as i64),
+        ))
+    })
+}
+
+/// HSTRLEN key field
+pub fn hstrlen(s: &mut Session, a: Args) -> Action {
+    let f = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(h) = View::load(r, k, HASH)? else {
+            return Ok(Reply::Int(0));
+        };
+        Ok(Reply::Int(h.get(r, &f)?.map_or(0, |v| v.len() as i64)))
+    })
+}
+
+/// HEXISTS key field
+pub fn hexists(s: &mut Session, a: Args) -> Action {
+    let f = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(h) = View::load(r, k, HASH)? else {
+            return Ok(Reply::Int(0));
+        };
+        Ok(Reply::Int(h.get(r, &f)?.is_some() as i64))
+    })
+}
+
+/// A field and its value.
+type Pair = (Vec<u8>, Vec<u8>);
+
+/// Every field and value of a hash (empty if the key is missing).
+fn all_pairs(r: &dyn crate::storage::KvRead, h: &Option<View>) -> Result<Vec<Pair>, Fail> {
+    let mut out = Vec::new();
+    if let Some(h) = h {
+        out.reserve(h.size as usize);
+        h.scan(r, &mut |f, v| {
+            out.push((f.to_vec(), v.to_vec()));
+            true
+        })?;
+    }
+    Ok(out)
+}
+
+/// HKEYS key
+pub fn hkeys(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        let h = View::load(r, k, HASH)?;
+        let pairs = all_pairs(r, &h)?;
+        Ok(Reply::Array(
+            pairs.into_iter().map(|(f, _)| Reply::bulk(f)).collect(),
+        ))
+    })
+}
+
+/// HVALS key
+pub fn hvals(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        let h = View::load(r, k, HASH)?;
+        let pairs = all_pairs(r, &h)?;
+        Ok(Reply::Array(
+            pairs.into_iter().map(|(_, v)| Reply::bulk(v)).collect(),
+        ))
+    })
+}
+
+/// HGETALL key
+pub fn hgetall(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        let h = View::load(r, k, HASH)?;
+        let pairs = all_pairs(r, &h)?;
+        Ok(Reply::Map(
+            pairs
+                .into_iter()
+                .map(|(f, v)| (Reply::bulk(f), Reply::bulk(v)))
+                .collect(),
+        ))
+    })
+}
+
+/// HINCRBY key field increment
+pub fn hincrby(s: &mut Session, a: Args) -> Action {
+    let by = match a.int(3) {
+        Ok(b) => b,
+        Err(r) => return r.into(),
+    };
+    let f = a.get(2).clone();
+    s.write(a.get(1), move |w, k| {
+        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let cur = match h.get(w, &f)? {
+            Some(v) => {
+                num::parse_i64(&v).ok_or_else(|| Reply::err("hash value is not an integer"))?
+            }
+            None => 0,
+        };
+        let new = cur
+            .checked_add(by)
+            .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
+        h.put(w, &f, new.to_string().as_bytes())?;
+        h.save(w, k)?;
+        Ok(Reply::Int(new))
+    })
+}
+
+/// HINCRBYFLOAT key field increment (80-bit arithmetic, as Redis).
+pub fn hincrbyfloat(s: &mut Session, a: Args) -> Action {
+    let (f, by) = (a.get(2).clone(), a.get(3).clone());
+    // Redis checks the increment before it looks at the key.
+    if let Err(e) = num::hincrbyfloat(None, &by) {
+        return incr_float_error(e).into();
+    }
+    s.write(a.get(1), move |w, k| {
+        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let cur = h.get(w, &f)?;
+        let text = num::hincrbyfloat(cur.as_deref(), &by).map_err(incr_float_error)?;
+        h.put(w, &f, text.as_bytes())?;
+        h.save(w, k)?;
+        Ok(Reply::bulk(text))
+    })
+}
+
+fn incr_float_error(e: num::IncrFloatError) -> Reply {
+    match e {
+        num::IncrFloatError::NotAFloat => error(args::NOT_FLOAT),
+        num::IncrFloatError::HashValueNotAFloat => Reply::err("hash value is not a float"),
+        num::IncrFloatError::IncrementNotFinite => Reply::err("value is NaN or Infinity"),
+        num::IncrFloatError::NanOrInfinity => Reply::err("increment would produce NaN or Infinity"),
+    }
+}
+
+/// HRANDFIELD key [count [WITHVALUES]]
+pub fn hrandfield(s: &mut Session, a: Args) -> Action {
+    if a.len() == 2 {
+        return s.read(a.get(1), |r, k| {
+            let h = View::load(r, k, HASH)?;
+            let pairs = all_pairs(r, &h)?;
+            Ok(match pairs.choose(&mut rand::thread_rng()) {
+                Some((f, _)) => Reply::bulk(f.clone()),
+                None => Reply::Nil,
+            })
+        });
+    }
+    let count = match a.int(2) {
+        Ok(c) if c == i64::MIN => return Reply::err("value is out of range").into(),
+        Ok(c) => c,
+        Err(_) => return error(NOT_INTEGER).into(),
+    };
+    let with_values = match a.len() {
+        3 => false,
+        4 if is(a.get(3), "withvalues") => true,
+        _ => return error(SYNTAX).into(),
+    };
+    if with_values && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
+        return Reply::err("value is out of range").into();
+    }
+    let resp3 = s.resp3;
+    s.read(a.get(1), move |r, k| {
+        let h = View::load(r, k, HASH)?;
+        if count == 0 || h.is_none() {
+            return Ok(Reply::Array(Vec::new()));
+        }
+        let pairs = all_pairs(r, &h)?;
+        let mut rng = rand::thread_rng();
+        let picked: Vec<&Pair> = if count > 0 {
+            let n = (count as usize).min(pairs.len());
+            pairs.choose_multiple(&mut rng, n).collect()
+        } else {
+            (0..count.unsigned_abs())
+                .map(|_| &pairs[rng.gen_range(0..pairs.len())])
+                .collect()
+        };
+        let mut out = Vec::new();
+        for (f, v) in picked {
+            if !with_values {
+                out.push(Reply::bulk(f.clone()));
+            } else if resp3 {
+                out.push(Reply::Array(vec![
+                    Reply::bulk(f.clone()),
+                    Reply::bulk(v.clone()),
+                ]));
+            } else {
+                out.push(Reply::bulk(f.clone()));
+                out.push(Reply::bulk(v.clone()));
+            }
+        }
+        Ok(Reply::Array(out))
+    })
+}
+
+/// HSCAN key cursor [MATCH pattern] [COUNT count]
+///
+/// Returns every matching field in one reply (cursor 0): allowed by SCAN's
+/// contract (COUNT is a hint), and it trivially keeps the guarantee that a
+/// field present for the whole scan is returned.
+pub fn hscan(s: &mut Session, a: Args) -> Action {
+    if super::generic::parse_cursor(a.get(2)).is_none() {
+        return Reply::err("invalid cursor").into();
+    }
+    let opts = match super::generic::ScanOpts::parse(a.from(3)) {
+        Ok(o) if o.ktype.is_none() => o,
+        Ok(_) => return error(SYNTAX).into(),
+        Err(r) => return r.into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let h = View::load(r, k, HASH)?;
+        let mut out = Vec::new();
+        for (f, v) in all_pairs(r, &h)? {
+            if opts.matches(&f, HASH) {
+                out.push(Reply::bulk(f));
+                out.push(Reply::bulk(v));
+            }
+        }
+        Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
+    })
+}
