@@ -49,7 +49,9 @@ fn shard_apply(c: &mut Criterion) {
                 {
                     let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
                     for _ in 0..size {
-                        n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        n = n
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
                         let name = format!("key:{:012}", (n >> 33) % 100_000);
                         let k = Key::new(0, name.as_bytes());
                         let old = keyspace::lookup_for_write(&mut w, k).unwrap();
