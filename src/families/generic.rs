@@ -375,16 +375,23 @@ pub fn scan(s: &mut Session, a: Args) -> Action {
     }))
 }
 
-/// Parses a SCAN-family cursor as Redis's strtoull does ("" reads as 0).
+/// Parses a SCAN-family cursor as Redis's strtoull does: "" reads as 0, one
+/// sign is allowed and "-1" wraps to the largest cursor; spaces, junk and
+/// overflow are invalid.
 pub fn parse_cursor(arg: &[u8]) -> Option<u64> {
-    let c = std::str::from_utf8(arg).ok()?;
-    if c.is_empty() {
-        Some(0)
-    } else if c.starts_with('+') {
-        None
-    } else {
-        c.parse::<u64>().ok()
+    if arg.is_empty() {
+        return Some(0);
     }
+    let (neg, digits) = match arg[0] {
+        b'-' => (true, &arg[1..]),
+        b'+' => (false, &arg[1..]),
+        _ => (false, arg),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let v: u64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    Some(if neg { v.wrapping_neg() } else { v })
 }
 
 fn scan_reply(cursor: u64, keys: Vec<Reply>) -> Reply {

@@ -262,7 +262,12 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
         });
     }
     let count = match a.int(2) {
-        Ok(c) if c == i64::MIN => return Reply::err("value is out of range").into(),
+        Ok(i64::MIN) => {
+            return Reply::err(
+                "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+            )
+            .into()
+        }
         Ok(c) => c,
         Err(_) => return error(NOT_INTEGER).into(),
     };
@@ -312,20 +317,27 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
 ///
 /// Returns every matching field in one reply (cursor 0): allowed by SCAN's
 /// contract (COUNT is a hint), and it trivially keeps the guarantee that a
-/// field present for the whole scan is returned.
+/// field present for the whole scan is returned. As in Redis, the cursor is
+/// checked first and the options only once the key is found.
 pub fn hscan(s: &mut Session, a: Args) -> Action {
     if super::generic::parse_cursor(a.get(2)).is_none() {
         return Reply::err("invalid cursor").into();
     }
-    let opts = match super::generic::ScanOpts::parse(a.from(3)) {
-        Ok(o) if o.ktype.is_none() => o,
-        Ok(_) => return error(SYNTAX).into(),
-        Err(r) => return r.into(),
-    };
+    let rest = a.from(3).to_vec();
     s.read(a.get(1), move |r, k| {
-        let h = View::load(r, k, HASH)?;
+        let Some(h) = View::load(r, k, HASH)? else {
+            return Ok(Reply::Array(vec![
+                Reply::bulk("0"),
+                Reply::Array(Vec::new()),
+            ]));
+        };
+        let opts = match super::generic::ScanOpts::parse(&rest) {
+            Ok(o) if o.ktype.is_none() => o,
+            Ok(_) => return Ok(error(SYNTAX)),
+            Err(r) => return Ok(r),
+        };
         let mut out = Vec::new();
-        for (f, v) in all_pairs(r, &h)? {
+        for (f, v) in all_pairs(r, &Some(h))? {
             if opts.matches(&f, HASH) {
                 out.push(Reply::bulk(f));
                 out.push(Reply::bulk(v));
