@@ -21,10 +21,39 @@ pub fn info(c: &CommandSpec) -> Reply {
     let (first, last, step) = match c.keys {
         KeySpec::None => (0, 0, 0),
         KeySpec::Range { first, last, step } => (first, last, step),
+        // Redis reports keynum commands as (first, 0?, 1) with a keynum spec.
+        KeySpec::Keynum { first, .. } => (first as i32, first as i32, 1),
     };
     let tips = Reply::Set(c.tips.split_whitespace().map(bulk_str).collect());
     let key_specs = match c.keys {
         KeySpec::None => Vec::new(),
+        KeySpec::Keynum { numkeys, first } => vec![Reply::Map(vec![
+            (bulk_str("flags"), status_set(&key_flags_text(c.key_flags))),
+            (
+                bulk_str("begin_search"),
+                Reply::Map(vec![
+                    (bulk_str("type"), bulk_str("index")),
+                    (
+                        bulk_str("spec"),
+                        Reply::Map(vec![(bulk_str("index"), Reply::Int(numkeys as i64))]),
+                    ),
+                ]),
+            ),
+            (
+                bulk_str("find_keys"),
+                Reply::Map(vec![
+                    (bulk_str("type"), bulk_str("keynum")),
+                    (
+                        bulk_str("spec"),
+                        Reply::Map(vec![
+                            (bulk_str("keynumidx"), Reply::Int(0)),
+                            (bulk_str("firstkey"), Reply::Int((first - numkeys) as i64)),
+                            (bulk_str("keystep"), Reply::Int(1)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])],
         KeySpec::Range { first, last, step } => {
             let lastkey = if last < 0 { last } else { last - first };
             // `key_flags` is "FLAGS..." or "FLAGS... | notes". Redis prints
@@ -33,17 +62,7 @@ pub fn info(c: &CommandSpec) -> Reply {
                 Some((f, n)) => (f, Some(n)),
                 None => (c.key_flags, None),
             };
-            let flags = flags
-                .split_whitespace()
-                .map(|f| {
-                    if ["RO", "RW", "OW", "RM"].contains(&f) {
-                        f.to_string()
-                    } else {
-                        f.to_lowercase()
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join(" ");
+            let flags = key_flags_text(flags);
             let mut spec = Vec::new();
             if let Some(n) = notes {
                 spec.push((bulk_str("notes"), bulk_str(n)));
@@ -93,6 +112,25 @@ pub fn info(c: &CommandSpec) -> Reply {
         Reply::Set(key_specs),
         Reply::Set(Vec::new()),
     ])
+}
+
+/// Key-spec flags as Redis prints them: the access type (RO, RW, OW, RM)
+/// upper case, the rest lower case.
+fn key_flags_text(flags: &str) -> String {
+    flags
+        .split(" | ")
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(|f| {
+            if ["RO", "RW", "OW", "RM"].contains(&f) {
+                f.to_string()
+            } else {
+                f.to_lowercase()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// One command's COMMAND DOCS entry: summary, since, group and arguments

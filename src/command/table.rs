@@ -3,7 +3,7 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, generic, hash, server, string};
+use crate::families::{bits, generic, hash, server, set, string};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -20,6 +20,14 @@ pub enum KeySpec {
         last: i32,
         /// Distance between keys.
         step: i32,
+    },
+    /// The argument at `numkeys` says how many keys follow from `first`
+    /// (SINTERCARD, ZUNIONSTORE...).
+    Keynum {
+        /// Index of the key count.
+        numkeys: usize,
+        /// Index of the first key.
+        first: usize,
     },
 }
 
@@ -71,9 +79,20 @@ impl CommandSpec {
     }
 
     /// The indexes of the keys in `argv`.
-    pub fn key_positions(&self, argc: usize) -> Vec<usize> {
+    pub fn key_positions(&self, argv: &[bytes::Bytes]) -> Vec<usize> {
+        let argc = argv.len();
         match self.keys {
             KeySpec::None => Vec::new(),
+            KeySpec::Keynum { numkeys, first } => {
+                let n = argv
+                    .get(numkeys)
+                    .and_then(|a| crate::util::num::parse_i64(a))
+                    .unwrap_or(0)
+                    .max(0) as usize;
+                (first..first.saturating_add(n))
+                    .filter(|&i| i < argc)
+                    .collect()
+            }
             KeySpec::Range { first, last, step } => {
                 let last = if last < 0 {
                     argc as i32 + last
@@ -99,7 +118,15 @@ macro_rules! commands {
                 name: $name,
                 arity: $arity,
                 flags: $flags,
-                keys: if $f == 0 { KeySpec::None } else { KeySpec::Range { first: $f, last: $l, step: $s } },
+                // (0, 0, 0): no keys; (n, f, 0): the count is at n and the
+                // keys start at f; otherwise (first, last, step).
+                keys: if $f == 0 {
+                    KeySpec::None
+                } else if $s == 0 {
+                    KeySpec::Keynum { numkeys: ($f as i32) as usize, first: ($l as i32) as usize }
+                } else {
+                    KeySpec::Range { first: $f, last: $l, step: $s }
+                },
                 key_flags: $kflags,
                 acl: $acl,
                 group: $group,
@@ -250,8 +277,16 @@ commands! {
         "Rename a key, only if the new key does not exist.", "key newkey", "";
     "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
         "Reset the connection.", "", "";
+    "sadd", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @set @fast", "set", "1.0.0", set::sadd,
+        "Add one or more members to a set.", "key member [member ...]", "";
     "scan", -2, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "2.8.0", generic::scan,
         "Incrementally iterate the keys space.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", "nondeterministic_output request_policy:special";
+    "scard", 2, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::scard,
+        "Get the number of members in a set.", "key", "";
+    "sdiff", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sdiff,
+        "Subtract multiple sets.", "key [key ...]", "nondeterministic_output_order";
+    "sdiffstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE", "@write @set @slow", "set", "1.0.0", set::sdiffstore,
+        "Subtract multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "select", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "2.0.0", server::select,
         "Change the selected database for the current connection.", "index", "";
     "set", -3, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE VARIABLE_FLAGS | RW and ACCESS due to the optional `GET` argument", "@write @string @slow", "string", "1.0.0", string::set,
@@ -266,10 +301,36 @@ commands! {
         "Overwrite part of a string at key starting at the specified offset.", "key offset value", "";
     "shutdown", -1, "admin noscript loading stale no_multi sentinel allow_busy", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", server::shutdown,
         "Synchronously save the dataset to disk and then shut down the server.", "[NOSAVE|SAVE] [NOW] [FORCE] [ABORT]", "";
+    "sinter", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sinter,
+        "Intersect multiple sets.", "key [key ...]", "nondeterministic_output_order";
+    "sintercard", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @set @slow", "set", "7.0.0", set::sintercard,
+        "Intersect multiple sets and return the cardinality of the result.", "numkeys key [key ...] [LIMIT limit]", "";
+    "sinterstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE", "@write @set @slow", "set", "1.0.0", set::sinterstore,
+        "Intersect multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
+    "sismember", 3, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::sismember,
+        "Determine if a given value is a member of a set.", "key member", "";
+    "smembers", 2, "readonly", (1, 1, 1), "RO", "@read @set @slow", "set", "1.0.0", set::smembers,
+        "Get all the members in a set.", "key", "nondeterministic_output_order";
+    "smismember", -3, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "6.2.0", set::smismember,
+        "Returns the membership associated with the given elements for a set.", "key member [member ...]", "";
+    "smove", 4, "write fast", (1, 2, 1), "RW FETCH", "@write @set @fast", "set", "1.0.0", set::smove,
+        "Move a member from one set to another.", "source destination member", "";
+    "spop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @set @fast", "set", "1.0.0", set::spop,
+        "Remove and return one or multiple random members from a set.", "key [count]", "nondeterministic_output";
+    "srandmember", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::srandmember,
+        "Get one or multiple random members from a set.", "key [count]", "nondeterministic_output";
+    "srem", -3, "write fast", (1, 1, 1), "RW DELETE", "@write @set @fast", "set", "1.0.0", set::srem,
+        "Remove one or more members from a set.", "key member [member ...]", "";
+    "sscan", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "2.8.0", set::sscan,
+        "Incrementally iterate Set elements.", "key cursor [MATCH pattern] [COUNT count]", "nondeterministic_output";
     "strlen", 2, "readonly fast", (1, 1, 1), "RO", "@read @string @fast", "string", "2.2.0", string::strlen,
         "Get the length of the value stored in a key.", "key", "";
     "substr", 4, "readonly", (1, 1, 1), "RO ACCESS", "@read @string @slow", "string", "1.0.0", string::getrange,
         "Get a substring of the string stored at a key.", "key start end", "";
+    "sunion", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sunion,
+        "Add multiple sets.", "key [key ...]", "nondeterministic_output_order";
+    "sunionstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE", "@write @set @slow", "set", "1.0.0", set::sunionstore,
+        "Add multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "swapdb", 3, "write fast", (0, 0, 0), "", "@keyspace @write @fast @dangerous", "server", "4.0.0", generic::swapdb,
         "Swaps two Redis databases.", "index1 index2", "";
     "time", 1, "loading stale fast", (0, 0, 0), "", "@fast", "server", "2.6.0", server::time,
@@ -320,10 +381,19 @@ mod tests {
     #[test]
     fn key_positions_follow_the_spec() {
         let mset = lookup(b"mset").unwrap();
-        assert_eq!(mset.key_positions(5), vec![1, 3]);
+        let argv = |n: usize| -> Vec<bytes::Bytes> {
+            (0..n).map(|i| bytes::Bytes::from(i.to_string())).collect()
+        };
+        assert_eq!(mset.key_positions(&argv(5)), vec![1, 3]);
         let bitop = lookup(b"bitop").unwrap();
-        assert_eq!(bitop.key_positions(5), vec![2, 3, 4]);
+        assert_eq!(bitop.key_positions(&argv(5)), vec![2, 3, 4]);
         let get = lookup(b"get").unwrap();
-        assert_eq!(get.key_positions(2), vec![1]);
+        assert_eq!(get.key_positions(&argv(2)), vec![1]);
+        let sintercard = lookup(b"sintercard").unwrap();
+        let args: Vec<bytes::Bytes> = ["sintercard", "2", "a", "b", "LIMIT", "1"]
+            .iter()
+            .map(|s| bytes::Bytes::from(*s))
+            .collect();
+        assert_eq!(sintercard.key_positions(&args), vec![2, 3]);
     }
 }

@@ -9,6 +9,7 @@ pub mod generic;
 pub mod hash;
 pub mod info;
 pub mod server;
+pub mod set;
 pub mod string;
 
 use std::future::Future;

@@ -466,7 +466,7 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             if !spec.arity_ok(argv.len()) {
                 return Reply::err("Invalid number of arguments specified for command").into();
             }
-            let keys = spec.key_positions(argv.len());
+            let keys = spec.key_positions(argv);
             if keys.is_empty() {
                 return Reply::err("The command has no key arguments").into();
             }

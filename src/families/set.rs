@@ -1,0 +1,469 @@
+//! Sets: member -> empty sub-keys under the key's version.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::collection::{Edit, View};
+use super::Fail;
+use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::storage::keyspace::{self, Key};
+use crate::storage::{KeyType, KvRead, WriteCtx};
+
+const SET: KeyType = KeyType::Set;
+
+/// Every member of the set at `key`: `None` if missing, WRONGTYPE if not a set.
+fn members(r: &dyn KvRead, key: Key) -> Result<Option<Vec<Vec<u8>>>, Fail> {
+    let Some(v) = View::load(r, key, SET)? else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(v.size as usize);
+    v.scan(r, &mut |m, _| {
+        out.push(m.to_vec());
+        true
+    })?;
+    Ok(Some(out))
+}
+
+fn bulk_set(items: impl IntoIterator<Item = Vec<u8>>) -> Reply {
+    Reply::Set(items.into_iter().map(Reply::bulk).collect())
+}
+
+/// SADD key member [member ...]
+pub fn sadd(s: &mut Session, a: Args) -> Action {
+    let ms = a.from(2).to_vec();
+    s.write(a.get(1), move |w, k| {
+        let mut set = Edit::load_or_create(w, k, SET)?;
+        let mut n = 0;
+        for m in &ms {
+            n += set.put(w, m, &[])? as i64;
+        }
+        set.save(w, k)?;
+        Ok(Reply::Int(n))
+    })
+}
+
+/// SREM key member [member ...]
+pub fn srem(s: &mut Session, a: Args) -> Action {
+    let ms = a.from(2).to_vec();
+    s.write(a.get(1), move |w, k| {
+        let Some(mut set) = Edit::load(w, k, SET)? else {
+            return Ok(Reply::Int(0));
+        };
+        let mut n = 0;
+        for m in &ms {
+            n += set.remove(w, m)? as i64;
+        }
+        set.save(w, k)?;
+        Ok(Reply::Int(n))
+    })
+}
+
+/// SCARD key
+pub fn scard(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        Ok(Reply::Int(
+            View::load(r, k, SET)?.map_or(0, |v| v.size as i64),
+        ))
+    })
+}
+
+/// SISMEMBER key member
+pub fn sismember(s: &mut Session, a: Args) -> Action {
+    let m = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, SET)? else {
+            return Ok(Reply::Int(0));
+        };
+        Ok(Reply::Int(v.get(r, &m)?.is_some() as i64))
+    })
+}
+
+/// SMISMEMBER key member [member ...]
+pub fn smismember(s: &mut Session, a: Args) -> Action {
+    let ms = a.from(2).to_vec();
+    s.read(a.get(1), move |r, k| {
+        let v = View::load(r, k, SET)?;
+        let mut out = Vec::with_capacity(ms.len());
+        for m in &ms {
+            let hit = match &v {
+                Some(v) => v.get(r, m)?.is_some(),
+                None => false,
+            };
+            out.push(Reply::Int(hit as i64));
+        }
+        Ok(Reply::Array(out))
+    })
+}
+
+/// SMEMBERS key
+pub fn smembers(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        Ok(bulk_set(members(r, k)?.unwrap_or_default()))
+    })
+}
+
+/// SPOP key [count]
+pub fn spop(s: &mut Session, a: Args) -> Action {
+    let count = match a.len() {
+        2 => None,
+        // Redis gives every bad count, non-numbers included, this one error.
+        3 => match args::int(a.get(2)) {
+            Ok(c) if c >= 0 => Some(c as u64),
+            _ => return Reply::err("value is out of range, must be positive").into(),
+        },
+        _ => return error(SYNTAX).into(),
+    };
+    s.write(a.get(1), move |w, k| {
+        let Some(all) = members(w, k)? else {
+            return Ok(match count {
+                None => Reply::Nil,
+                Some(_) => Reply::Set(Vec::new()),
+            });
+        };
+        let mut set = Edit::load(w, k, SET)?.expect("set exists");
+        let mut rng = rand::thread_rng();
+        let picked: Vec<Vec<u8>> = match count {
+            None => all.choose(&mut rng).cloned().into_iter().collect(),
+            Some(c) => all
+                .choose_multiple(&mut rng, (c as usize).min(all.len()))
+                .cloned()
+                .collect(),
+        };
+        for m in &picked {
+            set.remove(w, m)?;
+        }
+        set.save(w, k)?;
+        Ok(match count {
+            None => Reply::bulk(picked.into_iter().next().unwrap_or_default()),
+            Some(_) => bulk_set(picked),
+        })
+    })
+}
+
+/// SRANDMEMBER key [count]
+pub fn srandmember(s: &mut Session, a: Args) -> Action {
+    let count = match a.len() {
+        2 => None,
+        3 => match args::int(a.get(2)) {
+            Ok(i64::MIN) => {
+                return Reply::err(
+                    "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+                )
+                .into()
+            }
+            Ok(c) => Some(c),
+            Err(_) => return error(NOT_INTEGER).into(),
+        },
+        _ => return error(SYNTAX).into(),
+    };
+    s.read(a.get(1), move |r, k| {
+        let all = members(r, k)?;
+        let mut rng = rand::thread_rng();
+        let Some(c) = count else {
+            return Ok(all
+                .and_then(|v| v.choose(&mut rng).cloned())
+                .map_or(Reply::Nil, Reply::bulk));
+        };
+        let all = all.unwrap_or_default();
+        if c == 0 || all.is_empty() {
+            return Ok(Reply::Array(Vec::new()));
+        }
+        let picked: Vec<Vec<u8>> = if c > 0 {
+            all.choose_multiple(&mut rng, (c as usize).min(all.len()))
+                .cloned()
+                .collect()
+        } else {
+            (0..c.unsigned_abs())
+                .map(|_| all[rng.gen_range(0..all.len())].clone())
+                .collect()
+        };
+        Ok(Reply::Array(picked.into_iter().map(Reply::bulk).collect()))
+    })
+}
+
+/// SMOVE source destination member
+pub fn smove(s: &mut Session, a: Args) -> Action {
+    let (src, dst, m) = (a.get(1).clone(), a.get(2).clone(), a.get(3).clone());
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let (is_, id) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
+    if is_ == id {
+        return s.write(&src.clone(), move |w, ks| {
+            let kd = Key::new(db, &dst);
+            // As Redis: a missing source answers 0 before any type check,
+            // then the source's type, then the destination's.
+            let Some(mut from) = Edit::load(w, ks, SET)? else {
+                return Ok(Reply::Int(0));
+            };
+            Edit::load(w, kd, SET)?;
+            if src == dst {
+                return Ok(Reply::Int(from.get(w, &m)?.is_some() as i64));
+            }
+            if !from.remove(w, &m)? {
+                return Ok(Reply::Int(0));
+            }
+            from.save(w, ks)?;
+            let mut to = Edit::load_or_create(w, kd, SET)?;
+            to.put(w, &m, &[])?;
+            to.save(w, kd)?;
+            Ok(Reply::Int(1))
+        });
+    }
+    super::coordinated(shards, vec![is_, id], move |locked| async move {
+        let (s2, d2) = (src.clone(), dst.clone());
+        let check = locked
+            .run(id, move |w| {
+                Ok(Edit::load(w, Key::new(db, &d2), SET).map(|_| ()))
+            })
+            .await?;
+        let m2 = m.clone();
+        let removed = locked
+            .run(is_, move |w| {
+                let k = Key::new(db, &s2);
+                let Some(mut from) = (match Edit::load(w, k, SET) {
+                    Ok(f) => f,
+                    Err(Fail::Reply(r)) => return Ok(Err(r)),
+                    Err(Fail::Store(e)) => return Err(e),
+                }) else {
+                    return Ok(Ok(false));
+                };
+                if let Err(Fail::Reply(r)) = &check {
+                    return Ok(Err(r.clone()));
+                }
+                if !from.remove(w, &m2)? {
+                    return Ok(Ok(false));
+                }
+                from.save(w, k)?;
+                Ok(Ok(true))
+            })
+            .await?;
+        match removed {
+            Err(r) => Ok(Err(r)),
+            Ok(false) => Ok(Err(Reply::Int(0))),
+            Ok(true) => {
+                locked
+                    .run(id, move |w| {
+                        let k = Key::new(db, &dst);
+                        let mut to = match Edit::load_or_create(w, k, SET) {
+                            Ok(t) => t,
+                            Err(Fail::Store(e)) => return Err(e),
+                            Err(Fail::Reply(_)) => unreachable!("destination type checked"),
+                        };
+                        to.put(w, &m, &[])?;
+                        to.save(w, k)
+                    })
+                    .await?;
+                Ok(Ok(Reply::Int(1)))
+            }
+        }
+    })
+}
+
+/// Which set operation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Inter,
+    Union,
+    Diff,
+}
+
+/// Applies `op` to the loaded sets (None = missing key = empty set).
+fn combine(op: Op, sets: Vec<Option<Vec<Vec<u8>>>>) -> Vec<Vec<u8>> {
+    let mut iter = sets.into_iter();
+    let first: Vec<Vec<u8>> = iter.next().flatten().unwrap_or_default();
+    match op {
+        Op::Union => {
+            let mut seen: HashSet<Vec<u8>> = first.into_iter().collect();
+            for s in iter.flatten() {
+                seen.extend(s);
+            }
+            seen.into_iter().collect()
+        }
+        Op::Inter => {
+            let mut acc: HashSet<Vec<u8>> = first.into_iter().collect();
+            for s in iter {
+                let other: HashSet<Vec<u8>> = s.unwrap_or_default().into_iter().collect();
+                acc.retain(|m| other.contains(m));
+            }
+            acc.into_iter().collect()
+        }
+        Op::Diff => {
+            let mut acc: HashSet<Vec<u8>> = first.into_iter().collect();
+            for s in iter.flatten() {
+                for m in s {
+                    acc.remove(&m);
+                }
+            }
+            acc.into_iter().collect()
+        }
+    }
+}
+
+/// Loads every key's set from its reader, type-checking all of them.
+fn load_all(readers: &[&dyn KvRead], keys: &[Key]) -> Result<Vec<Option<Vec<Vec<u8>>>>, Fail> {
+    readers
+        .iter()
+        .zip(keys)
+        .map(|(r, k)| members(*r, *k))
+        .collect()
+}
+
+fn set_op(s: &mut Session, a: Args, op: Op) -> Action {
+    s.read_many(a.from(1).to_vec(), move |readers, keys| {
+        Ok(bulk_set(combine(op, load_all(readers, keys)?)))
+    })
+}
+
+/// SINTER key [key ...]
+pub fn sinter(s: &mut Session, a: Args) -> Action {
+    set_op(s, a, Op::Inter)
+}
+
+/// SUNION key [key ...]
+pub fn sunion(s: &mut Session, a: Args) -> Action {
+    set_op(s, a, Op::Union)
+}
+
+/// SDIFF key [key ...]
+pub fn sdiff(s: &mut Session, a: Args) -> Action {
+    set_op(s, a, Op::Diff)
+}
+
+/// SINTERCARD numkeys key [key ...] [LIMIT limit]
+pub fn sintercard(s: &mut Session, a: Args) -> Action {
+    let numkeys = match args::int(a.get(1)) {
+        Ok(n) if n > 0 => n as usize,
+        _ => return Reply::err("numkeys should be greater than 0").into(),
+    };
+    if numkeys > a.len() - 2 {
+        return Reply::err("Number of keys can't be greater than number of args").into();
+    }
+    let mut limit = 0usize;
+    let rest = a.from(2 + numkeys);
+    let mut i = 0;
+    while i < rest.len() {
+        if is(&rest[i], "limit") && i + 1 < rest.len() {
+            match args::int(&rest[i + 1]) {
+                Ok(l) if l >= 0 => limit = l as usize,
+                _ => return Reply::err("LIMIT can't be negative").into(),
+            }
+            i += 2;
+        } else {
+            return error(SYNTAX).into();
+        }
+    }
+    let keys = a.all()[2..2 + numkeys].to_vec();
+    s.read_many(keys, move |readers, keys| {
+        let n = combine(Op::Inter, load_all(readers, keys)?).len();
+        Ok(Reply::Int(if limit > 0 { n.min(limit) } else { n } as i64))
+    })
+}
+
+/// Replaces `dest` with a set of `items` (deleting it when empty).
+fn store_set(w: &mut WriteCtx, dest: Key, items: &[Vec<u8>]) -> Result<(), Fail> {
+    keyspace::delete_if_live(w, dest)?;
+    let mut set = Edit::load_or_create(w, dest, SET)?;
+    for m in items {
+        set.put(w, m, &[])?;
+    }
+    set.save(w, dest)?;
+    Ok(())
+}
+
+fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
+    let dest = a.get(1).clone();
+    let sources: Vec<Bytes> = a.from(2).to_vec();
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let ids: Vec<usize> = sources.iter().map(|k| shards.shard_of_key(k)).collect();
+    let dest_shard = shards.shard_of_key(&dest);
+    if ids.iter().all(|&i| i == dest_shard) {
+        return s.write(&dest.clone(), move |w, kd| {
+            let mut sets = Vec::with_capacity(sources.len());
+            for src in &sources {
+                sets.push(members(w, Key::new(db, src))?);
+            }
+            let result = combine(op, sets);
+            store_set(w, kd, &result)?;
+            Ok(Reply::Int(result.len() as i64))
+        });
+    }
+    let mut all_ids = ids.clone();
+    all_ids.push(dest_shard);
+    super::coordinated(shards, all_ids, move |locked| async move {
+        let mut sets = Vec::with_capacity(sources.len());
+        for (src, &id) in sources.iter().zip(&ids) {
+            let src = src.clone();
+            match locked
+                .run(id, move |w| Ok(members(w, Key::new(db, &src))))
+                .await?
+            {
+                Ok(m) => sets.push(m),
+                Err(Fail::Reply(r)) => return Ok(Err(r)),
+                Err(Fail::Store(e)) => return Err(e.into()),
+            }
+        }
+        let result = combine(op, sets);
+        let n = result.len() as i64;
+        let out = locked
+            .run(dest_shard, move |w| {
+                Ok(store_set(w, Key::new(db, &dest), &result))
+            })
+            .await?;
+        match out {
+            Ok(()) => Ok(Ok(Reply::Int(n))),
+            Err(Fail::Reply(r)) => Ok(Err(r)),
+            Err(Fail::Store(e)) => Err(e.into()),
+        }
+    })
+}
+
+/// SINTERSTORE destination key [key ...]
+pub fn sinterstore(s: &mut Session, a: Args) -> Action {
+    set_op_store(s, a, Op::Inter)
+}
+
+/// SUNIONSTORE destination key [key ...]
+pub fn sunionstore(s: &mut Session, a: Args) -> Action {
+    set_op_store(s, a, Op::Union)
+}
+
+/// SDIFFSTORE destination key [key ...]
+pub fn sdiffstore(s: &mut Session, a: Args) -> Action {
+    set_op_store(s, a, Op::Diff)
+}
+
+/// SSCAN key cursor [MATCH pattern] [COUNT count]
+///
+/// Like HSCAN: every match in one reply with cursor 0; the cursor is checked
+/// first, the options once the key is found.
+pub fn sscan(s: &mut Session, a: Args) -> Action {
+    if super::generic::parse_cursor(a.get(2)).is_none() {
+        return Reply::err("invalid cursor").into();
+    }
+    let rest = a.from(3).to_vec();
+    s.read(a.get(1), move |r, k| {
+        let Some(all) = members(r, k)? else {
+            return Ok(Reply::Array(vec![
+                Reply::bulk("0"),
+                Reply::Array(Vec::new()),
+            ]));
+        };
+        let opts = match super::generic::ScanOpts::parse(&rest) {
+            Ok(o) if o.ktype.is_none() => o,
+            Ok(_) => return Ok(error(SYNTAX)),
+            Err(r) => return Ok(r),
+        };
+        let out = all
+            .into_iter()
+            .filter(|m| opts.matches(m, SET))
+            .map(Reply::bulk)
+            .collect();
+        Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
+    })
+}
