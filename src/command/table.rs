@@ -3,7 +3,7 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, generic, hash, server, set, string};
+use crate::families::{bits, generic, hash, list, server, set, string};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -245,6 +245,32 @@ commands! {
         "Get the UNIX time stamp of the last successful save to disk.", "", "nondeterministic_output";
     "lcs", -3, "readonly", (1, 2, 1), "RO ACCESS", "@read @string @slow", "string", "7.0.0", string::lcs,
         "Find longest common substring.", "key1 key2 [LEN] [IDX] [MINMATCHLEN min-match-len] [WITHMATCHLEN]", "";
+    "lindex", 3, "readonly", (1, 1, 1), "RO ACCESS", "@read @list @slow", "list", "1.0.0", list::lindex,
+        "Get an element from a list by its index.", "key index", "";
+    "linsert", 5, "write denyoom", (1, 1, 1), "RW INSERT", "@write @list @slow", "list", "2.2.0", list::linsert,
+        "Insert an element before or after another element in a list.", "key BEFORE|AFTER pivot element", "";
+    "llen", 2, "readonly fast", (1, 1, 1), "RO", "@read @list @fast", "list", "1.0.0", list::llen,
+        "Get the length of a list.", "key", "";
+    "lmove", 5, "write denyoom", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow", "list", "6.2.0", list::lmove,
+        "Pop an element from a list, push it to another list and return it.", "source destination LEFT|RIGHT LEFT|RIGHT", "";
+    "lmpop", -4, "write", (1, 2, 0), "RW ACCESS DELETE", "@write @list @slow", "list", "7.0.0", list::lmpop,
+        "Pop elements from a list.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", "";
+    "lpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::lpop,
+        "Remove and get the first elements in a list.", "key [count]", "";
+    "lpos", -3, "readonly", (1, 1, 1), "RO", "@read @list @slow", "list", "6.0.6", list::lpos,
+        "Return the index of matching elements on a list.", "key element [RANK rank] [COUNT num-matches] [MAXLEN len]", "";
+    "lpush", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @list @fast", "list", "1.0.0", list::lpush,
+        "Prepend one or multiple elements to a list.", "key element [element ...]", "";
+    "lpushx", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @list @fast", "list", "2.2.0", list::lpushx,
+        "Prepend an element to a list, only if the list exists.", "key element [element ...]", "";
+    "lrange", 4, "readonly", (1, 1, 1), "RO ACCESS", "@read @list @slow", "list", "1.0.0", list::lrange,
+        "Get a range of elements from a list.", "key start stop", "";
+    "lrem", 4, "write", (1, 1, 1), "RW DELETE", "@write @list @slow", "list", "1.0.0", list::lrem,
+        "Remove elements from a list.", "key count element", "";
+    "lset", 4, "write denyoom", (1, 1, 1), "RW UPDATE", "@write @list @slow", "list", "1.0.0", list::lset,
+        "Set the value of an element in a list by its index.", "key index element", "";
+    "ltrim", 4, "write", (1, 1, 1), "RW DELETE", "@write @list @slow", "list", "1.0.0", list::ltrim,
+        "Trim a list to the specified range.", "key start stop", "";
     "mget", -2, "readonly fast", (1, -1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::mget,
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
     "move", 3, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
@@ -277,6 +303,14 @@ commands! {
         "Rename a key, only if the new key does not exist.", "key newkey", "";
     "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
         "Reset the connection.", "", "";
+    "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,
+        "Remove and get the last elements in a list.", "key [count]", "";
+    "rpoplpush", 3, "write denyoom", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow", "list", "1.2.0", list::rpoplpush,
+        "Remove the last element in a list, prepend it to another list and return it.", "source destination", "";
+    "rpush", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @list @fast", "list", "1.0.0", list::rpush,
+        "Append one or multiple elements to a list.", "key element [element ...]", "";
+    "rpushx", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @list @fast", "list", "2.2.0", list::rpushx,
+        "Append an element to a list, only if the list exists.", "key element [element ...]", "";
     "sadd", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @set @fast", "set", "1.0.0", set::sadd,
         "Add one or more members to a set.", "key member [member ...]", "";
     "scan", -2, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "2.8.0", generic::scan,

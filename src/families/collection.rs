@@ -14,6 +14,8 @@ pub struct View {
     pub prefix: Vec<u8>,
     /// Number of members.
     pub size: u64,
+    /// Type-specific metadata (list head and tail).
+    pub extra: Vec<u8>,
 }
 
 impl View {
@@ -25,6 +27,7 @@ impl View {
             Some(m) => Ok(Some(View {
                 prefix: prefix_of(key, &m),
                 size: size_of(&m),
+                extra: extra_of(&m),
             })),
         }
     }
@@ -56,6 +59,13 @@ fn prefix_of(key: Key, m: &Meta) -> Vec<u8> {
     encoding::version_prefix(key.db, key.slot, key.name, m.version().unwrap_or(0))
 }
 
+fn extra_of(m: &Meta) -> Vec<u8> {
+    match &m.body {
+        MetaBody::Collection { extra, .. } => extra.clone(),
+        MetaBody::String(_) => Vec::new(),
+    }
+}
+
 fn size_of(m: &Meta) -> u64 {
     match m.body {
         MetaBody::Collection { size, .. } => size,
@@ -71,6 +81,8 @@ pub struct Edit {
     pub prefix: Vec<u8>,
     /// Number of members, kept up to date by the command.
     pub size: u64,
+    /// Type-specific metadata, written back by `save`.
+    pub extra: Vec<u8>,
 }
 
 impl Edit {
@@ -82,6 +94,7 @@ impl Edit {
             Some(m) => Ok(Some(Edit {
                 prefix: prefix_of(key, &m),
                 size: size_of(&m),
+                extra: extra_of(&m),
                 key_meta: Some(m.clone()),
                 meta: m,
             })),
@@ -105,6 +118,7 @@ impl Edit {
         Ok(Edit {
             prefix: prefix_of(key, &meta),
             size: 0,
+            extra: Vec::new(),
             key_meta: None,
             meta,
         })
@@ -145,8 +159,9 @@ impl Edit {
             }
             return Ok(());
         }
-        if let MetaBody::Collection { size, .. } = &mut self.meta.body {
+        if let MetaBody::Collection { size, extra, .. } = &mut self.meta.body {
             *size = self.size;
+            *extra = std::mem::take(&mut self.extra);
         }
         keyspace::store(w, key, self.key_meta.as_ref(), &self.meta)
     }

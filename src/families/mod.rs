@@ -8,6 +8,7 @@ pub mod collection;
 pub mod generic;
 pub mod hash;
 pub mod info;
+pub mod list;
 pub mod server;
 pub mod set;
 pub mod string;
