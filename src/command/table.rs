@@ -3,7 +3,7 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, generic, hash, list, server, set, string};
+use crate::families::{bits, generic, hash, list, server, set, string, zset};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -377,6 +377,70 @@ commands! {
         "Determine the type stored at key.", "key", "";
     "unlink", -2, "write fast", (1, -1, 1), "RM DELETE", "@keyspace @write @fast", "generic", "4.0.0", generic::unlink,
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "zadd", -4, "write denyoom fast", (1, 1, 1), "RW UPDATE", "@write @sortedset @fast", "sorted-set", "1.2.0", zset::zadd,
+        "Add one or more members to a sorted set, or update its score if it already exists.", "key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]", "";
+    "zcard", 2, "readonly fast", (1, 1, 1), "RO", "@read @sortedset @fast", "sorted-set", "1.2.0", zset::zcard,
+        "Get the number of members in a sorted set.", "key", "";
+    "zcount", 4, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "2.0.0", zset::zcount,
+        "Count the members in a sorted set with scores within the given values.", "key min max", "";
+    "zdiff", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "6.2.0", zset::zdiff,
+        "Subtract multiple sorted sets.", "numkeys key [key ...] [WITHSCORES]", "";
+    "zdiffstore", -4, "write denyoom", (2, 3, 0), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "6.2.0", zset::zdiffstore,
+        "Subtract multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...]", "";
+    "zincrby", 4, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @sortedset @fast", "sorted-set", "1.2.0", zset::zincrby,
+        "Increment the score of a member in a sorted set.", "key increment member", "";
+    "zinter", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "6.2.0", zset::zinter,
+        "Intersect multiple sorted sets.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", "";
+    "zintercard", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "7.0.0", zset::zintercard,
+        "Intersect multiple sorted sets and return the cardinality of the result.", "numkeys key [key ...] [LIMIT limit]", "";
+    "zinterstore", -4, "write denyoom", (2, 3, 0), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zinterstore,
+        "Intersect multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", "";
+    "zlexcount", 4, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "2.8.9", zset::zlexcount,
+        "Count the number of members in a sorted set between a given lexicographical range.", "key min max", "";
+    "zmpop", -4, "write", (1, 2, 0), "RW ACCESS DELETE", "@write @sortedset @slow", "sorted-set", "7.0.0", zset::zmpop,
+        "Remove and return members with scores in a sorted set.", "numkeys key [key ...] MIN|MAX [COUNT count]", "";
+    "zmscore", -3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "6.2.0", zset::zmscore,
+        "Get the score associated with the given members in a sorted set.", "key member [member ...]", "";
+    "zpopmax", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @sortedset @fast", "sorted-set", "5.0.0", zset::zpopmax,
+        "Remove and return members with the highest scores in a sorted set.", "key [count]", "";
+    "zpopmin", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @sortedset @fast", "sorted-set", "5.0.0", zset::zpopmin,
+        "Remove and return members with the lowest scores in a sorted set.", "key [count]", "";
+    "zrandmember", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "6.2.0", zset::zrandmember,
+        "Get one or multiple random elements from a sorted set.", "key [count [WITHSCORES]]", "nondeterministic_output";
+    "zrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "1.2.0", zset::zrange,
+        "Return a range of members in a sorted set.", "key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]", "";
+    "zrangebylex", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "2.8.9", zset::zrangebylex,
+        "Return a range of members in a sorted set, by lexicographical range.", "key min max [LIMIT offset count]", "";
+    "zrangebyscore", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "1.0.5", zset::zrangebyscore,
+        "Return a range of members in a sorted set, by score.", "key min max [WITHSCORES] [LIMIT offset count]", "";
+    "zrangestore", -5, "write denyoom", (1, 2, 1), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "6.2.0", zset::zrangestore,
+        "Store a range of members from sorted set into another key.", "dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]", "";
+    "zrank", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "2.0.0", zset::zrank,
+        "Determine the index of a member in a sorted set.", "key member", "";
+    "zrem", -3, "write fast", (1, 1, 1), "RW DELETE", "@write @sortedset @fast", "sorted-set", "1.2.0", zset::zrem,
+        "Remove one or more members from a sorted set.", "key member [member ...]", "";
+    "zremrangebylex", 4, "write", (1, 1, 1), "RW DELETE", "@write @sortedset @slow", "sorted-set", "2.8.9", zset::zremrangebylex,
+        "Remove all members in a sorted set between the given lexicographical range.", "key min max", "";
+    "zremrangebyrank", 4, "write", (1, 1, 1), "RW DELETE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zremrangebyrank,
+        "Remove all members in a sorted set within the given indexes.", "key start stop", "";
+    "zremrangebyscore", 4, "write", (1, 1, 1), "RW DELETE", "@write @sortedset @slow", "sorted-set", "1.2.0", zset::zremrangebyscore,
+        "Remove all members in a sorted set within the given scores.", "key min max", "";
+    "zrevrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "1.2.0", zset::zrevrange,
+        "Return a range of members in a sorted set, by index, with scores ordered from high to low.", "key start stop [WITHSCORES]", "";
+    "zrevrangebylex", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "2.8.9", zset::zrevrangebylex,
+        "Return a range of members in a sorted set, by lexicographical range, ordered from higher to lower strings.", "key max min [LIMIT offset count]", "";
+    "zrevrangebyscore", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "2.2.0", zset::zrevrangebyscore,
+        "Return a range of members in a sorted set, by score, with scores ordered from high to low.", "key max min [WITHSCORES] [LIMIT offset count]", "";
+    "zrevrank", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "2.0.0", zset::zrevrank,
+        "Determine the index of a member in a sorted set, with scores ordered from high to low.", "key member", "";
+    "zscan", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "2.8.0", zset::zscan,
+        "Incrementally iterate sorted sets elements and associated scores.", "key cursor [MATCH pattern] [COUNT count]", "nondeterministic_output";
+    "zscore", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "1.2.0", zset::zscore,
+        "Get the score associated with the given member in a sorted set.", "key member", "";
+    "zunion", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "6.2.0", zset::zunion,
+        "Add multiple sorted sets.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", "";
+    "zunionstore", -4, "write denyoom", (2, 3, 0), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zunionstore,
+        "Add multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", "";
 }
 
 /// Finds a command by name, case-insensitively.

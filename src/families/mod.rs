@@ -12,6 +12,7 @@ pub mod list;
 pub mod server;
 pub mod set;
 pub mod string;
+pub mod zset;
 
 use std::future::Future;
 use std::sync::Arc;

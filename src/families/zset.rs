@@ -1,0 +1,1365 @@
+//! Sorted sets: `member -> score` sub-keys plus the `zscore` index
+//! (`score member`, order-preserving score bytes), both under the key's
+//! version. Ranges by score and by rank walk the index in order; ranks are
+//! counted by walking (the store has no order statistics).
+
+use std::collections::HashMap;
+
+use bytes::Bytes;
+use rand::seq::SliceRandom;
+use rand::Rng;
+
+use super::collection::{Edit, View};
+use super::Fail;
+use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::storage::encoding::{self, score_from_bytes};
+use crate::storage::keyspace::{self, Key};
+use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
+use crate::util::num;
+
+const ZSET: KeyType = KeyType::ZSet;
+const NOT_FLOAT_RANGE: &str = "ERR min or max is not a float";
+const NOT_LEX_RANGE: &str = "ERR min or max not valid string range item";
+
+/// A member and its score.
+pub type Entry = (Vec<u8>, f64);
+
+fn decode_score(v: &[u8]) -> f64 {
+    v.try_into().map(f64::from_be_bytes).unwrap_or(0.0)
+}
+
+/// Walks the score index from the lowest (or highest) score; `visit` gets
+/// the member and score and returns false to stop.
+fn walk(
+    r: &dyn KvRead,
+    prefix: &[u8],
+    reverse: bool,
+    visit: &mut dyn FnMut(&[u8], f64) -> bool,
+) -> Result<(), StoreError> {
+    let end = encoding::prefix_successor(prefix);
+    let n = prefix.len();
+    r.scan(
+        Table::ZScore,
+        prefix,
+        end.as_deref(),
+        reverse,
+        &mut |k, _| {
+            let score = score_from_bytes(k[n..n + 8].try_into().unwrap());
+            visit(&k[n + 8..], score)
+        },
+    )
+}
+
+/// Every entry in score order (ascending or descending).
+fn all_entries(r: &dyn KvRead, prefix: &[u8], reverse: bool) -> Result<Vec<Entry>, StoreError> {
+    let mut out = Vec::new();
+    walk(r, prefix, reverse, &mut |m, s| {
+        out.push((m.to_vec(), s));
+        true
+    })?;
+    Ok(out)
+}
+
+/// A zset being changed.
+struct ZEdit {
+    e: Edit,
+}
+
+impl ZEdit {
+    fn load(w: &mut WriteCtx, key: Key) -> Result<Option<ZEdit>, Fail> {
+        Ok(Edit::load(w, key, ZSET)?.map(|e| ZEdit { e }))
+    }
+
+    fn load_or_create(w: &mut WriteCtx, key: Key) -> Result<ZEdit, Fail> {
+        Ok(ZEdit {
+            e: Edit::load_or_create(w, key, ZSET)?,
+        })
+    }
+
+    fn score(&self, w: &WriteCtx, member: &[u8]) -> Result<Option<f64>, StoreError> {
+        Ok(self.e.get(w, member)?.map(|v| decode_score(&v)))
+    }
+
+    /// Sets a member's score; true if the member is new.
+    fn set(&mut self, w: &mut WriteCtx, member: &[u8], score: f64) -> Result<bool, StoreError> {
+        // Redis's small encoding reads -0 back as 0; keep one zero.
+        let score = if score == 0.0 { 0.0 } else { score };
+        let old = self.score(w, member)?;
+        if let Some(old) = old {
+            if old.to_bits() == score.to_bits() {
+                return Ok(false);
+            }
+            w.del(
+                Table::ZScore,
+                &encoding::zscore_key(&self.e.prefix, old, member),
+            )?;
+        }
+        self.e.put(w, member, &score.to_be_bytes())?;
+        w.put(
+            Table::ZScore,
+            &encoding::zscore_key(&self.e.prefix, score, member),
+            &[],
+        )?;
+        Ok(old.is_none())
+    }
+
+    fn remove(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<bool, StoreError> {
+        let Some(old) = self.score(w, member)? else {
+            return Ok(false);
+        };
+        w.del(
+            Table::ZScore,
+            &encoding::zscore_key(&self.e.prefix, old, member),
+        )?;
+        self.e.remove(w, member)
+    }
+
+    fn save(self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
+        self.e.save(w, key)
+    }
+}
+
+/// Entries of the zset (or plain set, whose members score 1) at `key`, for
+/// the set-algebra commands: `None` if missing, WRONGTYPE for other types.
+fn load_scored(r: &dyn KvRead, key: Key) -> Result<Option<Vec<Entry>>, Fail> {
+    match keyspace::lookup_header(r, key)? {
+        None => Ok(None),
+        Some((KeyType::ZSet, _)) => {
+            let v = View::load(r, key, ZSET)?.expect("live zset");
+            Ok(Some(all_entries(r, &v.prefix, false)?))
+        }
+        Some((KeyType::Set, _)) => {
+            let v = View::load(r, key, KeyType::Set)?.expect("live set");
+            let mut out = Vec::new();
+            v.scan(r, &mut |m, _| {
+                out.push((m.to_vec(), 1.0));
+                true
+            })?;
+            Ok(Some(out))
+        }
+        Some(_) => Err(super::wrongtype()),
+    }
+}
+
+/// A score bound: value and whether it is exclusive.
+#[derive(Clone, Copy, Debug)]
+struct ScoreBound {
+    value: f64,
+    exclusive: bool,
+}
+
+fn parse_score_bound(arg: &[u8]) -> Option<ScoreBound> {
+    let (exclusive, text) = match arg.first() {
+        Some(b'(') => (true, &arg[1..]),
+        _ => (false, arg),
+    };
+    let value = num::parse_f64_range(text)?;
+    Some(ScoreBound { value, exclusive })
+}
+
+impl ScoreBound {
+    fn above_min(&self, s: f64) -> bool {
+        if self.exclusive {
+            s > self.value
+        } else {
+            s >= self.value
+        }
+    }
+
+    fn below_max(&self, s: f64) -> bool {
+        if self.exclusive {
+            s < self.value
+        } else {
+            s <= self.value
+        }
+    }
+}
+
+/// A lex bound: `-`, `+`, `[x` or `(x`.
+#[derive(Clone, Debug)]
+enum LexBound {
+    Min,
+    Max,
+    Incl(Vec<u8>),
+    Excl(Vec<u8>),
+}
+
+fn parse_lex_bound(arg: &[u8]) -> Option<LexBound> {
+    match arg.first()? {
+        b'-' if arg.len() == 1 => Some(LexBound::Min),
+        b'+' if arg.len() == 1 => Some(LexBound::Max),
+        b'[' => Some(LexBound::Incl(arg[1..].to_vec())),
+        b'(' => Some(LexBound::Excl(arg[1..].to_vec())),
+        _ => None,
+    }
+}
+
+impl LexBound {
+    fn above_min(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::Min => true,
+            LexBound::Max => false,
+            LexBound::Incl(x) => m >= &x[..],
+            LexBound::Excl(x) => m > &x[..],
+        }
+    }
+
+    fn below_max(&self, m: &[u8]) -> bool {
+        match self {
+            LexBound::Min => false,
+            LexBound::Max => true,
+            LexBound::Incl(x) => m <= &x[..],
+            LexBound::Excl(x) => m < &x[..],
+        }
+    }
+}
+
+/// What a range selects.
+#[derive(Clone, Debug)]
+enum Range {
+    Rank(i64, i64),
+    Score(ScoreBound, ScoreBound),
+    Lex(LexBound, LexBound),
+}
+
+/// A parsed range query.
+#[derive(Clone, Debug)]
+struct Query {
+    range: Range,
+    rev: bool,
+    offset: i64,
+    limit: i64,
+    with_scores: bool,
+}
+
+/// Runs a range query over the zset's entries, in reply order.
+fn select(r: &dyn KvRead, prefix: &[u8], size: u64, q: &Query) -> Result<Vec<Entry>, StoreError> {
+    let mut out = Vec::new();
+    match &q.range {
+        Range::Rank(start, end) => {
+            let len = size as i64;
+            let mut s = if *start < 0 { len + start } else { *start };
+            let mut e = if *end < 0 { len + end } else { *end };
+            s = s.max(0);
+            if s > e || s >= len {
+                return Ok(out);
+            }
+            if e >= len {
+                e = len - 1;
+            }
+            let mut i = 0i64;
+            walk(r, prefix, q.rev, &mut |m, sc| {
+                if i >= s {
+                    out.push((m.to_vec(), sc));
+                }
+                i += 1;
+                i <= e
+            })?;
+        }
+        Range::Score(min, max) => {
+            if q.offset < 0 || q.limit == 0 {
+                return Ok(out);
+            }
+            let mut skip = q.offset;
+            walk(r, prefix, q.rev, &mut |m, sc| {
+                let inside = min.above_min(sc) && max.below_max(sc);
+                let past = if q.rev {
+                    !min.above_min(sc)
+                } else {
+                    !max.below_max(sc)
+                };
+                if past {
+                    return false;
+                }
+                if inside {
+                    if skip > 0 {
+                        skip -= 1;
+                    } else {
+                        out.push((m.to_vec(), sc));
+                        if q.limit >= 0 && out.len() as i64 >= q.limit {
+                            return false;
+                        }
+                    }
+                }
+                true
+            })?;
+        }
+        Range::Lex(min, max) => {
+            if q.offset < 0 || q.limit == 0 {
+                return Ok(out);
+            }
+            let mut skip = q.offset;
+            walk(r, prefix, q.rev, &mut |m, sc| {
+                let inside = min.above_min(m) && max.below_max(m);
+                let past = if q.rev {
+                    !min.above_min(m)
+                } else {
+                    !max.below_max(m)
+                };
+                if past {
+                    return false;
+                }
+                if inside {
+                    if skip > 0 {
+                        skip -= 1;
+                    } else {
+                        out.push((m.to_vec(), sc));
+                        if q.limit >= 0 && out.len() as i64 >= q.limit {
+                            return false;
+                        }
+                    }
+                }
+                true
+            })?;
+        }
+    }
+    Ok(out)
+}
+
+/// Entries as a reply: members, or members with scores (flat in RESP2,
+/// pairs in RESP3).
+fn entries_reply(items: Vec<Entry>, with_scores: bool, resp3: bool) -> Reply {
+    let mut out = Vec::with_capacity(items.len() * (1 + with_scores as usize));
+    for (m, s) in items {
+        if !with_scores {
+            out.push(Reply::bulk(m));
+        } else if resp3 {
+            out.push(Reply::Array(vec![Reply::bulk(m), Reply::Double(s)]));
+        } else {
+            out.push(Reply::bulk(m));
+            out.push(Reply::Double(s));
+        }
+    }
+    Reply::Array(out)
+}
+
+/// Flags of ZADD.
+#[derive(Default, Clone, Copy)]
+struct AddFlags {
+    nx: bool,
+    xx: bool,
+    gt: bool,
+    lt: bool,
+    ch: bool,
+    incr: bool,
+}
+
+/// (added, changed, new score or None when the flags blocked the update).
+type AddOutcome = (bool, bool, Option<f64>);
+
+/// Adds or updates one member under ZADD's rules; returns (added, changed,
+/// new score or None when the flags blocked it).
+fn zadd_one(
+    w: &mut WriteCtx,
+    z: &mut ZEdit,
+    f: AddFlags,
+    member: &[u8],
+    score: f64,
+) -> Result<Result<AddOutcome, Reply>, StoreError> {
+    let cur = z.score(w, member)?;
+    match cur {
+        Some(cur) => {
+            if f.nx {
+                return Ok(Ok((false, false, None)));
+            }
+            let new = if f.incr { cur + score } else { score };
+            if new.is_nan() {
+                return Ok(Err(Reply::err("resulting score is not a number (NaN)")));
+            }
+            if (f.gt && new <= cur) || (f.lt && new >= cur) {
+                return Ok(Ok((false, false, None)));
+            }
+            let changed = new != cur;
+            if changed {
+                z.set(w, member, new)?;
+            }
+            Ok(Ok((false, changed, Some(new))))
+        }
+        None => {
+            if f.xx {
+                return Ok(Ok((false, false, None)));
+            }
+            z.set(w, member, score)?;
+            Ok(Ok((true, false, Some(score))))
+        }
+    }
+}
+
+/// ZADD key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]
+pub fn zadd(s: &mut Session, a: Args) -> Action {
+    let mut f = AddFlags::default();
+    let mut i = 2;
+    while i < a.len() {
+        let o = a.get(i);
+        if is(o, "nx") {
+            f.nx = true;
+        } else if is(o, "xx") {
+            f.xx = true;
+        } else if is(o, "gt") {
+            f.gt = true;
+        } else if is(o, "lt") {
+            f.lt = true;
+        } else if is(o, "ch") {
+            f.ch = true;
+        } else if is(o, "incr") {
+            f.incr = true;
+        } else {
+            break;
+        }
+        i += 1;
+    }
+    let rest = a.from(i);
+    if rest.is_empty() || !rest.len().is_multiple_of(2) {
+        return error(SYNTAX).into();
+    }
+    if f.nx && f.xx {
+        return Reply::err("XX and NX options at the same time are not compatible").into();
+    }
+    if (f.gt || f.lt) && (f.nx || (f.gt && f.lt)) {
+        return Reply::err("GT, LT, and/or NX options at the same time are not compatible").into();
+    }
+    if f.incr && rest.len() > 2 {
+        return Reply::err("INCR option supports a single increment-element pair").into();
+    }
+    let mut pairs = Vec::with_capacity(rest.len() / 2);
+    for p in rest.chunks(2) {
+        match args::float(&p[0]) {
+            Ok(sc) => pairs.push((sc, p[1].clone())),
+            Err(r) => return r.into(),
+        }
+    }
+    s.write(a.get(1), move |w, k| {
+        let mut z = ZEdit::load_or_create(w, k)?;
+        let (mut added, mut changed) = (0, 0);
+        let mut last = None;
+        for (sc, m) in &pairs {
+            match zadd_one(w, &mut z, f, m, *sc)? {
+                Ok((a, c, s)) => {
+                    added += a as i64;
+                    changed += c as i64;
+                    last = s;
+                }
+                Err(r) => return Ok(r),
+            }
+        }
+        z.save(w, k)?;
+        if f.incr {
+            return Ok(last.map_or(Reply::Nil, Reply::Double));
+        }
+        Ok(Reply::Int(if f.ch { added + changed } else { added }))
+    })
+}
+
+/// ZINCRBY key increment member
+pub fn zincrby(s: &mut Session, a: Args) -> Action {
+    let by = match args::float(a.get(2)) {
+        Ok(b) => b,
+        Err(r) => return r.into(),
+    };
+    let m = a.get(3).clone();
+    s.write(a.get(1), move |w, k| {
+        let mut z = ZEdit::load_or_create(w, k)?;
+        let f = AddFlags {
+            incr: true,
+            ..AddFlags::default()
+        };
+        let out = match zadd_one(w, &mut z, f, &m, by)? {
+            Ok((_, _, s)) => s.map_or(Reply::Nil, Reply::Double),
+            Err(r) => return Ok(r),
+        };
+        z.save(w, k)?;
+        Ok(out)
+    })
+}
+
+/// ZSCORE key member
+pub fn zscore(s: &mut Session, a: Args) -> Action {
+    let m = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ZSET)? else {
+            return Ok(Reply::Nil);
+        };
+        Ok(v.get(r, &m)?
+            .map_or(Reply::Nil, |x| Reply::Double(decode_score(&x))))
+    })
+}
+
+/// ZMSCORE key member [member ...]
+pub fn zmscore(s: &mut Session, a: Args) -> Action {
+    let ms = a.from(2).to_vec();
+    s.read(a.get(1), move |r, k| {
+        let v = View::load(r, k, ZSET)?;
+        let mut out = Vec::with_capacity(ms.len());
+        for m in &ms {
+            out.push(match &v {
+                Some(v) => v
+                    .get(r, m)?
+                    .map_or(Reply::Nil, |x| Reply::Double(decode_score(&x))),
+                None => Reply::Nil,
+            });
+        }
+        Ok(Reply::Array(out))
+    })
+}
+
+/// ZCARD key
+pub fn zcard(s: &mut Session, a: Args) -> Action {
+    s.read(a.get(1), |r, k| {
+        Ok(Reply::Int(
+            View::load(r, k, ZSET)?.map_or(0, |v| v.size as i64),
+        ))
+    })
+}
+
+fn count_range(s: &mut Session, a: Args, range: Range) -> Action {
+    let q = Query {
+        range,
+        rev: false,
+        offset: 0,
+        limit: -1,
+        with_scores: false,
+    };
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ZSET)? else {
+            return Ok(Reply::Int(0));
+        };
+        Ok(Reply::Int(select(r, &v.prefix, v.size, &q)?.len() as i64))
+    })
+}
+
+/// ZCOUNT key min max
+pub fn zcount(s: &mut Session, a: Args) -> Action {
+    match (parse_score_bound(a.get(2)), parse_score_bound(a.get(3))) {
+        (Some(min), Some(max)) => count_range(s, a, Range::Score(min, max)),
+        _ => error(NOT_FLOAT_RANGE).into(),
+    }
+}
+
+/// ZLEXCOUNT key min max
+pub fn zlexcount(s: &mut Session, a: Args) -> Action {
+    match (parse_lex_bound(a.get(2)), parse_lex_bound(a.get(3))) {
+        (Some(min), Some(max)) => count_range(s, a, Range::Lex(min, max)),
+        _ => error(NOT_LEX_RANGE).into(),
+    }
+}
+
+/// Which ZRANGE-family command is parsing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RangeCmd {
+    /// ZRANGE / ZRANGESTORE: all options.
+    Generic,
+    /// ZRANGEBYSCORE / ZREVRANGEBYSCORE.
+    ByScore { rev: bool },
+    /// ZRANGEBYLEX / ZREVRANGEBYLEX.
+    ByLex { rev: bool },
+    /// ZREVRANGE.
+    RevRank,
+}
+
+/// Parses `min max [options]` starting at argv[first] with Redis's rules
+/// and errors.
+fn parse_query(a: &Args, first: usize, cmd: RangeCmd, store: bool) -> Result<Query, Reply> {
+    // The legacy commands fix the range type and direction; ZRANGE lets
+    // each be chosen once (a repeat is a syntax error, as in Redis).
+    let (mut by_score, mut by_lex, mut rev) = match cmd {
+        RangeCmd::Generic => (false, false, false),
+        RangeCmd::ByScore { rev } => (true, false, rev),
+        RangeCmd::ByLex { rev } => (false, true, rev),
+        RangeCmd::RevRank => (false, false, true),
+    };
+    let (mut type_set, mut dir_set) = (cmd != RangeCmd::Generic, cmd != RangeCmd::Generic);
+    let (mut offset, mut limit, mut with_scores) = (0i64, -1i64, false);
+    let mut j = first + 2;
+    while j < a.len() {
+        let o = a.get(j);
+        let left = a.len() - j - 1;
+        if !store && is(o, "withscores") {
+            with_scores = true;
+        } else if is(o, "limit") && left >= 2 {
+            offset = args::int(a.get(j + 1))?;
+            limit = args::int(a.get(j + 2))?;
+            j += 2;
+        } else if !dir_set && is(o, "rev") {
+            rev = true;
+            dir_set = true;
+        } else if !type_set && is(o, "byscore") {
+            by_score = true;
+            type_set = true;
+        } else if !type_set && is(o, "bylex") {
+            by_lex = true;
+            type_set = true;
+        } else {
+            return Err(error(SYNTAX));
+        }
+        j += 1;
+    }
+    if limit != -1 && !by_score && !by_lex {
+        return Err(Reply::err(
+            "syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    if with_scores && by_lex {
+        return Err(Reply::err(
+            "syntax error, WITHSCORES not supported in combination with BYLEX",
+        ));
+    }
+    // With REV the first bound is the maximum.
+    let (lo, hi) = if rev && (by_score || by_lex) {
+        (a.get(first + 1), a.get(first))
+    } else {
+        (a.get(first), a.get(first + 1))
+    };
+    let range = if by_score {
+        match (parse_score_bound(lo), parse_score_bound(hi)) {
+            (Some(min), Some(max)) => Range::Score(min, max),
+            _ => return Err(error(NOT_FLOAT_RANGE)),
+        }
+    } else if by_lex {
+        match (parse_lex_bound(lo), parse_lex_bound(hi)) {
+            (Some(min), Some(max)) => Range::Lex(min, max),
+            _ => return Err(error(NOT_LEX_RANGE)),
+        }
+    } else {
+        match (args::int(lo), args::int(hi)) {
+            (Ok(s), Ok(e)) => Range::Rank(s, e),
+            _ => return Err(error(NOT_INTEGER)),
+        }
+    };
+    Ok(Query {
+        range,
+        rev,
+        offset,
+        limit,
+        with_scores,
+    })
+}
+
+fn range_cmd(s: &mut Session, a: Args, cmd: RangeCmd) -> Action {
+    let q = match parse_query(&a, 2, cmd, false) {
+        Ok(q) => q,
+        Err(r) => return r.into(),
+    };
+    let resp3 = s.resp3;
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ZSET)? else {
+            return Ok(Reply::Array(Vec::new()));
+        };
+        let items = select(r, &v.prefix, v.size, &q)?;
+        Ok(entries_reply(items, q.with_scores, resp3))
+    })
+}
+
+/// ZRANGE key start stop [BYSCORE|BYLEX] [REV] [LIMIT offset count] [WITHSCORES]
+pub fn zrange(s: &mut Session, a: Args) -> Action {
+    range_cmd(s, a, RangeCmd::Generic)
+}
+
+/// ZREVRANGE key start stop [WITHSCORES]
+pub fn zrevrange(s: &mut Session, a: Args) -> Action {
+    range_cmd(s, a, RangeCmd::RevRank)
+}
+
+/// ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]
+pub fn zrangebyscore(s: &mut Session, a: Args) -> Action {
+    range_cmd(s, a, RangeCmd::ByScore { rev: false })
+}
+
+/// ZREVRANGEBYSCORE key max min [WITHSCORES] [LIMIT offset count]
+pub fn zrevrangebyscore(s: &mut Session, a: Args) -> Action {
+    range_cmd(s, a, RangeCmd::ByScore { rev: true })
+}
+
+/// ZRANGEBYLEX key min max [LIMIT offset count]
+pub fn zrangebylex(s: &mut Session, a: Args) -> Action {
+    range_cmd(s, a, RangeCmd::ByLex { rev: false })
+}
+
+/// ZREVRANGEBYLEX key max min [LIMIT offset count]
+pub fn zrevrangebylex(s: &mut Session, a: Args) -> Action {
+    range_cmd(s, a, RangeCmd::ByLex { rev: true })
+}
+
+/// ZRANGESTORE dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]
+pub fn zrangestore(s: &mut Session, a: Args) -> Action {
+    let q = match parse_query(&a, 3, RangeCmd::Generic, true) {
+        Ok(q) => q,
+        Err(r) => return r.into(),
+    };
+    let (dst, src) = (a.get(1).clone(), a.get(2).clone());
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let (ids, idd) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
+    let compute = move |r: &dyn KvRead| -> Result<Vec<Entry>, Fail> {
+        let Some(v) = View::load(r, Key::new(db, &src), ZSET)? else {
+            return Ok(Vec::new());
+        };
+        Ok(select(r, &v.prefix, v.size, &q)?)
+    };
+    if ids == idd {
+        return s.write(&dst.clone(), move |w, kd| {
+            let items = compute(w)?;
+            store_entries(w, kd, &items)?;
+            Ok(Reply::Int(items.len() as i64))
+        });
+    }
+    super::coordinated(shards, vec![ids, idd], move |locked| async move {
+        let items = match locked.run(ids, move |w| Ok(compute(w))).await? {
+            Ok(items) => items,
+            Err(Fail::Reply(r)) => return Ok(Err(r)),
+            Err(Fail::Store(e)) => return Err(e.into()),
+        };
+        let n = items.len() as i64;
+        locked
+            .run(idd, move |w| {
+                store_entries(w, Key::new(db, &dst), &items).map_err(|e| match e {
+                    Fail::Store(e) => e,
+                    Fail::Reply(_) => StoreError::Internal("unexpected reply".into()),
+                })
+            })
+            .await?;
+        Ok(Ok(Reply::Int(n)))
+    })
+}
+
+/// Replaces `dest` with a zset of `items` (deleting it when empty).
+fn store_entries(w: &mut WriteCtx, dest: Key, items: &[Entry]) -> Result<(), Fail> {
+    keyspace::delete_if_live(w, dest)?;
+    let mut z = ZEdit::load_or_create(w, dest)?;
+    for (m, sc) in items {
+        z.set(w, m, *sc)?;
+    }
+    z.save(w, dest)?;
+    Ok(())
+}
+
+fn rank(s: &mut Session, a: Args, rev: bool) -> Action {
+    let m = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ZSET)? else {
+            return Ok(Reply::Nil);
+        };
+        if v.get(r, &m)?.is_none() {
+            return Ok(Reply::Nil);
+        }
+        let mut i = 0i64;
+        let mut found = None;
+        walk(r, &v.prefix, rev, &mut |x, _| {
+            if x == &m[..] {
+                found = Some(i);
+                return false;
+            }
+            i += 1;
+            true
+        })?;
+        Ok(found.map_or(Reply::Nil, Reply::Int))
+    })
+}
+
+/// ZRANK key member
+pub fn zrank(s: &mut Session, a: Args) -> Action {
+    rank(s, a, false)
+}
+
+/// ZREVRANK key member
+pub fn zrevrank(s: &mut Session, a: Args) -> Action {
+    rank(s, a, true)
+}
+
+/// ZREM key member [member ...]
+pub fn zrem(s: &mut Session, a: Args) -> Action {
+    let ms = a.from(2).to_vec();
+    s.write(a.get(1), move |w, k| {
+        let Some(mut z) = ZEdit::load(w, k)? else {
+            return Ok(Reply::Int(0));
+        };
+        let mut n = 0;
+        for m in &ms {
+            n += z.remove(w, m)? as i64;
+        }
+        z.save(w, k)?;
+        Ok(Reply::Int(n))
+    })
+}
+
+fn remove_range(s: &mut Session, a: Args, range: Range) -> Action {
+    let q = Query {
+        range,
+        rev: false,
+        offset: 0,
+        limit: -1,
+        with_scores: false,
+    };
+    s.write(a.get(1), move |w, k| {
+        let Some(mut z) = ZEdit::load(w, k)? else {
+            return Ok(Reply::Int(0));
+        };
+        let items = select(w, &z.e.prefix, z.e.size, &q)?;
+        for (m, _) in &items {
+            z.remove(w, m)?;
+        }
+        z.save(w, k)?;
+        Ok(Reply::Int(items.len() as i64))
+    })
+}
+
+/// ZREMRANGEBYRANK key start stop
+pub fn zremrangebyrank(s: &mut Session, a: Args) -> Action {
+    match (a.int(2), a.int(3)) {
+        (Ok(st), Ok(en)) => remove_range(s, a, Range::Rank(st, en)),
+        (Err(r), _) | (_, Err(r)) => r.into(),
+    }
+}
+
+/// ZREMRANGEBYSCORE key min max
+pub fn zremrangebyscore(s: &mut Session, a: Args) -> Action {
+    match (parse_score_bound(a.get(2)), parse_score_bound(a.get(3))) {
+        (Some(min), Some(max)) => remove_range(s, a, Range::Score(min, max)),
+        _ => error(NOT_FLOAT_RANGE).into(),
+    }
+}
+
+/// ZREMRANGEBYLEX key min max
+pub fn zremrangebylex(s: &mut Session, a: Args) -> Action {
+    match (parse_lex_bound(a.get(2)), parse_lex_bound(a.get(3))) {
+        (Some(min), Some(max)) => remove_range(s, a, Range::Lex(min, max)),
+        _ => error(NOT_LEX_RANGE).into(),
+    }
+}
+
+/// Pops up to `count` entries from the low (or high) end.
+fn pop_entries(
+    w: &mut WriteCtx,
+    key: Key,
+    max: bool,
+    count: u64,
+) -> Result<Option<Vec<Entry>>, Fail> {
+    let Some(mut z) = ZEdit::load(w, key)? else {
+        return Ok(None);
+    };
+    let mut picked = Vec::new();
+    walk(w, &z.e.prefix, max, &mut |m, sc| {
+        if picked.len() as u64 >= count {
+            return false;
+        }
+        picked.push((m.to_vec(), sc));
+        true
+    })?;
+    for (m, _) in &picked {
+        z.remove(w, m)?;
+    }
+    z.save(w, key)?;
+    Ok(Some(picked))
+}
+
+fn zpop(s: &mut Session, a: Args, max: bool) -> Action {
+    let count = match a.len() {
+        2 => None,
+        3 => match args::int(a.get(2)) {
+            Ok(c) if c >= 0 => Some(c as u64),
+            _ => return Reply::err("value is out of range, must be positive").into(),
+        },
+        _ => return error(SYNTAX).into(),
+    };
+    let resp3 = s.resp3;
+    s.write(a.get(1), move |w, k| {
+        let items = pop_entries(w, k, max, count.unwrap_or(1))?.unwrap_or_default();
+        if count.is_none() {
+            // Without COUNT the reply is one flat member, score pair.
+            return Ok(entries_reply(items, true, false));
+        }
+        Ok(entries_reply(items, true, resp3))
+    })
+}
+
+/// ZPOPMIN key [count]
+pub fn zpopmin(s: &mut Session, a: Args) -> Action {
+    zpop(s, a, false)
+}
+
+/// ZPOPMAX key [count]
+pub fn zpopmax(s: &mut Session, a: Args) -> Action {
+    zpop(s, a, true)
+}
+
+/// ZRANDMEMBER key [count [WITHSCORES]]
+pub fn zrandmember(s: &mut Session, a: Args) -> Action {
+    if a.len() == 2 {
+        return s.read(a.get(1), |r, k| {
+            let Some(v) = View::load(r, k, ZSET)? else {
+                return Ok(Reply::Nil);
+            };
+            let all = all_entries(r, &v.prefix, false)?;
+            Ok(all
+                .choose(&mut rand::thread_rng())
+                .map_or(Reply::Nil, |(m, _)| Reply::bulk(m.clone())))
+        });
+    }
+    let count = match a.int(2) {
+        Ok(i64::MIN) => {
+            return Reply::err(
+                "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+            )
+            .into()
+        }
+        Ok(c) => c,
+        Err(_) => return error(NOT_INTEGER).into(),
+    };
+    let with_scores = match a.len() {
+        3 => false,
+        4 if is(a.get(3), "withscores") => true,
+        _ => return error(SYNTAX).into(),
+    };
+    if with_scores && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
+        return Reply::err("value is out of range").into();
+    }
+    let resp3 = s.resp3;
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ZSET)? else {
+            return Ok(Reply::Array(Vec::new()));
+        };
+        if count == 0 {
+            return Ok(Reply::Array(Vec::new()));
+        }
+        let all = all_entries(r, &v.prefix, false)?;
+        let mut rng = rand::thread_rng();
+        let picked: Vec<Entry> = if count > 0 {
+            all.choose_multiple(&mut rng, (count as usize).min(all.len()))
+                .cloned()
+                .collect()
+        } else {
+            (0..count.unsigned_abs())
+                .map(|_| all[rng.gen_range(0..all.len())].clone())
+                .collect()
+        };
+        Ok(entries_reply(picked, with_scores, resp3))
+    })
+}
+
+/// How ZUNION/ZINTER combine scores.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Aggregate {
+    Sum,
+    Min,
+    Max,
+}
+
+fn aggregate(agg: Aggregate, a: f64, b: f64) -> f64 {
+    match agg {
+        Aggregate::Sum => {
+            let s = a + b;
+            // inf + -inf: Redis takes 0.
+            if s.is_nan() {
+                0.0
+            } else {
+                s
+            }
+        }
+        Aggregate::Min => a.min(b),
+        Aggregate::Max => a.max(b),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SetOp {
+    Union,
+    Inter,
+    Diff,
+}
+
+/// Parsed numkeys/keys/WEIGHTS/AGGREGATE/WITHSCORES.
+struct Combine {
+    keys: Vec<Bytes>,
+    weights: Vec<f64>,
+    agg: Aggregate,
+    with_scores: bool,
+}
+
+/// Redis checks numkeys, then the keys' types, then the options: the outer
+/// error is numkeys'; an option error is kept for after the keys have been
+/// type-checked.
+type Parsed = Result<(Combine, Option<Reply>), Reply>;
+
+fn parse_combine(a: &Args, numkeys_at: usize, op: SetOp, store: bool, name: &str) -> Parsed {
+    let numkeys = args::int(a.get(numkeys_at))?;
+    if numkeys < 1 {
+        return Err(Reply::err(format!(
+            "at least 1 input key is needed for '{name}' command"
+        )));
+    }
+    let numkeys = numkeys as usize;
+    if numkeys > a.len() - numkeys_at - 1 {
+        return Err(error(SYNTAX));
+    }
+    let keys = a.all()[numkeys_at + 1..numkeys_at + 1 + numkeys].to_vec();
+    let mut c = Combine {
+        keys,
+        weights: vec![1.0; numkeys],
+        agg: Aggregate::Sum,
+        with_scores: false,
+    };
+    let options = parse_combine_options(a, numkeys_at + 1 + numkeys, op, store, &mut c).err();
+    Ok((c, options))
+}
+
+fn parse_combine_options(
+    a: &Args,
+    from: usize,
+    op: SetOp,
+    store: bool,
+    c: &mut Combine,
+) -> Result<(), Reply> {
+    let numkeys = c.keys.len();
+    let mut j = from;
+    while j < a.len() {
+        let o = a.get(j);
+        let left = a.len() - j - 1;
+        if op != SetOp::Diff && is(o, "weights") && left >= numkeys {
+            for (i, w) in c.weights.iter_mut().enumerate() {
+                *w = num::parse_f64(a.get(j + 1 + i))
+                    .ok_or_else(|| Reply::err("weight value is not a float"))?;
+            }
+            j += numkeys;
+        } else if op != SetOp::Diff && is(o, "aggregate") && left >= 1 {
+            let v = a.get(j + 1);
+            c.agg = if is(v, "sum") {
+                Aggregate::Sum
+            } else if is(v, "min") {
+                Aggregate::Min
+            } else if is(v, "max") {
+                Aggregate::Max
+            } else {
+                return Err(error(SYNTAX));
+            };
+            j += 1;
+        } else if !store && is(o, "withscores") {
+            c.with_scores = true;
+        } else {
+            return Err(error(SYNTAX));
+        }
+        j += 1;
+    }
+    Ok(())
+}
+
+/// Combines the inputs in score order (ties by member).
+fn combine(
+    op: SetOp,
+    inputs: Vec<Option<Vec<Entry>>>,
+    weights: &[f64],
+    agg: Aggregate,
+) -> Vec<Entry> {
+    let weighted = |s: f64, w: f64| {
+        let x = s * w;
+        if x.is_nan() {
+            0.0
+        } else {
+            x
+        }
+    };
+    let mut result: HashMap<Vec<u8>, f64> = HashMap::new();
+    match op {
+        SetOp::Union => {
+            for (input, &w) in inputs.into_iter().zip(weights) {
+                for (m, s) in input.unwrap_or_default() {
+                    let v = weighted(s, w);
+                    result
+                        .entry(m)
+                        .and_modify(|cur| *cur = aggregate(agg, *cur, v))
+                        .or_insert(v);
+                }
+            }
+        }
+        SetOp::Inter => {
+            let mut iter = inputs.into_iter().zip(weights);
+            if let Some((first, &w0)) = iter.next() {
+                for (m, s) in first.unwrap_or_default() {
+                    result.insert(m, weighted(s, w0));
+                }
+                for (input, &w) in iter {
+                    let other: HashMap<Vec<u8>, f64> =
+                        input.unwrap_or_default().into_iter().collect();
+                    result.retain(|m, cur| match other.get(m) {
+                        Some(&s) => {
+                            *cur = aggregate(agg, *cur, weighted(s, w));
+                            true
+                        }
+                        None => false,
+                    });
+                }
+            }
+        }
+        SetOp::Diff => {
+            let mut iter = inputs.into_iter();
+            if let Some(first) = iter.next() {
+                result = first.unwrap_or_default().into_iter().collect();
+                for input in iter {
+                    for (m, _) in input.unwrap_or_default() {
+                        result.remove(&m);
+                    }
+                }
+            }
+        }
+    }
+    let mut out: Vec<Entry> = result.into_iter().collect();
+    out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    out
+}
+
+fn combine_cmd(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Action {
+    let (c, option_error) = match parse_combine(&a, 1, op, false, name) {
+        Ok(c) => c,
+        Err(r) => return r.into(),
+    };
+    let resp3 = s.resp3;
+    let (weights, agg, with_scores) = (c.weights, c.agg, c.with_scores);
+    s.read_many(c.keys, move |readers, keys| {
+        let inputs = readers
+            .iter()
+            .zip(keys)
+            .map(|(r, k)| load_scored(*r, *k))
+            .collect::<Result<Vec<_>, Fail>>()?;
+        if let Some(e) = option_error {
+            return Ok(e);
+        }
+        Ok(entries_reply(
+            combine(op, inputs, &weights, agg),
+            with_scores,
+            resp3,
+        ))
+    })
+}
+
+/// ZUNION numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...] [WITHSCORES]
+pub fn zunion(s: &mut Session, a: Args) -> Action {
+    combine_cmd(s, a, SetOp::Union, "zunion")
+}
+
+/// ZINTER numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...] [WITHSCORES]
+pub fn zinter(s: &mut Session, a: Args) -> Action {
+    combine_cmd(s, a, SetOp::Inter, "zinter")
+}
+
+/// ZDIFF numkeys key [key ...] [WITHSCORES]
+pub fn zdiff(s: &mut Session, a: Args) -> Action {
+    combine_cmd(s, a, SetOp::Diff, "zdiff")
+}
+
+fn combine_store(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Action {
+    let (c, option_error) = match parse_combine(&a, 2, op, true, name) {
+        Ok(c) => c,
+        Err(r) => return r.into(),
+    };
+    let dest = a.get(1).clone();
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let ids: Vec<usize> = c.keys.iter().map(|k| shards.shard_of_key(k)).collect();
+    let dest_shard = shards.shard_of_key(&dest);
+    let (keys, weights, agg) = (c.keys, c.weights, c.agg);
+    if ids.iter().all(|&i| i == dest_shard) {
+        return s.write(&dest.clone(), move |w, kd| {
+            let mut inputs = Vec::with_capacity(keys.len());
+            for k in &keys {
+                inputs.push(load_scored(w, Key::new(db, k))?);
+            }
+            if let Some(e) = option_error {
+                return Ok(e);
+            }
+            let result = combine(op, inputs, &weights, agg);
+            store_entries(w, kd, &result)?;
+            Ok(Reply::Int(result.len() as i64))
+        });
+    }
+    let mut all_ids = ids.clone();
+    all_ids.push(dest_shard);
+    super::coordinated(shards, all_ids, move |locked| async move {
+        let mut inputs = Vec::with_capacity(keys.len());
+        for (k, &id) in keys.iter().zip(&ids) {
+            let k = k.clone();
+            match locked
+                .run(id, move |w| Ok(load_scored(w, Key::new(db, &k))))
+                .await?
+            {
+                Ok(x) => inputs.push(x),
+                Err(Fail::Reply(r)) => return Ok(Err(r)),
+                Err(Fail::Store(e)) => return Err(e.into()),
+            }
+        }
+        if let Some(e) = option_error {
+            return Ok(Err(e));
+        }
+        let result = combine(op, inputs, &weights, agg);
+        let n = result.len() as i64;
+        locked
+            .run(dest_shard, move |w| {
+                store_entries(w, Key::new(db, &dest), &result).map_err(|e| match e {
+                    Fail::Store(e) => e,
+                    Fail::Reply(_) => StoreError::Internal("unexpected reply".into()),
+                })
+            })
+            .await?;
+        Ok(Ok(Reply::Int(n)))
+    })
+}
+
+/// ZUNIONSTORE destination numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...]
+pub fn zunionstore(s: &mut Session, a: Args) -> Action {
+    combine_store(s, a, SetOp::Union, "zunionstore")
+}
+
+/// ZINTERSTORE destination numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...]
+pub fn zinterstore(s: &mut Session, a: Args) -> Action {
+    combine_store(s, a, SetOp::Inter, "zinterstore")
+}
+
+/// ZDIFFSTORE destination numkeys key [key ...]
+pub fn zdiffstore(s: &mut Session, a: Args) -> Action {
+    combine_store(s, a, SetOp::Diff, "zdiffstore")
+}
+
+/// ZINTERCARD numkeys key [key ...] [LIMIT limit]
+pub fn zintercard(s: &mut Session, a: Args) -> Action {
+    let numkeys = match args::int(a.get(1)) {
+        Ok(n) if n > 0 => n as usize,
+        Ok(_) => {
+            return Reply::err("at least 1 input key is needed for 'zintercard' command").into()
+        }
+        Err(r) => return r.into(),
+    };
+    if numkeys > a.len() - 2 {
+        return error(SYNTAX).into();
+    }
+    let mut limit = 0usize;
+    let rest = a.from(2 + numkeys);
+    let mut i = 0;
+    while i < rest.len() {
+        if is(&rest[i], "limit") && i + 1 < rest.len() {
+            match args::int(&rest[i + 1]) {
+                Ok(l) if l >= 0 => limit = l as usize,
+                _ => return Reply::err("LIMIT can't be negative").into(),
+            }
+            i += 2;
+        } else {
+            return error(SYNTAX).into();
+        }
+    }
+    let keys = a.all()[2..2 + numkeys].to_vec();
+    s.read_many(keys, move |readers, keys| {
+        let inputs = readers
+            .iter()
+            .zip(keys)
+            .map(|(r, k)| load_scored(*r, *k))
+            .collect::<Result<Vec<_>, Fail>>()?;
+        let weights = vec![1.0; inputs.len()];
+        let n = combine(SetOp::Inter, inputs, &weights, Aggregate::Sum).len();
+        Ok(Reply::Int(if limit > 0 { n.min(limit) } else { n } as i64))
+    })
+}
+
+/// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]
+pub fn zmpop(s: &mut Session, a: Args) -> Action {
+    let numkeys = match args::int(a.get(1)) {
+        Ok(n) if n > 0 => n as usize,
+        _ => return Reply::err("numkeys should be greater than 0").into(),
+    };
+    let where_idx = 2 + numkeys;
+    if where_idx >= a.len() {
+        return error(SYNTAX).into();
+    }
+    let max = if is(a.get(where_idx), "max") {
+        true
+    } else if is(a.get(where_idx), "min") {
+        false
+    } else {
+        return error(SYNTAX).into();
+    };
+    let mut count = None;
+    let rest = a.from(where_idx + 1);
+    let mut i = 0;
+    while i < rest.len() {
+        if count.is_none() && is(&rest[i], "count") && i + 1 < rest.len() {
+            match args::int(&rest[i + 1]) {
+                Ok(c) if c > 0 => count = Some(c as u64),
+                _ => return Reply::err("count should be greater than 0").into(),
+            }
+            i += 2;
+        } else {
+            return error(SYNTAX).into();
+        }
+    }
+    let count = count.unwrap_or(1);
+    let keys: Vec<Bytes> = a.all()[2..where_idx].to_vec();
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+    let reply = |k: &Bytes, items: Vec<Entry>| {
+        Reply::Array(vec![
+            Reply::Bulk(k.clone()),
+            Reply::Array(
+                items
+                    .into_iter()
+                    .map(|(m, s)| Reply::Array(vec![Reply::bulk(m), Reply::Double(s)]))
+                    .collect(),
+            ),
+        ])
+    };
+    if ids.windows(2).all(|w| w[0] == w[1]) {
+        return s.write(&keys[0].clone(), move |w, _| {
+            for k in &keys {
+                if let Some(items) = pop_entries(w, Key::new(db, k), max, count)? {
+                    return Ok(reply(k, items));
+                }
+            }
+            Ok(Reply::NilArray)
+        });
+    }
+    super::coordinated(shards, ids.clone(), move |locked| async move {
+        for (k, &id) in keys.iter().zip(&ids) {
+            let k2 = k.clone();
+            match locked
+                .run(id, move |w| {
+                    Ok(pop_entries(w, Key::new(db, &k2), max, count))
+                })
+                .await?
+            {
+                Ok(Some(items)) => return Ok(Ok(reply(k, items))),
+                Ok(None) => {}
+                Err(Fail::Reply(r)) => return Ok(Err(r)),
+                Err(Fail::Store(e)) => return Err(e.into()),
+            }
+        }
+        Ok(Err(Reply::NilArray))
+    })
+}
+
+/// ZSCAN key cursor [MATCH pattern] [COUNT count]: every match in one reply
+/// with cursor 0, like HSCAN.
+pub fn zscan(s: &mut Session, a: Args) -> Action {
+    if super::generic::parse_cursor(a.get(2)).is_none() {
+        return Reply::err("invalid cursor").into();
+    }
+    let rest = a.from(3).to_vec();
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ZSET)? else {
+            return Ok(Reply::Array(vec![
+                Reply::bulk("0"),
+                Reply::Array(Vec::new()),
+            ]));
+        };
+        let opts = match super::generic::ScanOpts::parse(&rest) {
+            Ok(o) if o.ktype.is_none() => o,
+            Ok(_) => return Ok(error(SYNTAX)),
+            Err(r) => return Ok(r),
+        };
+        let mut out = Vec::new();
+        v.scan(r, &mut |m, sc| {
+            if opts.matches(m, ZSET) {
+                out.push(Reply::bulk_copy(m));
+                out.push(Reply::bulk(num::format_double(decode_score(sc))));
+            }
+            true
+        })?;
+        Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
+    })
+}
