@@ -166,6 +166,13 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             let sum = |f: fn(&crate::shard::ShardStats) -> u64| -> u64 {
                 shards.iter().map(|sh| f(&sh.stats)).sum()
             };
+            let rows = |t| -> u64 {
+                shards
+                    .iter()
+                    .filter_map(|sh| sh.snapshot().ok())
+                    .filter_map(|snap| snap.rows(t).ok())
+                    .sum()
+            };
             let batches = sum(|s| s.batches.load(Relaxed));
             let ops = sum(|s| s.batch_ops.load(Relaxed));
             let avg = if batches == 0 {
@@ -175,7 +182,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             };
             let _ = write!(
                 out,
-                "# Cairn\r\nshards:{}\r\ndurability:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\n",
+                "# Cairn\r\nshards:{}\r\ndurability:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{}\r\nzscore_rows:{}\r\ngc_pending:{}\r\n",
                 shards.len(),
                 srv.shards.durability.name(),
                 shards.iter().map(|sh| sh.stats.max_batch.load(Relaxed)).max().unwrap_or(0),
@@ -186,6 +193,9 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 sum(|s| s.expired_keys.load(Relaxed)),
                 sum(|s| s.gc_rows.load(Relaxed)),
                 sum(|s| s.gc_versions.load(Relaxed)),
+                rows(crate::storage::Table::Sub),
+                rows(crate::storage::Table::ZScore),
+                rows(crate::storage::Table::Gc),
             );
         }
         _ => {}

@@ -179,6 +179,13 @@ impl ReadCtx {
         })
     }
 
+    /// Number of rows in a table (INFO's row counts; lets tests check that
+    /// garbage collection really emptied the sub-key tables).
+    pub fn rows(&self, t: Table) -> Result<u64, StoreError> {
+        use redb::ReadableTableMetadata;
+        Ok(self.table(t)?.len()?)
+    }
+
     fn table(
         &self,
         t: Table,
