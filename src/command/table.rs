@@ -3,7 +3,7 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, generic, hash, list, server, set, string, zset};
+use crate::families::{bits, blocking, generic, hash, list, server, set, string, zset};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -155,6 +155,22 @@ commands! {
         "Perform bitwise operations between strings.", "operation destkey key [key ...]", "";
     "bitpos", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.8.7", bits::bitpos,
         "Find first bit set or clear in a string.", "key bit [start [end [BYTE|BIT]]]", "";
+    "blmove", 6, "write denyoom noscript blocking", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "6.2.0", blocking::blmove,
+        "Pop an element from a list, push it to another list and return it; or block until one is available.", "source destination LEFT|RIGHT LEFT|RIGHT timeout", "";
+    "blmpop", -5, "write blocking", (2, 3, 0), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "7.0.0", blocking::blmpop,
+        "Pop elements from a list, or block until one is available.", "timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]", "";
+    "blpop", -3, "write noscript blocking", (1, -2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "2.0.0", blocking::blpop,
+        "Remove and get the first element in a list, or block until one is available.", "key [key ...] timeout", "";
+    "brpop", -3, "write noscript blocking", (1, -2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "2.0.0", blocking::brpop,
+        "Remove and get the last element in a list, or block until one is available.", "key [key ...] timeout", "";
+    "brpoplpush", 4, "write denyoom noscript blocking", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "2.2.0", blocking::brpoplpush,
+        "Pop an element from a list, push it to another list and return it; or block until one is available.", "source destination timeout", "";
+    "bzmpop", -5, "write blocking", (2, 3, 0), "RW ACCESS DELETE", "@write @sortedset @slow @blocking", "sorted-set", "7.0.0", blocking::bzmpop,
+        "Remove and return members with scores in a sorted set or block until one is available.", "timeout numkeys key [key ...] MIN|MAX [COUNT count]", "";
+    "bzpopmax", -3, "write noscript blocking fast", (1, -2, 1), "RW ACCESS DELETE", "@write @sortedset @fast @blocking", "sorted-set", "5.0.0", blocking::bzpopmax,
+        "Remove and return the member with the highest score from one or more sorted sets, or block until one is available.", "key [key ...] timeout", "";
+    "bzpopmin", -3, "write noscript blocking fast", (1, -2, 1), "RW ACCESS DELETE", "@write @sortedset @fast @blocking", "sorted-set", "5.0.0", blocking::bzpopmin,
+        "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available.", "key [key ...] timeout", "";
     "client", -2, "", (0, 0, 0), "", "@slow", "connection", "2.4.0", server::client,
         "A container for client connection commands.", "subcommand [arg ...]", "";
     "command", -1, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,

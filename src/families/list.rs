@@ -81,12 +81,19 @@ struct ListEdit {
     e: Edit,
     head: u64,
     tail: u64,
+    /// Whether elements were added (blocked clients get woken on save).
+    pushed: bool,
 }
 
 impl ListEdit {
     fn from_edit(e: Edit) -> ListEdit {
         let (head, tail) = decode_bounds(&e.extra);
-        ListEdit { e, head, tail }
+        ListEdit {
+            e,
+            head,
+            tail,
+            pushed: false,
+        }
     }
 
     fn load(w: &mut WriteCtx, key: Key) -> Result<Option<ListEdit>, Fail> {
@@ -111,11 +118,13 @@ impl ListEdit {
     }
 
     fn push_left(&mut self, w: &mut WriteCtx, v: &[u8]) -> Result<(), StoreError> {
+        self.pushed = true;
         self.head -= 1;
         w.put(Table::Sub, &elem_key(&self.e.prefix, self.head), v)
     }
 
     fn push_right(&mut self, w: &mut WriteCtx, v: &[u8]) -> Result<(), StoreError> {
+        self.pushed = true;
         w.put(Table::Sub, &elem_key(&self.e.prefix, self.tail), v)?;
         self.tail += 1;
         Ok(())
@@ -181,6 +190,9 @@ impl ListEdit {
         extra.extend_from_slice(&self.tail.to_be_bytes());
         self.e.extra = extra;
         self.e.size = self.len();
+        if self.pushed && self.e.size > 0 {
+            w.signals.push((key.db, key.name.to_vec()));
+        }
         self.e.save(w, key)
     }
 }
@@ -575,24 +587,41 @@ fn lmove_generic(
     from_left: bool,
     to_left: bool,
 ) -> Action {
-    let db = s.db;
-    let shards = s.server.shards.clone();
+    lmove_action(s.server.shards.clone(), s.db, src, dst, from_left, to_left)
+}
+
+/// LMOVE as an action (also the attempt of BLMOVE / BRPOPLPUSH): the moved
+/// element, or nil when the source is empty.
+pub fn lmove_action(
+    shards: std::sync::Arc<crate::shard::ShardSet>,
+    db: u8,
+    src: Bytes,
+    dst: Bytes,
+    from_left: bool,
+    to_left: bool,
+) -> Action {
     let (is_, id) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
     if is_ == id {
-        return s.write(&src.clone(), move |w, ks| {
-            let kd = Key::new(db, &dst);
-            let Some(mut from) = ListEdit::load(w, ks)? else {
-                return Ok(Reply::Nil);
-            };
-            // The destination's type is checked before anything moves.
-            ListEdit::load(w, kd)?;
-            let v = from.pop(w, from_left)?.unwrap_or_default();
-            from.save(w, ks)?;
-            let mut to = ListEdit::load_or_create(w, kd)?;
-            push_side(&mut to, w, to_left, &v)?;
-            to.save(w, kd)?;
-            Ok(Reply::bulk(v))
-        });
+        return Action::Write {
+            shard: is_,
+            f: Box::new(move |w| {
+                super::settle((|| -> super::OpResult {
+                    let ks = Key::new(db, &src);
+                    let kd = Key::new(db, &dst);
+                    let Some(mut from) = ListEdit::load(w, ks)? else {
+                        return Ok(Reply::Nil);
+                    };
+                    // The destination's type is checked before anything moves.
+                    ListEdit::load(w, kd)?;
+                    let v = from.pop(w, from_left)?.unwrap_or_default();
+                    from.save(w, ks)?;
+                    let mut to = ListEdit::load_or_create(w, kd)?;
+                    push_side(&mut to, w, to_left, &v)?;
+                    to.save(w, kd)?;
+                    Ok(Reply::bulk(v))
+                })())
+            }),
+        };
     }
     super::coordinated(shards, vec![is_, id], move |locked| async move {
         let (s2, d2) = (src.clone(), dst.clone());
@@ -710,18 +739,33 @@ pub fn lmpop(s: &mut Session, a: Args) -> Action {
     }
     let count = count.unwrap_or(1);
     let keys: Vec<Bytes> = a.all()[2..where_idx].to_vec();
-    let db = s.db;
-    let shards = s.server.shards.clone();
+    mpop_action(s.server.shards.clone(), s.db, keys, left, count)
+}
+
+/// LMPOP as an action (also the attempt of BLPOP / BRPOP / BLMPOP):
+/// `[key, [elements]]`, or a nil array when every list is empty.
+pub fn mpop_action(
+    shards: std::sync::Arc<crate::shard::ShardSet>,
+    db: u8,
+    keys: Vec<Bytes>,
+    left: bool,
+    count: u64,
+) -> Action {
     let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
     if ids.windows(2).all(|w| w[0] == w[1]) {
-        return s.write(&keys[0].clone(), move |w, _| {
-            for k in &keys {
-                if let Some(items) = mpop_one(w, Key::new(db, k), left, count)? {
-                    return Ok(mpop_reply(k, items));
-                }
-            }
-            Ok(Reply::NilArray)
-        });
+        return Action::Write {
+            shard: ids[0],
+            f: Box::new(move |w| {
+                super::settle((|| -> super::OpResult {
+                    for k in &keys {
+                        if let Some(items) = mpop_one(w, Key::new(db, k), left, count)? {
+                            return Ok(mpop_reply(k, items));
+                        }
+                    }
+                    Ok(Reply::NilArray)
+                })())
+            }),
+        };
     }
     super::coordinated(shards, ids.clone(), move |locked| async move {
         for (k, &id) in keys.iter().zip(&ids) {

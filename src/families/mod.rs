@@ -4,6 +4,7 @@
 //! socket.
 
 pub mod bits;
+pub mod blocking;
 pub mod collection;
 pub mod generic;
 pub mod hash;

@@ -65,16 +65,19 @@ fn all_entries(r: &dyn KvRead, prefix: &[u8], reverse: bool) -> Result<Vec<Entry
 /// A zset being changed.
 struct ZEdit {
     e: Edit,
+    /// Whether members were added (blocked clients get woken on save).
+    grew: bool,
 }
 
 impl ZEdit {
     fn load(w: &mut WriteCtx, key: Key) -> Result<Option<ZEdit>, Fail> {
-        Ok(Edit::load(w, key, ZSET)?.map(|e| ZEdit { e }))
+        Ok(Edit::load(w, key, ZSET)?.map(|e| ZEdit { e, grew: false }))
     }
 
     fn load_or_create(w: &mut WriteCtx, key: Key) -> Result<ZEdit, Fail> {
         Ok(ZEdit {
             e: Edit::load_or_create(w, key, ZSET)?,
+            grew: false,
         })
     }
 
@@ -102,6 +105,7 @@ impl ZEdit {
             &encoding::zscore_key(&self.e.prefix, score, member),
             &[],
         )?;
+        self.grew |= old.is_none();
         Ok(old.is_none())
     }
 
@@ -117,6 +121,9 @@ impl ZEdit {
     }
 
     fn save(self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
+        if self.grew && self.e.size > 0 {
+            w.signals.push((key.db, key.name.to_vec()));
+        }
         self.e.save(w, key)
     }
 }
@@ -1290,8 +1297,18 @@ pub fn zmpop(s: &mut Session, a: Args) -> Action {
     }
     let count = count.unwrap_or(1);
     let keys: Vec<Bytes> = a.all()[2..where_idx].to_vec();
-    let db = s.db;
-    let shards = s.server.shards.clone();
+    zmpop_action(s.server.shards.clone(), s.db, keys, max, count)
+}
+
+/// ZMPOP as an action (also the attempt of BZPOPMIN / BZPOPMAX / BZMPOP):
+/// `[key, [[member, score]...]]`, or a nil array when every zset is empty.
+pub fn zmpop_action(
+    shards: std::sync::Arc<crate::shard::ShardSet>,
+    db: u8,
+    keys: Vec<Bytes>,
+    max: bool,
+    count: u64,
+) -> Action {
     let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
     let reply = |k: &Bytes, items: Vec<Entry>| {
         Reply::Array(vec![
@@ -1305,14 +1322,19 @@ pub fn zmpop(s: &mut Session, a: Args) -> Action {
         ])
     };
     if ids.windows(2).all(|w| w[0] == w[1]) {
-        return s.write(&keys[0].clone(), move |w, _| {
-            for k in &keys {
-                if let Some(items) = pop_entries(w, Key::new(db, k), max, count)? {
-                    return Ok(reply(k, items));
-                }
-            }
-            Ok(Reply::NilArray)
-        });
+        return Action::Write {
+            shard: ids[0],
+            f: Box::new(move |w| {
+                super::settle((|| -> super::OpResult {
+                    for k in &keys {
+                        if let Some(items) = pop_entries(w, Key::new(db, k), max, count)? {
+                            return Ok(reply(k, items));
+                        }
+                    }
+                    Ok(Reply::NilArray)
+                })())
+            }),
+        };
     }
     super::coordinated(shards, ids.clone(), move |locked| async move {
         for (k, &id) in keys.iter().zip(&ids) {

@@ -212,7 +212,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             match parser.next(&mut buf) {
                 Ok(Some(argv)) if argv.is_empty() => continue,
                 Ok(Some(argv)) => {
-                    if execute(session, &mut outbox, Args::new(argv)).await {
+                    if execute(session, &mut outbox, Args::new(argv), stream).await {
                         close = true;
                         break;
                     }
@@ -258,7 +258,12 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
 }
 
 /// Runs one command; true when the connection must close afterwards.
-async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool {
+async fn execute(
+    session: &mut Session,
+    outbox: &mut Outbox,
+    args: Args,
+    stream: &TcpStream,
+) -> bool {
     let server = session.server.clone();
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
     let started = Instant::now();
@@ -346,6 +351,20 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
             failed = r.is_error();
             outbox.push_ready(r, session.resp3, suppressed);
         }
+        Action::Block(job) => {
+            outbox.drain().await;
+            tokio::select! {
+                r = job => {
+                    failed = r.is_error();
+                    outbox.push_ready(r, session.resp3, suppressed);
+                }
+                // A blocked client that leaves (or is killed) leaves nothing
+                // behind: dropping the job drops its registration.
+                _ = peer_gone(stream) => return true,
+                _ = session.entry.kill.notified() => return true,
+                _ = server.shutdown.notified() => return true,
+            }
+        }
         Action::Silent => {}
         Action::Close(r) => {
             outbox.drain().await;
@@ -360,6 +379,17 @@ async fn execute(session: &mut Session, outbox: &mut Outbox, args: Args) -> bool
     }
     server.record_call(spec.name, started.elapsed().as_micros() as u64, failed);
     close
+}
+
+/// Resolves when the peer has closed the connection. If the client has
+/// sent more requests meanwhile, they wait their turn and nothing can be
+/// learned without reading them, so this never resolves.
+async fn peer_gone(stream: &TcpStream) {
+    let mut b = [0u8; 1];
+    match stream.peek(&mut b).await {
+        Ok(0) | Err(_) => {}
+        Ok(_) => std::future::pending::<()>().await,
+    }
 }
 
 /// Redis 7.0's reply to an unknown command, quoting up to 128 bytes of args.

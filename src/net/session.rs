@@ -39,6 +39,9 @@ pub enum Action {
     },
     /// Run after every earlier reply of this client has arrived.
     Job(Job),
+    /// Like `Job`, but it may wait indefinitely (a blocked client): the
+    /// connection abandons it if the client disconnects or is killed.
+    Block(Job),
     /// A multi-shard command already queued with the coordinator, which
     /// runs commands in queue order: the connection need not wait for it
     /// before sending the next coordinated command.

@@ -177,6 +177,7 @@ impl ShardActor {
         let now = now_ms();
         let mut out = Vec::with_capacity(batch.len());
         let mut failure = None;
+        let signals;
         {
             let mut ctx = match WriteCtx::open(&txn, now, &mut self.state) {
                 Ok(c) => c,
@@ -199,6 +200,7 @@ impl ShardActor {
                     }
                 }
             }
+            signals = std::mem::take(&mut ctx.signals);
             if failure.is_none() {
                 if let Err(e) = ctx.finish() {
                     failure = Some(e);
@@ -212,12 +214,22 @@ impl ShardActor {
                 Err(e)
             }
         };
+        if result.is_ok() {
+            self.wake(signals);
+        }
         match result {
             Ok(()) => Ok(out),
             Err(e) => {
                 self.reload_state();
                 Err((e, out.into_iter().map(|(_, s)| s).collect()))
             }
+        }
+    }
+
+    /// Wakes clients blocked on keys that gained elements (after commit).
+    fn wake(&self, signals: Vec<(u8, Vec<u8>)>) {
+        for (db, key) in signals {
+            self.shared.blocked.signal(db, &key);
         }
     }
 
@@ -319,6 +331,7 @@ impl ShardActor {
             self.reload_state();
             return;
         };
+        let signals = std::mem::take(&mut ctx.signals);
         let finished = ctx.finish();
         // Every participant holds its commit lock before any commits, and
         // releases it only after all have committed.
@@ -334,6 +347,7 @@ impl ShardActor {
                     .stats
                     .coordinated
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.wake(signals);
             }
             Err(_) => self.reload_state(),
         }

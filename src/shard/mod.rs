@@ -22,6 +22,7 @@
 //! open their snapshots, so nobody sees half of an MSET or a RENAME.
 
 pub mod actor;
+pub mod blocking;
 pub mod coordinator;
 pub mod set;
 
@@ -86,6 +87,8 @@ pub struct ShardShared {
     pub commit_lock: parking_lot::RwLock<()>,
     /// INFO counters.
     pub stats: ShardStats,
+    /// Clients blocked on keys, woken after commits that add elements.
+    pub blocked: Arc<blocking::BlockRegistry>,
     /// The latest snapshot and the commit count it was opened at: readers
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
@@ -94,12 +97,13 @@ pub struct ShardShared {
 }
 
 impl ShardShared {
-    fn new(id: usize, db: Arc<Database>) -> ShardShared {
+    fn new(id: usize, db: Arc<Database>, blocked: Arc<blocking::BlockRegistry>) -> ShardShared {
         ShardShared {
             id,
             db,
             commit_lock: parking_lot::RwLock::new(()),
             stats: ShardStats::default(),
+            blocked,
             snapshot_cache: parking_lot::Mutex::new(None),
             counts: std::array::from_fn(|_| [AtomicI64::new(0), AtomicI64::new(0)]),
         }

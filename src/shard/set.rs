@@ -60,6 +60,8 @@ pub struct ShardSet {
     _lock: File,
     /// The durability policy the shards run with.
     pub durability: Durability,
+    /// Clients blocked on keys.
+    pub blocked: Arc<super::blocking::BlockRegistry>,
     coordinator: super::coordinator::Coordinator,
 }
 
@@ -88,6 +90,7 @@ impl ShardSet {
                 configured: n,
             });
         }
+        let blocked = Arc::new(super::blocking::BlockRegistry::default());
         let mut shared = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
         for i in 0..n {
@@ -102,7 +105,7 @@ impl ShardSet {
                 .map_err(|e| open_err(e.into()))?;
             init_file(&db).map_err(open_err)?;
             let state = ShardState::load(&db).map_err(open_err)?;
-            shared.push(Arc::new(ShardShared::new(i, Arc::new(db))));
+            shared.push(Arc::new(ShardShared::new(i, Arc::new(db), blocked.clone())));
             states.push(state);
         }
         let (durability, max_batch) = (cfg.durability, cfg.max_batch);
@@ -131,6 +134,7 @@ impl ShardSet {
         let (addrs, system) = rx.recv().expect("actix system started");
         tracing::info!(shards = n, dir = %cfg.dir.display(), durability = durability.name(), "shards open");
         Ok(Arc::new_cyclic(|me| ShardSet {
+            blocked,
             shared,
             addrs,
             system,

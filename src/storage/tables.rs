@@ -294,6 +294,9 @@ fn count_key(db: u8) -> Vec<u8> {
 pub struct WriteCtx<'t> {
     tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 6],
     now_ms: u64,
+    /// Keys (database, name) that gained elements in this transaction: the
+    /// shard wakes clients blocked on them once it has committed.
+    pub signals: Vec<(u8, Vec<u8>)>,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
 }
@@ -315,6 +318,7 @@ impl<'t> WriteCtx<'t> {
                 txn.open_table(SYS)?,
             ],
             now_ms,
+            signals: Vec::new(),
             state,
         })
     }

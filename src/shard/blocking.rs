@@ -1,0 +1,109 @@
+//! Clients blocked on keys (BLPOP, BZPOPMIN, BLMOVE...).
+//!
+//! A blocked client registers a waiter on each of its keys, then tries its
+//! pop; if nothing is there it sleeps until a waiter is woken or it times
+//! out. A write that adds elements to a key records it in its transaction;
+//! after the commit the shard wakes the first waiter queued on that key
+//! (first blocked, first served). A waiter that pops something wakes the
+//! next waiter of the key, so one push of several elements serves several
+//! clients in order; one that finds nothing (someone was faster) waits
+//! again without losing its place. A waiter leaves every queue when its
+//! client is served, times out or disconnects (the guard's Drop).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+/// One blocked client.
+pub struct Waiter {
+    id: u64,
+    /// Woken when one of its keys may have something for it.
+    pub notify: tokio::sync::Notify,
+}
+
+/// Waiters per (database, key), oldest first.
+#[derive(Default)]
+pub struct BlockRegistry {
+    queues: parking_lot::Mutex<HashMap<(u8, Bytes), VecDeque<Arc<Waiter>>>>,
+    next_id: AtomicU64,
+}
+
+/// A registration; dropping it removes the waiter from every queue.
+pub struct WaitGuard {
+    registry: Arc<BlockRegistry>,
+    db: u8,
+    keys: Vec<Bytes>,
+    /// The waiter.
+    pub waiter: Arc<Waiter>,
+}
+
+impl BlockRegistry {
+    /// Queues a new waiter on `keys` of database `db`.
+    pub fn register(self: &Arc<Self>, db: u8, keys: &[Bytes]) -> WaitGuard {
+        let waiter = Arc::new(Waiter {
+            id: self.next_id.fetch_add(1, Ordering::Relaxed),
+            notify: tokio::sync::Notify::new(),
+        });
+        let mut queues = self.queues.lock();
+        for k in keys {
+            queues
+                .entry((db, k.clone()))
+                .or_default()
+                .push_back(waiter.clone());
+        }
+        WaitGuard {
+            registry: self.clone(),
+            db,
+            keys: keys.to_vec(),
+            waiter,
+        }
+    }
+
+    /// Something was added to `key`: wake the oldest waiter on it.
+    pub fn signal(&self, db: u8, key: &[u8]) {
+        let queues = self.queues.lock();
+        if let Some(q) = queues.get(&(db, Bytes::copy_from_slice(key))) {
+            if let Some(first) = q.front() {
+                first.notify.notify_one();
+            }
+        }
+    }
+
+    /// Number of blocked clients (INFO's blocked_clients).
+    pub fn blocked_clients(&self) -> usize {
+        let queues = self.queues.lock();
+        let mut ids: Vec<u64> = queues.values().flatten().map(|w| w.id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    }
+}
+
+impl WaitGuard {
+    /// Wakes the next waiter on `key` (after this one was served from it).
+    pub fn pass_on(&self, key: &[u8]) {
+        let queues = self.registry.queues.lock();
+        if let Some(q) = queues.get(&(self.db, Bytes::copy_from_slice(key))) {
+            if let Some(next) = q.iter().find(|w| w.id != self.waiter.id) {
+                next.notify.notify_one();
+            }
+        }
+    }
+}
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        let mut queues = self.registry.queues.lock();
+        for k in &self.keys {
+            let slot = (self.db, k.clone());
+            if let Some(q) = queues.get_mut(&slot) {
+                q.retain(|w| w.id != self.waiter.id);
+                if q.is_empty() {
+                    queues.remove(&slot);
+                }
+            }
+        }
+    }
+}
