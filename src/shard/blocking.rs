@@ -23,10 +23,13 @@ pub struct Waiter {
     pub notify: tokio::sync::Notify,
 }
 
+/// Waiters on each (database, key), oldest first.
+type Queues = HashMap<(u8, Bytes), VecDeque<Arc<Waiter>>>;
+
 /// Waiters per (database, key), oldest first.
 #[derive(Default)]
 pub struct BlockRegistry {
-    queues: parking_lot::Mutex<HashMap<(u8, Bytes), VecDeque<Arc<Waiter>>>>,
+    queues: parking_lot::Mutex<Queues>,
     next_id: AtomicU64,
 }
 
