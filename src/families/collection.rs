@@ -166,3 +166,91 @@ impl Edit {
         keyspace::store(w, key, self.key_meta.as_ref(), &self.meta)
     }
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::storage::tables::{init_file, ShardState};
+    use redb::Database;
+
+    /// Runs `f` in one committed write transaction of a scratch shard file.
+    pub(crate) fn with_shard<T>(f: impl FnOnce(&mut WriteCtx) -> T) -> T {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder()
+            .create(dir.path().join("s.redb"))
+            .unwrap();
+        init_file(&db).unwrap();
+        let mut state = ShardState::load(&db).unwrap();
+        let txn = db.begin_write().unwrap();
+        let out;
+        {
+            let mut w = WriteCtx::open(&txn, 1, &mut state).unwrap();
+            out = f(&mut w);
+            w.finish().unwrap();
+        }
+        txn.commit().unwrap();
+        out
+    }
+
+    /// Sizes follow adds and removes; an emptied collection deletes its key;
+    /// a created-but-unfilled one is never stored; another type is WRONGTYPE.
+    #[test]
+    fn edit_tracks_size_and_empty_means_absent() {
+        with_shard(|w| {
+            let k = Key::new(0, b"h");
+            let mut e = Edit::load_or_create(w, k, KeyType::Hash).unwrap();
+            assert!(e.put(w, b"a", b"1").unwrap());
+            assert!(!e.put(w, b"a", b"2").unwrap());
+            assert!(e.put(w, b"b", b"3").unwrap());
+            e.save(w, k).unwrap();
+            let v = View::load(w, k, KeyType::Hash).unwrap().unwrap();
+            assert_eq!(v.size, 2);
+            assert_eq!(v.get(w, b"a").unwrap(), Some(b"2".to_vec()));
+            assert!(matches!(
+                View::load(w, k, KeyType::Set),
+                Err(Fail::Reply(_))
+            ));
+
+            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
+            assert!(e.remove(w, b"a").unwrap());
+            assert!(!e.remove(w, b"zz").unwrap());
+            assert!(e.remove(w, b"b").unwrap());
+            e.save(w, k).unwrap();
+            assert!(keyspace::lookup(w, k).unwrap().is_none());
+            assert_eq!(w.state.counts[0].keys, 0);
+
+            let e = Edit::load_or_create(w, Key::new(0, b"never"), KeyType::Set).unwrap();
+            e.save(w, Key::new(0, b"never")).unwrap();
+            assert!(keyspace::lookup(w, Key::new(0, b"never"))
+                .unwrap()
+                .is_none());
+        });
+    }
+
+    /// A scan sees exactly one collection's members, in member order, even
+    /// next to a key whose name extends it.
+    #[test]
+    fn scan_stays_inside_one_key() {
+        with_shard(|w| {
+            let sets: [(&[u8], Vec<&[u8]>); 2] = [(b"s", vec![b"b", b"a"]), (b"s2", vec![b"c"])];
+            for (name, members) in sets {
+                let k = Key::new(0, name);
+                let mut e = Edit::load_or_create(w, k, KeyType::Set).unwrap();
+                for m in &members {
+                    e.put(w, m, &[]).unwrap();
+                }
+                e.save(w, k).unwrap();
+            }
+            let v = View::load(w, Key::new(0, b"s"), KeyType::Set)
+                .unwrap()
+                .unwrap();
+            let mut seen = Vec::new();
+            v.scan(w, &mut |m, _| {
+                seen.push(m.to_vec());
+                true
+            })
+            .unwrap();
+            assert_eq!(seen, vec![b"a".to_vec(), b"b".to_vec()]);
+        });
+    }
+}

@@ -785,3 +785,57 @@ pub fn mpop_action(
         Ok(Err(Reply::NilArray))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::families::collection::tests::with_shard;
+
+    fn contents(w: &mut WriteCtx, k: Key) -> Vec<Vec<u8>> {
+        ListEdit::load(w, k)
+            .unwrap()
+            .map_or_else(Vec::new, |l| l.all(w).unwrap())
+    }
+
+    /// Pushes on both ends, pops, inserts on either side of the middle and
+    /// rewrites keep the logical order, and head/tail survive a save.
+    #[test]
+    fn list_edit_keeps_order() {
+        with_shard(|w| {
+            let k = Key::new(0, b"l");
+            let mut l = ListEdit::load_or_create(w, k).unwrap();
+            for v in [b"c", b"d"] {
+                l.push_right(w, v).unwrap();
+            }
+            for v in [b"b", b"a"] {
+                l.push_left(w, v).unwrap();
+            }
+            l.save(w, k).unwrap();
+            assert_eq!(contents(w, k), [b"a", b"b", b"c", b"d"].map(|x| x.to_vec()));
+            let mut l = ListEdit::load(w, k).unwrap().unwrap();
+            l.insert_at(w, 1, b"x").unwrap(); // shifts the left side
+            l.insert_at(w, 4, b"y").unwrap(); // shifts the right side
+            assert_eq!(l.pop(w, false).unwrap(), Some(b"d".to_vec()));
+            l.save(w, k).unwrap();
+            assert_eq!(
+                contents(w, k),
+                [&b"a"[..], b"x", b"b", b"c", b"y"].map(|x| x.to_vec())
+            );
+            let mut l = ListEdit::load(w, k).unwrap().unwrap();
+            l.rewrite(w, &[b"z".to_vec()]).unwrap();
+            l.save(w, k).unwrap();
+            assert_eq!(contents(w, k), vec![b"z".to_vec()]);
+            assert_eq!(w.signals.len(), 2, "saves that added elements wake waiters");
+        });
+    }
+
+    /// LRANGE/LTRIM index clamping as Redis does it.
+    #[test]
+    fn clamp_matches_redis() {
+        assert_eq!(clamp(0, -1, 5), Some((0, 4)));
+        assert_eq!(clamp(-100, 100, 5), Some((0, 4)));
+        assert_eq!(clamp(3, 1, 5), None);
+        assert_eq!(clamp(5, 10, 5), None);
+        assert_eq!(clamp(-2, -1, 5), Some((3, 4)));
+    }
+}

@@ -1385,3 +1385,60 @@ pub fn zscan(s: &mut Session, a: Args) -> Action {
         Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::families::collection::tests::with_shard;
+
+    fn query(range: Range, rev: bool) -> Query {
+        Query {
+            range,
+            rev,
+            offset: 0,
+            limit: -1,
+            with_scores: true,
+        }
+    }
+
+    /// The score index orders -inf < negatives < 0 < positives < +inf with
+    /// ties by member; updates move a member; removes drop both rows.
+    #[test]
+    fn index_order_ranges_and_updates() {
+        with_shard(|w| {
+            let k = Key::new(0, b"z");
+            let mut z = ZEdit::load_or_create(w, k).unwrap();
+            for (m, s) in [
+                (&b"pinf"[..], f64::INFINITY),
+                (b"b", 1.0),
+                (b"a", 1.0),
+                (b"neg", -2.5),
+                (b"ninf", f64::NEG_INFINITY),
+                (b"zero", -0.0),
+            ] {
+                assert!(z.set(w, m, s).unwrap());
+            }
+            assert!(!z.set(w, b"neg", -3.0).unwrap(), "update is not an add");
+            assert!(z.remove(w, b"pinf").unwrap());
+            z.save(w, k).unwrap();
+            let v = View::load(w, k, ZSET).unwrap().unwrap();
+            let all = select(w, &v.prefix, v.size, &query(Range::Rank(0, -1), false)).unwrap();
+            let names: Vec<&[u8]> = all.iter().map(|(m, _)| m.as_slice()).collect();
+            assert_eq!(names, [&b"ninf"[..], b"neg", b"zero", b"a", b"b"]);
+            assert_eq!(all[1].1, -3.0);
+            assert_eq!(all[2].1.to_bits(), 0.0f64.to_bits(), "-0 is stored as 0");
+            let min = parse_score_bound(b"(-3").unwrap();
+            let max = parse_score_bound(b"1").unwrap();
+            let mid = select(w, &v.prefix, v.size, &query(Range::Score(min, max), true)).unwrap();
+            let names: Vec<&[u8]> = mid.iter().map(|(m, _)| m.as_slice()).collect();
+            assert_eq!(names, [&b"b"[..], b"a", b"zero"]);
+            let mut rows = 0;
+            w.scan(Table::ZScore, &v.prefix, None, false, &mut |k, _| {
+                rows += k.starts_with(&v.prefix) as usize;
+                true
+            })
+            .unwrap();
+            assert_eq!(rows, 5, "one index row per member");
+        });
+    }
+}
