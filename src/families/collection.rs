@@ -37,6 +37,61 @@ impl View {
         r.get(Table::Sub, &encoding::sub_key(&self.prefix, member))
     }
 
+    /// Up to `count` distinct random members (with values). Small requests
+    /// on big collections seek to random positions (O(log n) each, so the
+    /// pick is random but not exactly uniform: a member after a wide gap in
+    /// key space is likelier); otherwise everything is read and sampled.
+    pub fn random(
+        &self,
+        r: &dyn KvRead,
+        count: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        use rand::seq::SliceRandom;
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        if count == 0 || self.size == 0 {
+            return Ok(Vec::new());
+        }
+        if (count as u64).saturating_mul(4) >= self.size || self.size < 64 {
+            let mut all = Vec::with_capacity(self.size as usize);
+            self.scan(r, &mut |m, v| {
+                all.push((m.to_vec(), v.to_vec()));
+                true
+            })?;
+            all.shuffle(&mut rng);
+            all.truncate(count);
+            return Ok(all);
+        }
+        let end = encoding::prefix_successor(&self.prefix);
+        let n = self.prefix.len();
+        let mut picked: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(count);
+        let mut tries = 0;
+        while picked.len() < count && tries < count * 8 {
+            tries += 1;
+            let mut start = self.prefix.clone();
+            start.extend((0..8).map(|_| rng.gen::<u8>()));
+            let mut hit = None;
+            for (from, to) in [
+                (&start[..], end.as_deref()),
+                (&self.prefix[..], Some(&start[..])),
+            ] {
+                r.scan(Table::Sub, from, to, false, &mut |k, v| {
+                    hit = Some((k[n..].to_vec(), v.to_vec()));
+                    false
+                })?;
+                if hit.is_some() {
+                    break;
+                }
+            }
+            if let Some(h) = hit {
+                if !picked.iter().any(|(m, _)| *m == h.0) {
+                    picked.push(h);
+                }
+            }
+        }
+        Ok(picked)
+    }
+
     /// Every (member, value) in member order; `visit` returns false to stop.
     pub fn scan(
         &self,

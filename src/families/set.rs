@@ -3,7 +3,6 @@
 use std::collections::HashSet;
 
 use bytes::Bytes;
-use rand::seq::SliceRandom;
 use rand::Rng;
 
 use super::collection::{Edit, View};
@@ -119,21 +118,15 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
         _ => return error(SYNTAX).into(),
     };
     s.write(a.get(1), move |w, k| {
-        let Some(all) = members(w, k)? else {
+        let Some(v) = View::load(w, k, SET)? else {
             return Ok(match count {
                 None => Reply::Nil,
                 Some(_) => Reply::Set(Vec::new()),
             });
         };
+        let want = count.map_or(1, |c| c.min(v.size)) as usize;
+        let picked: Vec<Vec<u8>> = v.random(w, want)?.into_iter().map(|(m, _)| m).collect();
         let mut set = Edit::load(w, k, SET)?.expect("set exists");
-        let mut rng = rand::thread_rng();
-        let picked: Vec<Vec<u8>> = match count {
-            None => all.choose(&mut rng).cloned().into_iter().collect(),
-            Some(c) => all
-                .choose_multiple(&mut rng, (c as usize).min(all.len()))
-                .cloned()
-                .collect(),
-        };
         for m in &picked {
             set.remove(w, m)?;
         }
@@ -162,24 +155,34 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
         _ => return error(SYNTAX).into(),
     };
     s.read(a.get(1), move |r, k| {
-        let all = members(r, k)?;
-        let mut rng = rand::thread_rng();
-        let Some(c) = count else {
-            return Ok(all
-                .and_then(|v| v.choose(&mut rng).cloned())
-                .map_or(Reply::Nil, Reply::bulk));
+        let Some(v) = View::load(r, k, SET)? else {
+            return Ok(if count.is_some() {
+                Reply::Array(Vec::new())
+            } else {
+                Reply::Nil
+            });
         };
-        let all = all.unwrap_or_default();
-        if c == 0 || all.is_empty() {
+        let Some(c) = count else {
+            return Ok(v
+                .random(r, 1)?
+                .into_iter()
+                .next()
+                .map_or(Reply::Nil, |(m, _)| Reply::bulk(m)));
+        };
+        if c == 0 {
             return Ok(Reply::Array(Vec::new()));
         }
         let picked: Vec<Vec<u8>> = if c > 0 {
-            all.choose_multiple(&mut rng, (c as usize).min(all.len()))
-                .cloned()
+            v.random(r, (c as u64).min(v.size) as usize)?
+                .into_iter()
+                .map(|(m, _)| m)
                 .collect()
         } else {
+            // Repeats allowed: sample from a bounded pool.
+            let pool = v.random(r, c.unsigned_abs().min(v.size).min(1024) as usize)?;
+            let mut rng = rand::thread_rng();
             (0..c.unsigned_abs())
-                .map(|_| all[rng.gen_range(0..all.len())].clone())
+                .map(|_| pool[rng.gen_range(0..pool.len())].0.clone())
                 .collect()
         };
         Ok(Reply::Array(picked.into_iter().map(Reply::bulk).collect()))

@@ -68,6 +68,9 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
 /// non-zero literals that underflow to zero (`1e-400`, `2e-324`); literals
 /// that underflow to a subnormal (`1e-310`, `3e-324`) are accepted.
 pub fn parse_f64(s: &[u8]) -> Option<f64> {
+    if let Some(v) = parse_plain_decimal(s) {
+        return v;
+    }
     match scan(s)? {
         Literal::Inf { neg } => Some(signed_inf(neg)),
         Literal::Zero { neg } => Some(signed_zero(neg)),
@@ -79,6 +82,60 @@ pub fn parse_f64(s: &[u8]) -> Option<f64> {
         },
         Literal::Overflow { .. } | Literal::Underflow { .. } => None,
     }
+}
+
+/// Fast path of [`parse_f64`] for the common spelling `[-+]digits[.digits]
+/// [e[-+]digits]`: Rust's parser rounds correctly, like strtod, so only
+/// strtod's range errors need adding (overflow to infinity, or a non-zero
+/// number that rounds to zero). `None` = not this spelling, use the slow
+/// path; `Some(None)` = invalid.
+fn parse_plain_decimal(s: &[u8]) -> Option<Option<f64>> {
+    if s.is_empty() || s.len() > 64 {
+        return None;
+    }
+    let mut i = 0;
+    if matches!(s[0], b'-' | b'+') {
+        i = 1;
+    }
+    let mut digits = 0;
+    let mut nonzero = false;
+    while i < s.len() && s[i].is_ascii_digit() {
+        nonzero |= s[i] != b'0';
+        digits += 1;
+        i += 1;
+    }
+    if i < s.len() && s[i] == b'.' {
+        i += 1;
+        while i < s.len() && s[i].is_ascii_digit() {
+            nonzero |= s[i] != b'0';
+            digits += 1;
+            i += 1;
+        }
+    }
+    if digits == 0 {
+        return None;
+    }
+    if i < s.len() && matches!(s[i], b'e' | b'E') {
+        i += 1;
+        if i < s.len() && matches!(s[i], b'-' | b'+') {
+            i += 1;
+        }
+        let exp_start = i;
+        while i < s.len() && s[i].is_ascii_digit() {
+            i += 1;
+        }
+        if i == exp_start {
+            return None;
+        }
+    }
+    if i != s.len() {
+        return None;
+    }
+    let v: f64 = std::str::from_utf8(s).ok()?.parse().ok()?;
+    if v.is_infinite() || (v == 0.0 && nonzero) {
+        return Some(None);
+    }
+    Some(Some(v))
 }
 
 /// Parses one bound of `ZRANGEBYSCORE`/`ZCOUNT`/`ZREMRANGEBYSCORE` (after
