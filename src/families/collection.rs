@@ -8,6 +8,9 @@ use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
 
+/// A member and its stored value.
+pub type MemberValue = (Vec<u8>, Vec<u8>);
+
 /// A live collection seen by a reader.
 pub struct View {
     /// Prefix of its sub-keys (`ns slot key_len key version`).
@@ -41,11 +44,7 @@ impl View {
     /// on big collections seek to random positions (O(log n) each, so the
     /// pick is random but not exactly uniform: a member after a wide gap in
     /// key space is likelier); otherwise everything is read and sampled.
-    pub fn random(
-        &self,
-        r: &dyn KvRead,
-        count: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn random(&self, r: &dyn KvRead, count: usize) -> Result<Vec<MemberValue>, StoreError> {
         use rand::seq::SliceRandom;
         use rand::Rng;
         let mut rng = rand::thread_rng();
@@ -64,7 +63,7 @@ impl View {
         }
         let end = encoding::prefix_successor(&self.prefix);
         let n = self.prefix.len();
-        let mut picked: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(count);
+        let mut picked: Vec<MemberValue> = Vec::with_capacity(count);
         let mut tries = 0;
         while picked.len() < count && tries < count * 8 {
             tries += 1;
