@@ -253,12 +253,13 @@ fn incr_float_error(e: num::IncrFloatError) -> Reply {
 pub fn hrandfield(s: &mut Session, a: Args) -> Action {
     if a.len() == 2 {
         return s.read(a.get(1), |r, k| {
-            let h = View::load(r, k, HASH)?;
-            let pairs = all_pairs(r, &h)?;
-            Ok(match pairs.choose(&mut rand::thread_rng()) {
-                Some((f, _)) => Reply::bulk(f.clone()),
-                None => Reply::Nil,
-            })
+            let Some(h) = View::load(r, k, HASH)? else {
+                return Ok(Reply::Nil);
+            };
+            Ok(h.random(r, 1)?
+                .into_iter()
+                .next()
+                .map_or(Reply::Nil, |(f, _)| Reply::bulk(f)))
         });
     }
     let count = match a.int(2) {

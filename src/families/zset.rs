@@ -897,10 +897,10 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
             let Some(v) = View::load(r, k, ZSET)? else {
                 return Ok(Reply::Nil);
             };
-            let all = all_entries(r, &v.prefix, false)?;
-            Ok(all
-                .choose(&mut rand::thread_rng())
-                .map_or(Reply::Nil, |(m, _)| Reply::bulk(m.clone())))
+            Ok(v.random(r, 1)?
+                .into_iter()
+                .next()
+                .map_or(Reply::Nil, |(m, _)| Reply::bulk(m)))
         });
     }
     let count = match a.int(2) {
