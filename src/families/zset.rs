@@ -38,11 +38,35 @@ fn walk(
     reverse: bool,
     visit: &mut dyn FnMut(&[u8], f64) -> bool,
 ) -> Result<(), StoreError> {
-    let end = encoding::prefix_successor(prefix);
+    walk_scores(r, prefix, None, reverse, visit)
+}
+
+/// Like [`walk`], but only over scores in `[lo, hi]` (seeking straight to
+/// them in the index) when `bounds` is given.
+fn walk_scores(
+    r: &dyn KvRead,
+    prefix: &[u8],
+    bounds: Option<(f64, f64)>,
+    reverse: bool,
+    visit: &mut dyn FnMut(&[u8], f64) -> bool,
+) -> Result<(), StoreError> {
+    let (start, end) = match bounds {
+        None => (prefix.to_vec(), encoding::prefix_successor(prefix)),
+        Some((lo, hi)) => {
+            let at = |score: f64| {
+                let mut k = prefix.to_vec();
+                k.extend_from_slice(&encoding::score_to_bytes(score));
+                k
+            };
+            // Every member scored `hi` sorts before the successor of its
+            // score prefix.
+            (at(lo), encoding::prefix_successor(&at(hi)))
+        }
+    };
     let n = prefix.len();
     r.scan(
         Table::ZScore,
-        prefix,
+        &start,
         end.as_deref(),
         reverse,
         &mut |k, _| {
@@ -270,7 +294,11 @@ fn select(r: &dyn KvRead, prefix: &[u8], size: u64, q: &Query) -> Result<Vec<Ent
                 return Ok(out);
             }
             let mut skip = q.offset;
-            walk(r, prefix, q.rev, &mut |m, sc| {
+            if min.value > max.value || min.value.is_nan() || max.value.is_nan() {
+                return Ok(out);
+            }
+            let bounds = Some((min.value, max.value));
+            walk_scores(r, prefix, bounds, q.rev, &mut |m, sc| {
                 let inside = min.above_min(sc) && max.below_max(sc);
                 let past = if q.rev {
                     !min.above_min(sc)
