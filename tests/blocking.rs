@@ -370,7 +370,6 @@ fn resp3_timeout_is_null_and_scores_are_doubles() {
 // above -0.001 s becomes 0 — wait forever — rather than "timeout is
 // negative" (-0.001 and below are errors; see the compat case file).
 #[test]
-#[ignore = "server bug: BLPOP k -0.0001 answers '-ERR timeout is negative'; Redis 7.0 rounds it up to 0 ms and blocks forever"]
 fn tiny_negative_timeout_waits_forever() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -547,7 +546,6 @@ fn second_key_wakeup_case(a: &str, b: &str) {
 
 // Pins: the case above with both keys on one shard.
 #[test]
-#[ignore = "server bug: W1=BLPOP a b 0, W2=BLPOP b 0 (a, b on one shard), pipeline RPUSH a 1 + RPUSH b 2: W1 gets [a,1] but W2 never wakes and b keeps 2 (likely: the signal for b goes to W1, the front of b's queue; W1 popped from a and only passes on for a); Redis gives W2 [b,2]"]
 fn wakeup_for_second_key_is_not_lost_same_shard() {
     let (a, b) = keys_on_same_shard("s");
     second_key_wakeup_case(&a, &b);
@@ -555,7 +553,6 @@ fn wakeup_for_second_key_is_not_lost_same_shard() {
 
 // Pins: the case above with the keys on different shards.
 #[test]
-#[ignore = "server bug: as wakeup_for_second_key_is_not_lost_same_shard with a and b on different shards: W2 (BLPOP b 0) never wakes, b keeps its element"]
 fn wakeup_for_second_key_is_not_lost_across_shards() {
     let (a, b) = keys_on_both_shards("d");
     second_key_wakeup_case(&a, &b);
@@ -565,7 +562,7 @@ fn wakeup_for_second_key_is_not_lost_across_shards() {
 // command runs: a pipeline RPUSH k x + LPOP k + LLEN k from another client
 // answers 1, nil, 0 while the blocked client gets x.
 #[test]
-#[ignore = "server bug: with BLPOP k 0 blocked, a pipelined RPUSH k x + LPOP k from another client gets x from LPOP (the waiter is woken later and keeps waiting); Redis serves the blocked client first: LPOP -> nil"]
+#[ignore = "known gap: a push wakes the blocked client, which pops in a later batch, so a command pipelined right after the push can take the element first (Redis serves blocked clients before the next command)"]
 fn blocked_client_is_served_before_the_next_command() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -618,7 +615,6 @@ fn blocking_is_per_database() {
 // fail) a blocked client: BLPOP keeps waiting through a ZADD, BZPOPMIN
 // through an RPUSH; the right type later serves them.
 #[test]
-#[ignore = "server bug: BLPOP k 0 blocked, then ZADD k 1 a: cairn wakes the client and replies WRONGTYPE; Redis 7.0 keeps it blocked (and serves it after DEL k + RPUSH k x)"]
 fn other_type_under_the_key_keeps_the_client_waiting() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -1133,7 +1129,6 @@ fn blmpop_and_bzmpop_with_count_across_shards() {
 // Pins: a list or sorted set renamed (from another shard) onto a key with a
 // blocked client wakes it, as Redis does for any key added to the keyspace.
 #[test]
-#[ignore = "server bug: BLPOP t 0 blocked, RPUSH tmp 1 2, RENAME tmp t: the client is never woken (RENAME does not signal); Redis replies [t, 1]"]
 fn rename_wakes_blocked_clients() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -1155,7 +1150,6 @@ fn rename_wakes_blocked_clients() {
 // Pins: a list copied (from another shard) onto a key with a blocked client
 // wakes it.
 #[test]
-#[ignore = "server bug: BRPOP t 0 blocked, RPUSH src 1 2, COPY src t: the client is never woken; Redis replies [t, 2]"]
 fn copy_wakes_blocked_clients() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -1188,7 +1182,6 @@ fn zset_store_commands_wake_blocked_clients() {
 
 // Pins: a list moved into the client's database by MOVE wakes it.
 #[test]
-#[ignore = "server bug: BLPOP m 0 blocked in db 1, RPUSH m v + MOVE m 1 in db 0: the client is never woken; Redis replies [m, v]"]
 fn move_wakes_blocked_clients() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -1203,7 +1196,6 @@ fn move_wakes_blocked_clients() {
 
 // Pins: a list swapped into the client's database by SWAPDB wakes it.
 #[test]
-#[ignore = "server bug: BLPOP sw 0 blocked in db 1, RPUSH sw v + SWAPDB 0 1 in db 0: the client is never woken; Redis replies [sw, v]"]
 fn swapdb_wakes_blocked_clients() {
     let srv = TestServer::start();
     let mut admin = srv.client();

@@ -14,18 +14,17 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::shard::ShardSet;
 
-/// Parses a blocking timeout in seconds (fractions allowed; 0 = forever).
+/// Parses a blocking timeout in seconds with Redis's arithmetic (long
+/// double seconds, rounded up to whole milliseconds; 0 = forever).
 fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
-    let secs = crate::util::num::parse_f64(arg)
-        .filter(|v| v.is_finite())
+    let secs = crate::util::num::LongDouble::parse(arg)
         .ok_or_else(|| Reply::err("timeout is not a float or out of range"))?;
-    if secs < 0.0 {
-        return Err(Reply::err("timeout is negative"));
+    match secs.timeout_millis() {
+        None => Err(Reply::err("timeout is negative")),
+        Some(ms) if ms < 0 => Err(Reply::err("timeout is negative")),
+        Some(0) => Ok(None),
+        Some(ms) => Ok(Some(Duration::from_millis(ms as u64))),
     }
-    if secs == 0.0 {
-        return Ok(None);
-    }
-    Ok(Some(Duration::from_secs_f64(secs)))
 }
 
 /// Runs an action outside a connection (the attempts of a blocked client).
@@ -48,27 +47,37 @@ async fn run(shards: &ShardSet, action: Action) -> Reply {
 
 /// The blocking loop: register on `keys`, try, wait, try again...
 /// `attempt` builds one try; a nil or nil-array reply means "nothing yet".
-/// `served_key` names the key a successful reply took from, so the next
-/// waiter on it can be woken.
+///
+/// `only_watched`: every key the attempt touches is a watched key, so a
+/// WRONGTYPE met after the first try means "another type is under the key
+/// now" and the client keeps waiting, as in Redis. BLMOVE also touches its
+/// destination, whose WRONGTYPE is the client's answer.
 fn block(
     s: &Session,
     keys: Vec<Bytes>,
     wait: Option<Duration>,
+    only_watched: bool,
     attempt: impl Fn(Arc<ShardSet>) -> Action + Send + 'static,
-    served_key: fn(&Reply) -> Option<Bytes>,
     finish: fn(Reply) -> Reply,
 ) -> Action {
     let shards = s.server.shards.clone();
     let db = s.db;
     Action::Block(Box::pin(async move {
         let guard = shards.blocked.register(db, &keys);
-        let deadline = wait.map(|d| Instant::now() + d);
+        // A deadline beyond what the clock can represent is "forever".
+        let deadline = wait.and_then(|d| Instant::now().checked_add(d));
+        let mut first = true;
         loop {
             let reply = run(&shards, attempt(shards.clone())).await;
-            if !matches!(reply, Reply::Nil | Reply::NilArray) {
-                if let Some(k) = served_key(&reply) {
-                    guard.pass_on(&k);
-                }
+            // Once blocked, a key that now holds another type just keeps the
+            // client waiting, as in Redis; only the first try reports it.
+            let wrong_type = matches!(&reply, Reply::Error(e) if e.starts_with("WRONGTYPE"));
+            let nothing = matches!(reply, Reply::Nil | Reply::NilArray)
+                || (wrong_type && !first && only_watched);
+            first = false;
+            if !nothing {
+                // Dropping the guard passes any wake-up on to the next
+                // waiter of each key.
                 return finish(reply);
             }
             let woken = guard.waiter.notify.notified();
@@ -83,17 +92,6 @@ fn block(
             }
         }
     }))
-}
-
-/// The key of an `[key, ...]` reply.
-fn first_key(r: &Reply) -> Option<Bytes> {
-    match r {
-        Reply::Array(items) => match items.first() {
-            Some(Reply::Bulk(k)) => Some(k.clone()),
-            _ => None,
-        },
-        _ => None,
-    }
 }
 
 /// `[key, [element]]` -> `[key, element]` (BLPOP's shape).
@@ -145,8 +143,8 @@ fn bpop(s: &mut Session, a: Args, left: bool) -> Action {
         s,
         keys,
         wait,
+        true,
         move |shards| list::mpop_action(shards, db, attempt_keys.clone(), left, 1),
-        first_key,
         flatten_one,
     )
 }
@@ -175,34 +173,16 @@ fn bmove(
     };
     let db = s.db;
     let (src2, dst2) = (src.clone(), dst.clone());
-    // The served key is always the source.
-    fn no_key(_: &Reply) -> Option<Bytes> {
-        None
-    }
-    let src3 = src.clone();
-    let shards = s.server.shards.clone();
-    let inner = block(
+    block(
         s,
         vec![src],
         wait,
+        false,
         move |shards| {
             list::lmove_action(shards, db, src2.clone(), dst2.clone(), from_left, to_left)
         },
-        no_key,
         keep,
-    );
-    // A timed-out BLMOVE replies like the others with a null; wake the next
-    // waiter on the source after a successful move.
-    match inner {
-        Action::Block(job) => Action::Block(Box::pin(async move {
-            let r = job.await;
-            if !matches!(r, Reply::Nil | Reply::NilArray) {
-                shards.blocked.signal(db, &src3);
-            }
-            r
-        })),
-        other => other,
-    }
+    )
 }
 
 /// BLMOVE source destination LEFT|RIGHT LEFT|RIGHT timeout
@@ -267,12 +247,13 @@ fn parse_mpop(a: &Args, sides: (&str, &str)) -> Result<(Vec<Bytes>, bool, u64), 
 
 /// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]
 pub fn blmpop(s: &mut Session, a: Args) -> Action {
-    let wait = match timeout(a.get(1)) {
-        Ok(t) => t,
-        Err(r) => return r.into(),
-    };
+    // Redis checks numkeys, the direction and COUNT before the timeout.
     let (keys, left, count) = match parse_mpop(&a, ("left", "right")) {
         Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    let wait = match timeout(a.get(1)) {
+        Ok(t) => t,
         Err(r) => return r.into(),
     };
     let db = s.db;
@@ -281,8 +262,8 @@ pub fn blmpop(s: &mut Session, a: Args) -> Action {
         s,
         keys,
         wait,
+        true,
         move |shards| list::mpop_action(shards, db, attempt_keys.clone(), left, count),
-        first_key,
         keep,
     )
 }
@@ -299,8 +280,8 @@ fn bzpop(s: &mut Session, a: Args, max: bool) -> Action {
         s,
         keys,
         wait,
+        true,
         move |shards| zset::zmpop_action(shards, db, attempt_keys.clone(), max, 1),
-        first_key,
         flatten_scored,
     )
 }
@@ -317,12 +298,12 @@ pub fn bzpopmax(s: &mut Session, a: Args) -> Action {
 
 /// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]
 pub fn bzmpop(s: &mut Session, a: Args) -> Action {
-    let wait = match timeout(a.get(1)) {
-        Ok(t) => t,
-        Err(r) => return r.into(),
-    };
     let (keys, min, count) = match parse_mpop(&a, ("min", "max")) {
         Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    let wait = match timeout(a.get(1)) {
+        Ok(t) => t,
         Err(r) => return r.into(),
     };
     let db = s.db;
@@ -331,8 +312,8 @@ pub fn bzmpop(s: &mut Session, a: Args) -> Action {
         s,
         keys,
         wait,
+        true,
         move |shards| zset::zmpop_action(shards, db, attempt_keys.clone(), !min, count),
-        first_key,
         keep,
     )
 }

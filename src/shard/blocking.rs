@@ -4,11 +4,12 @@
 //! pop; if nothing is there it sleeps until a waiter is woken or it times
 //! out. A write that adds elements to a key records it in its transaction;
 //! after the commit the shard wakes the first waiter queued on that key
-//! (first blocked, first served). A waiter that pops something wakes the
-//! next waiter of the key, so one push of several elements serves several
-//! clients in order; one that finds nothing (someone was faster) waits
-//! again without losing its place. A waiter leaves every queue when its
-//! client is served, times out or disconnects (the guard's Drop).
+//! (first blocked, first served). A waiter that leaves, served or not,
+//! wakes the next waiter of each of its keys, so one push of several
+//! elements serves several clients in order and no wake-up is lost; one
+//! that finds nothing (someone was faster) waits again without losing its
+//! place. A waiter leaves every queue when its client is served, times out
+//! or disconnects (the guard's Drop).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,27 +85,23 @@ impl BlockRegistry {
     }
 }
 
-impl WaitGuard {
-    /// Wakes the next waiter on `key` (after this one was served from it).
-    pub fn pass_on(&self, key: &[u8]) {
-        let queues = self.registry.queues.lock();
-        if let Some(q) = queues.get(&(self.db, Bytes::copy_from_slice(key))) {
-            if let Some(next) = q.iter().find(|w| w.id != self.waiter.id) {
-                next.notify.notify_one();
-            }
-        }
-    }
-}
-
 impl Drop for WaitGuard {
+    /// Leaves every queue and wakes the next waiter of each key: this one
+    /// may have been woken (by a push to any of its keys) and be leaving
+    /// without taking that element (served from another key, timed out,
+    /// disconnected), so the wake-up must not be lost. A waiter woken for
+    /// nothing just tries again and goes back to sleep.
     fn drop(&mut self) {
         let mut queues = self.registry.queues.lock();
         for k in &self.keys {
             let slot = (self.db, k.clone());
             if let Some(q) = queues.get_mut(&slot) {
                 q.retain(|w| w.id != self.waiter.id);
-                if q.is_empty() {
-                    queues.remove(&slot);
+                match q.front() {
+                    Some(next) => next.notify.notify_one(),
+                    None => {
+                        queues.remove(&slot);
+                    }
                 }
             }
         }

@@ -419,6 +419,31 @@ impl LongDouble {
     }
 
     /// Whether the value is neither infinite nor NaN.
+    /// A blocking timeout in milliseconds as Redis derives it from seconds:
+    /// `ceil(x * 1000)` converted to a 64-bit integer. `None` where that
+    /// conversion overflows (infinities, huge values), which the x87
+    /// conversion turns into the most negative integer, so Redis reports
+    /// "timeout is negative".
+    pub fn timeout_millis(&self) -> Option<i64> {
+        let LdKind::Finite { mant, exp } = self.kind else {
+            return None;
+        };
+        if mant == 0 {
+            return Some(0);
+        }
+        let ms = mant as f64 * 2f64.powi(exp) * 1000.0;
+        if ms == 0.0 {
+            // Too small for f64 but not zero: ceil gives 1 for a positive
+            // value, 0 for a negative one.
+            return Some(if self.neg { 0 } else { 1 });
+        }
+        let ms = if self.neg { -ms.floor() } else { ms.ceil() };
+        if !ms.is_finite() || ms.abs() >= i64::MAX as f64 {
+            return None;
+        }
+        Some(if ms == 0.0 { 0 } else { ms as i64 })
+    }
+
     pub fn is_finite(&self) -> bool {
         matches!(self.kind, LdKind::Finite { .. })
     }
