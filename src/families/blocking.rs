@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use super::{list, zset};
-use crate::command::args::{self, error, is, Args, SYNTAX};
+use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::shard::ShardSet;
@@ -211,44 +211,10 @@ pub fn brpoplpush(s: &mut Session, a: Args) -> Action {
     bmove(s, a.get(1).clone(), a.get(2).clone(), false, true, &t_arg)
 }
 
-/// Parses `numkeys key... LEFT|RIGHT|MIN|MAX [COUNT n]` from argv[2].
-fn parse_mpop(a: &Args, sides: (&str, &str)) -> Result<(Vec<Bytes>, bool, u64), Reply> {
-    let numkeys = match args::int(a.get(2)) {
-        Ok(n) if n > 0 => n as usize,
-        _ => return Err(Reply::err("numkeys should be greater than 0")),
-    };
-    let where_idx = 3 + numkeys;
-    if where_idx >= a.len() {
-        return Err(error(SYNTAX));
-    }
-    let first = if is(a.get(where_idx), sides.0) {
-        true
-    } else if is(a.get(where_idx), sides.1) {
-        false
-    } else {
-        return Err(error(SYNTAX));
-    };
-    let mut count = None;
-    let rest = a.from(where_idx + 1);
-    let mut i = 0;
-    while i < rest.len() {
-        if count.is_none() && is(&rest[i], "count") && i + 1 < rest.len() {
-            match args::int(&rest[i + 1]) {
-                Ok(c) if c > 0 => count = Some(c as u64),
-                _ => return Err(Reply::err("count should be greater than 0")),
-            }
-            i += 2;
-        } else {
-            return Err(error(SYNTAX));
-        }
-    }
-    Ok((a.all()[3..where_idx].to_vec(), first, count.unwrap_or(1)))
-}
-
 /// BLMPOP timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]
 pub fn blmpop(s: &mut Session, a: Args) -> Action {
     // Redis checks numkeys, the direction and COUNT before the timeout.
-    let (keys, left, count) = match parse_mpop(&a, ("left", "right")) {
+    let (keys, left, count) = match super::parse_mpop(&a, 2, ("left", "right")) {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
@@ -298,7 +264,7 @@ pub fn bzpopmax(s: &mut Session, a: Args) -> Action {
 
 /// BZMPOP timeout numkeys key [key ...] MIN|MAX [COUNT count]
 pub fn bzmpop(s: &mut Session, a: Args) -> Action {
-    let (keys, min, count) = match parse_mpop(&a, ("min", "max")) {
+    let (keys, min, count) = match super::parse_mpop(&a, 2, ("min", "max")) {
         Ok(p) => p,
         Err(r) => return r.into(),
     };

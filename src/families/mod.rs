@@ -53,6 +53,52 @@ impl From<Reply> for Fail {
 /// Shard-side result.
 pub type OpResult = Result<Reply, Fail>;
 
+/// Parses the `numkeys key... FIRST|SECOND [COUNT n]` tail shared by LMPOP,
+/// ZMPOP, BLMPOP and BZMPOP (numkeys at `numkeys_at`), with Redis's errors.
+/// Returns the keys, whether the first direction word was given, and the
+/// count (default 1).
+pub fn parse_mpop(
+    a: &crate::command::Args,
+    numkeys_at: usize,
+    sides: (&str, &str),
+) -> Result<(Vec<Bytes>, bool, u64), Reply> {
+    use crate::command::args::{error, int, is, SYNTAX};
+    let numkeys = match int(a.get(numkeys_at)) {
+        Ok(n) if n > 0 => n as usize,
+        _ => return Err(Reply::err("numkeys should be greater than 0")),
+    };
+    let where_idx = numkeys_at + 1 + numkeys;
+    if where_idx >= a.len() {
+        return Err(error(SYNTAX));
+    }
+    let first = if is(a.get(where_idx), sides.0) {
+        true
+    } else if is(a.get(where_idx), sides.1) {
+        false
+    } else {
+        return Err(error(SYNTAX));
+    };
+    let mut count = None;
+    let rest = a.from(where_idx + 1);
+    let mut i = 0;
+    while i < rest.len() {
+        if count.is_none() && is(&rest[i], "count") && i + 1 < rest.len() {
+            match int(&rest[i + 1]) {
+                Ok(c) if c > 0 => count = Some(c as u64),
+                _ => return Err(Reply::err("count should be greater than 0")),
+            }
+            i += 2;
+        } else {
+            return Err(error(SYNTAX));
+        }
+    }
+    Ok((
+        a.all()[numkeys_at + 1..where_idx].to_vec(),
+        first,
+        count.unwrap_or(1),
+    ))
+}
+
 /// Turns an op's outcome into what the shard expects.
 pub fn settle(r: OpResult) -> Result<Reply, StoreError> {
     match r {

@@ -1294,37 +1294,11 @@ pub fn zintercard(s: &mut Session, a: Args) -> Action {
 
 /// ZMPOP numkeys key [key ...] MIN|MAX [COUNT count]
 pub fn zmpop(s: &mut Session, a: Args) -> Action {
-    let numkeys = match args::int(a.get(1)) {
-        Ok(n) if n > 0 => n as usize,
-        _ => return Reply::err("numkeys should be greater than 0").into(),
+    let (keys, min, count) = match super::parse_mpop(&a, 1, ("min", "max")) {
+        Ok(p) => p,
+        Err(r) => return r.into(),
     };
-    let where_idx = 2 + numkeys;
-    if where_idx >= a.len() {
-        return error(SYNTAX).into();
-    }
-    let max = if is(a.get(where_idx), "max") {
-        true
-    } else if is(a.get(where_idx), "min") {
-        false
-    } else {
-        return error(SYNTAX).into();
-    };
-    let mut count = None;
-    let rest = a.from(where_idx + 1);
-    let mut i = 0;
-    while i < rest.len() {
-        if count.is_none() && is(&rest[i], "count") && i + 1 < rest.len() {
-            match args::int(&rest[i + 1]) {
-                Ok(c) if c > 0 => count = Some(c as u64),
-                _ => return Reply::err("count should be greater than 0").into(),
-            }
-            i += 2;
-        } else {
-            return error(SYNTAX).into();
-        }
-    }
-    let count = count.unwrap_or(1);
-    let keys: Vec<Bytes> = a.all()[2..where_idx].to_vec();
+    let max = !min;
     zmpop_action(s.server.shards.clone(), s.db, keys, max, count)
 }
 
