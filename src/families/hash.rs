@@ -6,7 +6,7 @@ use rand::Rng;
 
 use super::collection::{Edit, View};
 use super::Fail;
-use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::command::args::{self, error, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::KeyType;
@@ -262,24 +262,10 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
                 .map_or(Reply::Nil, |(f, _)| Reply::bulk(f)))
         });
     }
-    let count = match a.int(2) {
-        Ok(i64::MIN) => {
-            return Reply::err(
-                "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-            )
-            .into()
-        }
-        Ok(c) => c,
-        Err(_) => return error(NOT_INTEGER).into(),
+    let (count, with_values) = match super::parse_rand_count(&a, "withvalues") {
+        Ok(p) => p,
+        Err(r) => return r.into(),
     };
-    let with_values = match a.len() {
-        3 => false,
-        4 if is(a.get(3), "withvalues") => true,
-        _ => return error(SYNTAX).into(),
-    };
-    if with_values && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
-        return Reply::err("value is out of range").into();
-    }
     let resp3 = s.resp3;
     s.read(a.get(1), move |r, k| {
         let h = View::load(r, k, HASH)?;

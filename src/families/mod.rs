@@ -99,6 +99,32 @@ pub fn parse_mpop(
     ))
 }
 
+/// Parses `count [WITH...]` of HRANDFIELD / ZRANDMEMBER / SRANDMEMBER-style
+/// commands (count at argv[2], optional `flag` at argv[3]) with Redis's
+/// range rules and errors. Returns the count and whether the flag was given.
+pub fn parse_rand_count(a: &crate::command::Args, flag: &str) -> Result<(i64, bool), Reply> {
+    use crate::command::args::{error, is, NOT_INTEGER, SYNTAX};
+    let count = match a.int(2) {
+        Ok(i64::MIN) => {
+            return Err(Reply::err(
+                "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
+            ))
+        }
+        Ok(c) => c,
+        Err(_) => return Err(error(NOT_INTEGER)),
+    };
+    let with = match a.len() {
+        3 => false,
+        4 if is(a.get(3), flag) => true,
+        _ => return Err(error(SYNTAX)),
+    };
+    // Pairs double the reply: Redis refuses counts that would overflow.
+    if with && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
+        return Err(Reply::err("value is out of range"));
+    }
+    Ok((count, with))
+}
+
 /// Turns an op's outcome into what the shard expects.
 pub fn settle(r: OpResult) -> Result<Reply, StoreError> {
     match r {

@@ -931,24 +931,10 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
                 .map_or(Reply::Nil, |(m, _)| Reply::bulk(m)))
         });
     }
-    let count = match a.int(2) {
-        Ok(i64::MIN) => {
-            return Reply::err(
-                "value is out of range, value must between -9223372036854775807 and 9223372036854775807",
-            )
-            .into()
-        }
-        Ok(c) => c,
-        Err(_) => return error(NOT_INTEGER).into(),
+    let (count, with_scores) = match super::parse_rand_count(&a, "withscores") {
+        Ok(p) => p,
+        Err(r) => return r.into(),
     };
-    let with_scores = match a.len() {
-        3 => false,
-        4 if is(a.get(3), "withscores") => true,
-        _ => return error(SYNTAX).into(),
-    };
-    if with_scores && !(-(i64::MAX / 2)..=i64::MAX / 2).contains(&count) {
-        return Reply::err("value is out of range").into();
-    }
     let resp3 = s.resp3;
     s.read(a.get(1), move |r, k| {
         let Some(v) = View::load(r, k, ZSET)? else {
