@@ -291,8 +291,14 @@ fn count_key(db: u8) -> Vec<u8> {
 }
 
 /// The actor's view of its open write transaction.
+///
+/// `meta` rows are written back: a batch that touches one key many times
+/// (a pipeline of LPUSHes to one list) reads and writes its metadata in a
+/// map and stores it once, at `finish`. Scans of `meta` see the map too.
 pub struct WriteCtx<'t> {
     tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 6],
+    /// Pending `meta` rows: `Some` = write, `None` = delete.
+    meta_cache: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
     now_ms: u64,
     /// Keys (database, name) that gained elements in this transaction: the
     /// shard wakes clients blocked on them once it has committed.
@@ -317,6 +323,7 @@ impl<'t> WriteCtx<'t> {
                 txn.open_table(GC)?,
                 txn.open_table(SYS)?,
             ],
+            meta_cache: std::collections::HashMap::new(),
             now_ms,
             signals: Vec::new(),
             state,
@@ -333,6 +340,10 @@ impl<'t> WriteCtx<'t> {
 
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        if table == Table::Meta {
+            self.meta_cache.insert(key.to_vec(), Some(value.to_vec()));
+            return Ok(());
+        }
         self.table_mut(table).insert(key, value)?;
         Ok(())
     }
@@ -344,6 +355,11 @@ impl<'t> WriteCtx<'t> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        if table == Table::Meta {
+            let old = self.get(table, key)?;
+            self.meta_cache.insert(key.to_vec(), Some(value.to_vec()));
+            return Ok(old);
+        }
         Ok(self
             .table_mut(table)
             .insert(key, value)?
@@ -352,7 +368,29 @@ impl<'t> WriteCtx<'t> {
 
     /// Removes a row; true if it existed.
     pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        if table == Table::Meta {
+            let existed = self.get(table, key)?.is_some();
+            self.meta_cache.insert(key.to_vec(), None);
+            return Ok(existed);
+        }
         Ok(self.table_mut(table).remove(key)?.is_some())
+    }
+
+    /// Writes the pending `meta` rows into the table.
+    fn flush_meta(&mut self) -> Result<(), StoreError> {
+        let pending = std::mem::take(&mut self.meta_cache);
+        let meta = self.table_mut(Table::Meta);
+        for (k, v) in pending {
+            match v {
+                Some(v) => {
+                    meta.insert(k.as_slice(), v.as_slice())?;
+                }
+                None => {
+                    meta.remove(k.as_slice())?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Removes up to `limit` rows with keys in `[start, end)`; returns how
@@ -377,6 +415,9 @@ impl<'t> WriteCtx<'t> {
 
     /// Removes every row of a table (FLUSHALL).
     pub fn clear(&mut self, table: Table) -> Result<(), StoreError> {
+        if table == Table::Meta {
+            self.meta_cache.clear();
+        }
         self.table_mut(table).retain(|_, _| false)?;
         Ok(())
     }
@@ -391,6 +432,7 @@ impl<'t> WriteCtx<'t> {
 
     /// Persists the in-memory state touched by this transaction.
     pub fn finish(mut self) -> Result<(), StoreError> {
+        self.flush_meta()?;
         if self.state.version_dirty {
             let hwm = self.state.next_version - 1;
             self.put(Table::Sys, b"version_hwm", &hwm.to_be_bytes())?;
@@ -415,6 +457,11 @@ impl KvRead for WriteCtx<'_> {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        if table == Table::Meta {
+            if let Some(pending) = self.meta_cache.get(key) {
+                return Ok(pending.clone());
+            }
+        }
         Ok(self.table(table).get(key)?.map(|v| v.value().to_vec()))
     }
 
@@ -426,7 +473,43 @@ impl KvRead for WriteCtx<'_> {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        scan_table(self.table(table), start, end, reverse, visit)
+        if table != Table::Meta || self.meta_cache.is_empty() {
+            return scan_table(self.table(table), start, end, reverse, visit);
+        }
+        // Rare (FLUSHDB, SWAPDB): overlay the pending rows on the table's.
+        let mut rows = std::collections::BTreeMap::new();
+        scan_table(self.table(table), start, end, false, &mut |k, v| {
+            rows.insert(k.to_vec(), v.to_vec());
+            true
+        })?;
+        for (k, v) in &self.meta_cache {
+            let inside = k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e);
+            if inside {
+                match v {
+                    Some(v) => {
+                        rows.insert(k.clone(), v.clone());
+                    }
+                    None => {
+                        rows.remove(k);
+                    }
+                }
+            }
+        }
+        let mut visit_row = |(k, v): (&Vec<u8>, &Vec<u8>)| visit(k, v);
+        if reverse {
+            for row in rows.iter().rev() {
+                if !visit_row(row) {
+                    break;
+                }
+            }
+        } else {
+            for row in rows.iter() {
+                if !visit_row(row) {
+                    break;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
