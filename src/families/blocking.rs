@@ -131,12 +131,18 @@ fn keep(r: Reply) -> Reply {
     r
 }
 
-fn bpop(s: &mut Session, a: Args, left: bool) -> Action {
-    let wait = match timeout(a.get(a.len() - 1)) {
-        Ok(t) => t,
-        Err(r) => return r.into(),
-    };
-    let keys: Vec<Bytes> = a.all()[1..a.len() - 1].to_vec();
+/// The attempt of the multi-key pops: LMPOP's or ZMPOP's action.
+type MpopAction = fn(Arc<ShardSet>, u8, Vec<Bytes>, bool, u64) -> Action;
+
+/// Blocks on `keys` retrying `pop` (from the `first` end, `count` at a time).
+fn block_mpop(
+    s: &Session,
+    keys: Vec<Bytes>,
+    wait: Option<Duration>,
+    pop: MpopAction,
+    (first, count): (bool, u64),
+    finish: fn(Reply) -> Reply,
+) -> Action {
     let db = s.db;
     let attempt_keys = keys.clone();
     block(
@@ -144,9 +150,22 @@ fn bpop(s: &mut Session, a: Args, left: bool) -> Action {
         keys,
         wait,
         true,
-        move |shards| list::mpop_action(shards, db, attempt_keys.clone(), left, 1),
-        flatten_one,
+        move |shards| pop(shards, db, attempt_keys.clone(), first, count),
+        finish,
     )
+}
+
+/// `key [key ...] timeout`: the keys and the parsed timeout.
+fn keys_then_timeout(a: &Args) -> Result<(Vec<Bytes>, Option<Duration>), Reply> {
+    let wait = timeout(a.get(a.len() - 1))?;
+    Ok((a.all()[1..a.len() - 1].to_vec(), wait))
+}
+
+fn bpop(s: &mut Session, a: Args, left: bool) -> Action {
+    match keys_then_timeout(&a) {
+        Ok((keys, wait)) => block_mpop(s, keys, wait, list::mpop_action, (left, 1), flatten_one),
+        Err(r) => r.into(),
+    }
 }
 
 /// BLPOP key [key ...] timeout
@@ -222,34 +241,14 @@ pub fn blmpop(s: &mut Session, a: Args) -> Action {
         Ok(t) => t,
         Err(r) => return r.into(),
     };
-    let db = s.db;
-    let attempt_keys = keys.clone();
-    block(
-        s,
-        keys,
-        wait,
-        true,
-        move |shards| list::mpop_action(shards, db, attempt_keys.clone(), left, count),
-        keep,
-    )
+    block_mpop(s, keys, wait, list::mpop_action, (left, count), keep)
 }
 
 fn bzpop(s: &mut Session, a: Args, max: bool) -> Action {
-    let wait = match timeout(a.get(a.len() - 1)) {
-        Ok(t) => t,
-        Err(r) => return r.into(),
-    };
-    let keys: Vec<Bytes> = a.all()[1..a.len() - 1].to_vec();
-    let db = s.db;
-    let attempt_keys = keys.clone();
-    block(
-        s,
-        keys,
-        wait,
-        true,
-        move |shards| zset::zmpop_action(shards, db, attempt_keys.clone(), max, 1),
-        flatten_scored,
-    )
+    match keys_then_timeout(&a) {
+        Ok((keys, wait)) => block_mpop(s, keys, wait, zset::zmpop_action, (max, 1), flatten_scored),
+        Err(r) => r.into(),
+    }
 }
 
 /// BZPOPMIN key [key ...] timeout
@@ -272,14 +271,5 @@ pub fn bzmpop(s: &mut Session, a: Args) -> Action {
         Ok(t) => t,
         Err(r) => return r.into(),
     };
-    let db = s.db;
-    let attempt_keys = keys.clone();
-    block(
-        s,
-        keys,
-        wait,
-        true,
-        move |shards| zset::zmpop_action(shards, db, attempt_keys.clone(), !min, count),
-        keep,
-    )
+    block_mpop(s, keys, wait, zset::zmpop_action, (!min, count), keep)
 }

@@ -290,67 +290,58 @@ fn select(r: &dyn KvRead, prefix: &[u8], size: u64, q: &Query) -> Result<Vec<Ent
             })?;
         }
         Range::Score(min, max) => {
-            if q.offset < 0 || q.limit == 0 {
-                return Ok(out);
-            }
-            let mut skip = q.offset;
             if min.value > max.value || min.value.is_nan() || max.value.is_nan() {
                 return Ok(out);
             }
             let bounds = Some((min.value, max.value));
+            let mut take = window(q, &mut out);
             walk_scores(r, prefix, bounds, q.rev, &mut |m, sc| {
-                let inside = min.above_min(sc) && max.below_max(sc);
                 let past = if q.rev {
                     !min.above_min(sc)
                 } else {
                     !max.below_max(sc)
                 };
-                if past {
-                    return false;
-                }
-                if inside {
-                    if skip > 0 {
-                        skip -= 1;
-                    } else {
-                        out.push((m.to_vec(), sc));
-                        if q.limit >= 0 && out.len() as i64 >= q.limit {
-                            return false;
-                        }
-                    }
-                }
-                true
+                !past && take(min.above_min(sc) && max.below_max(sc), m, sc)
             })?;
         }
         Range::Lex(min, max) => {
-            if q.offset < 0 || q.limit == 0 {
-                return Ok(out);
-            }
-            let mut skip = q.offset;
+            let mut take = window(q, &mut out);
             walk(r, prefix, q.rev, &mut |m, sc| {
-                let inside = min.above_min(m) && max.below_max(m);
                 let past = if q.rev {
                     !min.above_min(m)
                 } else {
                     !max.below_max(m)
                 };
-                if past {
-                    return false;
-                }
-                if inside {
-                    if skip > 0 {
-                        skip -= 1;
-                    } else {
-                        out.push((m.to_vec(), sc));
-                        if q.limit >= 0 && out.len() as i64 >= q.limit {
-                            return false;
-                        }
-                    }
-                }
-                true
+                !past && take(min.above_min(m) && max.below_max(m), m, sc)
             })?;
         }
     }
     Ok(out)
+}
+
+/// The LIMIT window of a score or lex range: returns a visitor step that
+/// skips `offset` matches, collects up to `limit` (negative = all), and
+/// says whether to go on. A negative offset or a zero limit selects
+/// nothing, as in Redis.
+fn window<'a>(q: &Query, out: &'a mut Vec<Entry>) -> impl FnMut(bool, &[u8], f64) -> bool + 'a {
+    let (mut skip, limit) = (q.offset, q.limit);
+    let empty = q.offset < 0 || q.limit == 0;
+    move |inside, m, sc| {
+        if empty {
+            return false;
+        }
+        if inside {
+            if skip > 0 {
+                skip -= 1;
+            } else {
+                out.push((m.to_vec(), sc));
+                if limit >= 0 && out.len() as i64 >= limit {
+                    return false;
+                }
+            }
+        }
+        true
+    }
 }
 
 /// Entries as a reply: members, or members with scores (flat in RESP2,
