@@ -149,64 +149,25 @@ pub fn bitop(s: &mut Session, a: Args) -> Action {
     if op == BitOp::Not && a.len() != 4 {
         return Reply::err("BITOP NOT must be called with a single source key.").into();
     }
-    let dest = a.get(2).clone();
-    let sources: Vec<Bytes> = a.from(3).to_vec();
-    let db = s.db;
-    let shards = s.server.shards.clone();
-    let compute = move |inputs: Vec<Option<Vec<u8>>>| -> Vec<u8> {
-        let owned: Vec<Vec<u8>> = inputs.into_iter().map(Option::unwrap_or_default).collect();
-        let refs: Vec<&[u8]> = owned.iter().map(|v| v.as_slice()).collect();
-        bits::bitop(op, &refs)
-    };
-    let write_dest =
-        move |w: &mut crate::storage::WriteCtx, k: Key, v: Vec<u8>| -> Result<Reply, Fail> {
+    super::load_then_store(
+        s,
+        a.from(3).to_vec(),
+        a.get(2).clone(),
+        read_string,
+        move |w, kd, inputs| {
+            let owned: Vec<Vec<u8>> = inputs.into_iter().map(Option::unwrap_or_default).collect();
+            let refs: Vec<&[u8]> = owned.iter().map(|v| v.as_slice()).collect();
+            let v = bits::bitop(op, &refs);
             let len = v.len() as i64;
             if v.is_empty() {
-                keyspace::delete_if_live(w, k)?;
+                keyspace::delete_if_live(w, kd)?;
             } else {
-                let old = keyspace::lookup_for_write(w, k)?;
-                keyspace::store(w, k, old.as_ref(), &Meta::string(v, 0))?;
+                let old = keyspace::lookup_for_write(w, kd)?;
+                keyspace::store(w, kd, old.as_ref(), &Meta::string(v, 0))?;
             }
             Ok(Reply::Int(len))
-        };
-    let mut all = sources.clone();
-    all.push(dest.clone());
-    let ids: Vec<usize> = all.iter().map(|k| shards.shard_of_key(k)).collect();
-    if ids.windows(2).all(|w| w[0] == w[1]) {
-        return s.write(&dest.clone(), move |w, kd| {
-            let mut inputs = Vec::with_capacity(sources.len());
-            for src in &sources {
-                inputs.push(read_string(w, Key::new(db, src))?);
-            }
-            write_dest(w, kd, compute(inputs))
-        });
-    }
-    super::coordinated(shards, ids.clone(), move |locked| async move {
-        let mut inputs = Vec::with_capacity(sources.len());
-        for (src, &id) in sources.iter().zip(&ids) {
-            let src = src.clone();
-            let got = locked
-                .run(id, move |w| Ok(read_string(w, Key::new(db, &src))))
-                .await?;
-            match got {
-                Ok(v) => inputs.push(v),
-                Err(Fail::Reply(r)) => return Ok(Err(r)),
-                Err(Fail::Store(e)) => return Err(e.into()),
-            }
-        }
-        let value = compute(inputs);
-        let dest_shard = *ids.last().unwrap();
-        let out = locked
-            .run(dest_shard, move |w| {
-                Ok(write_dest(w, Key::new(db, &dest), value))
-            })
-            .await?;
-        match out {
-            Ok(r) => Ok(Ok(r)),
-            Err(Fail::Reply(r)) => Ok(Err(r)),
-            Err(Fail::Store(e)) => Err(e.into()),
-        }
-    })
+        },
+    )
 }
 
 /// One BITFIELD operation.

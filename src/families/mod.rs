@@ -282,6 +282,66 @@ impl Session {
     }
 }
 
+/// The shape of SINTERSTORE, ZUNIONSTORE, ZRANGESTORE and BITOP: `load`
+/// each source key (on its own shard, in order, type-checking it), then
+/// `store` into `dest` given every loaded value. One write op when all keys
+/// share a shard, otherwise one coordinated command. `store` must write
+/// nothing before it returns a reply error.
+pub fn load_then_store<T, L, S>(
+    s: &Session,
+    sources: Vec<Bytes>,
+    dest: Bytes,
+    load: L,
+    store: S,
+) -> Action
+where
+    T: std::any::Any + Send + 'static,
+    L: Fn(&dyn KvRead, Key) -> Result<T, Fail> + Send + Sync + 'static,
+    S: FnOnce(&mut WriteCtx, Key, Vec<T>) -> OpResult + Send + 'static,
+{
+    let db = s.db;
+    let shards = s.server.shards.clone();
+    let ids: Vec<usize> = sources.iter().map(|k| shards.shard_of_key(k)).collect();
+    let dest_shard = shards.shard_of_key(&dest);
+    if ids.iter().all(|&i| i == dest_shard) {
+        return s.write(&dest.clone(), move |w, kd| {
+            let mut loaded = Vec::with_capacity(sources.len());
+            for src in &sources {
+                loaded.push(load(w, Key::new(db, src))?);
+            }
+            store(w, kd, loaded)
+        });
+    }
+    let mut all_ids = ids.clone();
+    all_ids.push(dest_shard);
+    let load = Arc::new(load);
+    coordinated(shards, all_ids, move |locked| async move {
+        let mut loaded = Vec::with_capacity(sources.len());
+        for (src, &id) in sources.iter().zip(&ids) {
+            let (src, load) = (src.clone(), load.clone());
+            match locked
+                .run(id, move |w| Ok(load(w, Key::new(db, &src))))
+                .await?
+            {
+                Ok(v) => loaded.push(v),
+                // Nothing was written yet: the round stays clean.
+                Err(Fail::Reply(r)) => return Ok(Err(r)),
+                Err(Fail::Store(e)) => return Err(e.into()),
+            }
+        }
+        let out = locked
+            .run(dest_shard, move |w| {
+                Ok(store(w, Key::new(db, &dest), loaded))
+            })
+            .await?;
+        match out {
+            Ok(r) => Ok(Ok(r)),
+            Err(Fail::Reply(r)) => Ok(Err(r)),
+            Err(Fail::Store(e)) => Err(e.into()),
+        }
+    })
+}
+
 /// Runs `plan` with the given shards locked, through the coordinator (see
 /// `shard::coordinator`). `plan` returns `Ok(Ok(reply))` when its writes
 /// stand, `Ok(Err(reply))` when it decided not to write (and wrote nothing).

@@ -2,7 +2,6 @@
 
 use std::collections::HashSet;
 
-use bytes::Bytes;
 use rand::Rng;
 
 use super::collection::{Edit, View};
@@ -379,51 +378,17 @@ fn store_set(w: &mut WriteCtx, dest: Key, items: &[Vec<u8>]) -> Result<(), Fail>
 }
 
 fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
-    let dest = a.get(1).clone();
-    let sources: Vec<Bytes> = a.from(2).to_vec();
-    let db = s.db;
-    let shards = s.server.shards.clone();
-    let ids: Vec<usize> = sources.iter().map(|k| shards.shard_of_key(k)).collect();
-    let dest_shard = shards.shard_of_key(&dest);
-    if ids.iter().all(|&i| i == dest_shard) {
-        return s.write(&dest.clone(), move |w, kd| {
-            let mut sets = Vec::with_capacity(sources.len());
-            for src in &sources {
-                sets.push(members(w, Key::new(db, src))?);
-            }
+    super::load_then_store(
+        s,
+        a.from(2).to_vec(),
+        a.get(1).clone(),
+        members,
+        move |w, kd, sets| {
             let result = combine(op, sets);
             store_set(w, kd, &result)?;
             Ok(Reply::Int(result.len() as i64))
-        });
-    }
-    let mut all_ids = ids.clone();
-    all_ids.push(dest_shard);
-    super::coordinated(shards, all_ids, move |locked| async move {
-        let mut sets = Vec::with_capacity(sources.len());
-        for (src, &id) in sources.iter().zip(&ids) {
-            let src = src.clone();
-            match locked
-                .run(id, move |w| Ok(members(w, Key::new(db, &src))))
-                .await?
-            {
-                Ok(m) => sets.push(m),
-                Err(Fail::Reply(r)) => return Ok(Err(r)),
-                Err(Fail::Store(e)) => return Err(e.into()),
-            }
-        }
-        let result = combine(op, sets);
-        let n = result.len() as i64;
-        let out = locked
-            .run(dest_shard, move |w| {
-                Ok(store_set(w, Key::new(db, &dest), &result))
-            })
-            .await?;
-        match out {
-            Ok(()) => Ok(Ok(Reply::Int(n))),
-            Err(Fail::Reply(r)) => Ok(Err(r)),
-            Err(Fail::Store(e)) => Err(e.into()),
-        }
-    })
+        },
+    )
 }
 
 /// SINTERSTORE destination key [key ...]

@@ -713,40 +713,23 @@ pub fn zrangestore(s: &mut Session, a: Args) -> Action {
         Ok(q) => q,
         Err(r) => return r.into(),
     };
-    let (dst, src) = (a.get(1).clone(), a.get(2).clone());
-    let db = s.db;
-    let shards = s.server.shards.clone();
-    let (ids, idd) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
-    let compute = move |r: &dyn KvRead| -> Result<Vec<Entry>, Fail> {
-        let Some(v) = View::load(r, Key::new(db, &src), ZSET)? else {
+    let load = move |r: &dyn KvRead, k: Key| -> Result<Vec<Entry>, Fail> {
+        let Some(v) = View::load(r, k, ZSET)? else {
             return Ok(Vec::new());
         };
         Ok(select(r, &v.prefix, v.size, &q)?)
     };
-    if ids == idd {
-        return s.write(&dst.clone(), move |w, kd| {
-            let items = compute(w)?;
+    super::load_then_store(
+        s,
+        vec![a.get(2).clone()],
+        a.get(1).clone(),
+        load,
+        |w, kd, mut found| {
+            let items = found.pop().unwrap_or_default();
             store_entries(w, kd, &items)?;
             Ok(Reply::Int(items.len() as i64))
-        });
-    }
-    super::coordinated(shards, vec![ids, idd], move |locked| async move {
-        let items = match locked.run(ids, move |w| Ok(compute(w))).await? {
-            Ok(items) => items,
-            Err(Fail::Reply(r)) => return Ok(Err(r)),
-            Err(Fail::Store(e)) => return Err(e.into()),
-        };
-        let n = items.len() as i64;
-        locked
-            .run(idd, move |w| {
-                store_entries(w, Key::new(db, &dst), &items).map_err(|e| match e {
-                    Fail::Store(e) => e,
-                    Fail::Reply(_) => StoreError::Internal("unexpected reply".into()),
-                })
-            })
-            .await?;
-        Ok(Ok(Reply::Int(n)))
-    })
+        },
+    )
 }
 
 /// Replaces `dest` with a zset of `items` (deleting it when empty).
@@ -1163,56 +1146,22 @@ fn combine_store(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Act
         Ok(c) => c,
         Err(r) => return r.into(),
     };
-    let dest = a.get(1).clone();
-    let db = s.db;
-    let shards = s.server.shards.clone();
-    let ids: Vec<usize> = c.keys.iter().map(|k| shards.shard_of_key(k)).collect();
-    let dest_shard = shards.shard_of_key(&dest);
-    let (keys, weights, agg) = (c.keys, c.weights, c.agg);
-    if ids.iter().all(|&i| i == dest_shard) {
-        return s.write(&dest.clone(), move |w, kd| {
-            let mut inputs = Vec::with_capacity(keys.len());
-            for k in &keys {
-                inputs.push(load_scored(w, Key::new(db, k))?);
-            }
+    let (weights, agg) = (c.weights, c.agg);
+    super::load_then_store(
+        s,
+        c.keys,
+        a.get(1).clone(),
+        load_scored,
+        move |w, kd, inputs| {
+            // Option errors come after the keys' type checks, as in Redis.
             if let Some(e) = option_error {
                 return Ok(e);
             }
             let result = combine(op, inputs, &weights, agg);
             store_entries(w, kd, &result)?;
             Ok(Reply::Int(result.len() as i64))
-        });
-    }
-    let mut all_ids = ids.clone();
-    all_ids.push(dest_shard);
-    super::coordinated(shards, all_ids, move |locked| async move {
-        let mut inputs = Vec::with_capacity(keys.len());
-        for (k, &id) in keys.iter().zip(&ids) {
-            let k = k.clone();
-            match locked
-                .run(id, move |w| Ok(load_scored(w, Key::new(db, &k))))
-                .await?
-            {
-                Ok(x) => inputs.push(x),
-                Err(Fail::Reply(r)) => return Ok(Err(r)),
-                Err(Fail::Store(e)) => return Err(e.into()),
-            }
-        }
-        if let Some(e) = option_error {
-            return Ok(Err(e));
-        }
-        let result = combine(op, inputs, &weights, agg);
-        let n = result.len() as i64;
-        locked
-            .run(dest_shard, move |w| {
-                store_entries(w, Key::new(db, &dest), &result).map_err(|e| match e {
-                    Fail::Store(e) => e,
-                    Fail::Reply(_) => StoreError::Internal("unexpected reply".into()),
-                })
-            })
-            .await?;
-        Ok(Ok(Reply::Int(n)))
-    })
+        },
+    )
 }
 
 /// ZUNIONSTORE destination numkeys key [key ...] [WEIGHTS ...] [AGGREGATE ...]
