@@ -91,6 +91,25 @@ impl View {
         Ok(picked)
     }
 
+    /// The picks of SRANDMEMBER/HRANDFIELD/ZRANDMEMBER with a count: a
+    /// positive count gives up to that many distinct members, a negative
+    /// one exactly |count| members with repeats (drawn from a random pool
+    /// of at most 1024 distinct members, so a huge count costs no more).
+    pub fn pick(&self, r: &dyn KvRead, count: i64) -> Result<Vec<MemberValue>, StoreError> {
+        use rand::Rng;
+        if count >= 0 {
+            return self.random(r, (count as u64).min(self.size) as usize);
+        }
+        let pool = self.random(r, count.unsigned_abs().min(self.size).min(1024) as usize)?;
+        if pool.is_empty() {
+            return Ok(pool);
+        }
+        let mut rng = rand::thread_rng();
+        Ok((0..count.unsigned_abs())
+            .map(|_| pool[rng.gen_range(0..pool.len())].clone())
+            .collect())
+    }
+
     /// Every (member, value) in member order; `visit` returns false to stop.
     pub fn scan(
         &self,

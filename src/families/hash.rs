@@ -1,8 +1,6 @@
 //! Hashes: field -> value sub-keys under the key's version.
 
 use bytes::Bytes;
-use rand::seq::SliceRandom;
-use rand::Rng;
 
 use super::collection::{Edit, View};
 use super::Fail;
@@ -268,32 +266,19 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
     };
     let resp3 = s.resp3;
     s.read(a.get(1), move |r, k| {
-        let h = View::load(r, k, HASH)?;
-        if count == 0 || h.is_none() {
+        let Some(h) = View::load(r, k, HASH)? else {
             return Ok(Reply::Array(Vec::new()));
-        }
-        let pairs = all_pairs(r, &h)?;
-        let mut rng = rand::thread_rng();
-        let picked: Vec<&Pair> = if count > 0 {
-            let n = (count as usize).min(pairs.len());
-            pairs.choose_multiple(&mut rng, n).collect()
-        } else {
-            (0..count.unsigned_abs())
-                .map(|_| &pairs[rng.gen_range(0..pairs.len())])
-                .collect()
         };
+        let picked = h.pick(r, count)?;
         let mut out = Vec::new();
         for (f, v) in picked {
             if !with_values {
-                out.push(Reply::bulk(f.clone()));
+                out.push(Reply::bulk(f));
             } else if resp3 {
-                out.push(Reply::Array(vec![
-                    Reply::bulk(f.clone()),
-                    Reply::bulk(v.clone()),
-                ]));
+                out.push(Reply::Array(vec![Reply::bulk(f), Reply::bulk(v)]));
             } else {
-                out.push(Reply::bulk(f.clone()));
-                out.push(Reply::bulk(v.clone()));
+                out.push(Reply::bulk(f));
+                out.push(Reply::bulk(v));
             }
         }
         Ok(Reply::Array(out))

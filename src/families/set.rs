@@ -2,8 +2,6 @@
 
 use std::collections::HashSet;
 
-use rand::Rng;
-
 use super::collection::{Edit, View};
 use super::Fail;
 use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
@@ -171,20 +169,10 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
         if c == 0 {
             return Ok(Reply::Array(Vec::new()));
         }
-        let picked: Vec<Vec<u8>> = if c > 0 {
-            v.random(r, (c as u64).min(v.size) as usize)?
-                .into_iter()
-                .map(|(m, _)| m)
-                .collect()
-        } else {
-            // Repeats allowed: sample from a bounded pool.
-            let pool = v.random(r, c.unsigned_abs().min(v.size).min(1024) as usize)?;
-            let mut rng = rand::thread_rng();
-            (0..c.unsigned_abs())
-                .map(|_| pool[rng.gen_range(0..pool.len())].0.clone())
-                .collect()
-        };
-        Ok(Reply::Array(picked.into_iter().map(Reply::bulk).collect()))
+        let picked = v.pick(r, c)?;
+        Ok(Reply::Array(
+            picked.into_iter().map(|(m, _)| Reply::bulk(m)).collect(),
+        ))
     })
 }
 

@@ -6,8 +6,6 @@
 use std::collections::HashMap;
 
 use bytes::Bytes;
-use rand::seq::SliceRandom;
-use rand::Rng;
 
 use super::collection::{Edit, View};
 use super::Fail;
@@ -914,20 +912,11 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
         let Some(v) = View::load(r, k, ZSET)? else {
             return Ok(Reply::Array(Vec::new()));
         };
-        if count == 0 {
-            return Ok(Reply::Array(Vec::new()));
-        }
-        let all = all_entries(r, &v.prefix, false)?;
-        let mut rng = rand::thread_rng();
-        let picked: Vec<Entry> = if count > 0 {
-            all.choose_multiple(&mut rng, (count as usize).min(all.len()))
-                .cloned()
-                .collect()
-        } else {
-            (0..count.unsigned_abs())
-                .map(|_| all[rng.gen_range(0..all.len())].clone())
-                .collect()
-        };
+        let picked: Vec<Entry> = v
+            .pick(r, count)?
+            .into_iter()
+            .map(|(m, sc)| (m, decode_score(&sc)))
+            .collect();
         Ok(entries_reply(picked, with_scores, resp3))
     })
 }
