@@ -4,9 +4,50 @@
 //! the collection becomes empty (an empty collection does not exist).
 
 use super::{wrongtype, Fail};
+use crate::command::Args;
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
 use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
+
+/// The cardinality of the collection at argv[1] (HLEN, SCARD, ZCARD).
+pub fn card(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
+    s.read(a.get(1), move |r, k| {
+        Ok(Reply::Int(
+            View::load(r, k, ktype)?.map_or(0, |v| v.size as i64),
+        ))
+    })
+}
+
+/// Whether argv[2] is a member of the collection at argv[1] (HEXISTS,
+/// SISMEMBER).
+pub fn has_member(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
+    let m = a.get(2).clone();
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ktype)? else {
+            return Ok(Reply::Int(0));
+        };
+        Ok(Reply::Int(v.get(r, &m)?.is_some() as i64))
+    })
+}
+
+/// Removes argv[2..] from the collection at argv[1] and counts them (HDEL,
+/// SREM); an emptied collection goes away.
+pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
+    let members = a.from(2).to_vec();
+    s.write(a.get(1), move |w, k| {
+        let Some(mut e) = Edit::load(w, k, ktype)? else {
+            return Ok(Reply::Int(0));
+        };
+        let mut n = 0;
+        for m in &members {
+            n += e.remove(w, m)? as i64;
+        }
+        e.save(w, k)?;
+        Ok(Reply::Int(n))
+    })
+}
 
 /// A member and its stored value.
 pub type MemberValue = (Vec<u8>, Vec<u8>);

@@ -2,7 +2,7 @@
 
 use bytes::Bytes;
 
-use super::collection::{Edit, View};
+use super::collection::{self, Edit, View};
 use super::Fail;
 use crate::command::args::{self, error, Args, SYNTAX};
 use crate::net::session::{Action, Session};
@@ -100,27 +100,12 @@ pub fn hmget(s: &mut Session, a: Args) -> Action {
 
 /// HDEL key field [field ...]
 pub fn hdel(s: &mut Session, a: Args) -> Action {
-    let fields = a.from(2).to_vec();
-    s.write(a.get(1), move |w, k| {
-        let Some(mut h) = Edit::load(w, k, HASH)? else {
-            return Ok(Reply::Int(0));
-        };
-        let mut n = 0;
-        for f in &fields {
-            n += h.remove(w, f)? as i64;
-        }
-        h.save(w, k)?;
-        Ok(Reply::Int(n))
-    })
+    collection::remove_members(s, &a, HASH)
 }
 
 /// HLEN key
 pub fn hlen(s: &mut Session, a: Args) -> Action {
-    s.read(a.get(1), |r, k| {
-        Ok(Reply::Int(
-            View::load(r, k, HASH)?.map_or(0, |h| h.size as i64),
-        ))
-    })
+    collection::card(s, &a, HASH)
 }
 
 /// HSTRLEN key field
@@ -136,13 +121,7 @@ pub fn hstrlen(s: &mut Session, a: Args) -> Action {
 
 /// HEXISTS key field
 pub fn hexists(s: &mut Session, a: Args) -> Action {
-    let f = a.get(2).clone();
-    s.read(a.get(1), move |r, k| {
-        let Some(h) = View::load(r, k, HASH)? else {
-            return Ok(Reply::Int(0));
-        };
-        Ok(Reply::Int(h.get(r, &f)?.is_some() as i64))
-    })
+    collection::has_member(s, &a, HASH)
 }
 
 /// A field and its value.

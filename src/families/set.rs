@@ -2,7 +2,7 @@
 
 use std::collections::HashSet;
 
-use super::collection::{Edit, View};
+use super::collection::{self, Edit, View};
 use super::Fail;
 use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
@@ -45,38 +45,17 @@ pub fn sadd(s: &mut Session, a: Args) -> Action {
 
 /// SREM key member [member ...]
 pub fn srem(s: &mut Session, a: Args) -> Action {
-    let ms = a.from(2).to_vec();
-    s.write(a.get(1), move |w, k| {
-        let Some(mut set) = Edit::load(w, k, SET)? else {
-            return Ok(Reply::Int(0));
-        };
-        let mut n = 0;
-        for m in &ms {
-            n += set.remove(w, m)? as i64;
-        }
-        set.save(w, k)?;
-        Ok(Reply::Int(n))
-    })
+    collection::remove_members(s, &a, SET)
 }
 
 /// SCARD key
 pub fn scard(s: &mut Session, a: Args) -> Action {
-    s.read(a.get(1), |r, k| {
-        Ok(Reply::Int(
-            View::load(r, k, SET)?.map_or(0, |v| v.size as i64),
-        ))
-    })
+    collection::card(s, &a, SET)
 }
 
 /// SISMEMBER key member
 pub fn sismember(s: &mut Session, a: Args) -> Action {
-    let m = a.get(2).clone();
-    s.read(a.get(1), move |r, k| {
-        let Some(v) = View::load(r, k, SET)? else {
-            return Ok(Reply::Int(0));
-        };
-        Ok(Reply::Int(v.get(r, &m)?.is_some() as i64))
-    })
+    collection::has_member(s, &a, SET)
 }
 
 /// SMISMEMBER key member [member ...]

@@ -530,11 +530,7 @@ pub fn zmscore(s: &mut Session, a: Args) -> Action {
 
 /// ZCARD key
 pub fn zcard(s: &mut Session, a: Args) -> Action {
-    s.read(a.get(1), |r, k| {
-        Ok(Reply::Int(
-            View::load(r, k, ZSET)?.map_or(0, |v| v.size as i64),
-        ))
-    })
+    super::collection::card(s, &a, ZSET)
 }
 
 fn count_range(s: &mut Session, a: Args, range: Range) -> Action {
