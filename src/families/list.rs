@@ -703,9 +703,9 @@ fn mpop_one(
     Ok(Some(out))
 }
 
-fn mpop_reply(key: &Bytes, items: Vec<Vec<u8>>) -> Reply {
+fn mpop_reply(key: &[u8], items: Vec<Vec<u8>>) -> Reply {
     Reply::Array(vec![
-        Reply::Bulk(key.clone()),
+        Reply::bulk_copy(key),
         Reply::Array(items.into_iter().map(Reply::bulk).collect()),
     ])
 }
@@ -728,38 +728,8 @@ pub fn mpop_action(
     left: bool,
     count: u64,
 ) -> Action {
-    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
-    if ids.windows(2).all(|w| w[0] == w[1]) {
-        return Action::Write {
-            shard: ids[0],
-            f: Box::new(move |w| {
-                super::settle((|| -> super::OpResult {
-                    for k in &keys {
-                        if let Some(items) = mpop_one(w, Key::new(db, k), left, count)? {
-                            return Ok(mpop_reply(k, items));
-                        }
-                    }
-                    Ok(Reply::NilArray)
-                })())
-            }),
-        };
-    }
-    super::coordinated(shards, ids.clone(), move |locked| async move {
-        for (k, &id) in keys.iter().zip(&ids) {
-            let k2 = k.clone();
-            // Until a list is found nothing is written, so an error here
-            // leaves the round clean.
-            match locked
-                .run(id, move |w| Ok(mpop_one(w, Key::new(db, &k2), left, count)))
-                .await?
-            {
-                Ok(Some(items)) => return Ok(Ok(mpop_reply(k, items))),
-                Ok(None) => {}
-                Err(Fail::Reply(r)) => return Ok(Err(r)),
-                Err(Fail::Store(e)) => return Err(e.into()),
-            }
-        }
-        Ok(Err(Reply::NilArray))
+    super::first_pop(shards, db, keys, move |w, k| {
+        Ok(mpop_one(w, k, left, count)?.map(|items| mpop_reply(k.name, items)))
     })
 }
 

@@ -342,6 +342,50 @@ where
     })
 }
 
+/// The shape of LMPOP and ZMPOP (and so of the blocking pops): try `pop`
+/// on each key in order and reply with the first that yields something,
+/// or a nil array. Keys after the first hit are never looked at, as in
+/// Redis. One write op when all keys share a shard, otherwise one
+/// coordinated command (nothing is written before the hit, so an error on
+/// an earlier key leaves the round clean).
+pub fn first_pop<P>(shards: Arc<ShardSet>, db: u8, keys: Vec<Bytes>, pop: P) -> Action
+where
+    P: Fn(&mut WriteCtx, Key) -> Result<Option<Reply>, Fail> + Send + Sync + 'static,
+{
+    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+    if ids.windows(2).all(|w| w[0] == w[1]) {
+        return Action::Write {
+            shard: ids[0],
+            f: Box::new(move |w| {
+                settle((|| -> OpResult {
+                    for k in &keys {
+                        if let Some(r) = pop(w, Key::new(db, k))? {
+                            return Ok(r);
+                        }
+                    }
+                    Ok(Reply::NilArray)
+                })())
+            }),
+        };
+    }
+    let pop = Arc::new(pop);
+    coordinated(shards, ids.clone(), move |locked| async move {
+        for (k, &id) in keys.iter().zip(&ids) {
+            let (k, pop) = (k.clone(), pop.clone());
+            match locked
+                .run(id, move |w| Ok(pop(w, Key::new(db, &k))))
+                .await?
+            {
+                Ok(Some(r)) => return Ok(Ok(r)),
+                Ok(None) => {}
+                Err(Fail::Reply(r)) => return Ok(Err(r)),
+                Err(Fail::Store(e)) => return Err(e.into()),
+            }
+        }
+        Ok(Err(Reply::NilArray))
+    })
+}
+
 /// Runs `plan` with the given shards locked, through the coordinator (see
 /// `shard::coordinator`). `plan` returns `Ok(Ok(reply))` when its writes
 /// stand, `Ok(Err(reply))` when it decided not to write (and wrote nothing).

@@ -1222,49 +1222,18 @@ pub fn zmpop_action(
     max: bool,
     count: u64,
 ) -> Action {
-    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
-    let reply = |k: &Bytes, items: Vec<Entry>| {
-        Reply::Array(vec![
-            Reply::Bulk(k.clone()),
-            Reply::Array(
-                items
-                    .into_iter()
-                    .map(|(m, s)| Reply::Array(vec![Reply::bulk(m), Reply::Double(s)]))
-                    .collect(),
-            ),
-        ])
-    };
-    if ids.windows(2).all(|w| w[0] == w[1]) {
-        return Action::Write {
-            shard: ids[0],
-            f: Box::new(move |w| {
-                super::settle((|| -> super::OpResult {
-                    for k in &keys {
-                        if let Some(items) = pop_entries(w, Key::new(db, k), max, count)? {
-                            return Ok(reply(k, items));
-                        }
-                    }
-                    Ok(Reply::NilArray)
-                })())
-            }),
-        };
-    }
-    super::coordinated(shards, ids.clone(), move |locked| async move {
-        for (k, &id) in keys.iter().zip(&ids) {
-            let k2 = k.clone();
-            match locked
-                .run(id, move |w| {
-                    Ok(pop_entries(w, Key::new(db, &k2), max, count))
-                })
-                .await?
-            {
-                Ok(Some(items)) => return Ok(Ok(reply(k, items))),
-                Ok(None) => {}
-                Err(Fail::Reply(r)) => return Ok(Err(r)),
-                Err(Fail::Store(e)) => return Err(e.into()),
-            }
-        }
-        Ok(Err(Reply::NilArray))
+    super::first_pop(shards, db, keys, move |w, k| {
+        Ok(pop_entries(w, k, max, count)?.map(|items| {
+            Reply::Array(vec![
+                Reply::bulk_copy(k.name),
+                Reply::Array(
+                    items
+                        .into_iter()
+                        .map(|(m, s)| Reply::Array(vec![Reply::bulk(m), Reply::Double(s)]))
+                        .collect(),
+                ),
+            ])
+        }))
     })
 }
 
