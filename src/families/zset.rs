@@ -263,6 +263,35 @@ struct Query {
     with_scores: bool,
 }
 
+impl Query {
+    /// Everything in `range`, ascending, no LIMIT (ZCOUNT, ZREMRANGEBY*).
+    fn whole(range: Range) -> Query {
+        Query {
+            range,
+            rev: false,
+            offset: 0,
+            limit: -1,
+            with_scores: false,
+        }
+    }
+}
+
+/// `min max` at argv[2..4] as a score range, with Redis's error.
+fn score_range(a: &Args) -> Result<Range, Reply> {
+    match (parse_score_bound(a.get(2)), parse_score_bound(a.get(3))) {
+        (Some(min), Some(max)) => Ok(Range::Score(min, max)),
+        _ => Err(error(NOT_FLOAT_RANGE)),
+    }
+}
+
+/// `min max` at argv[2..4] as a lex range, with Redis's error.
+fn lex_range(a: &Args) -> Result<Range, Reply> {
+    match (parse_lex_bound(a.get(2)), parse_lex_bound(a.get(3))) {
+        (Some(min), Some(max)) => Ok(Range::Lex(min, max)),
+        _ => Err(error(NOT_LEX_RANGE)),
+    }
+}
+
 /// Runs a range query over the zset's entries, in reply order.
 fn select(r: &dyn KvRead, prefix: &[u8], size: u64, q: &Query) -> Result<Vec<Entry>, StoreError> {
     let mut out = Vec::new();
@@ -534,13 +563,7 @@ pub fn zcard(s: &mut Session, a: Args) -> Action {
 }
 
 fn count_range(s: &mut Session, a: Args, range: Range) -> Action {
-    let q = Query {
-        range,
-        rev: false,
-        offset: 0,
-        limit: -1,
-        with_scores: false,
-    };
+    let q = Query::whole(range);
     s.read(a.get(1), move |r, k| {
         let Some(v) = View::load(r, k, ZSET)? else {
             return Ok(Reply::Int(0));
@@ -551,17 +574,17 @@ fn count_range(s: &mut Session, a: Args, range: Range) -> Action {
 
 /// ZCOUNT key min max
 pub fn zcount(s: &mut Session, a: Args) -> Action {
-    match (parse_score_bound(a.get(2)), parse_score_bound(a.get(3))) {
-        (Some(min), Some(max)) => count_range(s, a, Range::Score(min, max)),
-        _ => error(NOT_FLOAT_RANGE).into(),
+    match score_range(&a) {
+        Ok(range) => count_range(s, a, range),
+        Err(r) => r.into(),
     }
 }
 
 /// ZLEXCOUNT key min max
 pub fn zlexcount(s: &mut Session, a: Args) -> Action {
-    match (parse_lex_bound(a.get(2)), parse_lex_bound(a.get(3))) {
-        (Some(min), Some(max)) => count_range(s, a, Range::Lex(min, max)),
-        _ => error(NOT_LEX_RANGE).into(),
+    match lex_range(&a) {
+        Ok(range) => count_range(s, a, range),
+        Err(r) => r.into(),
     }
 }
 
@@ -787,13 +810,7 @@ pub fn zrem(s: &mut Session, a: Args) -> Action {
 }
 
 fn remove_range(s: &mut Session, a: Args, range: Range) -> Action {
-    let q = Query {
-        range,
-        rev: false,
-        offset: 0,
-        limit: -1,
-        with_scores: false,
-    };
+    let q = Query::whole(range);
     s.write(a.get(1), move |w, k| {
         let Some(mut z) = ZEdit::load(w, k)? else {
             return Ok(Reply::Int(0));
@@ -817,17 +834,17 @@ pub fn zremrangebyrank(s: &mut Session, a: Args) -> Action {
 
 /// ZREMRANGEBYSCORE key min max
 pub fn zremrangebyscore(s: &mut Session, a: Args) -> Action {
-    match (parse_score_bound(a.get(2)), parse_score_bound(a.get(3))) {
-        (Some(min), Some(max)) => remove_range(s, a, Range::Score(min, max)),
-        _ => error(NOT_FLOAT_RANGE).into(),
+    match score_range(&a) {
+        Ok(range) => remove_range(s, a, range),
+        Err(r) => r.into(),
     }
 }
 
 /// ZREMRANGEBYLEX key min max
 pub fn zremrangebylex(s: &mut Session, a: Args) -> Action {
-    match (parse_lex_bound(a.get(2)), parse_lex_bound(a.get(3))) {
-        (Some(min), Some(max)) => remove_range(s, a, Range::Lex(min, max)),
-        _ => error(NOT_LEX_RANGE).into(),
+    match lex_range(&a) {
+        Ok(range) => remove_range(s, a, range),
+        Err(r) => r.into(),
     }
 }
 
