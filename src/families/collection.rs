@@ -49,6 +49,41 @@ pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
     })
 }
 
+/// One random member of the collection at argv[1], or nil (SRANDMEMBER,
+/// HRANDFIELD, ZRANDMEMBER without a count).
+pub fn random_member(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
+    s.read(a.get(1), move |r, k| {
+        let Some(v) = View::load(r, k, ktype)? else {
+            return Ok(Reply::Nil);
+        };
+        Ok(v.random(r, 1)?
+            .into_iter()
+            .next()
+            .map_or(Reply::Nil, |(m, _)| Reply::bulk(m)))
+    })
+}
+
+/// The `[LIMIT limit]` tail of SINTERCARD / ZINTERCARD from argv[from];
+/// 0 (the default) means no limit.
+pub fn parse_card_limit(a: &Args, from: usize) -> Result<usize, Reply> {
+    use crate::command::args::{error, int, is, SYNTAX};
+    let mut limit = 0usize;
+    let rest = a.from(from);
+    let mut i = 0;
+    while i < rest.len() {
+        if is(&rest[i], "limit") && i + 1 < rest.len() {
+            match int(&rest[i + 1]) {
+                Ok(l) if l >= 0 => limit = l as usize,
+                _ => return Err(Reply::err("LIMIT can't be negative")),
+            }
+            i += 2;
+        } else {
+            return Err(error(SYNTAX));
+        }
+    }
+    Ok(limit)
+}
+
 /// A member and its stored value.
 pub type MemberValue = (Vec<u8>, Vec<u8>);
 

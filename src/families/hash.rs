@@ -229,15 +229,7 @@ fn incr_float_error(e: num::IncrFloatError) -> Reply {
 /// HRANDFIELD key [count [WITHVALUES]]
 pub fn hrandfield(s: &mut Session, a: Args) -> Action {
     if a.len() == 2 {
-        return s.read(a.get(1), |r, k| {
-            let Some(h) = View::load(r, k, HASH)? else {
-                return Ok(Reply::Nil);
-            };
-            Ok(h.random(r, 1)?
-                .into_iter()
-                .next()
-                .map_or(Reply::Nil, |(f, _)| Reply::bulk(f)))
-        });
+        return super::collection::random_member(s, &a, HASH);
     }
     let (count, with_values) = match super::parse_rand_count(&a, "withvalues") {
         Ok(p) => p,

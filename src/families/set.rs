@@ -4,7 +4,7 @@ use std::collections::HashSet;
 
 use super::collection::{self, Edit, View};
 use super::Fail;
-use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
+use crate::command::args::{self, error, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::keyspace::{self, Key};
@@ -117,7 +117,7 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
 /// SRANDMEMBER key [count]
 pub fn srandmember(s: &mut Session, a: Args) -> Action {
     let count = match a.len() {
-        2 => None,
+        2 => return collection::random_member(s, &a, SET),
         3 => match args::int(a.get(2)) {
             Ok(i64::MIN) => {
                 return Reply::err(
@@ -125,30 +125,16 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
                 )
                 .into()
             }
-            Ok(c) => Some(c),
+            Ok(c) => c,
             Err(_) => return error(NOT_INTEGER).into(),
         },
         _ => return error(SYNTAX).into(),
     };
     s.read(a.get(1), move |r, k| {
-        let Some(v) = View::load(r, k, SET)? else {
-            return Ok(if count.is_some() {
-                Reply::Array(Vec::new())
-            } else {
-                Reply::Nil
-            });
+        let picked = match View::load(r, k, SET)? {
+            Some(v) => v.pick(r, count)?,
+            None => Vec::new(),
         };
-        let Some(c) = count else {
-            return Ok(v
-                .random(r, 1)?
-                .into_iter()
-                .next()
-                .map_or(Reply::Nil, |(m, _)| Reply::bulk(m)));
-        };
-        if c == 0 {
-            return Ok(Reply::Array(Vec::new()));
-        }
-        let picked = v.pick(r, c)?;
         Ok(Reply::Array(
             picked.into_iter().map(|(m, _)| Reply::bulk(m)).collect(),
         ))
@@ -312,20 +298,10 @@ pub fn sintercard(s: &mut Session, a: Args) -> Action {
     if numkeys > a.len() - 2 {
         return Reply::err("Number of keys can't be greater than number of args").into();
     }
-    let mut limit = 0usize;
-    let rest = a.from(2 + numkeys);
-    let mut i = 0;
-    while i < rest.len() {
-        if is(&rest[i], "limit") && i + 1 < rest.len() {
-            match args::int(&rest[i + 1]) {
-                Ok(l) if l >= 0 => limit = l as usize,
-                _ => return Reply::err("LIMIT can't be negative").into(),
-            }
-            i += 2;
-        } else {
-            return error(SYNTAX).into();
-        }
-    }
+    let limit = match super::collection::parse_card_limit(&a, 2 + numkeys) {
+        Ok(l) => l,
+        Err(r) => return r.into(),
+    };
     let keys = a.all()[2..2 + numkeys].to_vec();
     s.read_many(keys, move |readers, keys| {
         let n = combine(Op::Inter, load_all(readers, keys)?).len();

@@ -906,15 +906,7 @@ pub fn zpopmax(s: &mut Session, a: Args) -> Action {
 /// ZRANDMEMBER key [count [WITHSCORES]]
 pub fn zrandmember(s: &mut Session, a: Args) -> Action {
     if a.len() == 2 {
-        return s.read(a.get(1), |r, k| {
-            let Some(v) = View::load(r, k, ZSET)? else {
-                return Ok(Reply::Nil);
-            };
-            Ok(v.random(r, 1)?
-                .into_iter()
-                .next()
-                .map_or(Reply::Nil, |(m, _)| Reply::bulk(m)))
-        });
+        return super::collection::random_member(s, &a, ZSET);
     }
     let (count, with_scores) = match super::parse_rand_count(&a, "withscores") {
         Ok(p) => p,
@@ -1193,20 +1185,10 @@ pub fn zintercard(s: &mut Session, a: Args) -> Action {
     if numkeys > a.len() - 2 {
         return error(SYNTAX).into();
     }
-    let mut limit = 0usize;
-    let rest = a.from(2 + numkeys);
-    let mut i = 0;
-    while i < rest.len() {
-        if is(&rest[i], "limit") && i + 1 < rest.len() {
-            match args::int(&rest[i + 1]) {
-                Ok(l) if l >= 0 => limit = l as usize,
-                _ => return Reply::err("LIMIT can't be negative").into(),
-            }
-            i += 2;
-        } else {
-            return error(SYNTAX).into();
-        }
-    }
+    let limit = match super::collection::parse_card_limit(&a, 2 + numkeys) {
+        Ok(l) => l,
+        Err(r) => return r.into(),
+    };
     let keys = a.all()[2..2 + numkeys].to_vec();
     s.read_many(keys, move |readers, keys| {
         let inputs = readers
