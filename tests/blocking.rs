@@ -18,35 +18,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::TestServer;
+use common::{arr, bulk, cmd, int, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
 /// How long a reply that should come may take.
 const REPLY_WITHIN: Duration = Duration::from_secs(5);
 /// How long a client that should stay blocked is watched.
 const STILL_WAITING: Duration = Duration::from_millis(300);
-
-/// Builds a command from string arguments.
-fn cmd(args: &[&str]) -> redis::Cmd {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c
-}
-
-/// Runs a command and returns its reply as a `Value`.
-fn q(c: &mut Connection, args: &[&str]) -> Value {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn int(c: &mut Connection, args: &[&str]) -> i64 {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
 
 /// A server error as its full line ("ERR ...", "WRONGTYPE ..."); other
 /// failures (I/O, timeouts) as the client describes them.
@@ -56,15 +34,6 @@ fn error_line(e: &redis::RedisError) -> String {
         (Some(code), None) => code.to_string(),
         _ => e.to_string(),
     }
-}
-
-fn bulk(s: &str) -> Value {
-    Value::BulkString(s.as_bytes().to_vec())
-}
-
-/// `[key, element]` (BLPOP) or `[key, member, score]` (BZPOPMIN).
-fn arr(items: &[&str]) -> Value {
-    Value::Array(items.iter().map(|s| bulk(s)).collect())
 }
 
 /// `[key, [e1, e2...]]` (BLMPOP).
@@ -85,11 +54,6 @@ fn text(v: &Value) -> String {
         Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
         other => panic!("expected a bulk string, got {other:?}"),
     }
-}
-
-/// The shard `key` lives on with `shards` shards.
-fn shard_of(key: &str, shards: usize) -> usize {
-    cairn::cluster::shard_of_slot(cairn::cluster::key_slot(key.as_bytes()), shards)
 }
 
 /// Two key names starting with `prefix`, the first on shard 0 and the second

@@ -10,50 +10,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
-use redis::{Connection, RedisError, Value};
-
-/// Builds a command from string arguments.
-fn cmd(args: &[&str]) -> redis::Cmd {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c
-}
-
-/// Runs a command and returns its reply as a `Value`.
-fn q(c: &mut Connection, args: &[&str]) -> Value {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// Runs a command that must fail and returns the full error line.
-fn err(c: &mut Connection, args: &[&str]) -> String {
-    match cmd(args).query::<Value>(c) {
-        Ok(v) => panic!("{args:?} answered {v:?}, expected an error"),
-        Err(e) => error_line(&e),
-    }
-}
-
-fn error_line(e: &RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => panic!("not a server error: {e:?}"),
-    }
-}
-
-fn int(c: &mut Connection, args: &[&str]) -> i64 {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-fn ok(c: &mut Connection, args: &[&str]) {
-    assert_eq!(q(c, args), Value::Okay, "{args:?}");
-}
+use common::{arr, bulk, cmd, err, int, ok, q, shard_of, TestServer};
+use redis::{Connection, Value};
 
 fn status(c: &mut Connection, args: &[&str]) -> String {
     match q(c, args) {
@@ -61,14 +19,6 @@ fn status(c: &mut Connection, args: &[&str]) -> String {
         Value::Okay => "OK".into(),
         v => panic!("{args:?} answered {v:?}, expected a status"),
     }
-}
-
-fn bulk(s: &str) -> Value {
-    Value::BulkString(s.as_bytes().to_vec())
-}
-
-fn arr(items: &[&str]) -> Value {
-    Value::Array(items.iter().map(|s| bulk(s)).collect())
 }
 
 /// A reply that is an array of bulk strings, as a sorted set of strings
@@ -81,11 +31,6 @@ fn members(c: &mut Connection, args: &[&str]) -> BTreeSet<String> {
 
 fn set_of(items: &[&str]) -> BTreeSet<String> {
     items.iter().map(|s| s.to_string()).collect()
-}
-
-/// The shard `key` lives on with `shards` shards.
-fn shard_of(key: &str, shards: usize) -> usize {
-    cairn::cluster::shard_of_slot(cairn::cluster::key_slot(key.as_bytes()), shards)
 }
 
 /// `n` keys named `<prefix><i>`, alternating between the two shards of a

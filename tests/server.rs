@@ -11,63 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
-use redis::{Connection, RedisError, Value};
-
-/// Builds a command from string arguments.
-fn cmd(args: &[&str]) -> redis::Cmd {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c
-}
-
-/// Runs a command and returns its reply as a `Value`.
-fn q(c: &mut Connection, args: &[&str]) -> Value {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
-
-/// Runs a command that must fail and returns the full error line, e.g.
-/// "ERR no such key".
-fn err(c: &mut Connection, args: &[&str]) -> String {
-    match cmd(args).query::<Value>(c) {
-        Ok(v) => panic!("{args:?} answered {v:?}, expected an error"),
-        Err(e) => error_line(&e),
-    }
-}
-
-fn error_line(e: &RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => panic!("not a server error: {e:?}"),
-    }
-}
-
-fn int(c: &mut Connection, args: &[&str]) -> i64 {
-    cmd(args)
-        .query(c)
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
-}
+use common::{bulk, cmd, err, int, ok, q, shard_of, TestServer};
+use redis::{Connection, Value};
 
 fn get(c: &mut Connection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(c).unwrap()
-}
-
-fn ok(c: &mut Connection, args: &[&str]) {
-    assert_eq!(q(c, args), Value::Okay, "{args:?}");
-}
-
-fn bulk(s: &str) -> Value {
-    Value::BulkString(s.as_bytes().to_vec())
-}
-
-/// The shard `key` lives on with `shards` shards.
-fn shard_of(key: &str, shards: usize) -> usize {
-    cairn::cluster::shard_of_slot(cairn::cluster::key_slot(key.as_bytes()), shards)
 }
 
 /// Sends raw bytes and reads exactly `expected.len()` bytes back.

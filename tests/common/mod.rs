@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use cairn::config::{Config, Durability};
+use redis::{Connection, RedisError, Value};
 
 /// A running server.
 pub struct TestServer {
@@ -109,4 +110,67 @@ impl Drop for TestServer {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+// Shared client helpers for the integration tests.
+
+/// Builds a command from string arguments.
+pub fn cmd(args: &[&str]) -> redis::Cmd {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c
+}
+
+/// Runs a command and returns its reply as a `Value`.
+pub fn q(c: &mut Connection, args: &[&str]) -> Value {
+    cmd(args)
+        .query(c)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs a command that must fail and returns the full error line, e.g.
+/// "ERR no such key".
+pub fn err(c: &mut Connection, args: &[&str]) -> String {
+    match cmd(args).query::<Value>(c) {
+        Ok(v) => panic!("{args:?} answered {v:?}, expected an error"),
+        Err(e) => error_line(&e),
+    }
+}
+
+/// The full error line of a server error, e.g. "ERR no such key".
+pub fn error_line(e: &RedisError) -> String {
+    match (e.code(), e.detail()) {
+        (Some(code), Some(detail)) => format!("{code} {detail}"),
+        (Some(code), None) => code.to_string(),
+        _ => panic!("not a server error: {e:?}"),
+    }
+}
+
+/// Runs a command that replies with an integer.
+pub fn int(c: &mut Connection, args: &[&str]) -> i64 {
+    cmd(args)
+        .query(c)
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Runs a command that must reply +OK.
+pub fn ok(c: &mut Connection, args: &[&str]) {
+    assert_eq!(q(c, args), Value::Okay, "{args:?}");
+}
+
+/// A bulk-string reply value.
+pub fn bulk(s: &str) -> Value {
+    Value::BulkString(s.as_bytes().to_vec())
+}
+
+/// An array reply of bulk strings.
+pub fn arr(items: &[&str]) -> Value {
+    Value::Array(items.iter().map(|s| bulk(s)).collect())
+}
+
+/// The shard `key` lives on with `shards` shards.
+pub fn shard_of(key: &str, shards: usize) -> usize {
+    cairn::cluster::shard_of_slot(cairn::cluster::key_slot(key.as_bytes()), shards)
 }
