@@ -39,8 +39,8 @@ pub struct ClientInfo {
     pub db: u8,
     /// RESP version.
     pub resp: u8,
-    /// Last command name.
-    pub last_cmd: String,
+    /// Last command name ("" before the first).
+    pub last_cmd: &'static str,
     /// When the last command ran.
     pub last_active: Option<Instant>,
     /// CLIENT NO-EVICT.
@@ -110,7 +110,7 @@ pub struct Server {
     /// Statistics.
     pub stats: ServerStats,
     /// Per-command statistics.
-    pub command_stats: DashMap<&'static str, CommandStat>,
+    pub command_stats: Vec<CommandStat>,
     /// When the server started.
     pub started: Instant,
     /// Unix time the server started: LASTSAVE until a durable commit.
@@ -159,7 +159,10 @@ impl Server {
             clients: DashMap::new(),
             next_client_id: AtomicU64::new(1),
             stats: ServerStats::default(),
-            command_stats: DashMap::new(),
+            command_stats: crate::command::TABLE
+                .iter()
+                .map(|_| CommandStat::default())
+                .collect(),
             started: Instant::now(),
             last_save: AtomicU64::new(now),
             port: AtomicU64::new(0),
@@ -188,8 +191,8 @@ impl Server {
     }
 
     /// Counts a command call.
-    pub fn record_call(&self, name: &'static str, usec: u64, failed: bool) {
-        let stat = self.command_stats.entry(name).or_default();
+    pub fn record_call(&self, spec: &'static crate::command::CommandSpec, usec: u64, failed: bool) {
+        let stat = &self.command_stats[crate::command::index_of(spec)];
         stat.calls.fetch_add(1, Ordering::Relaxed);
         stat.usec.fetch_add(usec, Ordering::Relaxed);
         if failed {

@@ -6,4 +6,4 @@ pub mod docs;
 pub mod table;
 
 pub use args::Args;
-pub use table::{lookup, CommandSpec, KeySpec, TABLE};
+pub use table::{index_of, lookup, CommandSpec, KeySpec, TABLE};

@@ -459,6 +459,13 @@ commands! {
         "Add multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", "";
 }
 
+/// The position of a row in [`TABLE`] (for per-command counters kept in an
+/// array instead of a map on the hot path).
+pub fn index_of(spec: &'static CommandSpec) -> usize {
+    (spec as *const CommandSpec as usize - TABLE.as_ptr() as usize)
+        / std::mem::size_of::<CommandSpec>()
+}
+
 /// Finds a command by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     if name.len() > 32 {
@@ -483,6 +490,13 @@ mod tests {
     fn table_is_sorted_and_unique() {
         for w in TABLE.windows(2) {
             assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        }
+    }
+
+    #[test]
+    fn index_of_is_the_table_position() {
+        for (i, c) in TABLE.iter().enumerate() {
+            assert_eq!(index_of(c), i);
         }
     }
 

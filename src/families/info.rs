@@ -123,19 +123,19 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
         }
         "commandstats" => {
             out.push_str("# Commandstats\r\n");
-            let mut rows: Vec<_> = srv
-                .command_stats
+            // The table is sorted by name; Redis lists only called commands.
+            let rows = crate::command::TABLE
                 .iter()
-                .map(|e| {
+                .zip(&srv.command_stats)
+                .map(|(c, st)| {
                     (
-                        *e.key(),
-                        e.calls.load(Relaxed),
-                        e.usec.load(Relaxed),
-                        e.failed.load(Relaxed),
+                        c.name,
+                        st.calls.load(Relaxed),
+                        st.usec.load(Relaxed),
+                        st.failed.load(Relaxed),
                     )
                 })
-                .collect();
-            rows.sort();
+                .filter(|row| row.1 > 0);
             for (name, calls, usec, failed) in rows {
                 let per = if calls == 0 {
                     0.0

@@ -210,7 +210,7 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         if me { 0 } else { idle },
         flags,
         info.db,
-        if info.last_cmd.is_empty() { "NULL".to_string() } else if me { "client|list".into() } else { info.last_cmd.clone() },
+        if info.last_cmd.is_empty() { "NULL" } else if me { "client|list" } else { info.last_cmd },
         info.resp,
     )
 }
@@ -532,7 +532,11 @@ pub fn config(s: &mut Session, a: Args) -> Action {
             config_set(s, a.from(2))
         }
         "resetstat" if a.len() == 2 => {
-            s.server.command_stats.clear();
+            for stat in &s.server.command_stats {
+                for c in [&stat.calls, &stat.usec, &stat.failed] {
+                    c.store(0, Relaxed);
+                }
+            }
             let st = &s.server.stats;
             for c in [
                 &st.commands,

@@ -298,9 +298,8 @@ async fn execute(
     }
     {
         let mut info = session.entry.info.lock();
-        info.last_cmd.clear();
-        info.last_cmd.push_str(spec.name);
-        info.last_active = Some(Instant::now());
+        info.last_cmd = spec.name;
+        info.last_active = Some(started);
     }
     let action = (spec.handler)(session, args);
     if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
@@ -377,7 +376,7 @@ async fn execute(
     if failed {
         server.stats.errors.fetch_add(1, Ordering::Relaxed);
     }
-    server.record_call(spec.name, started.elapsed().as_micros() as u64, failed);
+    server.record_call(spec, started.elapsed().as_micros() as u64, failed);
     close
 }
 
