@@ -167,22 +167,31 @@ pub fn string_bytes(meta: &Meta) -> &[u8] {
 }
 
 impl Session {
-    /// A read of one key, with shard-side errors settled.
+    /// A read of one key on its shard; `f` gets the snapshot and the key.
     pub fn read(
         &self,
         key: &Bytes,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        self.read_key(key, move |r, k| settle(f(r, k)))
+        let (db, name) = (self.db, key.clone());
+        Action::Read {
+            shard: self.shard_of(key),
+            f: Box::new(move |r| settle(f(r, Key::new(db, &name)))),
+        }
     }
 
-    /// A write of one key, with shard-side errors settled.
+    /// A write of one key through its shard's actor; `f` gets the write
+    /// context and the key.
     pub fn write(
         &self,
         key: &Bytes,
         f: impl FnOnce(&mut WriteCtx, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        self.write_key(key, move |w, k| settle(f(w, k)))
+        let (db, name) = (self.db, key.clone());
+        Action::Write {
+            shard: self.shard_of(key),
+            f: Box::new(move |w| settle(f(w, Key::new(db, &name)))),
+        }
     }
 
     /// A read of several keys from one consistent view. `f` gets one reader

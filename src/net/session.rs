@@ -9,7 +9,6 @@ use std::sync::Arc;
 use crate::protocol::Reply;
 use crate::server::{ClientEntry, Server};
 use crate::shard::WriteFn;
-use crate::storage::keyspace::Key;
 use crate::storage::{KvRead, StoreError};
 
 /// A read: runs on a snapshot of one shard (or in its actor when the client
@@ -102,33 +101,5 @@ impl Session {
     /// The shard owning a key.
     pub fn shard_of(&self, key: &[u8]) -> usize {
         self.server.shards.shard_of_key(key)
-    }
-
-    /// A read of one key's shard. `f` gets the snapshot and the key.
-    pub fn read_key(
-        &self,
-        key: &bytes::Bytes,
-        f: impl FnOnce(&dyn KvRead, Key) -> Result<Reply, StoreError> + Send + 'static,
-    ) -> Action {
-        let db = self.db;
-        let name = key.clone();
-        Action::Read {
-            shard: self.shard_of(key),
-            f: Box::new(move |r| f(r, Key::new(db, &name))),
-        }
-    }
-
-    /// A write to one key's shard. `f` gets the write context and the key.
-    pub fn write_key(
-        &self,
-        key: &bytes::Bytes,
-        f: impl FnOnce(&mut crate::storage::WriteCtx, Key) -> Result<Reply, StoreError> + Send + 'static,
-    ) -> Action {
-        let db = self.db;
-        let name = key.clone();
-        Action::Write {
-            shard: self.shard_of(key),
-            f: Box::new(move |w| f(w, Key::new(db, &name))),
-        }
     }
 }
