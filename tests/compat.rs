@@ -48,6 +48,7 @@ enum Kind {
     Reconnect,
     Unordered,
     Ignore,
+    Shape,
 }
 
 #[derive(Debug, Clone)]
@@ -60,6 +61,9 @@ struct Entry {
     unordered: bool,
     /// For `Cmd`: only the reply's type byte is compared (`!ignore`).
     ignore: bool,
+    /// For `Cmd`: the reply is compared by shape (`!shape`): stream ids and
+    /// integers may differ.
+    shape: bool,
 }
 
 fn is_space(c: u8) -> bool {
@@ -167,7 +171,7 @@ fn trim_start(mut s: &[u8]) -> &[u8] {
 
 fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
     let mut entries = Vec::new();
-    let (mut pending_unordered, mut pending_ignore) = (false, false);
+    let (mut pending_unordered, mut pending_ignore, mut pending_shape) = (false, false, false);
     for (i, line) in data.split(|&b| b == b'\n').enumerate() {
         let lineno = i + 1;
         let text = trim_end(line);
@@ -182,21 +186,29 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
             kind: Kind::Reconnect,
             unordered: false,
             ignore: false,
+            shape: false,
         };
         if stripped[0] == b'!' {
             let toks = split_args(&stripped[1..]).map_err(|e| at(&e))?;
-            let prefix_pending = pending_unordered || pending_ignore;
+            let prefix_pending = pending_unordered || pending_ignore || pending_shape;
             entry.kind = match (toks.first().map(|t| t.as_slice()), toks.len()) {
-                (Some(b"unordered"), 1) | (Some(b"ignore"), 1) => {
+                (Some(b"unordered"), 1) | (Some(b"ignore"), 1) | (Some(b"shape"), 1) => {
                     if prefix_pending {
                         return Err(at("two prefix directives in a row"));
                     }
-                    if toks[0] == b"unordered" {
-                        pending_unordered = true;
-                        Kind::Unordered
-                    } else {
-                        pending_ignore = true;
-                        Kind::Ignore
+                    match toks[0].as_slice() {
+                        b"unordered" => {
+                            pending_unordered = true;
+                            Kind::Unordered
+                        }
+                        b"ignore" => {
+                            pending_ignore = true;
+                            Kind::Ignore
+                        }
+                        _ => {
+                            pending_shape = true;
+                            Kind::Shape
+                        }
                     }
                 }
                 (Some(b"sleep"), 2) => {
@@ -218,12 +230,14 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
             entry.kind = Kind::Cmd(args);
             entry.unordered = pending_unordered;
             entry.ignore = pending_ignore;
+            entry.shape = pending_shape;
             pending_unordered = false;
             pending_ignore = false;
+            pending_shape = false;
         }
         entries.push(entry);
     }
-    if pending_unordered || pending_ignore {
+    if pending_unordered || pending_ignore || pending_shape {
         return Err(format!("{name}.txt: prefix directive at end of file"));
     }
     Ok(entries)
@@ -243,6 +257,8 @@ enum Expect {
     Closed(Vec<u8>),
     /// Only the first byte (the reply type) is compared.
     Ignored(Vec<u8>),
+    /// Compared by shape: stream ids and integers may differ (`same_shape`).
+    Shape(Vec<u8>),
 }
 
 /// One `> ` line of an expected file and the reply line after it, if any.
@@ -325,6 +341,7 @@ fn parse_expected_file(name: &str, data: &[u8]) -> Result<Vec<Recorded>, String>
             b"<unordered" => Expect::Unordered(bytes),
             b"<closed" => Expect::Closed(bytes),
             b"<ignored" => Expect::Ignored(bytes),
+            b"<shape" => Expect::Shape(bytes),
             _ => return Err(at("unknown reply tag")),
         };
         match out.last_mut() {
@@ -444,6 +461,72 @@ fn same_multiset(expected: &[u8], got: &[u8]) -> bool {
         *counts.entry(g).or_default() -= 1;
     }
     counts.values().all(|&c| c == 0)
+}
+
+/// `<digits>-<digits>`: what a stream id looks like in a reply.
+fn is_stream_id(s: &[u8]) -> bool {
+    let Some(dash) = s.iter().position(|&b| b == b'-') else {
+        return false;
+    };
+    let (ms, seq) = (&s[..dash], &s[dash + 1..]);
+    !ms.is_empty()
+        && !seq.is_empty()
+        && ms.iter().all(u8::is_ascii_digit)
+        && seq.iter().all(u8::is_ascii_digit)
+}
+
+/// Walk one reply in `e` at `ep` and one in `g` at `gp` side by side; return
+/// the offsets just past both if they have the same shape (see `same_shape`).
+fn shape_walk(e: &[u8], ep: usize, g: &[u8], gp: usize) -> Option<(usize, usize)> {
+    let t = *e.get(ep)?;
+    if g.get(gp) != Some(&t) {
+        return None;
+    }
+    let (eb, en) = frame_line(e, ep + 1).ok()?;
+    let (gb, gn) = frame_line(g, gp + 1).ok()?;
+    match t {
+        b':' => {
+            frame_int(eb).ok()?;
+            frame_int(gb).ok()?;
+            Some((en, gn))
+        }
+        b'+' => (eb == gb || (is_stream_id(eb) && is_stream_id(gb))).then_some((en, gn)),
+        b'-' | b'_' | b',' | b'#' | b'(' => (eb == gb).then_some((en, gn)),
+        b'$' | b'!' | b'=' => {
+            let ee = reply_end(e, ep).ok()?;
+            let ge = reply_end(g, gp).ok()?;
+            if frame_int(eb).ok()? < 0 || frame_int(gb).ok()? < 0 {
+                return (eb == gb).then_some((ee, ge));
+            }
+            let (ev, gv) = (&e[en..ee - 2], &g[gn..ge - 2]);
+            let ids = t == b'$' && is_stream_id(ev) && is_stream_id(gv);
+            (ev == gv || ids).then_some((ee, ge))
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            let n = frame_int(eb).ok()?;
+            if n != frame_int(gb).ok()? {
+                return None;
+            }
+            let n = if matches!(t, b'%' | b'|') { n * 2 } else { n };
+            let (mut ep, mut gp) = (en, gn);
+            for _ in 0..n.max(0) {
+                (ep, gp) = shape_walk(e, ep, g, gp)?;
+            }
+            if t == b'|' {
+                return shape_walk(e, ep, g, gp);
+            }
+            Some((ep, gp))
+        }
+        _ => None,
+    }
+}
+
+/// `!shape`: one complete reply each, the same RESP structure (types, lengths
+/// of aggregates, every string byte for byte), except that a simple or bulk
+/// string of the form `<digits>-<digits>` (a stream id) matches any other such
+/// string of the same type, and any integer reply matches any integer.
+fn same_shape(expected: &[u8], got: &[u8]) -> bool {
+    shape_walk(expected, 0, got, 0) == Some((expected.len(), got.len()))
 }
 
 // ---------------------------------------------------------------------------
@@ -668,6 +751,10 @@ fn show_expect(e: &Expect) -> String {
         Expect::Unordered(b) => format!("{} (any order)", show(b, false)),
         Expect::Closed(b) => show(b, true),
         Expect::Ignored(b) => format!("a reply of type {}", show(b, false)),
+        Expect::Shape(b) => format!(
+            "{} (same shape: stream ids and integers may differ)",
+            show(b, false)
+        ),
     }
 }
 
@@ -682,6 +769,7 @@ fn matches(expect: &Expect, got: &Got) -> bool {
         Expect::Ignored(b) => {
             !got.closed && got.bytes.first() == b.first() && reply_end(&got.bytes, 0).is_ok()
         }
+        Expect::Shape(b) => !got.closed && same_shape(b, &got.bytes),
     }
 }
 
@@ -772,7 +860,7 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
     for (entry, rec) in entries.iter().zip(&recorded) {
         let command = String::from_utf8_lossy(&entry.text).into_owned();
         match &entry.kind {
-            Kind::Unordered | Kind::Ignore => continue,
+            Kind::Unordered | Kind::Ignore | Kind::Shape => continue,
             Kind::Sleep(ms) => {
                 if skipping.is_none() {
                     std::thread::sleep(Duration::from_millis(*ms));
@@ -811,9 +899,10 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
             Kind::Raw(bytes) => {
                 conn.send(bytes);
                 match expect {
-                    Expect::Bytes(b) | Expect::Unordered(b) | Expect::Ignored(b) => {
-                        conn.read_raw(b, false)
-                    }
+                    Expect::Bytes(b)
+                    | Expect::Unordered(b)
+                    | Expect::Ignored(b)
+                    | Expect::Shape(b) => conn.read_raw(b, false),
                     Expect::Closed(b) => conn.read_raw(b, true),
                 }
             }
@@ -985,4 +1074,43 @@ fn compat_harness_framing() {
     assert!(!same_multiset(b"*2\r\n+a\r\n+a\r\n", b"*2\r\n+a\r\n+b\r\n"));
     let raw = b"a\\b\r\n\x00\xff\"";
     assert_eq!(unescape(escape(raw).as_bytes()).unwrap(), raw.to_vec());
+}
+
+#[test]
+fn compat_harness_same_shape() {
+    // Stream ids (bulk or simple) match any other stream id of the same type.
+    assert!(same_shape(b"$3\r\n1-0\r\n", b"$15\r\n1700000000000-7\r\n"));
+    assert!(same_shape(b"+5-5\r\n", b"+123456-0\r\n"));
+    assert!(!same_shape(b"+5-5\r\n", b"$3\r\n5-5\r\n"));
+    // Integers match any integer; nothing else does.
+    assert!(same_shape(b":0\r\n", b":-123\r\n"));
+    assert!(!same_shape(b":0\r\n", b"$1\r\n0\r\n"));
+    assert!(!same_shape(b":0\r\n", b":x\r\n"));
+    // Other strings, errors and nulls are compared byte for byte.
+    assert!(same_shape(b"$4\r\nname\r\n", b"$4\r\nname\r\n"));
+    assert!(!same_shape(b"$4\r\nname\r\n", b"$4\r\nnamf\r\n"));
+    assert!(!same_shape(b"$3\r\n1-0\r\n", b"$3\r\n1-x\r\n"));
+    assert!(!same_shape(b"$3\r\n1-0\r\n", b"$2\r\n1-\r\n"));
+    assert!(!same_shape(b"$2\r\n-1\r\n", b"$2\r\n-2\r\n"));
+    assert!(!same_shape(b"-ERR a\r\n", b"-ERR b\r\n"));
+    assert!(!same_shape(b"$-1\r\n", b"*-1\r\n"));
+    assert!(same_shape(b"*-1\r\n", b"*-1\r\n"));
+    assert!(!same_shape(b"$-1\r\n", b"$0\r\n\r\n"));
+    // Aggregates: same type and length, elements compared in order.
+    let e = b"*2\r\n*2\r\n$3\r\n1-1\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:5\r\n";
+    let g = b"*2\r\n*2\r\n$6\r\n9999-0\r\n*2\r\n$1\r\nf\r\n$1\r\nv\r\n:77\r\n";
+    assert!(same_shape(e, g));
+    assert!(!same_shape(e, b"*1\r\n:5\r\n"));
+    assert!(!same_shape(b"*2\r\n:1\r\n+a\r\n", b"*2\r\n+a\r\n:1\r\n"));
+    assert!(same_shape(
+        b"%1\r\n+idle\r\n:10\r\n",
+        b"%1\r\n+idle\r\n:3\r\n"
+    ));
+    assert!(!same_shape(
+        b"%1\r\n+idle\r\n:10\r\n",
+        b"*2\r\n+idle\r\n:3\r\n"
+    ));
+    // Exactly one complete reply on each side.
+    assert!(!same_shape(b":1\r\n", b":1\r\n:2\r\n"));
+    assert!(!same_shape(b"*2\r\n:1\r\n:2\r\n", b"*2\r\n:1\r\n"));
 }

@@ -129,17 +129,20 @@ class Entry:
         self.lineno = lineno
         self.text = text  # the line as written (trailing whitespace stripped)
         self.kind = kind  # "cmd" | "raw" | "sleep" | "reconnect" | "unordered"
+        #                   | "ignore" | "shape"
         self.args = args or []
         self.raw = raw
         self.sleep_ms = sleep_ms
         self.unordered = unordered  # for "cmd": compare as a multiset
         self.ignore = False  # for "cmd": read the reply, compare nothing
+        self.shape = False  # for "cmd": compare by shape (ids, integers vary)
 
 
 def parse_case_file(path: Path) -> list[Entry]:
     entries: list[Entry] = []
     pending_unordered = False
     pending_ignore = False
+    pending_shape = False
     data = path.read_bytes()
     for i, line in enumerate(data.split(b"\n"), start=1):
         text = line.rstrip(b" \t\r")
@@ -152,22 +155,25 @@ def parse_case_file(path: Path) -> list[Entry]:
             if not toks:
                 raise CaseError(f"{where}: empty directive")
             name = toks[0].decode()
-            if name in ("unordered", "ignore") and len(toks) == 1:
-                if pending_unordered or pending_ignore:
+            pending = pending_unordered or pending_ignore or pending_shape
+            if name in ("unordered", "ignore", "shape") and len(toks) == 1:
+                if pending:
                     raise CaseError(f"{where}: two prefix directives in a row")
                 if name == "unordered":
                     pending_unordered = True
-                else:
+                elif name == "ignore":
                     pending_ignore = True
+                else:
+                    pending_shape = True
                 entries.append(Entry(i, text, name))
             elif name == "sleep" and len(toks) == 2 and toks[1].isdigit():
                 entries.append(Entry(i, text, "sleep", sleep_ms=int(toks[1])))
             elif name == "raw" and len(toks) == 2:
-                if pending_unordered or pending_ignore:
+                if pending:
                     raise CaseError(f"{where}: !{name} must follow no prefix directive")
                 entries.append(Entry(i, text, "raw", raw=toks[1]))
             elif name == "reconnect" and len(toks) == 1:
-                if pending_unordered or pending_ignore:
+                if pending:
                     raise CaseError(f"{where}: !{name} must follow no prefix directive")
                 entries.append(Entry(i, text, "reconnect"))
             else:
@@ -181,9 +187,10 @@ def parse_case_file(path: Path) -> list[Entry]:
             raise CaseError(f"{where}: no command")
         ent = Entry(i, text, "cmd", args=args, unordered=pending_unordered)
         ent.ignore = pending_ignore
+        ent.shape = pending_shape
         entries.append(ent)
-        pending_unordered = pending_ignore = False
-    if pending_unordered or pending_ignore:
+        pending_unordered = pending_ignore = pending_shape = False
+    if pending_unordered or pending_ignore or pending_shape:
         raise CaseError(f"{path.name}: prefix directive at end of file")
     return entries
 
@@ -416,7 +423,7 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
             raise RuntimeError(f"FLUSHALL failed: {r!r}")
         for e in entries:
             out.append("> " + e.text.decode("utf-8", "surrogateescape"))
-            if e.kind in ("unordered", "ignore"):
+            if e.kind in ("unordered", "ignore", "shape"):
                 continue
             if e.kind == "sleep":
                 time.sleep(e.sleep_ms / 1000)
@@ -449,6 +456,9 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
                                        f"not an array: {reply!r}")
                 tag = "<unordered"
                 reply = sorted_aggregate(reply)
+            elif e.kind == "cmd" and e.shape:
+                # The recorded bytes; the replayer compares them by shape.
+                tag = "<shape"
             else:
                 tag = "<"
             esc = escape(reply)
@@ -577,6 +587,9 @@ def main(argv: list[str]) -> int:
                 "compared as a multiset; '<closed ' bytes then connection closed;",
                 "# '<ignored T' reply read, only its type byte T compared.",
             ]
+            if any(e.kind == "shape" for e in entries):
+                header.append("# '<shape ' compared by shape: stream ids and "
+                              "integers may differ.")
             text = "\n".join(header + body) + "\n"
             (EXPECTED / f"{name}.txt").write_text(text, encoding="utf-8",
                                                   errors="surrogateescape")
