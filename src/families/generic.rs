@@ -107,10 +107,12 @@ fn restore(w: &mut WriteCtx, key: Key, d: &Dump, expire_ms: u64) -> Result<(), S
             w.put(*t, &encoding::sub_key(&prefix, suffix), v)?;
         }
     }
-    // A list or zset arriving under a name (RENAME, COPY, MOVE, SWAPDB)
-    // can serve clients blocked on it.
-    if matches!(meta.ktype, KeyType::List | KeyType::ZSet) {
-        w.signals.push((key.db, key.name.to_vec()));
+    // A list, zset or stream arriving under a name (RENAME, COPY, MOVE,
+    // SWAPDB) can serve clients blocked on it.
+    match meta.ktype {
+        KeyType::List | KeyType::ZSet => w.signals.push((key.db, key.name.to_vec())),
+        KeyType::Stream => w.broadcasts.push((key.db, key.name.to_vec())),
+        _ => {}
     }
     keyspace::store(w, key, old.as_ref(), &meta)
 }

@@ -15,6 +15,9 @@ use crate::protocol::Reply;
 use crate::storage::keyspace::{self, ReapStats};
 use crate::storage::{ShardState, StoreError, WriteCtx};
 
+/// Keys to wake after a commit: (one waiter each, every waiter).
+type Signals = (Vec<(u8, Vec<u8>)>, Vec<(u8, Vec<u8>)>);
+
 /// Keys the reaper may expire in one slice.
 const REAP_KEYS_PER_TICK: usize = 500;
 /// Sub-key rows the garbage collector may delete in one slice.
@@ -200,7 +203,10 @@ impl ShardActor {
                     }
                 }
             }
-            signals = std::mem::take(&mut ctx.signals);
+            signals = (
+                std::mem::take(&mut ctx.signals),
+                std::mem::take(&mut ctx.broadcasts),
+            );
             if failure.is_none() {
                 if let Err(e) = ctx.finish() {
                     failure = Some(e);
@@ -227,9 +233,12 @@ impl ShardActor {
     }
 
     /// Wakes clients blocked on keys that gained elements (after commit).
-    fn wake(&self, signals: Vec<(u8, Vec<u8>)>) {
+    fn wake(&self, (signals, broadcasts): Signals) {
         for (db, key) in signals {
             self.shared.blocked.signal(db, &key);
+        }
+        for (db, key) in broadcasts {
+            self.shared.blocked.broadcast(db, &key);
         }
     }
 
@@ -331,7 +340,10 @@ impl ShardActor {
             self.reload_state();
             return;
         };
-        let signals = std::mem::take(&mut ctx.signals);
+        let signals = (
+            std::mem::take(&mut ctx.signals),
+            std::mem::take(&mut ctx.broadcasts),
+        );
         let finished = ctx.finish();
         // Every participant holds its commit lock before any commits, and
         // releases it only after all have committed.

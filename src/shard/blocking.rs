@@ -75,6 +75,17 @@ impl BlockRegistry {
         }
     }
 
+    /// Every waiter on `key` must look again (a stream gained entries that
+    /// all its readers may see, or the key went away): wake them all.
+    pub fn broadcast(&self, db: u8, key: &[u8]) {
+        let queues = self.queues.lock();
+        if let Some(q) = queues.get(&(db, Bytes::copy_from_slice(key))) {
+            for w in q {
+                w.notify.notify_one();
+            }
+        }
+    }
+
     /// Number of blocked clients (INFO's blocked_clients).
     pub fn blocked_clients(&self) -> usize {
         let queues = self.queues.lock();

@@ -147,6 +147,10 @@ pub fn delete(w: &mut WriteCtx, key: Key, old: &Meta) -> Result<(), StoreError> 
 
 /// Queues a dead collection version's sub-keys for background deletion.
 fn retire_version(w: &mut WriteCtx, key: Key, old: &Meta) -> Result<(), StoreError> {
+    if old.ktype == KeyType::Stream {
+        // Group readers blocked on a stream that goes away get an error.
+        w.broadcasts.push((key.db, key.name.to_vec()));
+    }
     if let MetaBody::Collection { version, .. } = old.body {
         let gc_key = encoding::version_prefix(key.db, key.slot, key.name, version);
         w.put(Table::Gc, &gc_key, &[old.ktype as u8])?;

@@ -303,6 +303,9 @@ pub struct WriteCtx<'t> {
     /// Keys (database, name) that gained elements in this transaction: the
     /// shard wakes clients blocked on them once it has committed.
     pub signals: Vec<(u8, Vec<u8>)>,
+    /// Keys whose every blocked client must look again (a stream gained
+    /// entries, or a stream key went away): all of them are woken.
+    pub broadcasts: Vec<(u8, Vec<u8>)>,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
 }
@@ -326,6 +329,7 @@ impl<'t> WriteCtx<'t> {
             meta_cache: std::collections::HashMap::new(),
             now_ms,
             signals: Vec::new(),
+            broadcasts: Vec::new(),
             state,
         })
     }
