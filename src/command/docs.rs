@@ -19,7 +19,7 @@ fn bulk_str(s: &str) -> Reply {
 /// One command's COMMAND INFO entry, in Redis 7.0's shape.
 pub fn info(c: &CommandSpec) -> Reply {
     let (first, last, step) = match c.keys {
-        KeySpec::None => (0, 0, 0),
+        KeySpec::None | KeySpec::Streams { .. } => (0, 0, 0),
         KeySpec::Range { first, last, step } => (first, last, step),
         // Redis reports keynum commands as (first, 0?, 1) with a keynum spec.
         KeySpec::Keynum { first, .. } => (first as i32, first as i32, 1),
@@ -27,6 +27,36 @@ pub fn info(c: &CommandSpec) -> Reply {
     let tips = Reply::Set(c.tips.split_whitespace().map(bulk_str).collect());
     let key_specs = match c.keys {
         KeySpec::None => Vec::new(),
+        KeySpec::Streams { from } => vec![Reply::Map(vec![
+            (bulk_str("flags"), status_set(&key_flags_text(c.key_flags))),
+            (
+                bulk_str("begin_search"),
+                Reply::Map(vec![
+                    (bulk_str("type"), bulk_str("keyword")),
+                    (
+                        bulk_str("spec"),
+                        Reply::Map(vec![
+                            (bulk_str("keyword"), bulk_str("STREAMS")),
+                            (bulk_str("startfrom"), Reply::Int(from as i64)),
+                        ]),
+                    ),
+                ]),
+            ),
+            (
+                bulk_str("find_keys"),
+                Reply::Map(vec![
+                    (bulk_str("type"), bulk_str("range")),
+                    (
+                        bulk_str("spec"),
+                        Reply::Map(vec![
+                            (bulk_str("lastkey"), Reply::Int(-1)),
+                            (bulk_str("keystep"), Reply::Int(1)),
+                            (bulk_str("limit"), Reply::Int(2)),
+                        ]),
+                    ),
+                ]),
+            ),
+        ])],
         KeySpec::Keynum { numkeys, first } => vec![Reply::Map(vec![
             (bulk_str("flags"), status_set(&key_flags_text(c.key_flags))),
             (

@@ -3,7 +3,7 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, blocking, generic, hash, list, server, set, string, zset};
+use crate::families::{bits, blocking, generic, hash, list, server, set, stream, string, zset};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -20,6 +20,12 @@ pub enum KeySpec {
         last: i32,
         /// Distance between keys.
         step: i32,
+    },
+    /// The keys follow the STREAMS keyword (searched from `from`) and
+    /// fill the first half of what is after it (XREAD, XREADGROUP).
+    Streams {
+        /// Index the keyword search starts at.
+        from: usize,
     },
     /// The argument at `numkeys` says how many keys follow from `first`
     /// (SINTERCARD, ZUNIONSTORE...).
@@ -83,6 +89,17 @@ impl CommandSpec {
         let argc = argv.len();
         match self.keys {
             KeySpec::None => Vec::new(),
+            KeySpec::Streams { from } => match argv
+                .iter()
+                .skip(from)
+                .position(|a| a.eq_ignore_ascii_case(b"streams"))
+            {
+                Some(p) => {
+                    let first = from + p + 1;
+                    (first..first + (argc - first) / 2).collect()
+                }
+                None => Vec::new(),
+            },
             KeySpec::Keynum { numkeys, first } => {
                 let n = argv
                     .get(numkeys)
@@ -118,10 +135,13 @@ macro_rules! commands {
                 name: $name,
                 arity: $arity,
                 flags: $flags,
-                // (0, 0, 0): no keys; (n, f, 0): the count is at n and the
+                // (0, 0, 0): no keys; (-n, 0, 0): keys after STREAMS,
+                // searched from n; (n, f, 0): the count is at n and the
                 // keys start at f; otherwise (first, last, step).
                 keys: if $f == 0 {
                     KeySpec::None
+                } else if $f < 0 {
+                    KeySpec::Streams { from: (-($f as i32)) as usize }
                 } else if $s == 0 {
                     KeySpec::Keynum { numkeys: ($f as i32) as usize, first: ($l as i32) as usize }
                 } else {
@@ -393,6 +413,36 @@ commands! {
         "Determine the type stored at key.", "key", "";
     "unlink", -2, "write fast", (1, -1, 1), "RM DELETE", "@keyspace @write @fast", "generic", "4.0.0", generic::unlink,
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "xack", -4, "write fast", (1, 1, 1), "RW UPDATE", "@write @stream @fast", "stream", "5.0.0", stream::group::xack,
+        "Marks a pending message as correctly processed, effectively removing it from the pending entries list of the consumer group. Return value of the command is the number of messages successfully acknowledged, that is, the IDs we were actually able to resolve in the PEL.", "key group id [id ...]", "";
+    "xadd", -5, "write denyoom fast", (1, 1, 1), "RW UPDATE | UPDATE instead of INSERT because of the optional trimming feature", "@write @stream @fast", "stream", "5.0.0", stream::xadd,
+        "Appends a new entry to a stream", "key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value [field value ...]", "nondeterministic_output";
+    "xautoclaim", -6, "write fast", (1, 1, 1), "RW DELETE", "@write @stream @fast", "stream", "6.2.0", stream::group::xautoclaim,
+        "Changes (or acquires) ownership of messages in a consumer group, as if the messages were delivered to the specified consumer.", "key group consumer min-idle-time start [COUNT count] [JUSTID]", "nondeterministic_output";
+    "xclaim", -6, "write fast", (1, 1, 1), "RW UPDATE", "@write @stream @fast", "stream", "5.0.0", stream::group::xclaim,
+        "Changes (or acquires) ownership of a message in a consumer group, as if the message was delivered to the specified consumer.", "key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-time-milliseconds] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID id]", "nondeterministic_output";
+    "xdel", -3, "write fast", (1, 1, 1), "RW DELETE", "@write @stream @fast", "stream", "5.0.0", stream::xdel,
+        "Removes the specified entries from the stream. Returns the number of items actually deleted, that may be different from the number of IDs passed in case certain IDs do not exist.", "key id [id ...]", "";
+    "xgroup", -2, "", (0, 0, 0), "", "@slow", "stream", "5.0.0", stream::group::xgroup,
+        "A container for consumer groups commands", "subcommand [arg ...]", "";
+    "xinfo", -2, "", (0, 0, 0), "", "@slow", "stream", "5.0.0", stream::xinfo,
+        "A container for stream introspection commands", "subcommand [arg ...]", "";
+    "xlen", 2, "readonly fast", (1, 1, 1), "RO", "@read @stream @fast", "stream", "5.0.0", stream::xlen,
+        "Return the number of entries in a stream", "key", "";
+    "xpending", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::group::xpending,
+        "Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged.", "key group [[IDLE min-idle-time] start end count [consumer]]", "nondeterministic_output";
+    "xrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xrange,
+        "Return a range of elements in a stream, with IDs matching the specified IDs interval", "key start end [COUNT count]", "";
+    "xread", -4, "readonly blocking movablekeys", (-1, 0, 0), "RO ACCESS", "@read @stream @slow @blocking", "stream", "5.0.0", stream::read::xread,
+        "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.", "[COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]", "";
+    "xreadgroup", -7, "write blocking movablekeys", (-4, 0, 0), "RW ACCESS", "@write @stream @slow @blocking", "stream", "5.0.0", stream::read::xreadgroup,
+        "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.", "GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]", "";
+    "xrevrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xrevrange,
+        "Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE", "key end start [COUNT count]", "";
+    "xsetid", -3, "write denyoom fast", (1, 1, 1), "RW UPDATE", "@write @stream @fast", "stream", "5.0.0", stream::xsetid,
+        "An internal command for replicating stream values", "key last-id [ENTRIESADDED entries-added] [MAXDELETEDID max-deleted-id]", "";
+    "xtrim", -4, "write", (1, 1, 1), "RW DELETE", "@write @stream @slow", "stream", "5.0.0", stream::xtrim,
+        "Trims the stream to (approximately if '~' is passed) a certain size", "key MAXLEN|MINID [=|~] threshold [LIMIT count]", "nondeterministic_output";
     "zadd", -4, "write denyoom fast", (1, 1, 1), "RW UPDATE", "@write @sortedset @fast", "sorted-set", "1.2.0", zset::zadd,
         "Add one or more members to a sorted set, or update its score if it already exists.", "key [NX|XX] [GT|LT] [CH] [INCR] score member [score member ...]", "";
     "zcard", 2, "readonly fast", (1, 1, 1), "RO", "@read @sortedset @fast", "sorted-set", "1.2.0", zset::zcard,

@@ -28,7 +28,7 @@ fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
 }
 
 /// Runs an action outside a connection (the attempts of a blocked client).
-async fn run(shards: &ShardSet, action: Action) -> Reply {
+pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
     match action {
         Action::Reply(r) | Action::Close(Some(r)) => r,
         Action::Write { shard, f } => shards

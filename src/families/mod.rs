@@ -12,6 +12,7 @@ pub mod info;
 pub mod list;
 pub mod server;
 pub mod set;
+pub mod stream;
 pub mod string;
 pub mod zset;
 

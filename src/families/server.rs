@@ -12,14 +12,16 @@ use crate::storage::tables::DATABASES;
 /// The Redis version cairn answers as (what clients check for features).
 pub const REDIS_VERSION: &str = "7.0.15";
 
-fn arity_error(full_name: &str) -> Action {
+/// Redis's wrong-arity reply for a command or `container|subcommand`.
+pub(crate) fn arity_error(full_name: &str) -> Action {
     Reply::err(format!(
         "wrong number of arguments for '{full_name}' command"
     ))
     .into()
 }
 
-fn unknown_subcommand(sub: &[u8], container: &str) -> Action {
+/// Redis's reply for an unknown subcommand of a container command.
+pub(crate) fn unknown_subcommand(sub: &[u8], container: &str) -> Action {
     Reply::err(format!(
         "unknown subcommand '{}'. Try {} HELP.",
         String::from_utf8_lossy(sub),
