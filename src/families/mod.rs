@@ -126,6 +126,26 @@ pub fn parse_rand_count(a: &crate::command::Args, flag: &str) -> Result<(i64, bo
     Ok((count, with))
 }
 
+/// Runs `f` on consistent snapshots of the keys' shards.
+pub async fn on_views<T>(
+    shards: &ShardSet,
+    db: u8,
+    keys: &[Bytes],
+    f: impl FnOnce(&[&dyn KvRead], &[Key]) -> T,
+) -> Result<T, Reply> {
+    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+    let mut uniq = ids.clone();
+    uniq.sort_unstable();
+    uniq.dedup();
+    let snaps = shards.snapshots(&uniq).await.map_err(Reply::err)?;
+    let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
+    let readers: Vec<&dyn KvRead> = ids
+        .iter()
+        .map(|id| &snaps[uniq.binary_search(id).unwrap()] as &dyn KvRead)
+        .collect();
+    Ok(f(&readers, &ks))
+}
+
 /// Turns an op's outcome into what the shard expects.
 pub fn settle(r: OpResult) -> Result<Reply, StoreError> {
     match r {
@@ -217,19 +237,10 @@ impl Session {
             };
         }
         Action::Job(Box::pin(async move {
-            let mut uniq = ids.clone();
-            uniq.sort_unstable();
-            uniq.dedup();
-            let snaps = match shards.snapshots(&uniq).await {
-                Ok(s) => s,
-                Err(e) => return Reply::err(e),
-            };
-            let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
-            let readers: Vec<&dyn KvRead> = ids
-                .iter()
-                .map(|id| &snaps[uniq.binary_search(id).unwrap()] as &dyn KvRead)
-                .collect();
-            settle(f(&readers, &ks)).unwrap_or_else(Reply::err)
+            match on_views(&shards, db, &keys, |r, ks| settle(f(r, ks))).await {
+                Ok(r) => r.unwrap_or_else(Reply::err),
+                Err(r) => r,
+            }
         }))
     }
 

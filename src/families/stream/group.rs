@@ -551,18 +551,26 @@ fn claim_one(
     })
 }
 
+/// The stream and group XCLAIM / XAUTOCLAIM work on, if both exist.
+fn claim_target(
+    w: &mut WriteCtx,
+    k: crate::storage::keyspace::Key,
+    group: &[u8],
+) -> Result<Option<(Stream, GroupEdit)>, crate::families::Fail> {
+    let Some(st) = store::load_for_write(w, k)? else {
+        return Ok(None);
+    };
+    Ok(GroupEdit::load(&st, w, group)?.map(|g| (st, g)))
+}
+
 /// XCLAIM key group consumer min-idle-time id [id ...] [IDLE ms] [TIME unix-time-milliseconds] [RETRYCOUNT count] [FORCE] [JUSTID] [LASTID lastid]
 pub fn xclaim(s: &mut Session, a: Args) -> Action {
     let a2 = a.clone();
     s.write(a.get(1), move |w, k| {
-        let st = store::load_for_write(w, k)?;
         let group = a2.get(2);
-        let g = match &st {
-            Some(st) => GroupEdit::load(st, w, group)?,
-            None => None,
-        };
-        let (Some(st), Some(mut g)) = (st, g) else {
-            return Ok(no_key_or_group(a2.get(1), group));
+        let (st, mut g) = match claim_target(w, k, group)? {
+            Some(found) => found,
+            None => return Ok(no_key_or_group(a2.get(1), group)),
         };
         let min_idle =
             int_or(a2.get(4), "Invalid min-idle-time argument for XCLAIM")?.max(0) as u64;
@@ -683,14 +691,10 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
     };
     let a2 = a.clone();
     s.write(a.get(1), move |w, k| {
-        let st = store::load_for_write(w, k)?;
         let group = a2.get(2);
-        let g = match &st {
-            Some(st) => GroupEdit::load(st, w, group)?,
-            None => None,
-        };
-        let (Some(st), Some(mut g)) = (st, g) else {
-            return Ok(no_key_or_group(a2.get(1), group));
+        let (st, mut g) = match claim_target(w, k, group)? {
+            Some(found) => found,
+            None => return Ok(no_key_or_group(a2.get(1), group)),
         };
         let consumer = a2.get(3);
         let now = w.now_ms();

@@ -243,7 +243,10 @@ mod tests {
             parse_bound(b"(2", false).unwrap(),
             StreamId::new(2, u64::MAX - 1)
         );
-        assert_eq!(parse_bound(b"(2-0", false).unwrap(), StreamId::new(1, u64::MAX));
+        assert_eq!(
+            parse_bound(b"(2-0", false).unwrap(),
+            StreamId::new(1, u64::MAX)
+        );
         assert!(parse_bound(b"(0-0", false).is_err());
         assert!(parse_bound(b"(-", true).is_err());
     }

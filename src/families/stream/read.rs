@@ -17,7 +17,7 @@ use super::group::GroupEdit;
 use super::id::{self, StreamId};
 use super::{entries_reply, entry_reply, store};
 use crate::command::args::{error, int, is, Args, SYNTAX};
-use crate::families::{coordinated, settle, Fail};
+use crate::families::{coordinated, on_views, settle, Fail};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::shard::ShardSet;
@@ -134,26 +134,6 @@ fn streams_reply(served: Vec<(Bytes, Reply)>, resp3: bool) -> Reply {
     )
 }
 
-/// Runs `f` on consistent snapshots of the keys' shards.
-async fn on_views<T>(
-    shards: &ShardSet,
-    db: u8,
-    keys: &[Bytes],
-    f: impl FnOnce(&[&dyn KvRead], &[Key]) -> T,
-) -> Result<T, Reply> {
-    let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
-    let mut uniq = ids.clone();
-    uniq.sort_unstable();
-    uniq.dedup();
-    let snaps = shards.snapshots(&uniq).await.map_err(Reply::err)?;
-    let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
-    let readers: Vec<&dyn KvRead> = ids
-        .iter()
-        .map(|id| &snaps[uniq.binary_search(id).unwrap()] as &dyn KvRead)
-        .collect();
-    Ok(f(&readers, &ks))
-}
-
 /// XREAD's ids resolved against the streams: `$` is the last id now.
 fn resolve_ids(r: &[&dyn KvRead], ks: &[Key], args: &[Bytes]) -> Result<Vec<StreamId>, Fail> {
     let mut out = Vec::with_capacity(args.len());
@@ -195,6 +175,16 @@ fn read_after(
         }
     }
     Ok(served)
+}
+
+/// The COUNT a reader served after blocking uses: Redis caps an unbounded
+/// one so a reader of an old id is not sent a whole stream.
+fn blocked_count(count: usize) -> usize {
+    if count == 0 {
+        BLOCKED_DEFAULT_COUNT
+    } else {
+        count
+    }
 }
 
 /// Waits for a wake-up or the deadline; false when time is up.
@@ -255,11 +245,7 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
             return streams_reply(served, resp3);
         }
         let deadline = deadline_of(block_ms);
-        let count = if args.count == 0 {
-            BLOCKED_DEFAULT_COUNT
-        } else {
-            args.count
-        };
+        let count = blocked_count(args.count);
         loop {
             if !wait(&guard.waiter.notify, deadline).await {
                 return Reply::NilArray;
@@ -521,11 +507,7 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
             return first;
         }
         let deadline = deadline_of(block_ms);
-        let count = if req.count == 0 {
-            BLOCKED_DEFAULT_COUNT
-        } else {
-            req.count
-        };
+        let count = blocked_count(req.count);
         loop {
             if !wait(&guard.waiter.notify, deadline).await {
                 return Reply::NilArray;
