@@ -526,6 +526,7 @@ fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
     }
     w.state.counts[db as usize] = Default::default();
     w.state.counts_dirty = true;
+    w.flushed.push(db);
     Ok(())
 }
 
@@ -581,6 +582,7 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
             }
             w.state.counts = Default::default();
             w.state.counts_dirty = true;
+            w.flushed.extend(0..DATABASES as u8);
             Ok(())
         },
         Reply::Ok,

@@ -13,10 +13,8 @@ use super::{now_ms, ShardShared, WriteFn};
 use crate::config::Durability;
 use crate::protocol::Reply;
 use crate::storage::keyspace::{self, ReapStats};
+use crate::storage::tables::Wakeups;
 use crate::storage::{ShardState, StoreError, WriteCtx};
-
-/// Keys to wake after a commit: (one waiter each, every waiter).
-type Signals = (Vec<(u8, Vec<u8>)>, Vec<(u8, Vec<u8>)>);
 
 /// Keys the reaper may expire in one slice.
 const REAP_KEYS_PER_TICK: usize = 500;
@@ -203,10 +201,7 @@ impl ShardActor {
                     }
                 }
             }
-            signals = (
-                std::mem::take(&mut ctx.signals),
-                std::mem::take(&mut ctx.broadcasts),
-            );
+            signals = ctx.take_wakeups();
             if failure.is_none() {
                 if let Err(e) = ctx.finish() {
                     failure = Some(e);
@@ -233,12 +228,16 @@ impl ShardActor {
     }
 
     /// Wakes clients blocked on keys that gained elements (after commit).
-    fn wake(&self, (signals, broadcasts): Signals) {
-        for (db, key) in signals {
-            self.shared.blocked.signal(db, &key);
+    fn wake(&self, w: Wakeups) {
+        let blocked = &self.shared.blocked;
+        for (db, key) in w.signals {
+            blocked.signal(db, &key);
         }
-        for (db, key) in broadcasts {
-            self.shared.blocked.broadcast(db, &key);
+        for (db, key) in w.broadcasts {
+            blocked.broadcast(db, &key);
+        }
+        for db in w.flushed {
+            blocked.broadcast_db(db);
         }
     }
 
@@ -279,10 +278,13 @@ impl ShardActor {
     fn reap(&mut self) -> Result<(), StoreError> {
         let txn = self.begin()?;
         let mut stats = ReapStats::default();
+        let wakeups;
         {
             let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
             keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
+            // Expired streams wake their blocked group readers.
+            wakeups = ctx.take_wakeups();
             ctx.finish()?;
         }
         use std::sync::atomic::Ordering::Relaxed;
@@ -294,6 +296,7 @@ impl ShardActor {
             return Ok(());
         }
         self.commit(txn)?;
+        self.wake(wakeups);
         s.expired_keys.fetch_add(stats.expired, Relaxed);
         s.gc_rows.fetch_add(stats.gc_rows, Relaxed);
         s.gc_versions.fetch_add(stats.gc_versions, Relaxed);
@@ -340,10 +343,7 @@ impl ShardActor {
             self.reload_state();
             return;
         };
-        let signals = (
-            std::mem::take(&mut ctx.signals),
-            std::mem::take(&mut ctx.broadcasts),
-        );
+        let signals = ctx.take_wakeups();
         let finished = ctx.finish();
         // Every participant holds its commit lock before any commits, and
         // releases it only after all have committed.

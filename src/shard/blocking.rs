@@ -86,6 +86,19 @@ impl BlockRegistry {
         }
     }
 
+    /// Every key of database `db` went away (FLUSHDB/FLUSHALL): wake every
+    /// waiter of that database.
+    pub fn broadcast_db(&self, db: u8) {
+        let queues = self.queues.lock();
+        for ((d, _), q) in queues.iter() {
+            if *d == db {
+                for w in q {
+                    w.notify.notify_one();
+                }
+            }
+        }
+    }
+
     /// Number of blocked clients (INFO's blocked_clients).
     pub fn blocked_clients(&self) -> usize {
         let queues = self.queues.lock();
@@ -93,6 +106,26 @@ impl BlockRegistry {
         ids.sort_unstable();
         ids.dedup();
         ids.len()
+    }
+}
+
+impl WaitGuard {
+    /// Passes a wake-up this waiter could not use to the waiter queued
+    /// right after it on each of its keys. Stream readers relay this way:
+    /// an XADD wakes the oldest reader, and each reader in turn is served
+    /// or hands on, so readers are tried in the order they blocked (first
+    /// blocked, first served) and every reader that can be served is.
+    pub fn pass_on(&self) {
+        let queues = self.registry.queues.lock();
+        for k in &self.keys {
+            if let Some(q) = queues.get(&(self.db, k.clone())) {
+                if let Some(pos) = q.iter().position(|w| w.id == self.waiter.id) {
+                    if let Some(next) = q.get(pos + 1) {
+                        next.notify.notify_one();
+                    }
+                }
+            }
+        }
     }
 }
 

@@ -292,6 +292,18 @@ fn count_key(db: u8) -> Vec<u8> {
 
 /// The actor's view of its open write transaction.
 ///
+/// Blocked clients to wake after a commit (see `WriteCtx::signals`,
+/// `broadcasts` and `flushed`).
+#[derive(Debug, Default)]
+pub struct Wakeups {
+    /// Keys whose oldest waiter is woken.
+    pub signals: Vec<(u8, Vec<u8>)>,
+    /// Keys whose every waiter is woken.
+    pub broadcasts: Vec<(u8, Vec<u8>)>,
+    /// Databases whose every waiter is woken.
+    pub flushed: Vec<u8>,
+}
+
 /// `meta` rows are written back: a batch that touches one key many times
 /// (a pipeline of LPUSHes to one list) reads and writes its metadata in a
 /// map and stores it once, at `finish`. Scans of `meta` see the map too.
@@ -306,6 +318,8 @@ pub struct WriteCtx<'t> {
     /// Keys whose every blocked client must look again (a stream gained
     /// entries, or a stream key went away): all of them are woken.
     pub broadcasts: Vec<(u8, Vec<u8>)>,
+    /// Databases emptied (FLUSHDB, FLUSHALL): every waiter there looks again.
+    pub flushed: Vec<u8>,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
 }
@@ -330,6 +344,7 @@ impl<'t> WriteCtx<'t> {
             now_ms,
             signals: Vec::new(),
             broadcasts: Vec::new(),
+            flushed: Vec::new(),
             state,
         })
     }
@@ -340,6 +355,15 @@ impl<'t> WriteCtx<'t> {
 
     fn table_mut(&mut self, t: Table) -> &mut redb::Table<'t, &'static [u8], &'static [u8]> {
         &mut self.tables[t as usize]
+    }
+
+    /// Takes the keys to wake once this transaction has committed.
+    pub fn take_wakeups(&mut self) -> Wakeups {
+        Wakeups {
+            signals: std::mem::take(&mut self.signals),
+            broadcasts: std::mem::take(&mut self.broadcasts),
+            flushed: std::mem::take(&mut self.flushed),
+        }
     }
 
     /// Writes a row.
