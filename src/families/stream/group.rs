@@ -311,8 +311,8 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 }
                 st.destroy_group(w, &group)?;
                 st.save(w, k)?;
-                // Readers blocked on the group get their error.
-                super::wake_readers(w, k);
+                // Every reader blocked on the group gets its error.
+                w.broadcasts.push((k.db, k.name.to_vec()));
                 Ok(Reply::Int(1))
             }
             "createconsumer" => {

@@ -34,9 +34,11 @@ pub fn entries_reply(entries: Vec<Entry>) -> Reply {
     Reply::Array(entries.into_iter().map(entry_reply).collect())
 }
 
-/// Tells blocked readers of `key` to look again.
+/// New entries in `key`: wakes its oldest blocked reader, which serves
+/// itself or hands the wake-up on (see `read`), so readers are served in
+/// the order they blocked.
 pub fn wake_readers(w: &mut WriteCtx, key: Key) {
-    w.broadcasts.push((key.db, key.name.to_vec()));
+    w.signals.push((key.db, key.name.to_vec()));
 }
 
 /// The options XADD and XTRIM share.

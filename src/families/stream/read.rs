@@ -269,7 +269,7 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
             .await;
             match again {
                 Ok(served) if !served.is_empty() => return streams_reply(served, resp3),
-                Ok(_) => {}
+                Ok(_) => guard.pass_on(),
                 Err(r) => return r,
             }
         }
@@ -346,21 +346,26 @@ fn read_group_key(
     let st = store::load_for_write(w, k)?.expect("checked before");
     let mut g = GroupEdit::load(&st, w, group)?.expect("checked before");
     let now = w.now_ms();
-    g.touch(&st, w, consumer, now)?;
     let out = if id_arg == b">" {
         let from = g.g.last_id.incr();
         let entries = match from {
             Some(from) if st.len > 0 => st.range(w, from, StreamId::MAX, false, count)?,
             _ => Vec::new(),
         };
+        if entries.is_empty() {
+            // Redis meets the consumer only when it serves it.
+            return Ok(None);
+        }
+        g.touch(&st, w, consumer, now)?;
         for (id, _) in &entries {
             st.advance_group(w, &mut g.g, *id)?;
             if !noack {
                 g.deliver(&st, w, *id, consumer, now)?;
             }
         }
-        (!entries.is_empty()).then(|| entries_reply(entries))
+        Some(entries_reply(entries))
     } else {
+        g.touch(&st, w, consumer, now)?;
         let after = id::parse_strict(id_arg)?;
         let start = after.incr().unwrap_or(StreamId::MIN);
         let mut out = Vec::new();
@@ -520,6 +525,7 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
             if r != Reply::NilArray {
                 return r;
             }
+            guard.pass_on();
         }
     }))
 }
