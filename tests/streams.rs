@@ -693,7 +693,6 @@ fn xreadgroup_two_consumers_one_entry_each() {
 // Pins: Redis serves blocked group readers first blocked, first served: the
 // consumer that blocked first gets the entry of a single XADD.
 #[test]
-#[ignore = "cairn wakes every waiter of the stream and they race: the entry goes to whichever retries first, not to the first blocked (Redis 7.0.15 serves the first blocked)"]
 fn xreadgroup_first_blocked_is_served_first() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -946,7 +945,6 @@ fn xreadgroup_blocked_across_shards() {
 // "UNBLOCKED the stream key no longer exists" (Redis 7.0.15 does so within
 // ~100 ms of the expiry, when active expiry deletes the key).
 #[test]
-#[ignore = "bug: keys deleted by the reaper (active expiry) never wake blocked clients: Shard::reap commits without calling wake(), dropping ctx.broadcasts, so the reader stays blocked"]
 fn xreadgroup_blocked_stream_expires() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -976,7 +974,6 @@ fn xreadgroup_blocked_stream_expires() {
 // Pins: FLUSHALL and FLUSHDB answer a blocked group reader with "UNBLOCKED
 // the stream key no longer exists" (Redis 7.0.15).
 #[test]
-#[ignore = "bug: FLUSHALL/FLUSHDB delete streams by range without broadcasting to blocked readers, so a blocked XREADGROUP stays blocked"]
 fn xreadgroup_blocked_flush() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -1013,7 +1010,6 @@ fn xreadgroup_blocked_flush() {
 // not) does not create its consumer: XINFO CONSUMERS stays empty and the
 // group counts 0 consumers.
 #[test]
-#[ignore = "bug: cairn creates the consumer on an XREADGROUP > that finds nothing (and when it blocks); Redis 7.0.15 creates it only when it delivers"]
 fn xreadgroup_finding_nothing_creates_no_consumer() {
     let srv = TestServer::start();
     let mut admin = srv.client();
