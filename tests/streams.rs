@@ -20,26 +20,17 @@ use std::io::Write;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use common::error_line;
+use common::waiting::{
+    blocked_clients, first_reply, keys_on_both_shards, resp, text, wait_blocked, Pending,
+    REPLY_WITHIN,
+};
 use common::{arr, bulk, cmd, err, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
-
-/// How long a reply that should come may take.
-const REPLY_WITHIN: Duration = Duration::from_secs(5);
-/// How long a client that should stay blocked is watched.
-const STILL_WAITING: Duration = Duration::from_millis(300);
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// A server error as its full line; other failures as the client says.
-fn error_line(e: &redis::RedisError) -> String {
-    match (e.code(), e.detail()) {
-        (Some(code), Some(detail)) => format!("{code} {detail}"),
-        (Some(code), None) => code.to_string(),
-        _ => e.to_string(),
-    }
-}
 
 /// A command from byte-string arguments (for key names that are not UTF-8).
 fn bcmd(args: &[&[u8]]) -> redis::Cmd {
@@ -68,14 +59,6 @@ fn show_args(args: &[&[u8]]) -> Vec<String> {
     args.iter()
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect()
-}
-
-fn text(v: &Value) -> String {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-        Value::SimpleString(s) => s.clone(),
-        other => panic!("expected a bulk string, got {other:?}"),
-    }
 }
 
 fn items(v: &Value) -> &[Value] {
@@ -132,152 +115,6 @@ fn info_maps(v: &Value) -> Vec<HashMap<String, Value>> {
                 .collect()
         })
         .collect()
-}
-
-/// Two key names starting with `prefix`, the first on shard 0 and the second
-/// on shard 1 of a 2-shard server.
-fn keys_on_both_shards(prefix: &str) -> (String, String) {
-    let mut on = [None, None];
-    for i in 0.. {
-        let k = format!("{prefix}{i}");
-        let s = shard_of(&k, 2);
-        if on[s].is_none() {
-            on[s] = Some(k);
-        }
-        if on.iter().all(Option::is_some) {
-            break;
-        }
-    }
-    let [a, b] = on;
-    (a.unwrap(), b.unwrap())
-}
-
-/// INFO clients' blocked_clients.
-fn blocked_clients(c: &mut Connection) -> i64 {
-    let info: String = cmd(&["INFO", "clients"]).query(c).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .unwrap_or_else(|| panic!("no blocked_clients in {info:?}"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
-/// Waits until blocked_clients is `n`.
-fn wait_blocked(c: &mut Connection, n: i64) {
-    let deadline = Instant::now() + REPLY_WITHIN;
-    loop {
-        let now = blocked_clients(c);
-        if now == n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "blocked_clients stayed {now}, expected {n}"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// A command running on its own connection and thread.
-struct Pending {
-    args: Vec<String>,
-    rx: mpsc::Receiver<(Result<Value, String>, Duration)>,
-}
-
-impl Pending {
-    /// Sends `args` on a new connection from another thread.
-    fn start(srv: &TestServer, args: &[&str]) -> Pending {
-        Self::start_on(srv.client(), args)
-    }
-
-    /// Sends `args` on `c` from another thread.
-    fn start_on(mut c: Connection, args: &[&str]) -> Pending {
-        let owned: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let (tx, rx) = mpsc::channel();
-        let sent = owned.clone();
-        std::thread::spawn(move || {
-            let argv: Vec<&str> = sent.iter().map(String::as_str).collect();
-            let t0 = Instant::now();
-            let r = cmd(&argv)
-                .query::<Value>(&mut c)
-                .map_err(|e| error_line(&e));
-            let _ = tx.send((r, t0.elapsed()));
-        });
-        Pending { args: owned, rx }
-    }
-
-    /// Starts `args` and waits until the server counts it as blocked (the
-    /// blocked count goes from `before` to `before + 1`).
-    fn blocked(srv: &TestServer, admin: &mut Connection, args: &[&str], before: i64) -> Pending {
-        let p = Self::start(srv, args);
-        wait_blocked(admin, before + 1);
-        p
-    }
-
-    /// The reply, which must come within a few seconds.
-    fn reply(&self) -> Value {
-        self.reply_timed().0
-    }
-
-    fn reply_timed(&self) -> (Value, Duration) {
-        match self.rx.recv_timeout(REPLY_WITHIN) {
-            Ok((Ok(v), t)) => (v, t),
-            Ok((Err(e), _)) => panic!("{:?} failed: {e}", self.args),
-            Err(_) => panic!("{:?} got no reply within {REPLY_WITHIN:?}", self.args),
-        }
-    }
-
-    /// The error the command must fail with.
-    fn error(&self) -> String {
-        match self.rx.recv_timeout(REPLY_WITHIN) {
-            Ok((Err(e), _)) => e,
-            Ok((Ok(v), _)) => panic!("{:?} answered {v:?}, expected an error", self.args),
-            Err(_) => panic!("{:?} got no reply within {REPLY_WITHIN:?}", self.args),
-        }
-    }
-
-    /// Asserts that no reply arrives for a while.
-    fn assert_waiting(&self) {
-        if let Ok(r) = self.rx.recv_timeout(STILL_WAITING) {
-            panic!(
-                "{:?} answered {r:?}, expected it to keep waiting",
-                self.args
-            );
-        }
-    }
-
-    /// The reply if one has arrived, without waiting.
-    fn try_reply(&self) -> Option<Value> {
-        match self.rx.try_recv() {
-            Ok((Ok(v), _)) => Some(v),
-            Ok((Err(e), _)) => panic!("{:?} failed: {e}", self.args),
-            Err(_) => None,
-        }
-    }
-}
-
-/// Waits for the first of `ps` to reply; returns its index and reply.
-fn first_reply(ps: &[&Pending]) -> (usize, Value) {
-    let deadline = Instant::now() + REPLY_WITHIN;
-    loop {
-        for (i, p) in ps.iter().enumerate() {
-            if let Some(v) = p.try_reply() {
-                return (i, v);
-            }
-        }
-        assert!(Instant::now() < deadline, "none of {} replied", ps.len());
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// A RESP array of bulk strings.
-fn resp(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    out
 }
 
 /// The numeric fields of `INFO cairn`.

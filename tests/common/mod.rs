@@ -7,6 +7,8 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod waiting;
+
 use cairn::config::{Config, Durability};
 use redis::{Connection, RedisError, Value};
 
@@ -139,12 +141,14 @@ pub fn err(c: &mut Connection, args: &[&str]) -> String {
     }
 }
 
-/// The full error line of a server error, e.g. "ERR no such key".
+/// The full error line of a server error, e.g. "ERR no such key"; other
+/// failures as the client describes them.
 pub fn error_line(e: &RedisError) -> String {
     match (e.code(), e.detail()) {
         (Some(code), Some(detail)) => format!("{code} {detail}"),
         (Some(code), None) => code.to_string(),
-        _ => panic!("not a server error: {e:?}"),
+        // Not a server error (an I/O failure, a timeout): as the client says.
+        _ => e.to_string(),
     }
 }
 
