@@ -136,6 +136,29 @@ fn field(info: &HashMap<String, u64>, name: &str) -> u64 {
 // 1. Blocking XREAD
 // ---------------------------------------------------------------------------
 
+/// Starts `XREADGROUP GROUP g c BLOCK 0 STREAMS key >` and waits until it is
+/// blocked (`before` clients were blocked already).
+fn group_reader(
+    srv: &TestServer,
+    admin: &mut Connection,
+    (group, consumer): (&str, &str),
+    key: &str,
+    before: i64,
+) -> Pending {
+    let args = [
+        "XREADGROUP",
+        "GROUP",
+        group,
+        consumer,
+        "BLOCK",
+        "0",
+        "STREAMS",
+        key,
+        ">",
+    ];
+    Pending::blocked(srv, admin, &args, before)
+}
+
 // Pins: `XREAD BLOCK 0 STREAMS s $` waits (well past any short timeout) and
 // is served by an XADD from another connection with exactly that entry, not
 // the older ones; the same on a key that does not exist yet ($ = 0-0).
@@ -417,22 +440,7 @@ fn xreadgroup_block_woken_by_xadd_and_entry_pending() {
     let srv = TestServer::start();
     let mut admin = srv.client();
     ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
-    let grp = Pending::blocked(
-        &srv,
-        &mut admin,
-        &[
-            "XREADGROUP",
-            "GROUP",
-            "g",
-            "c",
-            "BLOCK",
-            "0",
-            "STREAMS",
-            "s",
-            ">",
-        ],
-        0,
-    );
+    let grp = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
     let plain = Pending::blocked(
         &srv,
         &mut admin,
@@ -535,38 +543,8 @@ fn xreadgroup_first_blocked_is_served_first() {
     let mut admin = srv.client();
     ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$", "MKSTREAM"]);
     for round in 0..50 {
-        let first = Pending::blocked(
-            &srv,
-            &mut admin,
-            &[
-                "XREADGROUP",
-                "GROUP",
-                "g",
-                "early",
-                "BLOCK",
-                "0",
-                "STREAMS",
-                "s",
-                ">",
-            ],
-            0,
-        );
-        let second = Pending::blocked(
-            &srv,
-            &mut admin,
-            &[
-                "XREADGROUP",
-                "GROUP",
-                "g",
-                "late",
-                "BLOCK",
-                "0",
-                "STREAMS",
-                "s",
-                ">",
-            ],
-            1,
-        );
+        let first = group_reader(&srv, &mut admin, ("g", "early"), "s", 0);
+        let second = group_reader(&srv, &mut admin, ("g", "late"), "s", 1);
         let id = format!("{}-0", round + 1);
         q(&mut admin, &["XADD", "s", &id, "n", "1"]);
         let (who, v) = first_reply(&[&first, &second]);
@@ -595,38 +573,8 @@ fn xreadgroup_blocked_group_destroyed() {
     q(&mut admin, &["XADD", "s", "1-1", "a", "1"]);
     ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
     ok(&mut admin, &["XGROUP", "CREATE", "s", "keep", "$"]);
-    let other = Pending::blocked(
-        &srv,
-        &mut admin,
-        &[
-            "XREADGROUP",
-            "GROUP",
-            "keep",
-            "c",
-            "BLOCK",
-            "0",
-            "STREAMS",
-            "s",
-            ">",
-        ],
-        0,
-    );
-    let p = Pending::blocked(
-        &srv,
-        &mut admin,
-        &[
-            "XREADGROUP",
-            "GROUP",
-            "g",
-            "c",
-            "BLOCK",
-            "0",
-            "STREAMS",
-            "s",
-            ">",
-        ],
-        1,
-    );
+    let other = group_reader(&srv, &mut admin, ("keep", "c"), "s", 0);
+    let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 1);
     let plain = Pending::blocked(
         &srv,
         &mut admin,
@@ -659,22 +607,7 @@ fn xreadgroup_blocked_key_deleted() {
     for del in ["DEL", "UNLINK"] {
         q(&mut admin, &["XADD", "s", "1-1", "a", "1"]);
         ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
-        let p = Pending::blocked(
-            &srv,
-            &mut admin,
-            &[
-                "XREADGROUP",
-                "GROUP",
-                "g",
-                "c",
-                "BLOCK",
-                "0",
-                "STREAMS",
-                "s",
-                ">",
-            ],
-            0,
-        );
+        let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
         assert_eq!(int(&mut admin, &[del, "s"]), 1);
         assert_eq!(
             p.error(),
@@ -787,22 +720,7 @@ fn xreadgroup_blocked_stream_expires() {
     let mut admin = srv.client();
     q(&mut admin, &["XADD", "s", "1-0", "f", "v"]);
     ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
-    let p = Pending::blocked(
-        &srv,
-        &mut admin,
-        &[
-            "XREADGROUP",
-            "GROUP",
-            "g",
-            "c",
-            "BLOCK",
-            "0",
-            "STREAMS",
-            "s",
-            ">",
-        ],
-        0,
-    );
+    let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
     assert_eq!(int(&mut admin, &["PEXPIRE", "s", "50"]), 1);
     assert_eq!(p.error(), "UNBLOCKED the stream key no longer exists");
     wait_blocked(&mut admin, 0);
@@ -817,22 +735,7 @@ fn xreadgroup_blocked_flush() {
     for flush in ["FLUSHALL", "FLUSHDB"] {
         q(&mut admin, &["XADD", "s", "1-0", "f", "v"]);
         ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
-        let p = Pending::blocked(
-            &srv,
-            &mut admin,
-            &[
-                "XREADGROUP",
-                "GROUP",
-                "g",
-                "c",
-                "BLOCK",
-                "0",
-                "STREAMS",
-                "s",
-                ">",
-            ],
-            0,
-        );
+        let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
         ok(&mut admin, &[flush]);
         assert_eq!(
             p.error(),
