@@ -121,6 +121,8 @@ pub struct Server {
     pub shutdown: tokio::sync::Notify,
     /// Set once shutdown has begun.
     pub stopping: AtomicBool,
+    /// Positions of HSCAN/SSCAN/ZSCAN cursors over big collections.
+    pub scan_cursors: crate::families::collection::ScanCursors,
 }
 
 impl Server {
@@ -168,6 +170,7 @@ impl Server {
             port: AtomicU64::new(0),
             shutdown: tokio::sync::Notify::new(),
             stopping: AtomicBool::new(false),
+            scan_cursors: Default::default(),
         }
     }
 

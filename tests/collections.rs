@@ -702,3 +702,122 @@ fn cross_shard_collection_commands() {
         assert_eq!(q(&mut c, &["LMPOP", "2", b, "nosuch", "LEFT"]), Value::Nil);
     }
 }
+
+/// Runs `SCAN`-style `cmd key cursor COUNT count [extra...]` until the cursor
+/// comes back 0; returns every listed item and the number of calls.
+fn scan_all(
+    c: &mut Connection,
+    command: &str,
+    key: &str,
+    count: usize,
+    extra: &[&str],
+) -> (Vec<String>, usize) {
+    let (mut cursor, mut items, mut calls) = ("0".to_string(), Vec::new(), 0);
+    loop {
+        let mut call = redis::cmd(command);
+        call.arg(key).arg(&cursor).arg("COUNT").arg(count);
+        for e in extra {
+            call.arg(*e);
+        }
+        let (next, page): (String, Vec<String>) = call.query(c).unwrap();
+        items.extend(page);
+        calls += 1;
+        assert!(calls < 10_000, "{command} never finished");
+        if next == "0" {
+            return (items, calls);
+        }
+        cursor = next;
+    }
+}
+
+/// HSCAN / SSCAN / ZSCAN page through big collections with integer
+/// cursors: every member once (no writes meanwhile), in several calls, with
+/// values / scores beside them; MATCH filters within each page; a small
+/// collection comes whole with cursor 0, as from Redis's small encodings.
+#[test]
+fn collection_scans_page_with_cursors() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    fill(&mut c, "HSET", "h", 1000, 100, 10, hash_item);
+    fill(&mut c, "SADD", "s", 1000, 100, 10, member_item);
+    fill(&mut c, "ZADD", "z", 1000, 100, 10, zset_item);
+
+    let (items, calls) = scan_all(&mut c, "SSCAN", "s", 37, &[]);
+    assert!(calls > 20, "SSCAN took {calls} calls");
+    let set: BTreeSet<String> = items.iter().cloned().collect();
+    assert_eq!(items.len(), 1000);
+    assert_eq!(set, (0..1000).map(|i| format!("member:{i}")).collect());
+
+    let (items, _) = scan_all(&mut c, "HSCAN", "h", 50, &[]);
+    assert_eq!(items.len(), 2000);
+    for pair in items.chunks(2) {
+        assert_eq!(pair[0].replace("field", "value"), pair[1]);
+    }
+
+    let (items, _) = scan_all(&mut c, "ZSCAN", "z", 64, &[]);
+    assert_eq!(items.len(), 2000);
+    for pair in items.chunks(2) {
+        assert_eq!(pair[0], format!("member:{}", pair[1]));
+    }
+
+    let (items, _) = scan_all(&mut c, "SSCAN", "s", 100, &["MATCH", "member:99*"]);
+    let want: BTreeSet<String> = ["member:99".to_string()]
+        .into_iter()
+        .chain((990..1000).map(|i| format!("member:{i}")))
+        .collect();
+    assert_eq!(items.into_iter().collect::<BTreeSet<_>>(), want);
+
+    // Small: one call, cursor 0, COUNT notwithstanding.
+    fill(&mut c, "SADD", "small", 100, 100, 1, member_item);
+    let (items, calls) = scan_all(&mut c, "SSCAN", "small", 5, &[]);
+    assert_eq!((items.len(), calls), (100, 1));
+}
+
+/// Members present for a whole SSCAN are returned even while others are
+/// added and removed between the calls; an unknown cursor restarts.
+#[test]
+fn collection_scan_keeps_its_guarantee_under_writes() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    fill(&mut c, "SADD", "s", 600, 100, 6, member_item);
+    let (mut cursor, mut seen, mut round) = ("0".to_string(), BTreeSet::new(), 0);
+    loop {
+        let (next, page): (String, Vec<String>) = redis::cmd("SSCAN")
+            .arg("s")
+            .arg(&cursor)
+            .arg("COUNT")
+            .arg(25)
+            .query(&mut c)
+            .unwrap();
+        seen.extend(page);
+        // Churn members 300.. between calls; 0..300 stay throughout.
+        let _: i64 = redis::cmd("SREM")
+            .arg("s")
+            .arg(format!("member:{}", 300 + round))
+            .query(&mut c)
+            .unwrap();
+        let _: i64 = redis::cmd("SADD")
+            .arg("s")
+            .arg(format!("new:{round}"))
+            .query(&mut c)
+            .unwrap();
+        round += 1;
+        if next == "0" {
+            break;
+        }
+        cursor = next;
+    }
+    for i in 0..300 {
+        assert!(seen.contains(&format!("member:{i}")), "member:{i} missed");
+    }
+    // A cursor the server never gave (or forgot) starts over.
+    let (next, page): (String, Vec<String>) = redis::cmd("SSCAN")
+        .arg("s")
+        .arg("987654321")
+        .arg("COUNT")
+        .arg(10)
+        .query(&mut c)
+        .unwrap();
+    assert_ne!(next, "0");
+    assert_eq!(page.len(), 10);
+}

@@ -84,6 +84,139 @@ pub fn parse_card_limit(a: &Args, from: usize) -> Result<usize, Reply> {
     Ok(limit)
 }
 
+/// Collections up to this size are scanned in one reply with cursor 0, as
+/// Redis does for its small encodings (listpacks, intsets).
+const SCAN_ALL_AT_ONCE: u64 = 128;
+
+/// Most cursors kept at once; the oldest is forgotten first.
+const SCAN_CURSORS_KEPT: usize = 16_384;
+
+/// Where HSCAN/SSCAN/ZSCAN cursors over big collections stand.
+///
+/// Members are stored in byte order, so a scan resumes after the last
+/// member it visited. Clients want integer cursors (redis-py parses them),
+/// so the member is kept here under a number. A forgotten cursor (evicted,
+/// or from before a restart) restarts the scan: members may come twice,
+/// which SCAN allows, and none present throughout is missed.
+#[derive(Default)]
+pub struct ScanCursors {
+    kept: parking_lot::Mutex<Kept>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+/// Cursor -> member to resume after, and the cursors oldest first.
+type Kept = (
+    std::collections::HashMap<u64, Vec<u8>>,
+    std::collections::VecDeque<u64>,
+);
+
+impl ScanCursors {
+    /// The member a cursor resumes after, if it is known.
+    fn resume(&self, cursor: u64) -> Option<Vec<u8>> {
+        self.kept.lock().0.get(&cursor).cloned()
+    }
+
+    /// A new cursor resuming after `last`.
+    fn save(&self, last: Vec<u8>) -> u64 {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Never 0, which means "done".
+        let id = loop {
+            let id = self.next.fetch_add(1, Relaxed).wrapping_add(1);
+            if id != 0 {
+                break id;
+            }
+        };
+        let mut kept = self.kept.lock();
+        let (map, order) = &mut *kept;
+        if order.len() >= SCAN_CURSORS_KEPT {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+        map.insert(id, last);
+        order.push_back(id);
+        id
+    }
+}
+
+/// HSCAN / SSCAN / ZSCAN key cursor [MATCH pattern] [COUNT count]: `emit`
+/// adds what the reply lists for one matching member and its stored value.
+/// A collection of up to 128 members comes whole with cursor 0; a bigger
+/// one in pages of COUNT visited members.
+pub fn scan_members(
+    s: &mut Session,
+    a: &Args,
+    ktype: KeyType,
+    emit: fn(&[u8], &[u8], &mut Vec<Reply>),
+) -> Action {
+    let Some(cursor) = super::generic::parse_cursor(a.get(2)) else {
+        return Reply::err("invalid cursor").into();
+    };
+    let rest = a.from(3).to_vec();
+    let server = s.server.clone();
+    s.read(a.get(1), move |r, k| {
+        let reply = |cursor: u64, items: Vec<Reply>| {
+            Reply::Array(vec![Reply::bulk(cursor.to_string()), Reply::Array(items)])
+        };
+        let Some(v) = View::load(r, k, ktype)? else {
+            return Ok(reply(0, Vec::new()));
+        };
+        let opts = match super::generic::ScanOpts::parse(&rest) {
+            Ok(o) if o.ktype.is_none() => o,
+            Ok(_) => return Ok(crate::command::args::error(crate::command::args::SYNTAX)),
+            Err(r) => return Ok(r),
+        };
+        let mut out = Vec::new();
+        if v.size <= SCAN_ALL_AT_ONCE {
+            v.scan(r, &mut |m, val| {
+                if opts.matches(m, ktype) {
+                    emit(m, val, &mut out);
+                }
+                true
+            })?;
+            return Ok(reply(0, out));
+        }
+        let after = match cursor {
+            0 => None,
+            c => server.scan_cursors.resume(c),
+        };
+        let mut start = v.prefix.clone();
+        if let Some(after) = &after {
+            // The smallest key past `after`'s row.
+            start.extend_from_slice(after);
+            start.push(0);
+        }
+        let end = encoding::prefix_successor(&v.prefix);
+        let n = v.prefix.len();
+        let (mut visited, mut last, mut more) = (0usize, Vec::new(), false);
+        r.scan(
+            Table::Sub,
+            &start,
+            end.as_deref(),
+            false,
+            &mut |key, val| {
+                if visited == opts.count {
+                    more = true;
+                    return false;
+                }
+                visited += 1;
+                let m = &key[n..];
+                if opts.matches(m, ktype) {
+                    emit(m, val, &mut out);
+                }
+                last = m.to_vec();
+                true
+            },
+        )?;
+        let next = if more {
+            server.scan_cursors.save(last)
+        } else {
+            0
+        };
+        Ok(reply(next, out))
+    })
+}
+
 /// A member and its stored value.
 pub type MemberValue = (Vec<u8>, Vec<u8>);
 

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use super::collection::{self, Edit, View};
 use super::Fail;
-use crate::command::args::{self, error, Args, SYNTAX};
+use crate::command::args::{self, error, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::KeyType;
@@ -263,29 +263,8 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
 /// field present for the whole scan is returned. As in Redis, the cursor is
 /// checked first and the options only once the key is found.
 pub fn hscan(s: &mut Session, a: Args) -> Action {
-    if super::generic::parse_cursor(a.get(2)).is_none() {
-        return Reply::err("invalid cursor").into();
-    }
-    let rest = a.from(3).to_vec();
-    s.read(a.get(1), move |r, k| {
-        let Some(h) = View::load(r, k, HASH)? else {
-            return Ok(Reply::Array(vec![
-                Reply::bulk("0"),
-                Reply::Array(Vec::new()),
-            ]));
-        };
-        let opts = match super::generic::ScanOpts::parse(&rest) {
-            Ok(o) if o.ktype.is_none() => o,
-            Ok(_) => return Ok(error(SYNTAX)),
-            Err(r) => return Ok(r),
-        };
-        let mut out = Vec::new();
-        for (f, v) in all_pairs(r, &Some(h))? {
-            if opts.matches(&f, HASH) {
-                out.push(Reply::bulk(f));
-                out.push(Reply::bulk(v));
-            }
-        }
-        Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
+    collection::scan_members(s, &a, HASH, |f, v, out| {
+        out.push(Reply::bulk_copy(f));
+        out.push(Reply::bulk_copy(v));
     })
 }

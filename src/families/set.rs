@@ -354,27 +354,5 @@ pub fn sdiffstore(s: &mut Session, a: Args) -> Action {
 /// Like HSCAN: every match in one reply with cursor 0; the cursor is checked
 /// first, the options once the key is found.
 pub fn sscan(s: &mut Session, a: Args) -> Action {
-    if super::generic::parse_cursor(a.get(2)).is_none() {
-        return Reply::err("invalid cursor").into();
-    }
-    let rest = a.from(3).to_vec();
-    s.read(a.get(1), move |r, k| {
-        let Some(all) = members(r, k)? else {
-            return Ok(Reply::Array(vec![
-                Reply::bulk("0"),
-                Reply::Array(Vec::new()),
-            ]));
-        };
-        let opts = match super::generic::ScanOpts::parse(&rest) {
-            Ok(o) if o.ktype.is_none() => o,
-            Ok(_) => return Ok(error(SYNTAX)),
-            Err(r) => return Ok(r),
-        };
-        let out = all
-            .into_iter()
-            .filter(|m| opts.matches(m, SET))
-            .map(Reply::bulk)
-            .collect();
-        Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
-    })
+    collection::scan_members(s, &a, SET, |m, _, out| out.push(Reply::bulk_copy(m)))
 }

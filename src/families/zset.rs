@@ -1239,31 +1239,9 @@ pub fn zmpop_action(
 /// ZSCAN key cursor [MATCH pattern] [COUNT count]: every match in one reply
 /// with cursor 0, like HSCAN.
 pub fn zscan(s: &mut Session, a: Args) -> Action {
-    if super::generic::parse_cursor(a.get(2)).is_none() {
-        return Reply::err("invalid cursor").into();
-    }
-    let rest = a.from(3).to_vec();
-    s.read(a.get(1), move |r, k| {
-        let Some(v) = View::load(r, k, ZSET)? else {
-            return Ok(Reply::Array(vec![
-                Reply::bulk("0"),
-                Reply::Array(Vec::new()),
-            ]));
-        };
-        let opts = match super::generic::ScanOpts::parse(&rest) {
-            Ok(o) if o.ktype.is_none() => o,
-            Ok(_) => return Ok(error(SYNTAX)),
-            Err(r) => return Ok(r),
-        };
-        let mut out = Vec::new();
-        v.scan(r, &mut |m, sc| {
-            if opts.matches(m, ZSET) {
-                out.push(Reply::bulk_copy(m));
-                out.push(Reply::bulk(num::format_double(decode_score(sc))));
-            }
-            true
-        })?;
-        Ok(Reply::Array(vec![Reply::bulk("0"), Reply::Array(out)]))
+    super::collection::scan_members(s, &a, ZSET, |m, sc, out| {
+        out.push(Reply::bulk_copy(m));
+        out.push(Reply::bulk(num::format_double(decode_score(sc))));
     })
 }
 
