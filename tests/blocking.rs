@@ -382,7 +382,7 @@ fn wakeup_for_second_key_is_not_lost_across_shards() {
 // command runs: a pipeline RPUSH k x + LPOP k + LLEN k from another client
 // answers 1, nil, 0 while the blocked client gets x.
 #[test]
-#[ignore = "known gap: a push wakes the blocked client, which pops in a later batch, so a command pipelined right after the push can take the element first (Redis serves blocked clients before the next command)"]
+
 fn blocked_client_is_served_before_the_next_command() {
     let srv = TestServer::start();
     let mut admin = srv.client();
@@ -397,6 +397,32 @@ fn blocked_client_is_served_before_the_next_command() {
         assert_eq!(w.reply(), arr(&["k", "x"]), "round {round}");
         wait_blocked(&mut admin, 0);
     }
+}
+
+// Pins: a BLMOVE served by a push feeds its destination, whose blocked
+// client is served in turn, all before the pusher's next pipelined command
+// (keys on one shard): the pusher's LPOP of the destination gets nil.
+#[test]
+fn handoff_follows_blmove_into_its_destination() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    let (src, dst) = keys_on_same_shard("hand");
+    let mover = Pending::blocked(
+        &srv,
+        &mut admin,
+        &["BLMOVE", &src, &dst, "LEFT", "RIGHT", "0"],
+        0,
+    );
+    let popper = Pending::blocked(&srv, &mut admin, &["BLPOP", &dst, "0"], 1);
+    let mut s = srv.tcp();
+    let mut pipe = resp(&["RPUSH", &src, "x"]);
+    pipe.extend(resp(&["LPOP", &dst]));
+    pipe.extend(resp(&["EXISTS", &src, &dst]));
+    s.write_all(&pipe).unwrap();
+    raw_expect(&mut s, b":1\r\n$-1\r\n:0\r\n");
+    assert_eq!(mover.reply(), bulk("x"));
+    assert_eq!(popper.reply(), arr(&[&dst, "x"]));
+    wait_blocked(&mut admin, 0);
 }
 
 // Pins: one client blocked with the same key twice is served once; a push

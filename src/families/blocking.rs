@@ -12,6 +12,7 @@ use super::{list, zset};
 use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::shard::blocking::{serves, Handoff, Stage, Waiter};
 use crate::shard::ShardSet;
 
 /// Parses a blocking timeout in seconds with Redis's arithmetic (long
@@ -52,23 +53,46 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
 /// WRONGTYPE met after the first try means "another type is under the key
 /// now" and the client keeps waiting, as in Redis. BLMOVE also touches its
 /// destination, whose WRONGTYPE is the client's answer.
+///
+/// A pop that runs on one shard registers a handoff, so the shard can
+/// serve this client inside the transaction that feeds its key (see
+/// `shard::blocking`); every try goes through the waiter's stage, so the
+/// client is served once whichever way comes first.
 fn block(
     s: &Session,
     keys: Vec<Bytes>,
+    touched: &[Bytes],
     wait: Option<Duration>,
     only_watched: bool,
-    attempt: impl Fn(Arc<ShardSet>) -> Action + Send + 'static,
+    attempt: impl Fn(Arc<ShardSet>) -> Action + Send + Sync + 'static,
     finish: fn(Reply) -> Reply,
 ) -> Action {
     let shards = s.server.shards.clone();
     let db = s.db;
+    // Only a pop whose keys all live on one shard is a single write there.
+    let ids: Vec<usize> = touched.iter().map(|k| shards.shard_of_key(k)).collect();
+    let one_shard = ids.windows(2).all(|w| w[0] == w[1]).then(|| ids[0]);
     Action::Block(Box::pin(async move {
-        let guard = shards.blocked.register(db, &keys);
+        let attempt = Arc::new(attempt);
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let handoff = one_shard.map(|shard| {
+            let (again, sh) = (attempt.clone(), shards.clone());
+            Handoff {
+                shard,
+                attempt: Box::new(move || match again(sh.clone()) {
+                    Action::Write { f, .. } => Some(f),
+                    _ => None,
+                }),
+                deliver: parking_lot::Mutex::new(Some(tx)),
+            }
+        });
+        let guard = shards.blocked.register_with(db, &keys, handoff);
         // A deadline beyond what the clock can represent is "forever".
         let deadline = wait.and_then(|d| Instant::now().checked_add(d));
         let mut first = true;
         loop {
-            let reply = run(&shards, attempt(shards.clone())).await;
+            let try_once = through_stage(attempt(shards.clone()), guard.waiter.clone());
+            let reply = run(&shards, try_once).await;
             // Once blocked, a key that now holds another type just keeps the
             // client waiting, as in Redis; only the first try reports it.
             let wrong_type = matches!(&reply, Reply::Error(e) if e.starts_with("WRONGTYPE"));
@@ -80,18 +104,60 @@ fn block(
                 // waiter of each key.
                 return finish(reply);
             }
+            let served = *guard.waiter.stage.lock() == Stage::Served;
+            if served {
+                return finish(handed_over(&mut rx).await);
+            }
             let woken = guard.waiter.notify.notified();
             match deadline {
                 None => woken.await,
                 Some(d) => {
                     let left = d.saturating_duration_since(Instant::now());
                     if left.is_zero() || tokio::time::timeout(left, woken).await.is_err() {
+                        let served = {
+                            let mut stage = guard.waiter.stage.lock();
+                            if *stage == Stage::Waiting {
+                                *stage = Stage::Gone;
+                            }
+                            *stage == Stage::Served
+                        };
+                        if served {
+                            // Served just in time: the reply is on its way.
+                            return finish(handed_over(&mut rx).await);
+                        }
                         return Reply::NilArray;
                     }
                 }
             }
         }
     }))
+}
+
+/// A try of a single-shard pop that first checks, in the shard, that no
+/// handoff has served the client yet, and marks it served if it is.
+fn through_stage(action: Action, waiter: Arc<Waiter>) -> Action {
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| {
+                let mut stage = waiter.stage.lock();
+                if *stage != Stage::Waiting {
+                    return Ok(Reply::NilArray);
+                }
+                let r = f(w)?;
+                if serves(&r) {
+                    *stage = Stage::Served;
+                }
+                Ok(r)
+            }),
+        },
+        other => other,
+    }
+}
+
+/// The reply a shard's handoff delivers.
+async fn handed_over(rx: &mut tokio::sync::oneshot::Receiver<Reply>) -> Reply {
+    rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
 }
 
 /// `[key, [element]]` -> `[key, element]` (BLPOP's shape).
@@ -147,7 +213,8 @@ fn block_mpop(
     let attempt_keys = keys.clone();
     block(
         s,
-        keys,
+        keys.clone(),
+        &keys,
         wait,
         true,
         move |shards| pop(shards, db, attempt_keys.clone(), first, count),
@@ -194,7 +261,8 @@ fn bmove(
     let (src2, dst2) = (src.clone(), dst.clone());
     block(
         s,
-        vec![src],
+        vec![src.clone()],
+        &[src, dst],
         wait,
         false,
         move |shards| {

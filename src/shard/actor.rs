@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use redb::Database;
 
+use super::blocking::{serves, Stage, Waiter};
 use super::{now_ms, ShardShared, WriteFn};
 use crate::config::Durability;
 use crate::protocol::Reply;
@@ -179,6 +180,10 @@ impl ShardActor {
         let mut out = Vec::with_capacity(batch.len());
         let mut failure = None;
         let signals;
+        // Signals already looked at for handoffs, and the clients served.
+        let mut seen = 0;
+        let mut served = Vec::new();
+        let shared = self.shared.clone();
         {
             let mut ctx = match WriteCtx::open(&txn, now, &mut self.state) {
                 Ok(c) => c,
@@ -189,7 +194,12 @@ impl ShardActor {
                     out.push((Reply::Nil, reply));
                     continue;
                 }
-                match std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx))) {
+                let run = || {
+                    let r = f(&mut ctx)?;
+                    serve_blocked(&shared, &mut ctx, &mut seen, &mut served)?;
+                    Ok(r)
+                };
+                match std::panic::catch_unwind(AssertUnwindSafe(run)) {
                     Ok(Ok(r)) => out.push((r, reply)),
                     Ok(Err(e)) => {
                         failure = Some(e);
@@ -216,7 +226,16 @@ impl ShardActor {
             }
         };
         if result.is_ok() {
+            for (w, r) in served {
+                deliver(&w, r);
+            }
             self.wake(signals);
+        } else {
+            // The pops did not happen: those clients wait again.
+            for (w, _) in served {
+                *w.stage.lock() = Stage::Waiting;
+                w.notify.notify_one();
+            }
         }
         match result {
             Ok(()) => Ok(out),
@@ -435,4 +454,45 @@ impl Handler<Shutdown> for ShardActor {
         ctx.stop();
         let _ = msg.done.send(());
     }
+}
+
+/// Hands a committed handoff's reply to the blocked client (gone clients
+/// lose it, as a Redis client that disconnects right after being served).
+fn deliver(w: &Waiter, reply: Reply) {
+    if let Some(tx) = w.handoff.as_ref().and_then(|h| h.deliver.lock().take()) {
+        let _ = tx.send(reply);
+    }
+}
+
+/// Serves blocked clients of the keys this transaction fed since the
+/// last call (see `blocking::Handoff`), oldest first, inside the
+/// transaction: before the batch's next op, as Redis serves them before
+/// its next command. A pop that feeds another key (BLMOVE) is followed
+/// in turn. Replies are delivered after the commit.
+fn serve_blocked(
+    shared: &ShardShared,
+    ctx: &mut WriteCtx,
+    seen: &mut usize,
+    served: &mut Vec<(Arc<Waiter>, Reply)>,
+) -> Result<(), StoreError> {
+    while *seen < ctx.signals.len() {
+        let (db, key) = ctx.signals[*seen].clone();
+        *seen += 1;
+        for w in shared.blocked.handoffs(db, &key, shared.id) {
+            let mut stage = w.stage.lock();
+            if *stage != Stage::Waiting {
+                continue;
+            }
+            let Some(f) = w.handoff.as_ref().and_then(|h| (h.attempt)()) else {
+                continue;
+            };
+            let r = f(ctx)?;
+            if serves(&r) {
+                *stage = Stage::Served;
+                drop(stage);
+                served.push((w, r));
+            }
+        }
+    }
+    Ok(())
 }

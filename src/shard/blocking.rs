@@ -10,6 +10,14 @@
 //! that finds nothing (someone was faster) waits again without losing its
 //! place. A waiter leaves every queue when its client is served, times out
 //! or disconnects (the guard's Drop).
+//!
+//! Handoff: Redis serves blocked clients right after the command that fed
+//! their key, before any other command runs. A waiter whose pop runs on a
+//! single shard carries a [`Handoff`]: the shard, inside the transaction of
+//! the push, runs the pop for each such waiter of the key (oldest first)
+//! before its next op, and delivers the reply once the transaction has
+//! committed. [`Stage`] makes sure a waiter is served once, whichever path
+//! (handoff or its own retry) gets there first.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,11 +25,43 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+/// Where a blocked client stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Still waiting: may be served.
+    Waiting,
+    /// Served (its reply is on the way); must not be served again.
+    Served,
+    /// Timed out: must not be served.
+    Gone,
+}
+
+/// How a shard serves a blocked client inside the transaction of a push.
+pub struct Handoff {
+    /// The shard its pop runs on.
+    pub shard: usize,
+    /// Builds one try of its pop (the same op its own retries submit).
+    pub attempt: Box<dyn Fn() -> Option<crate::shard::WriteFn> + Send + Sync>,
+    /// Where the reply of a handoff goes, once committed.
+    pub deliver: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<crate::protocol::Reply>>>,
+}
+
 /// One blocked client.
 pub struct Waiter {
     id: u64,
     /// Woken when one of its keys may have something for it.
     pub notify: tokio::sync::Notify,
+    /// Served or not; held while a pop for it runs.
+    pub stage: parking_lot::Mutex<Stage>,
+    /// Set when its pop can run inside another client's transaction.
+    pub handoff: Option<Handoff>,
+}
+
+/// Whether a pop's reply served the client: nil means nothing was there,
+/// and an error (WRONGTYPE...) is left to the client's own retry to report.
+pub fn serves(reply: &crate::protocol::Reply) -> bool {
+    use crate::protocol::Reply;
+    !matches!(reply, Reply::Nil | Reply::NilArray | Reply::Error(_))
 }
 
 /// Waiters on each (database, key), oldest first.
@@ -46,9 +86,21 @@ pub struct WaitGuard {
 impl BlockRegistry {
     /// Queues a new waiter on `keys` of database `db`.
     pub fn register(self: &Arc<Self>, db: u8, keys: &[Bytes]) -> WaitGuard {
+        self.register_with(db, keys, None)
+    }
+
+    /// Queues a new waiter that shards may serve by `handoff`.
+    pub fn register_with(
+        self: &Arc<Self>,
+        db: u8,
+        keys: &[Bytes],
+        handoff: Option<Handoff>,
+    ) -> WaitGuard {
         let waiter = Arc::new(Waiter {
             id: self.next_id.fetch_add(1, Ordering::Relaxed),
             notify: tokio::sync::Notify::new(),
+            stage: parking_lot::Mutex::new(Stage::Waiting),
+            handoff,
         });
         let mut queues = self.queues.lock();
         for k in keys {
@@ -84,6 +136,21 @@ impl BlockRegistry {
                 w.notify.notify_one();
             }
         }
+    }
+
+    /// The waiters of `key`, oldest first, that shard `shard` can serve by
+    /// handoff.
+    pub fn handoffs(&self, db: u8, key: &[u8], shard: usize) -> Vec<Arc<Waiter>> {
+        let queues = self.queues.lock();
+        queues
+            .get(&(db, Bytes::copy_from_slice(key)))
+            .map(|q| {
+                q.iter()
+                    .filter(|w| w.handoff.as_ref().is_some_and(|h| h.shard == shard))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Every key of database `db` went away (FLUSHDB/FLUSHALL): wake every
@@ -136,6 +203,14 @@ impl Drop for WaitGuard {
     /// disconnected), so the wake-up must not be lost. A waiter woken for
     /// nothing just tries again and goes back to sleep.
     fn drop(&mut self) {
+        {
+            // A client that leaves unserved (disconnected) must not be
+            // served by a handoff that already picked it up.
+            let mut stage = self.waiter.stage.lock();
+            if *stage == Stage::Waiting {
+                *stage = Stage::Gone;
+            }
+        }
         let mut queues = self.registry.queues.lock();
         for k in &self.keys {
             let slot = (self.db, k.clone());
