@@ -52,11 +52,6 @@ impl ListView {
     fn len(&self) -> u64 {
         self.tail - self.head
     }
-
-    /// Elements `start..=end` (already clamped, logical indexes), in order.
-    fn range(&self, r: &dyn KvRead, start: u64, end: u64) -> Result<Vec<Vec<u8>>, StoreError> {
-        read_range(r, &self.prefix, self.head, start, end)
-    }
 }
 
 fn read_range(
@@ -328,9 +323,18 @@ pub fn lrange(s: &mut Session, a: Args) -> Action {
         let Some((s, e)) = clamp(start, end, l.len() as i64) else {
             return Ok(Reply::Array(Vec::new()));
         };
-        Ok(Reply::Array(
-            l.range(r, s, e)?.into_iter().map(Reply::bulk).collect(),
-        ))
+        // Rows go straight into the encoded reply (LRANGE is the hot read).
+        let n = (e - s + 1) as usize;
+        let mut out = crate::protocol::reply::BulkArray::new(n, 16);
+        let (from, to) = (
+            elem_key(&l.prefix, l.head + s),
+            elem_key(&l.prefix, l.head + e + 1),
+        );
+        r.scan(Table::Sub, &from, Some(&to), false, &mut |_, v| {
+            out.push(v);
+            true
+        })?;
+        Ok(out.finish())
     })
 }
 
