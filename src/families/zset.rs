@@ -135,9 +135,20 @@ impl ZEdit {
         let Some(old) = self.score(w, member)? else {
             return Ok(false);
         };
+        self.remove_scored(w, member, old)
+    }
+
+    /// Removes a member whose score the caller just read from the index
+    /// (pops, range removals): no lookup of the score.
+    fn remove_scored(
+        &mut self,
+        w: &mut WriteCtx,
+        member: &[u8],
+        score: f64,
+    ) -> Result<bool, StoreError> {
         w.del(
             Table::ZScore,
-            &encoding::zscore_key(&self.e.prefix, old, member),
+            &encoding::zscore_key(&self.e.prefix, score, member),
         )?;
         self.e.remove(w, member)
     }
@@ -816,8 +827,8 @@ fn remove_range(s: &mut Session, a: Args, range: Range) -> Action {
             return Ok(Reply::Int(0));
         };
         let items = select(w, &z.e.prefix, z.e.size, &q)?;
-        for (m, _) in &items {
-            z.remove(w, m)?;
+        for (m, sc) in &items {
+            z.remove_scored(w, m, *sc)?;
         }
         z.save(w, k)?;
         Ok(Reply::Int(items.len() as i64))
@@ -866,8 +877,8 @@ fn pop_entries(
         picked.push((m.to_vec(), sc));
         true
     })?;
-    for (m, _) in &picked {
-        z.remove(w, m)?;
+    for (m, sc) in &picked {
+        z.remove_scored(w, m, *sc)?;
     }
     z.save(w, key)?;
     Ok(Some(picked))
