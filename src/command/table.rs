@@ -435,7 +435,7 @@ commands! {
         "Return a range of elements in a stream, with IDs matching the specified IDs interval", "key start end [COUNT count]", "";
     "xread", -4, "readonly blocking movablekeys", (-1, 0, 0), "RO ACCESS", "@read @stream @slow @blocking", "stream", "5.0.0", stream::read::xread,
         "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.", "[COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]", "";
-    "xreadgroup", -7, "write blocking movablekeys", (-4, 0, 0), "RW ACCESS", "@write @stream @slow @blocking", "stream", "5.0.0", stream::read::xreadgroup,
+    "xreadgroup", -7, "write blocking movablekeys", (-4, 0, 0), "RO ACCESS", "@write @stream @slow @blocking", "stream", "5.0.0", stream::read::xreadgroup,
         "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.", "GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]", "";
     "xrevrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xrevrange,
         "Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE", "key end start [COUNT count]", "";
