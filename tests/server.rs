@@ -694,3 +694,41 @@ fn shutdown_stops_the_server() {
     }
     drop(srv.stop());
 }
+
+/// INFO's keyspace_hits / keyspace_misses count read lookups as Redis 7.0
+/// does (figures recorded from redis-server 7.0.15 for this sequence):
+/// reads and read-like steps of writes (GETDEL, SINTERSTORE's sources)
+/// count, plain writes (INCR) do not; CONFIG RESETSTAT zeroes them.
+#[test]
+fn keyspace_hits_and_misses() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let stats = |c: &mut Connection| -> (i64, i64) {
+        let info: String = cmd(&["INFO", "stats"]).query(c).unwrap();
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap()
+        };
+        (field("keyspace_hits:"), field("keyspace_misses:"))
+    };
+    ok(&mut c, &["SET", "a", "1"]);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    for args in [
+        &["GET", "a"][..],
+        &["GET", "b"],
+        &["MGET", "a", "b", "c"],
+        &["GETDEL", "zz"],
+        &["SINTERSTORE", "d", "s", "t"],
+        &["INCR", "a"],
+        &["TYPE", "a"],
+    ] {
+        q(&mut c, args);
+    }
+    assert_eq!(stats(&mut c), (3, 6));
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(stats(&mut c), (0, 0));
+}

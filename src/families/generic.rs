@@ -78,7 +78,7 @@ struct Dump {
 /// Reads a live key with all its sub-key rows (suffixes after the version
 /// prefix), so it can be written under another name.
 fn dump(r: &dyn KvRead, key: Key) -> Result<Option<Dump>, StoreError> {
-    let Some(meta) = keyspace::lookup(r, key)? else {
+    let Some(meta) = keyspace::peek(r, key)? else {
         return Ok(None);
     };
     let mut rows = Vec::new();
@@ -227,9 +227,14 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
         Ok(Reply::Int(1))
     };
     if ids == id {
-        return s.write(&src.clone(), move |w, ks| match dump(w, ks)? {
-            None => Ok(Reply::Int(0)),
-            Some(d) => Ok(apply(w, &d)?),
+        return s.write(&src.clone(), move |w, ks| {
+            let dumped = dump(w, ks)?;
+            // COPY reads its source, and Redis counts that lookup.
+            w.note_lookup(dumped.is_some());
+            match dumped {
+                None => Ok(Reply::Int(0)),
+                Some(d) => Ok(apply(w, &d)?),
+            }
         });
     }
     coordinated(shards, vec![ids, id], move |locked| async move {

@@ -97,6 +97,14 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 .iter()
                 .map(|sh| sh.stats.expired_keys.load(Relaxed))
                 .sum();
+            let shard_sum =
+                |f: &dyn Fn(&crate::shard::ShardStats) -> &std::sync::atomic::AtomicU64| -> u64 {
+                    srv.shards
+                        .shards()
+                        .iter()
+                        .map(|sh| f(&sh.stats).load(Relaxed))
+                        .sum()
+                };
             let _ = write!(
                 out,
                 "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\n",
@@ -106,8 +114,8 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 st.net_out.load(Relaxed),
                 st.rejected.load(Relaxed),
                 expired,
-                st.hits.load(Relaxed),
-                st.misses.load(Relaxed),
+                st.hits.load(Relaxed) + shard_sum(&|sh| &sh.hits),
+                st.misses.load(Relaxed) + shard_sum(&|sh| &sh.misses),
                 st.errors.load(Relaxed)
             );
         }

@@ -126,23 +126,29 @@ pub fn parse_rand_count(a: &crate::command::Args, flag: &str) -> Result<(i64, bo
     Ok((count, with))
 }
 
-/// Runs `f` on consistent snapshots of the keys' shards.
+/// Runs a read command's `f` on consistent snapshots of the keys' shards
+/// (its key lookups count in INFO's keyspace hits / misses).
 pub async fn on_views<T>(
-    shards: &ShardSet,
+    server: &crate::server::Server,
     db: u8,
     keys: &[Bytes],
     f: impl FnOnce(&[&dyn KvRead], &[Key]) -> T,
 ) -> Result<T, Reply> {
+    let shards = &server.shards;
     let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
     let mut uniq = ids.clone();
     uniq.sort_unstable();
     uniq.dedup();
     let snaps = shards.snapshots(&uniq).await.map_err(Reply::err)?;
     let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
-    let readers: Vec<&dyn KvRead> = ids
+    let counted: Vec<Counted> = ids
         .iter()
-        .map(|id| &snaps[uniq.binary_search(id).unwrap()] as &dyn KvRead)
+        .map(|id| Counted {
+            inner: &snaps[uniq.binary_search(id).unwrap()],
+            stats: &server.stats,
+        })
         .collect();
+    let readers: Vec<&dyn KvRead> = counted.iter().map(|c| c as &dyn KvRead).collect();
     Ok(f(&readers, &ks))
 }
 
@@ -187,6 +193,44 @@ pub fn string_bytes(meta: &Meta) -> &[u8] {
     }
 }
 
+/// A reader that counts a read command's key lookups into the server's
+/// keyspace_hits / keyspace_misses (Redis counts reads, not writes).
+struct Counted<'a> {
+    inner: &'a dyn KvRead,
+    stats: &'a crate::server::ServerStats,
+}
+
+impl KvRead for Counted<'_> {
+    fn now_ms(&self) -> u64 {
+        self.inner.now_ms()
+    }
+
+    fn get(&self, table: crate::storage::Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get(table, key)
+    }
+
+    fn scan(
+        &self,
+        table: crate::storage::Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.inner.scan(table, start, end, reverse, visit)
+    }
+
+    fn note_lookup(&self, hit: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let counter = if hit {
+            &self.stats.hits
+        } else {
+            &self.stats.misses
+        };
+        counter.fetch_add(1, Relaxed);
+    }
+}
+
 impl Session {
     /// A read of one key on its shard; `f` gets the snapshot and the key.
     pub fn read(
@@ -195,9 +239,16 @@ impl Session {
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
         let (db, name) = (self.db, key.clone());
+        let server = self.server.clone();
         Action::Read {
             shard: self.shard_of(key),
-            f: Box::new(move |r| settle(f(r, Key::new(db, &name)))),
+            f: Box::new(move |r| {
+                let r = Counted {
+                    inner: r,
+                    stats: &server.stats,
+                };
+                settle(f(&r, Key::new(db, &name)))
+            }),
         }
     }
 
@@ -224,20 +275,25 @@ impl Session {
     ) -> Action {
         let db = self.db;
         let shards = self.server.shards.clone();
+        let server = self.server.clone();
         let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
         if ids.windows(2).all(|w| w[0] == w[1]) {
             let shard = ids.first().copied().unwrap_or(0);
             return Action::Read {
                 shard,
                 f: Box::new(move |r| {
+                    let r = Counted {
+                        inner: r,
+                        stats: &server.stats,
+                    };
                     let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
-                    let readers: Vec<&dyn KvRead> = ks.iter().map(|_| r).collect();
+                    let readers: Vec<&dyn KvRead> = ks.iter().map(|_| &r as &dyn KvRead).collect();
                     settle(f(&readers, &ks))
                 }),
             };
         }
         Action::Job(Box::pin(async move {
-            match on_views(&shards, db, &keys, |r, ks| settle(f(r, ks))).await {
+            match on_views(&server, db, &keys, |r, ks| settle(f(r, ks))).await {
                 Ok(r) => r.unwrap_or_else(Reply::err),
                 Err(r) => r,
             }

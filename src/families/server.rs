@@ -551,6 +551,10 @@ pub fn config(s: &mut Session, a: Args) -> Action {
             ] {
                 c.store(0, Relaxed);
             }
+            for sh in s.server.shards.shards() {
+                sh.stats.hits.store(0, Relaxed);
+                sh.stats.misses.store(0, Relaxed);
+            }
             Reply::Ok.into()
         }
         "rewrite" if a.len() == 2 => {

@@ -153,6 +153,10 @@ pub fn set(s: &mut Session, a: Args) -> Action {
     }
     s.write(a.get(1), move |w, k| {
         let old = keyspace::lookup_for_write(w, k)?;
+        if opts.get {
+            // SET ... GET reads the old value: Redis counts the lookup.
+            w.note_lookup(old.is_some());
+        }
         let old_value = match (&old, opts.get) {
             (Some(m), true) if m.ktype != KeyType::String => return Err(wrongtype()),
             (Some(m), true) => Reply::bulk_copy(string_bytes(m)),
@@ -170,6 +174,15 @@ pub fn set(s: &mut Session, a: Args) -> Action {
         keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), expire))?;
         Ok(old_value)
     })
+}
+
+/// A string about to be written by a command that also returns it
+/// (GETSET, GETDEL, GETEX): Redis looks these up as reads, so the lookup
+/// counts in INFO's keyspace hits and misses.
+fn read_for_write(w: &mut WriteCtx, k: Key) -> Result<Option<Meta>, Fail> {
+    let old = string_for_write(w, k)?;
+    w.note_lookup(old.is_some());
+    Ok(old)
 }
 
 /// Writes a plain string value, replacing whatever the key held.
@@ -216,7 +229,7 @@ pub fn psetex(s: &mut Session, a: Args) -> Action {
 pub fn getset(s: &mut Session, a: Args) -> Action {
     let value = a.get(2).clone();
     s.write(a.get(1), move |w, k| {
-        let old = string_for_write(w, k)?;
+        let old = read_for_write(w, k)?;
         let reply = old
             .as_ref()
             .map_or(Reply::Nil, |m| Reply::bulk_copy(string_bytes(m)));
@@ -228,7 +241,7 @@ pub fn getset(s: &mut Session, a: Args) -> Action {
 /// GETDEL key
 pub fn getdel(s: &mut Session, a: Args) -> Action {
     s.write(a.get(1), |w, k| {
-        let Some(old) = string_for_write(w, k)? else {
+        let Some(old) = read_for_write(w, k)? else {
             return Ok(Reply::Nil);
         };
         keyspace::delete(w, k, &old)?;
@@ -243,7 +256,7 @@ pub fn getex(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     s.write(a.get(1), move |w, k| {
-        let Some(old) = string_for_write(w, k)? else {
+        let Some(old) = read_for_write(w, k)? else {
             return Ok(Reply::Nil);
         };
         let reply = Reply::bulk_copy(string_bytes(&old));

@@ -248,6 +248,10 @@ impl ShardActor {
 
     /// Wakes clients blocked on keys that gained elements (after commit).
     fn wake(&self, w: Wakeups) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let (hits, misses) = w.lookups;
+        self.shared.stats.hits.fetch_add(hits, Relaxed);
+        self.shared.stats.misses.fetch_add(misses, Relaxed);
         let blocked = &self.shared.blocked;
         for (db, key) in w.signals {
             blocked.signal(db, &key);

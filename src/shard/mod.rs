@@ -65,6 +65,11 @@ pub struct ShardStats {
     pub coordinated: AtomicU64,
     /// Unix time (s) of the last durable commit: cairn's LASTSAVE.
     pub last_durable: AtomicU64,
+    /// Read-like key lookups inside writes that found a key (GETDEL,
+    /// SINTERSTORE's sources...): part of INFO's keyspace_hits.
+    pub hits: AtomicU64,
+    /// ... and that found none: part of keyspace_misses.
+    pub misses: AtomicU64,
 }
 
 impl ShardStats {

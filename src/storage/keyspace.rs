@@ -36,8 +36,17 @@ impl<'a> Key<'a> {
     }
 }
 
-/// The live metadata of a key: `None` if absent or expired.
+/// The live metadata of a key: `None` if absent or expired. Counts as a
+/// read in INFO's keyspace hits / misses.
 pub fn lookup(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
+    let meta = peek(r, key)?;
+    r.note_lookup(meta.is_some());
+    Ok(meta)
+}
+
+/// Like [`lookup`], but not counted: for commands Redis does not count as
+/// reads (RENAME, MOVE...).
+pub fn peek(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
     let Some(raw) = r.get(Table::Meta, &key.meta_key())? else {
         return Ok(None);
     };
@@ -48,10 +57,12 @@ pub fn lookup(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
 /// Type and expiry of a live key without decoding its value.
 pub fn lookup_header(r: &dyn KvRead, key: Key) -> Result<Option<(KeyType, u64)>, StoreError> {
     let Some(raw) = r.get(Table::Meta, &key.meta_key())? else {
+        r.note_lookup(false);
         return Ok(None);
     };
     let (t, expire) = Meta::peek_header(&raw)?;
     let expired = expire != 0 && expire <= r.now_ms();
+    r.note_lookup(!expired);
     Ok((!expired).then_some((t, expire)))
 }
 

@@ -106,6 +106,9 @@ pub trait KvRead {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
+    /// A read command looked a key up and found it (`hit`) or not: INFO's
+    /// keyspace_hits / keyspace_misses. Only readers that count do anything.
+    fn note_lookup(&self, _hit: bool) {}
 }
 
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
@@ -302,6 +305,8 @@ pub struct Wakeups {
     pub broadcasts: Vec<(u8, Vec<u8>)>,
     /// Databases whose every waiter is woken.
     pub flushed: Vec<u8>,
+    /// Read-like key lookups (hits, misses) for INFO.
+    pub lookups: (u64, u64),
 }
 
 /// `meta` rows are written back: a batch that touches one key many times
@@ -320,6 +325,9 @@ pub struct WriteCtx<'t> {
     pub broadcasts: Vec<(u8, Vec<u8>)>,
     /// Databases emptied (FLUSHDB, FLUSHALL): every waiter there looks again.
     pub flushed: Vec<u8>,
+    /// Key lookups of read-like steps in writes (hits, misses): see
+    /// `KvRead::note_lookup`; the shard adds them to its INFO counters.
+    pub lookups: std::cell::Cell<(u64, u64)>,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
 }
@@ -345,6 +353,7 @@ impl<'t> WriteCtx<'t> {
             signals: Vec::new(),
             broadcasts: Vec::new(),
             flushed: Vec::new(),
+            lookups: Default::default(),
             state,
         })
     }
@@ -357,9 +366,11 @@ impl<'t> WriteCtx<'t> {
         &mut self.tables[t as usize]
     }
 
-    /// Takes the keys to wake once this transaction has committed.
+    /// Takes the keys to wake once this transaction has committed, and the
+    /// lookup counts of its read-like steps.
     pub fn take_wakeups(&mut self) -> Wakeups {
         Wakeups {
+            lookups: self.lookups.take(),
             signals: std::mem::take(&mut self.signals),
             broadcasts: std::mem::take(&mut self.broadcasts),
             flushed: std::mem::take(&mut self.flushed),
@@ -538,6 +549,11 @@ impl KvRead for WriteCtx<'_> {
             }
         }
         Ok(())
+    }
+
+    fn note_lookup(&self, hit: bool) {
+        let (h, m) = self.lookups.get();
+        self.lookups.set(if hit { (h + 1, m) } else { (h, m + 1) });
     }
 }
 

@@ -222,12 +222,13 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
+    let server = s.server.clone();
     let shards = s.server.shards.clone();
     let (db, resp3) = (s.db, s.resp3);
     let blocks = args.block.is_some();
     let job = async move {
         let guard = args.block.map(|_| shards.blocked.register(db, &args.keys));
-        let first = on_views(&shards, db, &args.keys, |r, ks| -> Result<_, Fail> {
+        let first = on_views(&server, db, &args.keys, |r, ks| -> Result<_, Fail> {
             let after = resolve_ids(r, ks, &args.ids)?;
             let served = read_after(r, ks, &args.keys, &after, args.count)?;
             Ok((after, served))
@@ -250,7 +251,7 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
             if !wait(&guard.waiter.notify, deadline).await {
                 return Reply::NilArray;
             }
-            let again = on_views(&shards, db, &args.keys, |r, ks| {
+            let again = on_views(&server, db, &args.keys, |r, ks| {
                 // Once blocked, a key of another type is just not ready.
                 let mut served = Vec::new();
                 for i in 0..ks.len() {
