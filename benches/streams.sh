@@ -3,7 +3,8 @@
 # redis-benchmark custom commands (issue 4's benchmark):
 #   XADD at pipeline 16, and XRANGE of a 100-entry stream at pipeline 16.
 # Usage: benches/streams.sh            (builds nothing: run `cargo build --release` first)
-# Knobs: N (requests per run, default 200000), REPS (best of, default 3), CLIENTS (50).
+# Knobs: N (requests per run, default 200000), REPS (best of, default 3), CLIENTS (50),
+#        CAIRN_BIN (the binary to measure, default target/release/cairn).
 set -euo pipefail
 N=${N:-200000}
 REPS=${REPS:-3}
@@ -21,7 +22,7 @@ trap cleanup EXIT
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --save "" \
   --appendonly yes --appendfsync everysec --daemonize yes --logfile "$WORK/redis.log"
 mkdir -p "$WORK/cairn"
-"$ROOT/target/release/cairn" --port "$CAIRN_PORT" --dir "$WORK/cairn" --durability everysec \
+"${CAIRN_BIN:-$ROOT/target/release/cairn}" --port "$CAIRN_PORT" --dir "$WORK/cairn" --durability everysec \
   >"$WORK/cairn.log" 2>&1 &
 CAIRN_PID=$!
 for p in "$REDIS_PORT" "$CAIRN_PORT"; do

@@ -53,7 +53,7 @@ pub type Fields = Vec<(Bytes, Bytes)>;
 pub type Entry = (StreamId, Fields);
 
 /// The stream-wide counters kept in the key's metadata row.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
     /// The last id ever added (or set by XSETID).
     pub last_id: StreamId,
@@ -65,16 +65,25 @@ pub struct Counters {
     pub groups: u64,
     /// Number of nodes.
     pub nodes: u64,
+    /// The last node (master id and counts). It lives here, in the
+    /// metadata row every XADD rewrites anyway, rather than in a row of its
+    /// own: appending then costs no node lookup or write. Earlier nodes
+    /// have rows.
+    pub tail: Option<(StreamId, Node)>,
 }
 
 impl Counters {
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(56);
+        let mut out = Vec::with_capacity(96);
         out.extend_from_slice(&self.last_id.to_bytes());
         out.extend_from_slice(&self.max_deleted.to_bytes());
         out.extend_from_slice(&self.entries_added.to_be_bytes());
         out.extend_from_slice(&self.groups.to_be_bytes());
         out.extend_from_slice(&self.nodes.to_be_bytes());
+        if let Some((master, node)) = &self.tail {
+            out.extend_from_slice(&master.to_bytes());
+            out.extend_from_slice(&node.encode());
+        }
         out
     }
 
@@ -88,6 +97,8 @@ impl Counters {
             entries_added: u64_at(b, 32),
             groups: u64_at(b, 40),
             nodes: u64_at(b, 48),
+            tail: (b.len() >= 96)
+                .then(|| (StreamId::from_bytes(&b[56..72]), Node::decode(&b[72..96]))),
         }
     }
 }
@@ -418,31 +429,48 @@ impl Stream {
             out.push((StreamId::from_bytes(&k[n..]), Node::decode(v)));
             limit == 0 || out.len() < limit
         })?;
+        if limit == 0 || out.len() < limit {
+            out.extend(self.c.tail);
+        }
         Ok(out)
     }
 
-    fn last_node(&self, r: &dyn KvRead) -> Result<Option<(StreamId, Node)>, StoreError> {
-        let from = self.row(&[&[AUX, NODE]]);
-        let to = self.row(&[&[AUX, NODE + 1]]);
-        let n = from.len();
-        let mut out = None;
-        r.scan(Table::Sub, &from, Some(&to), true, &mut |k, v| {
-            out = Some((StreamId::from_bytes(&k[n..]), Node::decode(v)));
-            false
-        })?;
-        Ok(out)
+    fn is_tail(&self, master: StreamId) -> bool {
+        self.c.tail.is_some_and(|(m, _)| m == master)
     }
 
-    fn put_node(&self, w: &mut WriteCtx, master: StreamId, node: &Node) -> Result<(), StoreError> {
-        w.put(
-            Table::Sub,
-            &self.row(&[&[AUX, NODE], &master.to_bytes()]),
-            &node.encode(),
-        )
+    fn node_row(&self, master: StreamId) -> Vec<u8> {
+        self.row(&[&[AUX, NODE], &master.to_bytes()])
+    }
+
+    /// A node's counts (the tail's from the metadata).
+    fn node(&self, r: &dyn KvRead, master: StreamId) -> Result<Option<Node>, StoreError> {
+        if self.is_tail(master) {
+            return Ok(self.c.tail.map(|(_, n)| n));
+        }
+        Ok(r.get(Table::Sub, &self.node_row(master))?
+            .map(|v| Node::decode(&v)))
+    }
+
+    fn put_node(
+        &mut self,
+        w: &mut WriteCtx,
+        master: StreamId,
+        node: &Node,
+    ) -> Result<(), StoreError> {
+        if self.is_tail(master) {
+            self.c.tail = Some((master, *node));
+            return Ok(());
+        }
+        w.put(Table::Sub, &self.node_row(master), &node.encode())
     }
 
     fn del_node(&mut self, w: &mut WriteCtx, master: StreamId) -> Result<(), StoreError> {
-        w.del(Table::Sub, &self.row(&[&[AUX, NODE], &master.to_bytes()]))?;
+        if self.is_tail(master) {
+            self.c.tail = None;
+        } else {
+            w.del(Table::Sub, &self.node_row(master))?;
+        }
         self.c.nodes -= 1;
         Ok(())
     }
@@ -455,13 +483,17 @@ impl Stream {
         fields: &[(Bytes, Bytes)],
     ) -> Result<(), StoreError> {
         let payload: u64 = fields.iter().map(|(f, v)| (f.len() + v.len()) as u64).sum();
-        let (master, mut node) = match self.last_node(w)? {
+        let (master, mut node) = match self.c.tail {
             Some((m, n))
                 if n.bytes + payload < NODE_MAX_BYTES && n.live + n.dead < NODE_MAX_ENTRIES =>
             {
                 (m, n)
             }
-            _ => {
+            full => {
+                // The full tail gets a row of its own; the new node is the tail.
+                if let Some((m, n)) = full {
+                    w.put(Table::Sub, &self.node_row(m), &n.encode())?;
+                }
                 self.c.nodes += 1;
                 // Listpack header, counters and the master entry's fields.
                 let master_fields: u64 = fields.iter().map(|(f, _)| lp_str(f.len())).sum();
@@ -470,6 +502,7 @@ impl Stream {
                     dead: 0,
                     bytes: 7 + 8 + master_fields,
                 };
+                self.c.tail = Some((id, node));
                 (id, node)
             }
         };
@@ -495,9 +528,7 @@ impl Stream {
         };
         w.del(Table::Sub, &key)?;
         let master = StreamId::from_bytes(&raw[..16]);
-        let node_key = self.row(&[&[AUX, NODE], &master.to_bytes()]);
-        if let Some(n) = w.get(Table::Sub, &node_key)? {
-            let mut node = Node::decode(&n);
+        if let Some(mut node) = self.node(w, master)? {
             node.live -= 1;
             node.dead += 1;
             if node.live == 0 {
