@@ -44,6 +44,33 @@ pub enum Reply {
     Encoded(Bytes),
 }
 
+/// Writes nested arrays of bulk strings straight into bytes (the same in
+/// RESP2 and RESP3), for replies built from many stored rows.
+#[derive(Default)]
+pub struct Encoder {
+    buf: BytesMut,
+}
+
+impl Encoder {
+    /// An array header of `len` elements.
+    pub fn array(&mut self, len: usize) {
+        header(&mut self.buf, b'*', len);
+    }
+
+    /// A bulk string.
+    pub fn bulk(&mut self, b: &[u8]) {
+        bulk(&mut self.buf, b);
+    }
+
+    /// The bytes written so far as one array of `len` elements.
+    pub fn into_array(self, len: usize) -> Reply {
+        let mut out = BytesMut::with_capacity(self.buf.len() + 16);
+        header(&mut out, b'*', len);
+        out.put_slice(&self.buf);
+        Reply::Encoded(out.freeze())
+    }
+}
+
 /// Builds a [`Reply::Encoded`] array of `len` bulk strings.
 pub struct BulkArray {
     buf: BytesMut,

@@ -263,7 +263,7 @@ fn range_generic(s: &mut Session, a: Args, rev: bool) -> Action {
             return Ok(Reply::NilArray);
         }
         let n = if count < 0 { 0 } else { count as usize };
-        Ok(entries_reply(st.range(r, start, end, rev, n)?))
+        Ok(st.range_reply(r, start, end, rev, n)?.1)
     })
 }
 

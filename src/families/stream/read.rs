@@ -169,9 +169,9 @@ fn read_after(
         let Some(start) = after[i].incr() else {
             continue;
         };
-        let entries = st.range(r[i], start, StreamId::MAX, false, count)?;
-        if !entries.is_empty() {
-            served.push((keys[i].clone(), entries_reply(entries)));
+        let (n, entries) = st.range_reply(r[i], start, StreamId::MAX, false, count)?;
+        if n > 0 {
+            served.push((keys[i].clone(), entries));
         }
     }
     Ok(served)

@@ -406,6 +406,48 @@ impl Stream {
         Ok(out)
     }
 
+    /// Like [`Stream::range`], but the entries go straight into an encoded
+    /// reply (`[[id, [field, value...]]...]`) without decoding them into
+    /// values first; also returns how many there were.
+    pub fn range_reply(
+        &self,
+        r: &dyn KvRead,
+        start: StreamId,
+        end: StreamId,
+        rev: bool,
+        count: usize,
+    ) -> Result<(usize, crate::protocol::Reply), StoreError> {
+        let mut enc = crate::protocol::reply::Encoder::default();
+        let mut n = 0;
+        if start <= end {
+            let from = self.entry_key(start);
+            let to = match end.incr() {
+                Some(e) => self.entry_key(e),
+                None => self.row(&[&[ENTRY + 1]]),
+            };
+            let at = self.prefix.len() + 1;
+            let mut id_text = String::new();
+            r.scan(Table::Sub, &from, Some(&to), rev, &mut |k, v| {
+                use std::fmt::Write;
+                enc.array(2);
+                id_text.clear();
+                let _ = write!(id_text, "{}", StreamId::from_bytes(&k[at..]));
+                enc.bulk(id_text.as_bytes());
+                let pairs = u32::from_be_bytes(v[16..20].try_into().unwrap()) as usize;
+                enc.array(pairs * 2);
+                let mut p = 20;
+                for _ in 0..pairs * 2 {
+                    let len = u32::from_be_bytes(v[p..p + 4].try_into().unwrap()) as usize;
+                    enc.bulk(&v[p + 4..p + 4 + len]);
+                    p += 4 + len;
+                }
+                n += 1;
+                count == 0 || n < count
+            })?;
+        }
+        Ok((n, enc.into_array(n)))
+    }
+
     /// The first or last entry's id.
     pub fn edge_id(&self, r: &dyn KvRead, last: bool) -> Result<Option<StreamId>, StoreError> {
         let from = self.row(&[&[ENTRY]]);
