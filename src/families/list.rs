@@ -324,17 +324,18 @@ pub fn lrange(s: &mut Session, a: Args) -> Action {
             return Ok(Reply::Array(Vec::new()));
         };
         // Rows go straight into the encoded reply (LRANGE is the hot read).
-        let n = (e - s + 1) as usize;
-        let mut out = crate::protocol::reply::BulkArray::new(n, 16);
+        let mut out = crate::protocol::reply::Encoder::default();
+        let mut n = 0;
         let (from, to) = (
             elem_key(&l.prefix, l.head + s),
             elem_key(&l.prefix, l.head + e + 1),
         );
         r.scan(Table::Sub, &from, Some(&to), false, &mut |_, v| {
-            out.push(v);
+            out.bulk(v);
+            n += 1;
             true
         })?;
-        Ok(out.finish())
+        Ok(out.into_array(n))
     })
 }
 

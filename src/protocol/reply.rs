@@ -38,9 +38,9 @@ pub enum Reply {
     Bool(bool),
     /// A verbatim text string such as INFO's (RESP2: bulk string).
     Verbatim(String),
-    /// An array of bulk strings already encoded (the bytes are the same in
-    /// RESP2 and RESP3), built by [`BulkArray`] straight from stored rows
-    /// so a long range costs one buffer, not one allocation per element.
+    /// Nested arrays of bulk strings already encoded (the bytes are the
+    /// same in RESP2 and RESP3), built by [`Encoder`] straight from stored
+    /// rows so a long range costs one buffer, not allocations per element.
     Encoded(Bytes),
 }
 
@@ -68,34 +68,6 @@ impl Encoder {
         header(&mut out, b'*', len);
         out.put_slice(&self.buf);
         Reply::Encoded(out.freeze())
-    }
-}
-
-/// Builds a [`Reply::Encoded`] array of `len` bulk strings.
-pub struct BulkArray {
-    buf: BytesMut,
-    left: usize,
-}
-
-impl BulkArray {
-    /// An array that will hold exactly `len` elements of about `each` bytes.
-    pub fn new(len: usize, each: usize) -> BulkArray {
-        let mut buf = BytesMut::with_capacity(16 + len * (each + 16));
-        header(&mut buf, b'*', len);
-        BulkArray { buf, left: len }
-    }
-
-    /// Appends the next element.
-    pub fn push(&mut self, b: &[u8]) {
-        debug_assert!(self.left > 0, "more elements than announced");
-        self.left -= 1;
-        bulk(&mut self.buf, b);
-    }
-
-    /// The reply; every announced element must have been pushed.
-    pub fn finish(self) -> Reply {
-        assert_eq!(self.left, 0, "fewer elements than announced");
-        Reply::Encoded(self.buf.freeze())
     }
 }
 
