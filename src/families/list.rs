@@ -485,7 +485,6 @@ pub fn lpos(s: &mut Session, a: Args) -> Action {
         if is(&rest[i], "rank") && more {
             match args::int(&rest[i + 1]) {
                 Ok(0) => return Reply::err("RANK can't be zero: use 1 to start from the first match, 2 from the second ... or use negative to start from the end of the list").into(),
-                Ok(i64::MIN) => return Reply::err("value is out of range, value must between -9223372036854775807 and 9223372036854775807").into(),
                 Ok(r) => rank = r,
                 Err(r) => return r.into(),
             }
@@ -521,10 +520,18 @@ pub fn lpos(s: &mut Session, a: Args) -> Action {
         }
         let want = match count {
             Some(0) => u64::MAX,
+            // Redis 7.0 negates RANK -9223372036854775808 into itself: it
+            // scans from the tail, every match qualifies, and the COUNT
+            // test (which overflows) never stops the scan.
+            Some(_) if rank == i64::MIN => u64::MAX,
             Some(c) => c,
             None => 1,
         };
-        let mut skip = rank.unsigned_abs() - 1;
+        let mut skip = if rank == i64::MIN {
+            0
+        } else {
+            rank.unsigned_abs() - 1
+        };
         let mut found = Vec::new();
         let mut checked = 0u64;
         let reverse = rank < 0;
@@ -616,6 +623,14 @@ pub fn lmove_action(
                     let Some(mut from) = ListEdit::load(w, ks)? else {
                         return Ok(Reply::Nil);
                     };
+                    if src == dst {
+                        // A rotation: the list never empties in between, so
+                        // the key (and its expiry) stays.
+                        let v = from.pop(w, from_left)?.unwrap_or_default();
+                        push_side(&mut from, w, to_left, &v)?;
+                        from.save(w, ks)?;
+                        return Ok(Reply::bulk(v));
+                    }
                     // The destination's type is checked before anything moves.
                     ListEdit::load(w, kd)?;
                     let v = from.pop(w, from_left)?.unwrap_or_default();
