@@ -946,18 +946,31 @@ enum Aggregate {
 }
 
 fn aggregate(agg: Aggregate, a: f64, b: f64) -> f64 {
+    // As Redis: comparisons keep `a` on NaN and on -0 vs 0.
     match agg {
         Aggregate::Sum => {
             let s = a + b;
-            // inf + -inf: Redis takes 0.
+            // inf + -inf (or a NaN weighted score): Redis takes 0.
             if s.is_nan() {
                 0.0
             } else {
                 s
             }
         }
-        Aggregate::Min => a.min(b),
-        Aggregate::Max => a.max(b),
+        Aggregate::Min => {
+            if b < a {
+                b
+            } else {
+                a
+            }
+        }
+        Aggregate::Max => {
+            if b > a {
+                b
+            } else {
+                a
+            }
+        }
     }
 }
 
@@ -1059,6 +1072,15 @@ fn combine(
         }
     };
     let mut result: HashMap<Vec<u8>, f64> = HashMap::new();
+    // Redis combines the inputs smallest first (with their weights): the
+    // order sums are taken in shows in the last bits of float scores.
+    let mut sized: Vec<(Option<Vec<Entry>>, f64)> =
+        inputs.into_iter().zip(weights.iter().copied()).collect();
+    if op != SetOp::Diff {
+        sized.sort_by_key(|(input, _)| input.as_ref().map_or(0, Vec::len));
+    }
+    let (inputs, weights): (Vec<_>, Vec<f64>) = sized.into_iter().unzip();
+    let weights = &weights[..];
     match op {
         SetOp::Union => {
             for (input, &w) in inputs.into_iter().zip(weights) {
@@ -1080,9 +1102,11 @@ fn combine(
                 for (input, &w) in iter {
                     let other: HashMap<Vec<u8>, f64> =
                         input.unwrap_or_default().into_iter().collect();
+                    // Redis zeroes a NaN weighted score only for the first
+                    // input; later ones go to the aggregate as they are.
                     result.retain(|m, cur| match other.get(m) {
                         Some(&s) => {
-                            *cur = aggregate(agg, *cur, weighted(s, w));
+                            *cur = aggregate(agg, *cur, s * w);
                             true
                         }
                         None => false,
@@ -1103,7 +1127,12 @@ fn combine(
         }
     }
     let mut out: Vec<Entry> = result.into_iter().collect();
-    out.sort_by(|a, b| a.1.total_cmp(&b.1).then_with(|| a.0.cmp(&b.0)));
+    // -0 and 0 are the same score (ties go by member), as in Redis.
+    out.sort_by(|a, b| {
+        a.1.partial_cmp(&b.1)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| a.0.cmp(&b.0))
+    });
     out
 }
 
@@ -1196,10 +1225,8 @@ pub fn zintercard(s: &mut Session, a: Args) -> Action {
     if numkeys > a.len() - 2 {
         return error(SYNTAX).into();
     }
-    let limit = match super::collection::parse_card_limit(&a, 2 + numkeys) {
-        Ok(l) => l,
-        Err(r) => return r.into(),
-    };
+    // Redis checks the keys' types before it parses LIMIT.
+    let limit = super::collection::parse_card_limit(&a, 2 + numkeys);
     let keys = a.all()[2..2 + numkeys].to_vec();
     s.read_many(keys, move |readers, keys| {
         let inputs = readers
@@ -1207,6 +1234,7 @@ pub fn zintercard(s: &mut Session, a: Args) -> Action {
             .zip(keys)
             .map(|(r, k)| load_scored(*r, *k))
             .collect::<Result<Vec<_>, Fail>>()?;
+        let limit = limit?;
         let weights = vec![1.0; inputs.len()];
         let n = combine(SetOp::Inter, inputs, &weights, Aggregate::Sum).len();
         Ok(Reply::Int(if limit > 0 { n.min(limit) } else { n } as i64))
