@@ -99,6 +99,11 @@ pub fn bitcount(s: &mut Session, a: Args) -> Action {
             2 => (None, false),
             4 | 5 => {
                 let (st, en) = (a.int(2)?, a.int(3)?);
+                // Redis answers an empty negative range before it looks at
+                // the unit.
+                if st < 0 && en < 0 && st > en {
+                    return Ok(Reply::Int(0));
+                }
                 (Some((st, en)), unit_is_bit(a.all().get(4))?)
             }
             _ => return Err(error(SYNTAX).into()),
@@ -130,9 +135,10 @@ pub fn bitpos(s: &mut Session, a: Args) -> Action {
         if a.len() > 6 {
             return Err(error(SYNTAX).into());
         }
+        // Redis's order: start, then the unit, then end.
         let start = a.all().get(3).map(|x| args::int(x)).transpose()?;
-        let end = a.all().get(4).map(|x| args::int(x)).transpose()?;
         let bit_unit = unit_is_bit(a.all().get(5))?;
+        let end = a.all().get(4).map(|x| args::int(x)).transpose()?;
         Ok(Reply::Int(bits::bitpos(&v, bit, start, end, bit_unit)))
     })
 }

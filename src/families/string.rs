@@ -251,14 +251,18 @@ pub fn getdel(s: &mut Session, a: Args) -> Action {
 
 /// GETEX key [EX|PX|EXAT|PXAT|PERSIST]
 pub fn getex(s: &mut Session, a: Args) -> Action {
+    // Redis reports a bad expire value only after the key lookup and type
+    // check; a syntax error comes first.
     let opts = match parse_opts(&a, 2, OptsFor::GetEx, "getex") {
-        Ok(o) => o,
-        Err(r) => return r.into(),
+        Ok(o) => Ok(o),
+        Err(r) if r == error(SYNTAX) => return r.into(),
+        Err(r) => Err(r),
     };
     s.write(a.get(1), move |w, k| {
         let Some(old) = read_for_write(w, k)? else {
             return Ok(Reply::Nil);
         };
+        let opts = opts?;
         let reply = Reply::bulk_copy(string_bytes(&old));
         let expire = match opts.expire {
             ExpireOpt::At(t) => t,
@@ -566,32 +570,36 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
 
 /// LCS key1 key2 [LEN] [IDX] [MINMATCHLEN len] [WITHMATCHLEN]
 pub fn lcs(s: &mut Session, a: Args) -> Action {
-    let (mut want_len, mut want_idx, mut with_len, mut min_len) = (false, false, false, 0i64);
-    let rest = a.from(3);
-    let mut i = 0;
-    while i < rest.len() {
-        let o = &rest[i][..];
-        if is(o, "idx") {
-            want_idx = true;
-        } else if is(o, "len") {
-            want_len = true;
-        } else if is(o, "withmatchlen") {
-            with_len = true;
-        } else if is(o, "minmatchlen") && i + 1 < rest.len() {
-            match args::int(&rest[i + 1]) {
-                Ok(n) => min_len = n.max(0),
-                Err(r) => return r.into(),
+    // Redis checks the keys' types before it parses the options.
+    let keys = vec![a.get(1).clone(), a.get(2).clone()];
+    let parse = move || -> Result<(bool, bool, bool, i64), Reply> {
+        let (mut want_len, mut want_idx, mut with_len, mut min_len) = (false, false, false, 0i64);
+        let rest = a.from(3);
+        let mut i = 0;
+        while i < rest.len() {
+            let o = &rest[i][..];
+            if is(o, "idx") {
+                want_idx = true;
+            } else if is(o, "len") {
+                want_len = true;
+            } else if is(o, "withmatchlen") {
+                with_len = true;
+            } else if is(o, "minmatchlen") && i + 1 < rest.len() {
+                min_len = args::int(&rest[i + 1])?.max(0);
+                i += 1;
+            } else {
+                return Err(error(SYNTAX));
             }
             i += 1;
-        } else {
-            return error(SYNTAX).into();
         }
-        i += 1;
-    }
-    if want_len && want_idx {
-        return Reply::err("If you want both the length and indexes, please just use IDX.").into();
-    }
-    s.read_many(vec![a.get(1).clone(), a.get(2).clone()], move |r, k| {
+        if want_len && want_idx {
+            return Err(Reply::err(
+                "If you want both the length and indexes, please just use IDX.",
+            ));
+        }
+        Ok((want_len, want_idx, with_len, min_len))
+    };
+    s.read_many(keys, move |r, k| {
         let sa = read_string(r[0], k[0]);
         let sb = read_string(r[1], k[1]);
         let (sa, sb) = match (sa, sb) {
@@ -601,6 +609,7 @@ pub fn lcs(s: &mut Session, a: Args) -> Action {
                 return Ok(Reply::err("The specified keys must contain string values"));
             }
         };
+        let (want_len, want_idx, with_len, min_len) = parse()?;
         let result = lcs_algo::lcs(&sa, &sb);
         if want_len {
             return Ok(Reply::Int(result.len as i64));
