@@ -210,8 +210,19 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
     if sub == "help" {
         return help_reply(XGROUP_HELP).into();
     }
-    // CREATE's options are parsed before the key is looked at.
+    // CREATE's options and SETID's ENTRIESREAD are parsed before the key
+    // is looked at.
     let (mut mkstream, mut entries_read) = (false, ENTRIES_READ_UNKNOWN);
+    if sub == "setid" {
+        match a.len() {
+            5 => {}
+            7 if is(a.get(5), "entriesread") => match parse_entries_read(a.get(6)) {
+                Ok(n) => entries_read = n,
+                Err(r) => return r.into(),
+            },
+            _ => return subcommand_syntax(&a).into(),
+        }
+    }
     if sub == "create" {
         let mut i = 5;
         while i < a.len() {
@@ -279,9 +290,6 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 Ok(Reply::Ok)
             }
             "setid" => {
-                if a2.len() != 5 && a2.len() != 7 {
-                    return Ok(subcommand_syntax(&a2));
-                }
                 let st = st.as_mut().expect("checked above");
                 let id_arg = a2.get(4);
                 let id = if &id_arg[..] == b"$" {
@@ -289,16 +297,9 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 } else {
                     id::parse(id_arg, 0)?
                 };
-                let mut read = ENTRIES_READ_UNKNOWN;
-                if a2.len() == 7 {
-                    if !is(a2.get(5), "entriesread") {
-                        return Ok(subcommand_syntax(&a2));
-                    }
-                    read = parse_entries_read(a2.get(6))?;
-                }
                 let mut g = existing.expect("checked above");
                 g.g.last_id = id;
-                g.g.entries_read = read;
+                g.g.entries_read = entries_read;
                 st.write_group(w, &group, &g.g)?;
                 Ok(Reply::Ok)
             }

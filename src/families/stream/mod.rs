@@ -337,11 +337,6 @@ pub fn xsetid(s: &mut Session, a: Args) -> Action {
         let Some(mut st) = store::load_for_write(w, k)? else {
             return Ok(Reply::err("no such key"));
         };
-        if id < st.c.max_deleted {
-            return Ok(Reply::err(
-                "The ID specified in XSETID is smaller than current max_deleted_entry_id",
-            ));
-        }
         if st.len > 0 {
             let top = st.edge_id(w, true)?.unwrap_or_default();
             if id < top {
