@@ -214,13 +214,17 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
     // is looked at.
     let (mut mkstream, mut entries_read) = (false, ENTRIES_READ_UNKNOWN);
     if sub == "setid" {
-        match a.len() {
-            5 => {}
-            7 if is(a.get(5), "entriesread") => match parse_entries_read(a.get(6)) {
-                Ok(n) => entries_read = n,
-                Err(r) => return r.into(),
-            },
-            _ => return subcommand_syntax(&a).into(),
+        let mut i = 5;
+        while i < a.len() {
+            if is(a.get(i), "entriesread") && i + 1 < a.len() {
+                match parse_entries_read(a.get(i + 1)) {
+                    Ok(n) => entries_read = n,
+                    Err(r) => return r.into(),
+                }
+                i += 2;
+            } else {
+                return subcommand_syntax(&a).into();
+            }
         }
     }
     if sub == "create" {
@@ -290,6 +294,10 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 Ok(Reply::Ok)
             }
             "setid" => {
+                // Only now does Redis mind a repeated ENTRIESREAD.
+                if a2.len() != 5 && a2.len() != 7 {
+                    return Ok(subcommand_syntax(&a2));
+                }
                 let st = st.as_mut().expect("checked above");
                 let id_arg = a2.get(4);
                 let id = if &id_arg[..] == b"$" {

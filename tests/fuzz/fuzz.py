@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Differential fuzzer: cairn against redis-server 7.0.15, reply by reply.
+
+Random command sequences over a tiny keyspace run on both servers; the first
+reply that differs is shrunk to a minimal reproduction and written out as a
+JSON line. See tests/fuzz/README.md. Python 3 standard library only, RESP2.
+"""
+import argparse
+import os
+import json
+import random
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resp import Conn  # noqa: E402
+from gen import Gen, FAMILIES, KEYS  # noqa: E402
+
+CAIRN = int(os.environ.get("CAIRN_PORT", 7411))
+REDIS = int(os.environ.get("REDIS_PORT", 7412))
+
+
+# ---------------------------------------------------------------- normalisation
+def bulk_sort_key(v):
+    return repr(v)
+
+
+def normalize(v, norm):
+    t, x = v
+    if t == "-":
+        return v
+    if norm == "sortlist" and t == "*" and x is not None:
+        return ("*", sorted(x, key=bulk_sort_key))
+    if norm == "sortpairs" and t == "*" and x is not None:
+        pairs = [(x[i], x[i + 1]) for i in range(0, len(x) - 1, 2)]
+        return ("*pairs", sorted(pairs, key=bulk_sort_key), len(x) % 2)
+    if norm in ("scanpairs", "scanset") and t == "*" and x is not None and len(x) == 2:
+        cur, items = x
+        if items[0] == "*" and items[1] is not None:
+            it = items[1]
+            if norm == "scanpairs":
+                it = sorted([(it[i], it[i + 1]) for i in range(0, len(it) - 1, 2)], key=bulk_sort_key)
+            else:
+                it = sorted(it, key=bulk_sort_key)
+            return ("scan", cur, it)
+        return v
+    if norm == "ttl" and t == ":":
+        return (":", "POS" if x >= 0 else x)
+    if norm == "xpending_ext" and t == "*" and x is not None:
+        out = []
+        for e in x:
+            if e[0] == "*" and e[1] is not None and len(e[1]) == 4:
+                e = ("*", [e[1][0], e[1][1], ("IDLE",), e[1][3]])
+            out.append(e)
+        return ("*", out)
+    if norm == "xinfo_consumers" and t == "*" and x is not None:
+        out = []
+        for e in x:
+            if e[0] == "*" and e[1] is not None:
+                items = list(e[1])
+                for i in range(0, len(items) - 1, 2):
+                    if items[i] in (("$", b"idle"), ("$", b"inactive")):
+                        items[i + 1] = ("IDLE",)
+                e = ("*", items)
+            out.append(e)
+        return ("*", out)
+    if norm == "xinfo_stream" and t == "*" and x is not None:
+        items = list(x)
+        out = []
+        for i in range(0, len(items) - 1, 2):
+            if items[i] in (("$", b"radix-tree-keys"), ("$", b"radix-tree-nodes")):
+                continue
+            out += [items[i], items[i + 1]]
+        return ("*", out)
+    return v
+
+
+def kind(v):
+    t, x = v
+    if t == "-":
+        msg = x.decode("latin1")
+        msg = re.sub(r"'[^']*'", "'_'", msg)
+        msg = re.sub(r"\d+", "N", msg)
+        return "ERR[" + msg[:60] + "]"
+    if t == "*" and x is None:
+        return "nil*"
+    if t == "$" and x is None:
+        return "nil$"
+    return t
+
+
+def show(v):
+    """Pretty-print a parsed RESP value in redis-cli-ish compact form."""
+    t, x = v
+    if t == "+":
+        return "+" + x.decode("latin1")
+    if t == "-":
+        return "(error) " + x.decode("latin1")
+    if t == ":":
+        return "(integer) %d" % x
+    if t == "$":
+        return "(nil)" if x is None else json.dumps(x.decode("latin1"))
+    if t == "*":
+        return "(nil array)" if x is None else "[" + ", ".join(show(e) for e in x) + "]"
+    return repr(v)
+
+
+# ---------------------------------------------------------------- runner
+class Runner:
+    def __init__(self):
+        self.c = Conn(CAIRN)
+        self.r = Conn(REDIS)
+        self.ncmds = 0
+
+    def reconnect(self):
+        self.c.close()
+        self.r.close()
+        for _ in range(50):
+            try:
+                self.c = Conn(CAIRN)
+                self.r = Conn(REDIS)
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise SystemExit("cannot reconnect")
+
+    def flush(self):
+        for conn in (self.c, self.r):
+            v, _ = conn.call(["FLUSHALL"])
+            assert v == ("+", b"OK"), v
+
+    def run(self, seq, stop_first=True):
+        """Run seq of (cmd, norm). Return list of diffs (index, cmd, redis, cairn, rawr, rawc)."""
+        try:
+            self.flush()
+        except (OSError, ConnectionError):
+            self.reconnect()
+            self.flush()
+        diffs = []
+        for i, (cmd, norm) in enumerate(seq):
+            self.ncmds += 1
+            try:
+                self.r.send(cmd)
+                self.c.send(cmd)
+                rv, rraw = self.r.read()
+            except (OSError, ConnectionError) as e:
+                raise SystemExit("redis failed: %r" % e)
+            try:
+                cv, craw = self.c.read()
+            except (OSError, ConnectionError) as e:
+                cv, craw = ("CRASH/TIMEOUT", repr(e)), b""
+                diffs.append((i, cmd, rv, cv, rraw, craw))
+                self.reconnect()
+                return diffs
+            if norm == "strict":
+                same = rraw == craw
+            else:
+                same = normalize(rv, norm) == normalize(cv, norm)
+            if not same:
+                diffs.append((i, cmd, rv, cv, rraw, craw))
+                if stop_first:
+                    return diffs
+        return diffs
+
+
+READONLY = set("""GET STRLEN GETRANGE SUBSTR MGET GETBIT BITCOUNT BITPOS LCS EXISTS TYPE TTL PTTL EXPIRETIME
+PEXPIRETIME HGET HMGET HLEN HSTRLEN HEXISTS HKEYS HVALS HGETALL HSCAN LRANGE LINDEX LLEN LPOS SMEMBERS SISMEMBER
+SMISMEMBER SCARD SINTER SINTERCARD SUNION SDIFF SSCAN ZCARD ZSCORE ZMSCORE ZRANGE ZRANGEBYSCORE ZREVRANGEBYSCORE
+ZRANGEBYLEX ZREVRANGEBYLEX ZREVRANGE ZRANK ZREVRANK ZUNION ZINTER ZDIFF ZINTERCARD ZCOUNT ZLEXCOUNT ZSCAN XRANGE
+XREVRANGE XLEN XPENDING XINFO XREAD KEYS DBSIZE""".split())
+
+
+def signature(cmd, rv, cv):
+    name = cmd[0].upper()
+    if name in ("XGROUP", "XINFO") and len(cmd) > 1:
+        name += " " + cmd[1].upper()
+    return "%s | redis=%s | cairn=%s" % (name, kind(rv), kind(cv))
+
+
+def dump_cmds():
+    out = []
+    for k in KEYS:
+        out += [
+            (["TYPE", k], "strict"),
+            (["TTL", k], "ttl"),
+            (["GET", k], "strict"),
+            (["HGETALL", k], "sortpairs"),
+            (["LRANGE", k, "0", "-1"], "strict"),
+            (["SMEMBERS", k], "sortlist"),
+            (["ZRANGE", k, "0", "-1", "WITHSCORES"], "strict"),
+            (["XRANGE", k, "-", "+"], "strict"),
+            (["XINFO", "STREAM", k], "xinfo_stream"),
+            (["XINFO", "GROUPS", k], "strict"),
+        ]
+    out.append((["DBSIZE"], "strict"))
+    return out
+
+
+def gen_round(seed, n):
+    rng = random.Random(seed)
+    fams = rng.sample(FAMILIES, rng.choice([1, 1, 2, 2, 3]))
+    g = Gen(rng, fams)
+    seq = [g.gen() for _ in range(n)]
+    return seq + dump_cmds(), fams
+
+
+# ---------------------------------------------------------------- shrinking
+def shrink(runner, seq, sig):
+    def still(s):
+        ds = runner.run(s, stop_first=False)
+        for d in ds:
+            if signature(d[1], d[2], d[3]) == sig:
+                return d[0]
+        return None
+
+    idx = still(seq)
+    if idx is None:
+        return None
+    seq = seq[:idx + 1]
+    n = 2
+    while len(seq) >= 2:
+        rem = len(seq) - 1
+        chunk = max(1, -(-rem // n))
+        some = False
+        for st in range(0, rem, chunk):
+            cand = seq[:st] + seq[min(st + chunk, rem):]
+            j = still(cand)
+            if j is not None:
+                seq = cand[:j + 1]
+                n = max(n - 1, 2)
+                some = True
+                break
+        if not some:
+            if chunk == 1:
+                break
+            n = min(n * 2, len(seq) - 1)
+    return seq
+
+
+# ---------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1000000)
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--minutes", type=float, default=25)
+    ap.add_argument("--out", default="findings.jsonl")
+    ap.add_argument("--known", default="known.txt", help="signatures to treat as already known")
+    args = ap.parse_args()
+
+    known = {}
+    try:
+        for line in open(args.known):
+            line = line.rstrip("\n")
+            if line:
+                known[line] = 0
+    except FileNotFoundError:
+        pass
+    out = open(args.out, "a")
+    shapes = set()
+    try:
+        for line in open(args.out):
+            r = json.loads(line)
+            if "shape" in r:
+                shapes.add(r["shape"])
+    except FileNotFoundError:
+        pass
+    runner = Runner()
+    t0 = time.time()
+    rounds = 0
+    fuzz_cmds = 0
+    unknown_cmds = set()
+    for rnd in range(args.rounds):
+        if time.time() - t0 > args.minutes * 60:
+            break
+        seed = args.seed * 1000003 + rnd
+        seq, fams = gen_round(seed, args.n)
+        rounds += 1
+        fuzz_cmds_before = runner.ncmds
+        # run; on known error-only differences continue, else stop the round
+        ds = runner.run(seq, stop_first=False)
+        fuzz_cmds += runner.ncmds - fuzz_cmds_before
+        for d in ds:
+            i, cmd, rv, cv, rraw, craw = d
+            if cv[0] == "-" and cv[1].startswith(b"ERR unknown command"):
+                unknown_cmds.add(cmd[0].upper())
+            sig = signature(cmd, rv, cv)
+            both_err = rv[0] == "-" and cv[0] == "-"
+            ro = cmd[0].upper() in READONLY
+            if sig in known:
+                known[sig] += 1
+                if both_err or known[sig] > 20:
+                    if both_err or ro:
+                        continue
+                    break
+            else:
+                known[sig] = 1
+            m = shrink(runner, seq, sig)
+            if m is not None:
+                shape = sig + " || " + ",".join(sorted(set(c[0].upper() for c, _ in m)))
+                if shape in shapes:
+                    if ro:
+                        continue
+                    break
+                shapes.add(shape)
+            if m is None:
+                rec = {"sig": sig, "seed": seed, "flaky": True, "cmd": cmd, "redis": show(rv), "cairn": show(cv)}
+            else:
+                last = runner.run(m, stop_first=False)
+                lastd = [x for x in last if signature(x[1], x[2], x[3]) == sig]
+                ld = lastd[0] if lastd else d
+                rec = {"sig": sig, "shape": shape, "seed": seed, "repro": [c for c, _ in m], "redis": show(ld[2]),
+                       "cairn": show(ld[3]), "redis_raw": ld[4].decode("latin1"),
+                       "cairn_raw": ld[5].decode("latin1") if isinstance(ld[5], bytes) else ld[5]}
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            print("NEW:", sig, flush=True)
+            if m:
+                for c, _ in m:
+                    print("   ", " ".join(json.dumps(a) if (not a or " " in a or not a.isprintable()) else a for a in c))
+                print("    redis:", rec["redis"])
+                print("    cairn:", rec["cairn"], flush=True)
+            break  # stop the round after a new finding (state may diverge)
+        if rounds % 100 == 0:
+            print("rounds=%d cmds=%d (incl shrink %d) elapsed=%.0fs" % (rounds, fuzz_cmds, runner.ncmds, time.time() - t0), flush=True)
+    print("DONE rounds=%d cmds=%d (incl shrink %d) elapsed=%.0fs" % (rounds, fuzz_cmds, runner.ncmds, time.time() - t0))
+    print("unknown commands:", sorted(unknown_cmds))
+    print("known signature hit counts:")
+    for k, v in sorted(known.items(), key=lambda kv: -kv[1]):
+        print("  %6d  %s" % (v, k))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,726 @@
+import random
+
+KEYS = ["k1", "k2", "k3", "k4"]
+FIELDS = ["f1", "f2", "f3", "a", "b", ""]
+MEMBERS = ["a", "b", "c", "d", "e", "m1", ""]
+VALUES = ["", "a", "b", "abc", "0", "1", "-1", "10", "3.5", "-0", "1e3", "foo", "bar",
+          "12345678901234567890", "x" * 17, " 1", "\x00\xff"]
+BADNUM = ["abc", "1.5", "", "9223372036854775808", "-9223372036854775809", "+1", " 1",
+          "0x10", "1e3", "nan", "inf", "-inf", "1 ", "--1", "1.", ".5", "-", "01", "-0"]
+FLOATS = ["0", "1", "-1", "1.5", "-2.5", "0.1", "inf", "-inf", "+inf", "3", "1e2", "-0",
+          "2.0", "10", "1e-5", "123456789.123", "5", "1.7976931348623157e308", ".5", "1e400"]
+SCORES = ["0", "1", "2", "3", "-1", "1.5", "0.1", "inf", "-inf", "+inf", "2.5", "10", "-0", "1e3"]
+
+
+class Gen:
+    def __init__(self, rng, families):
+        self.r = rng
+        self.families = families
+        self.ms = 1
+        self.ids = []  # ids we've used in xadd
+        self.groups = ["g1", "g2"]
+        self.consumers = ["c1", "c2", "c3"]
+        self.lex = rng.random() < 0.4  # lex rounds: all zset scores equal, lex commands allowed
+        self.keyset = KEYS if rng.random() < (0.3 if "stream" in families else 0.6) else KEYS[:2]
+        big = rng.random() < 0.25
+        self.members = MEMBERS if not big else MEMBERS + [str(i) for i in range(-3, 30)] + ["m%d" % i for i in range(30)]
+        self.intmembers = rng.random() < 0.2
+        self.maxvar = 4 if not big else 12
+        self.safe_weights = rng.random() < 0.7
+
+    # ---------- helpers ----------
+    def ch(self, seq):
+        return self.r.choice(seq)
+
+    def p(self, prob):
+        return self.r.random() < prob
+
+    def key(self):
+        if self.p(0.03):
+            return "k5"  # usually missing
+        return self.ch(self.keyset)
+
+    def keys(self, lo=1, hi=3):
+        return [self.key() for _ in range(self.r.randint(lo, hi))]
+
+    def val(self):
+        return self.ch(VALUES)
+
+    def sint(self, lo=-4, hi=6):
+        if self.p(0.04):
+            return self.ch(BADNUM)
+        if self.p(0.03):
+            return self.ch(["9223372036854775807", "-9223372036854775808", "1000000", "-1000000"])
+        return str(self.r.randint(lo, hi))
+
+    def posint(self, lo=0, hi=5):
+        if self.p(0.04):
+            return self.ch(BADNUM + ["-1", "-5"])
+        return str(self.r.randint(lo, hi))
+
+    def flt(self):
+        if self.p(0.04):
+            return self.ch(BADNUM)
+        return self.ch(FLOATS)
+
+    def score(self):
+        if self.lex:
+            return "0"
+        if self.p(0.03):
+            return self.ch(["nan", "abc", "", "1e", "0x1"])
+        return self.ch(SCORES)
+
+    def member(self):
+        if self.intmembers and self.p(0.8):
+            return str(self.r.randint(-3, 12))
+        return self.ch(self.members)
+
+    def field(self):
+        return self.ch(FIELDS)
+
+    # ---------- dispatch ----------
+    def gen(self):
+        if self.p(0.05):
+            cmd, norm = self.g_ttl()
+        else:
+            fam = self.ch(self.families) if self.p(0.85) else self.ch(list(FAMILIES))
+            cmd, norm = getattr(self, "g_" + fam)()
+        cmd = [str(x) for x in cmd]
+        # arity mutations
+        if self.p(0.015) and cmd[0] not in ("SPOP", "SRANDMEMBER"):
+            if len(cmd) > 1:
+                cmd = cmd[:self.r.randint(1, len(cmd) - 1)]
+        elif self.p(0.01):
+            cmd = cmd + [self.ch(["x", "1", "k1", "NX"])]
+        if self.p(0.05):
+            cmd[0] = cmd[0].lower()
+        return cmd, norm
+
+    # ---------- strings ----------
+    def g_string(self):
+        r = self.r
+        c = self.ch(["SET", "SET", "SET", "GET", "GET", "GETDEL", "GETEX", "APPEND", "INCR", "DECR", "INCRBY",
+                     "DECRBY", "INCRBYFLOAT", "SETRANGE", "GETRANGE", "SUBSTR", "STRLEN", "MSET", "MGET",
+                     "MSETNX", "SETNX", "SETEX", "PSETEX", "GETSET", "SETBIT", "GETBIT", "BITCOUNT",
+                     "BITPOS", "BITOP", "LCS", "SETBIT", "BITCOUNT", "BITPOS"])
+        k = self.key()
+        if c == "SET":
+            cmd = ["SET", k, self.val()]
+            opts = []
+            if self.p(0.3):
+                opts.append(self.ch(["NX", "XX"]))
+            if self.p(0.25):
+                opts.append("GET")
+            if self.p(0.3):
+                e = self.ch(["EX", "PX", "EXAT", "PXAT", "KEEPTTL"])
+                if e == "EX":
+                    opts += [e, self.ch(["100000", "200000", "0", "-1", "abc", "9999999999999999"])]
+                elif e == "PX":
+                    opts += [e, self.ch(["100000000", "300000000", "0", "1.5"])]
+                elif e == "EXAT":
+                    opts += [e, self.ch(["4000000000", "4100000000", "0"])]
+                elif e == "PXAT":
+                    opts += [e, self.ch(["4000000000000", "4200000000000"])]
+                else:
+                    opts.append(e)
+            if self.p(0.05):
+                opts.append(self.ch(["EX", "NX", "KEEPTTL", "PERSIST", "GET"]))
+            r.shuffle(opts) if self.p(0.2) else None
+            return cmd + opts, "strict"
+        if c in ("GET", "GETDEL", "STRLEN", "INCR", "DECR"):
+            return [c, k], "strict"
+        if c == "GETEX":
+            cmd = ["GETEX", k]
+            if self.p(0.6):
+                e = self.ch(["EX", "PX", "EXAT", "PXAT", "PERSIST"])
+                if e == "EX":
+                    cmd += [e, self.ch(["100000", "0", "-5", "x"])]
+                elif e == "PX":
+                    cmd += [e, self.ch(["100000000"])]
+                elif e == "EXAT":
+                    cmd += [e, "4000000000"]
+                elif e == "PXAT":
+                    cmd += [e, "4100000000000"]
+                else:
+                    cmd.append(e)
+            if self.p(0.05):
+                cmd.append(self.ch(["PERSIST", "EX", "KEEPTTL"]))
+            return cmd, "strict"
+        if c == "APPEND":
+            return [c, k, self.val()], "strict"
+        if c in ("INCRBY", "DECRBY"):
+            return [c, k, self.sint(-10, 10)], "strict"
+        if c == "INCRBYFLOAT":
+            return [c, k, self.flt()], "strict"
+        if c == "SETRANGE":
+            return [c, k, self.ch(["0", "1", "3", "10", "-1", "536870912", "x", "2"]), self.val()], "strict"
+        if c in ("GETRANGE", "SUBSTR"):
+            return [c, k, self.sint(-6, 6), self.sint(-6, 6)], "strict"
+        if c in ("MSET", "MSETNX"):
+            cmd = [c]
+            for _ in range(r.randint(1, 3)):
+                cmd += [self.key(), self.val()]
+            return cmd, "strict"
+        if c == "MGET":
+            return ["MGET"] + self.keys(1, 4), "strict"
+        if c == "SETNX":
+            return [c, k, self.val()], "strict"
+        if c == "SETEX":
+            return [c, k, self.ch(["100000", "0", "-1", "x"]), self.val()], "strict"
+        if c == "PSETEX":
+            return [c, k, self.ch(["100000000", "0", "-1"]), self.val()], "strict"
+        if c == "GETSET":
+            return [c, k, self.val()], "strict"
+        if c == "SETBIT":
+            return [c, k, self.ch(["0", "1", "2", "7", "8", "15", "33", "-1", "x", "4294967296"]),
+                    self.ch(["0", "1", "1", "2", "x"])], "strict"
+        if c == "GETBIT":
+            return [c, k, self.ch(["0", "1", "2", "7", "8", "15", "100", "-1"])], "strict"
+        if c == "BITCOUNT":
+            cmd = [c, k]
+            if self.p(0.7):
+                cmd += [self.sint(-5, 5), self.sint(-5, 20)]
+                if self.p(0.4):
+                    cmd.append(self.ch(["BYTE", "BIT", "bit", "WORD"]))
+            elif self.p(0.1):
+                cmd.append("1")
+            return cmd, "strict"
+        if c == "BITPOS":
+            cmd = [c, k, self.ch(["0", "1", "1", "2"])]
+            if self.p(0.7):
+                cmd.append(self.sint(-5, 5))
+                if self.p(0.6):
+                    cmd.append(self.sint(-5, 20))
+                    if self.p(0.4):
+                        cmd.append(self.ch(["BYTE", "BIT", "BIT", "x"]))
+            return cmd, "strict"
+        if c == "BITOP":
+            op = self.ch(["AND", "OR", "XOR", "NOT", "and", "NAND"])
+            if op == "NOT" and self.p(0.8):
+                return ["BITOP", op, self.key(), self.key()], "strict"
+            return ["BITOP", op, self.key()] + self.keys(1, 3), "strict"
+        if c == "LCS":
+            cmd = ["LCS", self.key(), self.key()]
+            o = self.ch(["", "LEN", "IDX", "IDXM"])
+            if o == "LEN":
+                cmd.append("LEN")
+            elif o == "IDX":
+                cmd.append("IDX")
+                if self.p(0.5):
+                    cmd += ["MINMATCHLEN", self.ch(["0", "1", "2"])]
+                if self.p(0.5):
+                    cmd.append("WITHMATCHLEN")
+            return cmd, "strict"
+        raise Exception(c)
+
+    # ---------- keyspace ----------
+    def g_keyspace(self):
+        c = self.ch(["DEL", "UNLINK", "EXISTS", "TYPE", "RENAME", "RENAMENX", "COPY", "EXPIRE", "PEXPIRE",
+                     "EXPIREAT", "PEXPIREAT", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "PERSIST", "DBSIZE",
+                     "KEYS", "TOUCH", "EXPIRE", "TTL", "TYPE", "EXISTS"])
+        k = self.key()
+        if c in ("DEL", "UNLINK", "EXISTS", "TOUCH"):
+            return [c] + self.keys(1, 3), "strict"
+        if c in ("TYPE", "PERSIST"):
+            return [c, k], "strict"
+        if c in ("TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME"):
+            return [c, k], "ttl"
+        if c in ("RENAME", "RENAMENX"):
+            return [c, k, self.key()], "strict"
+        if c == "COPY":
+            cmd = ["COPY", k, self.key()]
+            if self.p(0.4):
+                cmd.append("REPLACE")
+            if self.p(0.1):
+                cmd += ["DB", self.ch(["0", "1", "x"])]
+            return cmd, "strict"
+        if c in ("EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT"):
+            if c == "EXPIRE":
+                v = self.ch(["1000", "2000", "5000", "100000", "-1", "0", "x", "9223372036854775807"])
+            elif c == "PEXPIRE":
+                v = self.ch(["1500000", "2500000", "7500000", "50000000", "-5", "9223372036854775807"])
+            elif c == "EXPIREAT":
+                v = self.ch(["4000000000", "4100000000", "1", "0"])
+            else:
+                v = self.ch(["4050000000000", "4150000000000", "1"])
+            cmd = [c, k, v]
+            if self.p(0.6):
+                cmd.append(self.ch(["NX", "XX", "GT", "LT", "nx", "gt"]))
+                if self.p(0.15):
+                    cmd.append(self.ch(["NX", "XX", "GT", "LT"]))
+            return cmd, "strict"
+        if c == "DBSIZE":
+            return ["DBSIZE"], "strict"
+        if c == "KEYS":
+            return ["KEYS", self.ch(["*", "k*", "k[12]", "?1", "k\\1", "x*"])], "sortlist"
+        raise Exception(c)
+
+    def g_ttl(self):
+        k = self.key()
+        c = self.ch(["EXPIRE", "EXPIRE", "PEXPIRE", "TTL", "TTL", "PERSIST", "EXPIREAT"])
+        if c == "EXPIRE":
+            return [c, k, self.ch(["1000", "2000", "5000"])] + ([self.ch(["NX", "XX", "GT", "LT"])] if self.p(0.3) else []), "strict"
+        if c == "PEXPIRE":
+            return [c, k, self.ch(["1500000", "2500000"])], "strict"
+        if c == "EXPIREAT":
+            return [c, k, "4000000000"], "strict"
+        if c == "TTL":
+            return [c, k], "ttl"
+        return [c, k], "strict"
+
+    # ---------- hashes ----------
+    def g_hash(self):
+        c = self.ch(["HSET", "HSET", "HSET", "HSETNX", "HGET", "HMGET", "HMSET", "HDEL", "HLEN", "HSTRLEN",
+                     "HEXISTS", "HINCRBY", "HINCRBYFLOAT", "HKEYS", "HVALS", "HGETALL", "HSCAN", "HGET"])
+        k = self.key()
+        if c in ("HSET", "HMSET"):
+            cmd = [c, k]
+            for _ in range(self.r.randint(1, 3)):
+                cmd += [self.field(), self.val()]
+            return cmd, "strict"
+        if c == "HSETNX":
+            return [c, k, self.field(), self.val()], "strict"
+        if c in ("HGET", "HSTRLEN", "HEXISTS"):
+            return [c, k, self.field()], "strict"
+        if c in ("HMGET", "HDEL"):
+            return [c, k] + [self.field() for _ in range(self.r.randint(1, 3))], "strict"
+        if c == "HLEN":
+            return [c, k], "strict"
+        if c == "HINCRBY":
+            return [c, k, self.field(), self.sint(-10, 10)], "strict"
+        if c == "HINCRBYFLOAT":
+            return [c, k, self.field(), self.flt()], "strict"
+        if c in ("HKEYS", "HVALS"):
+            return [c, k], "sortlist"
+        if c == "HGETALL":
+            return [c, k], "sortpairs"
+        if c == "HSCAN":
+            cmd = [c, k, self.ch(["0", "0", "0", "x"])]
+            if self.p(0.3):
+                cmd += ["MATCH", self.ch(["*", "f*", "a", "[ab]"])]
+            if self.p(0.05):
+                cmd += ["COUNT", self.ch(["0", "-1"])]
+            else:
+                cmd += ["COUNT", "1000"]
+            return cmd, "scanpairs"
+        raise Exception(c)
+
+    # ---------- lists ----------
+    def lidx(self):
+        return self.sint(-6, 6)
+
+    def g_list(self):
+        c = self.ch(["LPUSH", "RPUSH", "LPUSH", "RPUSH", "LPUSHX", "RPUSHX", "LPOP", "RPOP", "LLEN", "LRANGE",
+                     "LRANGE", "LINDEX", "LSET", "LINSERT", "LREM", "LTRIM", "LPOS", "LPOS", "LMOVE",
+                     "RPOPLPUSH", "LMPOP", "BLPOP", "BRPOP", "BLMOVE", "BLMPOP", "BRPOPLPUSH"])
+        k = self.key()
+        if c in ("LPUSH", "RPUSH", "LPUSHX", "RPUSHX"):
+            return [c, k] + [self.member() for _ in range(self.r.randint(1, self.maxvar))], "strict"
+        if c in ("LPOP", "RPOP"):
+            cmd = [c, k]
+            if self.p(0.5):
+                cmd.append(self.ch(["0", "1", "2", "5", "-1", "x"]))
+            return cmd, "strict"
+        if c == "LLEN":
+            return [c, k], "strict"
+        if c == "LRANGE":
+            return [c, k, self.lidx(), self.lidx()], "strict"
+        if c == "LINDEX":
+            return [c, k, self.lidx()], "strict"
+        if c == "LSET":
+            return [c, k, self.lidx(), self.member()], "strict"
+        if c == "LINSERT":
+            return [c, k, self.ch(["BEFORE", "AFTER", "before", "MIDDLE"]), self.member(), self.member()], "strict"
+        if c == "LREM":
+            return [c, k, self.sint(-3, 3), self.member()], "strict"
+        if c == "LTRIM":
+            return [c, k, self.lidx(), self.lidx()], "strict"
+        if c == "LPOS":
+            cmd = [c, k, self.member()]
+            opts = []
+            if self.p(0.5):
+                opts += ["RANK", self.ch(["1", "2", "-1", "-2", "0", "3", "x"])]
+            if self.p(0.5):
+                opts += ["COUNT", self.ch(["0", "1", "2", "-1", "5"])]
+            if self.p(0.4):
+                opts += ["MAXLEN", self.ch(["0", "1", "2", "3", "-1"])]
+            if self.p(0.05):
+                opts += [self.ch(["RANK", "COUNT", "FOO"])]
+            return cmd + opts, "strict"
+        if c in ("LMOVE", "BLMOVE"):
+            cmd = [c, k, self.key(), self.ch(["LEFT", "RIGHT"]), self.ch(["LEFT", "RIGHT", "left", "UP"])]
+            if c == "BLMOVE":
+                cmd.append(self.ch(["0.01", "0.01", "-1", "x"]))
+            return cmd, "strict"
+        if c == "RPOPLPUSH":
+            return [c, k, self.key()], "strict"
+        if c == "BRPOPLPUSH":
+            return [c, k, self.key(), "0.01"], "strict"
+        if c in ("LMPOP", "BLMPOP"):
+            ks = self.keys(1, 3)
+            cmd = [c]
+            if c == "BLMPOP":
+                cmd.append(self.ch(["0.01", "0.01", "-1"]))
+            n = str(len(ks)) if self.p(0.9) else self.ch(["0", "5", "x", "-1"])
+            cmd += [n] + ks + [self.ch(["LEFT", "RIGHT", "left", "MIDDLE"])]
+            if self.p(0.5):
+                cmd += ["COUNT", self.ch(["1", "2", "5", "0", "-1"])]
+            return cmd, "strict"
+        if c in ("BLPOP", "BRPOP"):
+            return [c] + self.keys(1, 3) + [self.ch(["0.01", "0.01", "-1", "x"])], "strict"
+        raise Exception(c)
+
+    # ---------- sets ----------
+    def g_set(self):
+        c = self.ch(["SADD", "SADD", "SADD", "SREM", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD", "SMOVE",
+                     "SINTER", "SINTERCARD", "SINTERSTORE", "SUNION", "SUNIONSTORE", "SDIFF", "SDIFFSTORE",
+                     "SSCAN", "SPOP", "SRANDMEMBER"])
+        k = self.key()
+        if c in ("SADD", "SREM"):
+            return [c, k] + [self.member() for _ in range(self.r.randint(1, self.maxvar))], "strict"
+        if c == "SMEMBERS":
+            return [c, k], "sortlist"
+        if c == "SISMEMBER":
+            return [c, k, self.member()], "strict"
+        if c == "SMISMEMBER":
+            return [c, k] + [self.member() for _ in range(self.r.randint(1, 3))], "strict"
+        if c == "SCARD":
+            return [c, k], "strict"
+        if c == "SMOVE":
+            return [c, k, self.key(), self.member()], "strict"
+        if c in ("SINTER", "SUNION", "SDIFF"):
+            return [c] + self.keys(1, 3), "sortlist"
+        if c in ("SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE"):
+            return [c, self.key()] + self.keys(1, 3), "strict"
+        if c == "SINTERCARD":
+            ks = self.keys(1, 3)
+            n = str(len(ks)) if self.p(0.9) else self.ch(["0", "5", "x"])
+            cmd = [c, n] + ks
+            if self.p(0.4):
+                cmd += ["LIMIT", self.ch(["0", "1", "2", "-1"])]
+            return cmd, "strict"
+        if c == "SSCAN":
+            cmd = [c, k, "0"]
+            if self.p(0.3):
+                cmd += ["MATCH", self.ch(["*", "a*", "[ab]", "m?"])]
+            cmd += ["COUNT", "1000"]
+            return cmd, "scanset"
+        if c == "SPOP":
+            return [c, k, self.ch(["100", "100", "0", "-1"])], "sortlist"
+        if c == "SRANDMEMBER":
+            return [c, k, self.ch(["100", "0"])], "sortlist"
+        raise Exception(c)
+
+    # ---------- sorted sets ----------
+    def zbound_score(self):
+        s = self.ch(["0", "1", "2", "3", "-1", "1.5", "inf", "-inf", "+inf", "2.5", "10"])
+        if self.p(0.3):
+            s = "(" + s
+        if self.p(0.03):
+            s = self.ch(["x", "((1", "(", "nan", "[1"])
+        return s
+
+    def zbound_lex(self):
+        if self.p(0.2):
+            return self.ch(["-", "+"])
+        if self.p(0.03):
+            return self.ch(["a", "", "x"])
+        return self.ch(["[", "("]) + self.ch(MEMBERS)
+
+    def g_zset(self):
+        c = self.ch(["ZADD", "ZADD", "ZADD", "ZADD", "ZINCRBY", "ZCARD", "ZSCORE", "ZMSCORE", "ZRANGE", "ZRANGE",
+                     "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREVRANGE",
+                     "ZRANK", "ZREVRANK", "ZREM", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREMRANGEBYLEX",
+                     "ZPOPMIN", "ZPOPMAX", "ZUNIONSTORE", "ZINTERSTORE", "ZUNION", "ZINTER", "ZDIFF",
+                     "ZDIFFSTORE", "ZINTERCARD", "ZCOUNT", "ZLEXCOUNT", "ZMPOP", "ZRANGESTORE", "ZSCAN",
+                     "BZPOPMIN", "BZMPOP"])
+        k = self.key()
+        if not self.lex:
+            while c in ("ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREMRANGEBYLEX", "ZLEXCOUNT"):
+                c = self.ch(["ZRANGE", "ZRANGEBYSCORE", "ZCOUNT", "ZADD", "ZRANGESTORE"])
+        if c == "ZADD":
+            cmd = ["ZADD", k]
+            flags = []
+            for f in ["NX", "XX", "GT", "LT", "CH", "INCR"]:
+                if self.p(0.15):
+                    flags.append(f)
+            self.r.shuffle(flags)
+            cmd += flags
+            n = 1 if "INCR" in flags and self.p(0.8) else self.r.randint(1, self.maxvar)
+            for _ in range(n):
+                cmd += [self.score(), self.member()]
+            if self.p(0.02):
+                cmd.append(self.member())
+            return cmd, "strict"
+        if c == "ZINCRBY":
+            return [c, k, self.score(), self.member()], "strict"
+        if c == "ZCARD":
+            return [c, k], "strict"
+        if c == "ZSCORE":
+            return [c, k, self.member()], "strict"
+        if c == "ZMSCORE":
+            return [c, k] + [self.member() for _ in range(self.r.randint(1, 3))], "strict"
+        if c == "ZRANGE":
+            mode = self.ch(["rank", "score", "lex"] if self.lex else ["rank", "score"])
+            if mode == "rank":
+                a, b = self.sint(-5, 5), self.sint(-5, 5)
+            elif mode == "score":
+                a, b = self.zbound_score(), self.zbound_score()
+            else:
+                a, b = self.zbound_lex(), self.zbound_lex()
+            cmd = ["ZRANGE", k, a, b]
+            if mode == "score":
+                cmd.append("BYSCORE")
+            elif mode == "lex":
+                cmd.append("BYLEX")
+            if self.p(0.4):
+                cmd.append("REV")
+            if self.p(0.35):
+                cmd += ["LIMIT", self.sint(-1, 3), self.ch(["1", "2", "-1", "0", "5"])]
+            if self.p(0.4):
+                cmd.append("WITHSCORES")
+            if self.p(0.4):
+                self.r.shuffle(cmd[4:]) if self.p(0.1) else None
+            return cmd, "strict"
+        if c in ("ZRANGEBYSCORE", "ZREVRANGEBYSCORE"):
+            cmd = [c, k, self.zbound_score(), self.zbound_score()]
+            if self.p(0.4):
+                cmd.append("WITHSCORES")
+            if self.p(0.3):
+                cmd += ["LIMIT", self.sint(-1, 3), self.ch(["1", "2", "-1", "0"])]
+            return cmd, "strict"
+        if c in ("ZRANGEBYLEX", "ZREVRANGEBYLEX"):
+            cmd = [c, k, self.zbound_lex(), self.zbound_lex()]
+            if self.p(0.3):
+                cmd += ["LIMIT", self.sint(-1, 3), self.ch(["1", "2", "-1", "0"])]
+            return cmd, "strict"
+        if c == "ZREVRANGE":
+            cmd = [c, k, self.sint(-5, 5), self.sint(-5, 5)]
+            if self.p(0.4):
+                cmd.append("WITHSCORES")
+            return cmd, "strict"
+        if c in ("ZRANK", "ZREVRANK"):
+            return [c, k, self.member()], "strict"
+        if c == "ZREM":
+            return [c, k] + [self.member() for _ in range(self.r.randint(1, 3))], "strict"
+        if c == "ZREMRANGEBYRANK":
+            return [c, k, self.sint(-5, 5), self.sint(-5, 5)], "strict"
+        if c == "ZREMRANGEBYSCORE":
+            return [c, k, self.zbound_score(), self.zbound_score()], "strict"
+        if c == "ZREMRANGEBYLEX":
+            return [c, k, self.zbound_lex(), self.zbound_lex()], "strict"
+        if c in ("ZPOPMIN", "ZPOPMAX"):
+            cmd = [c, k]
+            if self.p(0.6):
+                cmd.append(self.ch(["0", "1", "2", "10", "-1", "x"]))
+            return cmd, "strict"
+        if c in ("ZUNIONSTORE", "ZINTERSTORE", "ZUNION", "ZINTER", "ZDIFF", "ZDIFFSTORE"):
+            ks = self.keys(1, 3)
+            cmd = [c]
+            if c.endswith("STORE"):
+                cmd.append(self.key())
+            n = str(len(ks)) if self.p(0.92) else self.ch(["0", "5", "x", "-1"])
+            cmd += [n] + ks
+            if c != "ZDIFF" and c != "ZDIFFSTORE":
+                if self.p(0.4):
+                    cmd.append("WEIGHTS")
+                    cnt = len(ks) if self.p(0.9) else len(ks) + 1
+                    ws = ["1", "2", "0.5", "3"] if self.safe_weights else ["1", "2", "0", "-1", "0.5", "inf", "-inf", "x"]
+                    cmd += [self.ch(ws) for _ in range(cnt)]
+                if self.p(0.4):
+                    cmd += ["AGGREGATE", self.ch(["SUM", "MIN", "MAX", "sum", "AVG"])]
+            if not c.endswith("STORE") and self.p(0.5):
+                cmd.append("WITHSCORES")
+            return cmd, "strict"
+        if c == "ZINTERCARD":
+            ks = self.keys(1, 3)
+            cmd = [c, str(len(ks)) if self.p(0.92) else "0"] + ks
+            if self.p(0.4):
+                cmd += ["LIMIT", self.ch(["0", "1", "2", "-1"])]
+            return cmd, "strict"
+        if c == "ZCOUNT":
+            return [c, k, self.zbound_score(), self.zbound_score()], "strict"
+        if c == "ZLEXCOUNT":
+            return [c, k, self.zbound_lex(), self.zbound_lex()], "strict"
+        if c in ("ZMPOP", "BZMPOP"):
+            ks = self.keys(1, 3)
+            cmd = [c]
+            if c == "BZMPOP":
+                cmd.append("0.01")
+            cmd += [str(len(ks)) if self.p(0.92) else self.ch(["0", "9"])] + ks
+            cmd.append(self.ch(["MIN", "MAX", "min", "MID"]))
+            if self.p(0.5):
+                cmd += ["COUNT", self.ch(["1", "2", "10", "0", "-1"])]
+            return cmd, "strict"
+        if c == "BZPOPMIN":
+            return [self.ch(["BZPOPMIN", "BZPOPMAX"])] + self.keys(1, 2) + ["0.01"], "strict"
+        if c == "ZRANGESTORE":
+            mode = self.ch(["rank", "score", "lex"] if self.lex else ["rank", "score"])
+            if mode == "rank":
+                a, b = self.sint(-5, 5), self.sint(-5, 5)
+            elif mode == "score":
+                a, b = self.zbound_score(), self.zbound_score()
+            else:
+                a, b = self.zbound_lex(), self.zbound_lex()
+            cmd = [c, self.key(), k, a, b]
+            if mode == "score":
+                cmd.append("BYSCORE")
+            elif mode == "lex":
+                cmd.append("BYLEX")
+            if self.p(0.4):
+                cmd.append("REV")
+            if self.p(0.3):
+                cmd += ["LIMIT", self.sint(-1, 3), self.ch(["1", "2", "-1"])]
+            return cmd, "strict"
+        if c == "ZSCAN":
+            cmd = [c, k, "0"]
+            if self.p(0.3):
+                cmd += ["MATCH", self.ch(["*", "a*", "[ab]"])]
+            cmd += ["COUNT", "1000"]
+            return cmd, "scanpairs"
+        raise Exception(c)
+
+    # ---------- streams ----------
+    def new_id(self):
+        if self.p(0.08):
+            # possibly non-increasing / odd
+            return self.ch(["0-0", "0-1", "1-0", "1", "%d-0" % max(self.ms - 1, 0), "abc", "1-x",
+                            "%d-*" % self.ms, "-1"] + (["18446744073709551615-18446744073709551615"] if self.p(0.1) else []))
+        self.ms += self.r.randint(0, 2)
+        seq = self.r.randint(0, 3) if self.p(0.5) else 0
+        i = "%d-%d" % (self.ms, seq)
+        if self.p(0.1):
+            i = "%d" % self.ms
+        self.ids.append(i)
+        return i
+
+    def old_id(self):
+        if not self.ids or self.p(0.15):
+            return self.ch(["0-0", "0", "1-0", "1", "2-1", "3", "99999", "0-1", "x"])
+        return self.ch(self.ids)
+
+    def range_id(self, lo=True):
+        if self.p(0.25):
+            return "-" if lo else "+"
+        if self.p(0.05):
+            return "+" if lo else "-"
+        i = self.old_id()
+        if self.p(0.25):
+            i = "(" + i
+        return i
+
+    def g_stream(self):
+        c = self.ch(["XADD", "XADD", "XADD", "XADD", "XRANGE", "XREVRANGE", "XDEL", "XTRIM", "XLEN", "XSETID",
+                     "XGROUP", "XGROUP", "XGROUP", "XGROUP", "XREADGROUP", "XREADGROUP", "XREADGROUP", "XACK", "XPENDING", "XPENDING", "XCLAIM",
+                     "XAUTOCLAIM", "XINFO", "XREAD"])
+        k = self.key()
+        if c == "XADD":
+            cmd = ["XADD", k]
+            if self.p(0.1):
+                cmd.append("NOMKSTREAM")
+            if self.p(0.25):
+                t = self.ch(["MAXLEN", "MINID"])
+                cmd.append(t)
+                if self.p(0.5):
+                    cmd.append("=")
+                if t == "MAXLEN":
+                    cmd.append(self.ch(["0", "1", "2", "3", "5", "-1"]))
+                else:
+                    cmd.append(self.old_id())
+            cmd.append(self.new_id())
+            for _ in range(self.r.randint(1, 2)):
+                cmd += [self.field(), self.val()]
+            return cmd, "strict"
+        if c in ("XRANGE", "XREVRANGE"):
+            a, b = self.range_id(True), self.range_id(False)
+            if c == "XREVRANGE":
+                a, b = b, a
+            cmd = [c, k, a, b]
+            if self.p(0.4):
+                cmd += ["COUNT", self.ch(["0", "1", "2", "-1", "3"])]
+            return cmd, "strict"
+        if c == "XDEL":
+            return [c, k] + [self.old_id() for _ in range(self.r.randint(1, 3))], "strict"
+        if c == "XTRIM":
+            t = self.ch(["MAXLEN", "MINID", "FOO"])
+            cmd = [c, k, t]
+            if self.p(0.4):
+                cmd.append("=")
+            cmd.append(self.ch(["0", "1", "2", "3", "-1"]) if t != "MINID" else self.old_id())
+            return cmd, "strict"
+        if c == "XLEN":
+            return [c, k], "strict"
+        if c == "XSETID":
+            i = self.old_id() if self.p(0.5) else "%d-%d" % (self.ms + self.r.randint(0, 3), self.r.randint(0, 3))
+            cmd = [c, k, i]
+            if self.p(0.3):
+                cmd += ["ENTRIESADDED", self.ch(["0", "1", "5", "100", "-1"])]
+            if self.p(0.3):
+                cmd += ["MAXDELETEDID", self.old_id()]
+            return cmd, "strict"
+        if c == "XGROUP":
+            sub = self.ch(["CREATE", "CREATE", "CREATE", "SETID", "DESTROY", "CREATECONSUMER", "DELCONSUMER"])
+            g = self.ch(self.groups)
+            if sub in ("CREATE", "SETID"):
+                cmd = ["XGROUP", sub, k, g, self.ch(["$", "0", "0-0", "$"]) if self.p(0.6) else self.old_id()]
+                if sub == "CREATE" and self.p(0.3):
+                    cmd.append("MKSTREAM")
+                if self.p(0.2):
+                    cmd += ["ENTRIESREAD", self.ch(["0", "1", "2", "5", "-1", "-2"])]
+                return cmd, "strict"
+            if sub == "DESTROY":
+                return ["XGROUP", sub, k, g], "strict"
+            return ["XGROUP", sub, k, g, self.ch(self.consumers)], "strict"
+        if c == "XREADGROUP":
+            cmd = ["XREADGROUP", "GROUP", self.ch(self.groups), self.ch(self.consumers)]
+            if self.p(0.5):
+                cmd += ["COUNT", self.ch(["1", "2", "0", "5"])]
+            if self.p(0.15):
+                cmd.append("NOACK")
+            ks = [k] if self.p(0.8) else [k, self.key()]
+            cmd += ["STREAMS"] + ks + [self.ch([">", ">", ">", "0", "0-0", self.old_id()]) for _ in ks]
+            return cmd, "strict"
+        if c == "XREAD":
+            cmd = ["XREAD"]
+            if self.p(0.5):
+                cmd += ["COUNT", self.ch(["1", "2", "0"])]
+            ks = [k] if self.p(0.8) else [k, self.key()]
+            cmd += ["STREAMS"] + ks + [self.ch(["0", "0-0", self.old_id()]) for _ in ks]
+            return cmd, "strict"
+        if c == "XACK":
+            return [c, k, self.ch(self.groups)] + [self.old_id() for _ in range(self.r.randint(1, 3))], "strict"
+        if c == "XPENDING":
+            cmd = [c, k, self.ch(self.groups)]
+            if self.p(0.4):
+                cmd += [self.range_id(True), self.range_id(False), self.ch(["1", "2", "10", "0", "-1"])]
+                if self.p(0.3):
+                    cmd.append(self.ch(self.consumers))
+                return cmd, "xpending_ext"
+            return cmd, "strict"
+        if c == "XCLAIM":
+            cmd = [c, k, self.ch(self.groups), self.ch(self.consumers), "0"] + \
+                [self.old_id() for _ in range(self.r.randint(1, 3))]
+            if self.p(0.8):
+                cmd.append("JUSTID")
+            if self.p(0.2):
+                cmd.append("FORCE")
+            if self.p(0.2):
+                cmd += ["RETRYCOUNT", self.ch(["0", "3"])]
+            return cmd, "strict"
+        if c == "XAUTOCLAIM":
+            cmd = [c, k, self.ch(self.groups), self.ch(self.consumers), "0", self.ch(["0", "0-0", "-"]) if self.p(0.5) else self.old_id()]
+            if self.p(0.5):
+                cmd += ["COUNT", self.ch(["1", "2", "100", "0"])]
+            if self.p(0.85):
+                cmd.append("JUSTID")
+            return cmd, "strict"
+        if c == "XINFO":
+            if self.p(0.2):
+                return ["XINFO", "STREAM", k], "xinfo_stream"
+            if self.p(0.85):
+                return ["XINFO", "GROUPS", k], "strict"
+            return ["XINFO", "CONSUMERS", k, self.ch(self.groups)], "xinfo_consumers"
+        raise Exception(c)
+
+
+FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream"]
