@@ -202,9 +202,6 @@ fn parse_field_ops(a: &Args, read_only: bool) -> Result<Vec<FieldOp>, Reply> {
             ops.push(FieldOp::Get(ty, off));
             i += 3;
         } else if (is(op, "set") || is(op, "incrby")) && remaining >= 3 {
-            if read_only {
-                return Err(Reply::err("BITFIELD_RO only supports the GET subcommand"));
-            }
             let ty = FieldType::parse(&rest[i + 1]).ok_or_else(bad_type)?;
             let off = bits::parse_offset(&rest[i + 2], ty.bits).ok_or_else(|| error(BAD_OFFSET))?;
             let v = args::int(&rest[i + 3])?;
@@ -229,6 +226,10 @@ fn parse_field_ops(a: &Args, read_only: bool) -> Result<Vec<FieldOp>, Reply> {
         } else {
             return Err(error(SYNTAX));
         }
+    }
+    // Redis parses every op before it refuses writes in BITFIELD_RO.
+    if read_only && ops.iter().any(|o| !matches!(o, FieldOp::Get(..))) {
+        return Err(Reply::err("BITFIELD_RO only supports the GET subcommand"));
     }
     Ok(ops)
 }
