@@ -184,6 +184,12 @@ pub fn renamenx(s: &mut Session, a: Args) -> Action {
 /// Parses a DB index argument.
 fn db_index(arg: &[u8]) -> Result<u8, Reply> {
     let n = args::int(arg)?;
+    // Redis reads the index as a C int first.
+    if i32::try_from(n).is_err() {
+        return Err(Reply::err(
+            "value is out of range, value must between -2147483648 and 2147483647",
+        ));
+    }
     if !(0..DATABASES as i64).contains(&n) {
         return Err(Reply::err("DB index is out of range"));
     }
@@ -624,7 +630,10 @@ fn relabel_db(w: &mut WriteCtx, from: u8, to: u8) -> Result<(), StoreError> {
 /// coordinated commit: atomic, but O(keys in both databases).
 pub fn swapdb(s: &mut Session, a: Args) -> Action {
     let parse = |arg: &[u8], which: &str| -> Result<u8, Reply> {
-        let n = args::int(arg).map_err(|_| Reply::err(format!("invalid {which} DB index")))?;
+        let n = args::int(arg)
+            .ok()
+            .filter(|n| i32::try_from(*n).is_ok())
+            .ok_or_else(|| Reply::err(format!("invalid {which} DB index")))?;
         if !(0..DATABASES as i64).contains(&n) {
             return Err(Reply::err("DB index is out of range"));
         }
@@ -780,7 +789,12 @@ fn ttl_generic(s: &mut Session, a: Args, ms: bool, absolute: bool) -> Action {
         } else {
             (expire as i64 - r.now_ms() as i64).max(0)
         };
-        Ok(Reply::Int(if ms { v } else { (v + 500) / 1000 }))
+        // Rounded to the nearest second without overflowing near i64::MAX.
+        Ok(Reply::Int(if ms {
+            v
+        } else {
+            ((v as i128 + 500) / 1000) as i64
+        }))
     })
 }
 

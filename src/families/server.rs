@@ -182,6 +182,11 @@ pub fn select(s: &mut Session, a: Args) -> Action {
             s.entry.info.lock().db = n as u8;
             Reply::Ok.into()
         }
+        // Redis reads the index as a C int first.
+        Ok(n) if i32::try_from(n).is_err() => {
+            Reply::err("value is out of range, value must between -2147483648 and 2147483647")
+                .into()
+        }
         Ok(_) => Reply::err("DB index is out of range").into(),
         Err(r) => r.into(),
     }
