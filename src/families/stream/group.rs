@@ -705,6 +705,13 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
             Some(found) => found,
             None => return Ok(no_key_or_group(a2.get(1), group)),
         };
+        // Redis allocates COUNT ids up front and fails past the address
+        // space (about 2^47 bytes of 16-byte ids).
+        if count > 1 << 43 {
+            return Ok(Reply::err(
+                "Insufficient memory, failed allocating transient memory, COUNT too high.",
+            ));
+        }
         let consumer = a2.get(3);
         let now = w.now_ms();
         let mut attempts = count.saturating_mul(10);
