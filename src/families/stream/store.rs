@@ -74,7 +74,7 @@ pub struct Counters {
 
 impl Counters {
     fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(96);
+        let mut out = Vec::with_capacity(72 + NODE_LEN);
         out.extend_from_slice(&self.last_id.to_bytes());
         out.extend_from_slice(&self.max_deleted.to_bytes());
         out.extend_from_slice(&self.entries_added.to_be_bytes());
@@ -97,8 +97,12 @@ impl Counters {
             entries_added: u64_at(b, 32),
             groups: u64_at(b, 40),
             nodes: u64_at(b, 48),
-            tail: (b.len() >= 96)
-                .then(|| (StreamId::from_bytes(&b[56..72]), Node::decode(&b[72..96]))),
+            tail: (b.len() >= 72 + NODE_LEN).then(|| {
+                (
+                    StreamId::from_bytes(&b[56..72]),
+                    Node::decode(&b[72..72 + NODE_LEN]),
+                )
+            }),
         }
     }
 }
@@ -118,14 +122,21 @@ pub struct Node {
     pub dead: u64,
     /// Approximate size in Redis's listpack encoding.
     pub bytes: u64,
+    /// The last id appended to it, deleted or not: what Redis's MINID
+    /// trimming compares, since a listpack keeps its deleted entries.
+    pub last: StreamId,
 }
 
+/// Bytes of an encoded [`Node`].
+const NODE_LEN: usize = 40;
+
 impl Node {
-    fn encode(&self) -> [u8; 24] {
-        let mut out = [0u8; 24];
+    fn encode(&self) -> [u8; NODE_LEN] {
+        let mut out = [0u8; NODE_LEN];
         out[..8].copy_from_slice(&self.live.to_be_bytes());
         out[8..16].copy_from_slice(&self.dead.to_be_bytes());
-        out[16..].copy_from_slice(&self.bytes.to_be_bytes());
+        out[16..24].copy_from_slice(&self.bytes.to_be_bytes());
+        out[24..].copy_from_slice(&self.last.to_bytes());
         out
     }
 
@@ -134,6 +145,7 @@ impl Node {
             live: u64_at(b, 0),
             dead: u64_at(b, 8),
             bytes: u64_at(b, 16),
+            last: StreamId::from_bytes(&b[24..40]),
         }
     }
 }
@@ -543,12 +555,14 @@ impl Stream {
                     live: 0,
                     dead: 0,
                     bytes: 7 + 8 + master_fields,
+                    last: id,
                 };
                 self.c.tail = Some((id, node));
                 (id, node)
             }
         };
         node.live += 1;
+        node.last = id;
         node.bytes += 8 + fields.iter().map(|(_, v)| lp_str(v.len())).sum::<u64>();
         self.put_node(w, master, &node)?;
         w.put(
@@ -615,21 +629,8 @@ impl Stream {
             };
             let remove = match how {
                 Trim::MaxLen(max) => self.len - node.live >= max,
-                Trim::MinId(min) => {
-                    let n = self.prefix.len() + 1;
-                    let mut last = None;
-                    w.scan(
-                        Table::Sub,
-                        &self.entry_key(master),
-                        Some(&end),
-                        true,
-                        &mut |k, _| {
-                            last = Some(StreamId::from_bytes(&k[n..]));
-                            false
-                        },
-                    )?;
-                    last.is_some_and(|l| l < min)
-                }
+                // Redis compares the node's last entry, deleted or not.
+                Trim::MinId(min) => node.last < min,
             };
             if remove {
                 w.del_range(Table::Sub, &self.entry_key(master), Some(&end), usize::MAX)?;
