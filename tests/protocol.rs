@@ -9,6 +9,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
+use common::waiting::keys_on_both_shards;
 use common::TestServer;
 
 /// A multibulk request.
@@ -315,6 +316,17 @@ fn disconnect_with_unread_replies() {
     wait_for_clients(&srv, 1);
 
     let mut c = srv.tcp();
+    // The gone client's last writes may still be queued with the
+    // coordinator, which runs commands in order: a write across every
+    // shard queued now returns only after them.
+    let (a, b) = keys_on_both_shards("barrier:");
+    let mset = format!(
+        "*5\r\n$4\r\nMSET\r\n${}\r\n{a}\r\n$1\r\n1\r\n${}\r\n{b}\r\n$1\r\n1\r\n",
+        a.len(),
+        b.len()
+    );
+    exchange(&mut c, mset.as_bytes(), b"+OK\r\n");
+    exchange(&mut c, format!("DEL {a} {b}\r\n").as_bytes(), b":2\r\n");
     let mut applied = Vec::new();
     for i in 0..N {
         c.write_all(format!("STRLEN p:{i}\r\n").as_bytes()).unwrap();
