@@ -536,6 +536,9 @@ fn claim_one(
     retry: Option<u64>,
     justid: bool,
 ) -> Result<Reply, StoreError> {
+    // The claiming consumer is met (created if new, seen now) by its
+    // first claim; meeting it again changes nothing.
+    g.touch(st, w, consumer, w.now_ms())?;
     let previous = old.as_ref().map(|n| n.consumer.clone());
     let existed = old.is_some();
     let mut nack = old.unwrap_or(Nack {
@@ -639,7 +642,6 @@ pub fn xclaim(s: &mut Session, a: Args) -> Action {
         };
         let consumer = a2.get(3);
         let mut out = Vec::new();
-        let mut touched = false;
         for id in ids {
             let nack = st.nack(w, group, id)?;
             if !st.has_entry(w, id)? {
@@ -655,10 +657,6 @@ pub fn xclaim(s: &mut Session, a: Args) -> Action {
                 if min_idle != 0 && now.saturating_sub(n.delivery_ms) < min_idle {
                     continue;
                 }
-            }
-            if !touched {
-                g.touch(&st, w, consumer, now)?;
-                touched = true;
             }
             out.push(claim_one(
                 &st, w, &mut g, id, nack, consumer, time, retry, justid,
@@ -724,7 +722,6 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
         })?;
         let mut claimed = Vec::new();
         let mut deleted = Vec::new();
-        let mut touched = false;
         let mut next = 0;
         while attempts > 0 && count > 0 && next < pel.len() {
             attempts -= 1;
@@ -738,10 +735,6 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
             }
             if min_idle != 0 && now.saturating_sub(nack.delivery_ms) < min_idle {
                 continue;
-            }
-            if !touched {
-                g.touch(&st, w, consumer, now)?;
-                touched = true;
             }
             claimed.push(claim_one(
                 &st,
