@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::{arr, bulk, cmd, err, int, ok, q, shard_of, TestServer};
+use common::{arr, bulk, cmd, err, field, info_cairn, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
 fn status(c: &mut Connection, args: &[&str]) -> String {
@@ -48,21 +48,6 @@ fn keys_across_shards(prefix: &str, n: usize) -> Vec<String> {
         i += 1;
     }
     out
-}
-
-/// The numeric fields of `INFO cairn`.
-fn info_cairn(c: &mut Connection) -> HashMap<String, u64> {
-    let text: String = cmd(&["INFO", "cairn"]).query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse::<u64>().ok()?)))
-        .collect()
-}
-
-fn field(info: &HashMap<String, u64>, name: &str) -> u64 {
-    *info
-        .get(name)
-        .unwrap_or_else(|| panic!("INFO cairn has no {name}: {info:?}"))
 }
 
 /// Polls `INFO cairn` every 200 ms until no sub-key row, sorted-set index

@@ -25,7 +25,7 @@ use common::waiting::{
     blocked_clients, first_reply, keys_on_both_shards, resp, text, wait_blocked, Pending,
     REPLY_WITHIN,
 };
-use common::{arr, bulk, cmd, err, int, ok, q, shard_of, TestServer};
+use common::{arr, bulk, cmd, err, field, info_cairn, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
 // ---------------------------------------------------------------------------
@@ -117,24 +117,20 @@ fn info_maps(v: &Value) -> Vec<HashMap<String, Value>> {
         .collect()
 }
 
-/// The numeric fields of `INFO cairn`.
-fn info_cairn(c: &mut Connection) -> HashMap<String, u64> {
-    let text: String = cmd(&["INFO", "cairn"]).query(c).unwrap();
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse::<u64>().ok()?)))
-        .collect()
-}
-
-fn field(info: &HashMap<String, u64>, name: &str) -> u64 {
-    *info
-        .get(name)
-        .unwrap_or_else(|| panic!("INFO cairn has no {name}: {info:?}"))
-}
-
 // ---------------------------------------------------------------------------
 // 1. Blocking XREAD
 // ---------------------------------------------------------------------------
+
+/// What Redis 7.0 answers a group reader whose stream went away.
+const UNBLOCKED: &str = "UNBLOCKED the stream key no longer exists";
+
+/// A stream `key` with group `g`, and consumer `c` blocked reading it with
+/// XREADGROUP (no other client blocked).
+fn reader_blocked_on(srv: &TestServer, admin: &mut Connection, key: &str) -> Pending {
+    q(admin, &["XADD", key, "1-0", "f", "v"]);
+    ok(admin, &["XGROUP", "CREATE", key, "g", "$"]);
+    group_reader(srv, admin, ("g", "c"), key, 0)
+}
 
 /// Starts `XREADGROUP GROUP g c BLOCK 0 STREAMS key >` and waits until it is
 /// blocked (`before` clients were blocked already).
@@ -605,15 +601,9 @@ fn xreadgroup_blocked_key_deleted() {
     let srv = TestServer::start();
     let mut admin = srv.client();
     for del in ["DEL", "UNLINK"] {
-        q(&mut admin, &["XADD", "s", "1-1", "a", "1"]);
-        ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
-        let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
+        let p = reader_blocked_on(&srv, &mut admin, "s");
         assert_eq!(int(&mut admin, &[del, "s"]), 1);
-        assert_eq!(
-            p.error(),
-            "UNBLOCKED the stream key no longer exists",
-            "{del}"
-        );
+        assert_eq!(p.error(), UNBLOCKED, "{del}");
         wait_blocked(&mut admin, 0);
         assert_eq!(int(&mut admin, &["EXISTS", "s"]), 0);
     }
@@ -635,30 +625,9 @@ fn xreadgroup_blocked_stream_replaced_or_moved_away() {
     ];
     for action in away {
         q(&mut admin, &["FLUSHALL"]);
-        q(&mut admin, &["XADD", &s, "1-0", "f", "v"]);
-        ok(&mut admin, &["XGROUP", "CREATE", &s, "g", "$"]);
-        let p = Pending::blocked(
-            &srv,
-            &mut admin,
-            &[
-                "XREADGROUP",
-                "GROUP",
-                "g",
-                "c",
-                "BLOCK",
-                "0",
-                "STREAMS",
-                &s,
-                ">",
-            ],
-            0,
-        );
+        let p = reader_blocked_on(&srv, &mut admin, &s);
         q(&mut admin, action);
-        assert_eq!(
-            p.error(),
-            "UNBLOCKED the stream key no longer exists",
-            "{action:?}"
-        );
+        assert_eq!(p.error(), UNBLOCKED, "{action:?}");
         wait_blocked(&mut admin, 0);
     }
 }
@@ -706,7 +675,7 @@ fn xreadgroup_blocked_across_shards() {
 
     let p = Pending::blocked(&srv, &mut admin, &block, 0);
     assert_eq!(int(&mut admin, &["DEL", &a]), 1);
-    assert_eq!(p.error(), "UNBLOCKED the stream key no longer exists");
+    assert_eq!(p.error(), UNBLOCKED);
     wait_blocked(&mut admin, 0);
     assert_eq!(int(&mut admin, &["XLEN", &b]), 1);
 }
@@ -718,11 +687,9 @@ fn xreadgroup_blocked_across_shards() {
 fn xreadgroup_blocked_stream_expires() {
     let srv = TestServer::start();
     let mut admin = srv.client();
-    q(&mut admin, &["XADD", "s", "1-0", "f", "v"]);
-    ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
-    let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
+    let p = reader_blocked_on(&srv, &mut admin, "s");
     assert_eq!(int(&mut admin, &["PEXPIRE", "s", "50"]), 1);
-    assert_eq!(p.error(), "UNBLOCKED the stream key no longer exists");
+    assert_eq!(p.error(), UNBLOCKED);
     wait_blocked(&mut admin, 0);
 }
 
@@ -733,15 +700,9 @@ fn xreadgroup_blocked_flush() {
     let srv = TestServer::start();
     let mut admin = srv.client();
     for flush in ["FLUSHALL", "FLUSHDB"] {
-        q(&mut admin, &["XADD", "s", "1-0", "f", "v"]);
-        ok(&mut admin, &["XGROUP", "CREATE", "s", "g", "$"]);
-        let p = group_reader(&srv, &mut admin, ("g", "c"), "s", 0);
+        let p = reader_blocked_on(&srv, &mut admin, "s");
         ok(&mut admin, &[flush]);
-        assert_eq!(
-            p.error(),
-            "UNBLOCKED the stream key no longer exists",
-            "{flush}"
-        );
+        assert_eq!(p.error(), UNBLOCKED, "{flush}");
         wait_blocked(&mut admin, 0);
     }
 }

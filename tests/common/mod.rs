@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -177,4 +178,20 @@ pub fn arr(items: &[&str]) -> Value {
 /// The shard `key` lives on with `shards` shards.
 pub fn shard_of(key: &str, shards: usize) -> usize {
     cairn::cluster::shard_of_slot(cairn::cluster::key_slot(key.as_bytes()), shards)
+}
+
+/// The numeric fields of `INFO cairn`.
+pub fn info_cairn(c: &mut Connection) -> HashMap<String, u64> {
+    let text: String = cmd(&["INFO", "cairn"]).query(c).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter_map(|(k, v)| Some((k.to_string(), v.trim().parse::<u64>().ok()?)))
+        .collect()
+}
+
+/// One field of [`info_cairn`]'s map; panics if it is missing.
+pub fn field(info: &HashMap<String, u64>, name: &str) -> u64 {
+    *info
+        .get(name)
+        .unwrap_or_else(|| panic!("INFO cairn has no {name}: {info:?}"))
 }
