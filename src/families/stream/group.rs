@@ -213,24 +213,10 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
     // CREATE's options and SETID's ENTRIESREAD are parsed before the key
     // is looked at.
     let (mut mkstream, mut entries_read) = (false, ENTRIES_READ_UNKNOWN);
-    if sub == "setid" {
+    if sub == "create" || sub == "setid" {
         let mut i = 5;
         while i < a.len() {
-            if is(a.get(i), "entriesread") && i + 1 < a.len() {
-                match parse_entries_read(a.get(i + 1)) {
-                    Ok(n) => entries_read = n,
-                    Err(r) => return r.into(),
-                }
-                i += 2;
-            } else {
-                return subcommand_syntax(&a).into();
-            }
-        }
-    }
-    if sub == "create" {
-        let mut i = 5;
-        while i < a.len() {
-            if is(a.get(i), "mkstream") {
+            if sub == "create" && is(a.get(i), "mkstream") {
                 mkstream = true;
                 i += 1;
             } else if is(a.get(i), "entriesread") && i + 1 < a.len() {
