@@ -100,6 +100,20 @@ pub fn parse_mpop(
     ))
 }
 
+/// The optional count of SPOP / ZPOPMIN / ZPOPMAX at argv[2]: `None`
+/// without one. Redis gives every bad count, non-numbers included, one error.
+pub fn parse_pop_count(a: &crate::command::Args) -> Result<Option<u64>, Reply> {
+    use crate::command::args::{error, int, SYNTAX};
+    match a.len() {
+        2 => Ok(None),
+        3 => match int(a.get(2)) {
+            Ok(c) if c >= 0 => Ok(Some(c as u64)),
+            _ => Err(Reply::err("value is out of range, must be positive")),
+        },
+        _ => Err(error(SYNTAX)),
+    }
+}
+
 /// Parses `count [WITH...]` of HRANDFIELD / ZRANDMEMBER / SRANDMEMBER-style
 /// commands (count at argv[2], optional `flag` at argv[3]) with Redis's
 /// range rules and errors. Returns the count and whether the flag was given.

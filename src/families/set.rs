@@ -84,14 +84,9 @@ pub fn smembers(s: &mut Session, a: Args) -> Action {
 
 /// SPOP key [count]
 pub fn spop(s: &mut Session, a: Args) -> Action {
-    let count = match a.len() {
-        2 => None,
-        // Redis gives every bad count, non-numbers included, this one error.
-        3 => match args::int(a.get(2)) {
-            Ok(c) if c >= 0 => Some(c as u64),
-            _ => return Reply::err("value is out of range, must be positive").into(),
-        },
-        _ => return error(SYNTAX).into(),
+    let count = match super::parse_pop_count(&a) {
+        Ok(c) => c,
+        Err(r) => return r.into(),
     };
     s.write(a.get(1), move |w, k| {
         let Some(v) = View::load(w, k, SET)? else {

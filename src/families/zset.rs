@@ -885,13 +885,9 @@ fn pop_entries(
 }
 
 fn zpop(s: &mut Session, a: Args, max: bool) -> Action {
-    let count = match a.len() {
-        2 => None,
-        3 => match args::int(a.get(2)) {
-            Ok(c) if c >= 0 => Some(c as u64),
-            _ => return Reply::err("value is out of range, must be positive").into(),
-        },
-        _ => return error(SYNTAX).into(),
+    let count = match super::parse_pop_count(&a) {
+        Ok(c) => c,
+        Err(r) => return r.into(),
     };
     let resp3 = s.resp3;
     s.write(a.get(1), move |w, k| {
