@@ -67,6 +67,15 @@ pub fn serves(reply: &crate::protocol::Reply) -> bool {
 /// Waiters on each (database, key), oldest first.
 type Queues = HashMap<(u8, Bytes), VecDeque<Arc<Waiter>>>;
 
+/// The waiters of one key. Every push and stream append asks, and almost
+/// always nobody waits: then no key copy is made for the lookup.
+fn queue<'q>(queues: &'q Queues, db: u8, key: &[u8]) -> Option<&'q VecDeque<Arc<Waiter>>> {
+    if queues.is_empty() {
+        return None;
+    }
+    queues.get(&(db, Bytes::copy_from_slice(key)))
+}
+
 /// Waiters per (database, key), oldest first.
 #[derive(Default)]
 pub struct BlockRegistry {
@@ -120,7 +129,7 @@ impl BlockRegistry {
     /// Something was added to `key`: wake the oldest waiter on it.
     pub fn signal(&self, db: u8, key: &[u8]) {
         let queues = self.queues.lock();
-        if let Some(q) = queues.get(&(db, Bytes::copy_from_slice(key))) {
+        if let Some(q) = queue(&queues, db, key) {
             if let Some(first) = q.front() {
                 first.notify.notify_one();
             }
@@ -131,7 +140,7 @@ impl BlockRegistry {
     /// all its readers may see, or the key went away): wake them all.
     pub fn broadcast(&self, db: u8, key: &[u8]) {
         let queues = self.queues.lock();
-        if let Some(q) = queues.get(&(db, Bytes::copy_from_slice(key))) {
+        if let Some(q) = queue(&queues, db, key) {
             for w in q {
                 w.notify.notify_one();
             }
@@ -142,8 +151,7 @@ impl BlockRegistry {
     /// handoff.
     pub fn handoffs(&self, db: u8, key: &[u8], shard: usize) -> Vec<Arc<Waiter>> {
         let queues = self.queues.lock();
-        queues
-            .get(&(db, Bytes::copy_from_slice(key)))
+        queue(&queues, db, key)
             .map(|q| {
                 q.iter()
                     .filter(|w| w.handoff.as_ref().is_some_and(|h| h.shard == shard))
