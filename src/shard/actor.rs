@@ -129,6 +129,7 @@ impl ShardActor {
     fn note_commit(&mut self) {
         use std::sync::atomic::Ordering::Relaxed;
         self.shared.stats.commits.fetch_add(1, Relaxed);
+        self.shared.retire_snapshot();
         if self.durability == Durability::Always {
             self.shared.stats.durable_now();
         } else {
@@ -283,6 +284,7 @@ impl ShardActor {
         txn.commit()?;
         use std::sync::atomic::Ordering::Relaxed;
         self.shared.stats.commits.fetch_add(1, Relaxed);
+        self.shared.retire_snapshot();
         self.shared.stats.durable_now();
         self.unsynced = false;
         self.last_sync = Instant::now();

@@ -131,6 +131,15 @@ impl ShardShared {
         }
     }
 
+    /// Lets go of the shared snapshot after a commit. A redb read transaction
+    /// pins every page freed after it began, so a snapshot kept alive by a
+    /// write-only load (no reader comes to replace it) would stop page reuse
+    /// and grow the file by every page each commit rewrites.
+    fn retire_snapshot(&self) {
+        let old = self.snapshot_cache.lock().take();
+        drop(old);
+    }
+
     /// Opens a fresh snapshot of this shard.
     pub fn snapshot(&self) -> Result<ReadCtx, StoreError> {
         ReadCtx::begin(&self.db, now_ms())
