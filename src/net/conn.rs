@@ -91,14 +91,33 @@ impl Outbox {
             ids.push(earlier);
         }
         let flags: Vec<(bool, bool)> = group.iter().map(|(_, _, r, s)| (*r, *s)).collect();
-        let ops: Vec<(usize, crate::shard::WriteFn)> =
-            group.into_iter().map(|(s, f, ..)| (s, f)).collect();
+        let count = group.len();
+        // One step per shard runs that shard's writes in request order: a
+        // message and a wake-up per shard rather than per write.
+        let mut per_shard: Vec<(usize, Vec<(usize, crate::shard::WriteFn)>)> = Vec::new();
+        for (i, (shard, f, ..)) in group.into_iter().enumerate() {
+            match per_shard.iter_mut().find(|(s, _)| *s == shard) {
+                Some((_, fs)) => fs.push((i, f)),
+                None => per_shard.push((shard, vec![(i, f)])),
+            }
+        }
         let plan: crate::shard::coordinator::Plan = Box::new(move |locked| {
-            let pending: Vec<_> = ops.into_iter().map(|(s, f)| locked.send(s, f)).collect();
+            let pending: Vec<_> = per_shard
+                .into_iter()
+                .map(|(shard, fs)| {
+                    locked.send(shard, move |w| {
+                        fs.into_iter()
+                            .map(|(i, f)| f(w).map(|r| (i, r)))
+                            .collect::<Result<Vec<_>, _>>()
+                    })
+                })
+                .collect();
             Box::pin(async move {
-                let mut replies = Vec::with_capacity(pending.len());
+                let mut replies: Vec<Reply> = (0..count).map(|_| Reply::Nil).collect();
                 for p in pending {
-                    replies.push(p.wait().await?);
+                    for (i, r) in p.wait().await? {
+                        replies[i] = r;
+                    }
                 }
                 Ok(Ok(Reply::Array(replies)))
             })

@@ -55,9 +55,9 @@ impl Message for Shutdown {
 
 /// A coordinator takes this shard (see `coordinator`).
 pub struct Lock {
-    /// Signalled once the shard has committed its queue and is waiting for steps.
-    pub ready: tokio::sync::oneshot::Sender<()>,
-    /// Steps to run while locked.
+    /// Steps to run while locked. The coordinator may queue them, and the
+    /// commit, before the shard gets to this message: the shard runs them
+    /// once its own queue has committed.
     pub steps: std::sync::mpsc::Receiver<super::coordinator::Step>,
 }
 
@@ -336,7 +336,7 @@ impl ShardActor {
             Ok(t) => t,
             Err(e) => {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
-                return; // the coordinator sees `ready` dropped and fails
+                return; // the coordinator sees the step channel closed and fails
             }
         };
         let shared = self.shared.clone();
@@ -347,22 +347,27 @@ impl ShardActor {
                 return;
             }
         };
-        if lock.ready.send(()).is_err() {
-            return;
-        }
+        // A failed step dooms the round: the coordinator may have asked for
+        // the commit before it saw the failure, so the shard remembers it.
+        let mut step_failed = false;
         let outcome = loop {
             match lock.steps.recv() {
                 Ok(Step::Run(f, tx)) => {
                     let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx)))
                         .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
+                    step_failed |= r.is_err();
                     let _ = tx.send(r);
                 }
-                Ok(Step::Commit { barrier, done }) => break Some((barrier, done)),
+                Ok(Step::Commit {
+                    barrier,
+                    failed,
+                    done,
+                }) => break Some((barrier, failed, done)),
                 // Abort, or the coordinator vanished: roll back.
                 Ok(Step::Abort) | Err(_) => break None,
             }
         };
-        let Some((barrier, done)) = outcome else {
+        let Some((barrier, failed, done)) = outcome else {
             drop(ctx);
             let _ = txn.abort();
             self.reload_state();
@@ -370,11 +375,21 @@ impl ShardActor {
         };
         let signals = ctx.take_wakeups();
         let finished = ctx.finish();
+        if step_failed || finished.is_err() {
+            failed.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         // Every participant holds its commit lock before any commits, and
-        // releases it only after all have committed.
+        // releases it only after all have committed. After the first
+        // barrier every participant has said whether it failed, so all of
+        // them commit or all roll back.
         let visible = shared.commit_lock.write();
         barrier.wait();
-        let result = finished.and_then(|()| txn.commit().map_err(StoreError::from));
+        let result = if failed.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = txn.abort();
+            finished.and(Err(StoreError::Internal("round aborted".into())))
+        } else {
+            finished.and_then(|()| txn.commit().map_err(StoreError::from))
+        };
         barrier.wait();
         drop(visible);
         match &result {

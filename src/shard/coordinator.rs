@@ -1,4 +1,4 @@
-//! Multi-shard commands: lock the shards in ascending id order, run steps in
+//! Multi-shard commands: ask the shards for their locks in ascending id order, run steps in
 //! each one's write transaction, then commit all of them at once (see the
 //! parent module for the visibility rule).
 //!
@@ -20,6 +20,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 
 use super::actor::Lock;
@@ -29,6 +30,10 @@ use crate::storage::{StoreError, WriteCtx};
 
 /// Most commands one coordinator round takes.
 pub const MAX_ROUND: usize = 512;
+
+/// Rounds started and not yet finished: one committing while the next runs
+/// its steps keeps the shards busy between rounds.
+const ROUNDS_IN_FLIGHT: usize = 2;
 
 /// What a step hands back to the coordinator.
 pub type StepOut = Box<dyn Any + Send>;
@@ -43,11 +48,15 @@ pub enum Step {
         StepFn,
         tokio::sync::oneshot::Sender<Result<StepOut, StoreError>>,
     ),
-    /// Commit together with the other participants.
+    /// Commit together with the other participants, unless one of them
+    /// failed a step.
     Commit {
         /// Shared by all participants: everyone holds its commit lock before
         /// anyone commits, and keeps it until all have committed.
         barrier: Arc<Barrier>,
+        /// Set before the first barrier by any participant that failed a
+        /// step; read after it by all, so they all roll back together.
+        failed: Arc<AtomicBool>,
         /// The commit's outcome.
         done: tokio::sync::oneshot::Sender<Result<(), String>>,
     },
@@ -68,7 +77,8 @@ pub struct Locked {
     /// Shard ids, ascending.
     ids: Vec<usize>,
     senders: Vec<std::sync::mpsc::Sender<Step>>,
-    finished: bool,
+    /// Set once the commit or the rollback has been asked for.
+    finished: AtomicBool,
 }
 
 /// Why a coordinated command failed.
@@ -100,29 +110,27 @@ impl<T: Any + Send> Pending<T> {
 }
 
 impl Locked {
-    /// Locks the given shards (any order, duplicates allowed) in ascending id
-    /// order, waiting for each before asking the next.
-    pub async fn lock(set: &ShardSet, ids: &[usize]) -> Result<Locked, CoordError> {
+    /// Asks the given shards (any order, duplicates allowed) for their
+    /// locks, in ascending id order, without waiting for them: steps sent
+    /// now run once each shard has committed what it was doing (its own
+    /// batch, or the previous round). No lock order can deadlock: the
+    /// coordinator task is the only holder of more than one shard, and its
+    /// rounds take the shards in the same order on every shard's queue.
+    pub fn request(set: &ShardSet, ids: &[usize]) -> Locked {
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
-        let mut locked = Locked {
-            ids: Vec::new(),
-            senders: Vec::new(),
-            finished: false,
-        };
-        for id in ids {
+        let mut senders = Vec::with_capacity(ids.len());
+        for &id in &ids {
             let (tx, rx) = std::sync::mpsc::channel();
-            let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-            set.addr(id).do_send(Lock {
-                ready: ready_tx,
-                steps: rx,
-            });
-            ready_rx.await.map_err(|_| CoordError::Unavailable)?;
-            locked.ids.push(id);
-            locked.senders.push(tx);
+            set.addr(id).do_send(Lock { steps: rx });
+            senders.push(tx);
         }
-        Ok(locked)
+        Locked {
+            ids,
+            senders,
+            finished: AtomicBool::new(false),
+        }
     }
 
     /// Sends `f` to shard `id` (which must be locked) without waiting, so
@@ -157,34 +165,46 @@ impl Locked {
         self.send(id, f).wait().await
     }
 
-    /// Commits every locked shard together.
-    pub async fn commit(mut self) -> Result<(), CoordError> {
-        self.finished = true;
+    /// Asks every locked shard to commit together after the steps sent so
+    /// far; the returned future yields the outcome. If any step failed, all
+    /// of them roll back instead.
+    pub fn commit(&self) -> impl Future<Output = Result<(), CoordError>> + Send + 'static {
+        self.finished.store(true, Ordering::Relaxed);
         let barrier = Arc::new(Barrier::new(self.senders.len()));
+        let failed = Arc::new(AtomicBool::new(false));
         let mut waits = Vec::new();
+        let mut sent = true;
         for s in &self.senders {
             let (tx, rx) = tokio::sync::oneshot::channel();
-            s.send(Step::Commit {
-                barrier: barrier.clone(),
-                done: tx,
-            })
-            .map_err(|_| CoordError::Unavailable)?;
+            sent &= s
+                .send(Step::Commit {
+                    barrier: barrier.clone(),
+                    failed: failed.clone(),
+                    done: tx,
+                })
+                .is_ok();
             waits.push(rx);
         }
-        let mut result = Ok(());
-        for w in waits {
-            match w.await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => result = Err(CoordError::Commit(e)),
-                Err(_) => result = Err(CoordError::Unavailable),
+        async move {
+            let mut result = if sent {
+                Ok(())
+            } else {
+                Err(CoordError::Unavailable)
+            };
+            for w in waits {
+                match w.await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => result = result.and(Err(CoordError::Commit(e))),
+                    Err(_) => result = result.and(Err(CoordError::Unavailable)),
+                }
             }
+            result
         }
-        result
     }
 
     /// Rolls every locked shard back.
-    pub fn abort(mut self) {
-        self.finished = true;
+    pub fn abort(&self) {
+        self.finished.store(true, Ordering::Relaxed);
         for s in &self.senders {
             let _ = s.send(Step::Abort);
         }
@@ -195,10 +215,8 @@ impl Drop for Locked {
     fn drop(&mut self) {
         // Dropping without commit rolls back: the shards see Abort (or the
         // channel closing) and release themselves.
-        if !self.finished {
-            for s in &self.senders {
-                let _ = s.send(Step::Abort);
-            }
+        if !self.finished.load(Ordering::Relaxed) {
+            self.abort();
         }
     }
 }
@@ -245,7 +263,16 @@ impl Coordinator {
 }
 
 async fn run(shards: std::sync::Weak<ShardSet>, mut rx: tokio::sync::mpsc::UnboundedReceiver<Job>) {
+    let mut in_flight = std::collections::VecDeque::new();
     while let Some(first) = rx.recv().await {
+        // Rounds still committing. One more may be queued behind them on the
+        // shards; beyond that, waiting lets the next round gather every
+        // command that arrives meanwhile instead of paying a commit each.
+        while in_flight.len() >= ROUNDS_IN_FLIGHT {
+            if let Some(oldest) = in_flight.pop_front() {
+                let _ = oldest.await;
+            }
+        }
         let mut round = vec![first];
         while round.len() < MAX_ROUND {
             match rx.try_recv() {
@@ -256,24 +283,20 @@ async fn run(shards: std::sync::Weak<ShardSet>, mut rx: tokio::sync::mpsc::Unbou
         let Some(set) = shards.upgrade() else {
             return;
         };
-        run_round(&set, round).await;
+        // The round's commit and replies finish on their own task, so the
+        // next round is queued on the shards while this one commits.
+        let finish = start_round(&set, round).await;
+        in_flight.push_back(tokio::spawn(finish));
     }
 }
 
-/// Locks the union of the round's shards, runs every plan, commits once.
-async fn run_round(set: &ShardSet, round: Vec<Job>) {
+/// Asks for the union of the round's shards, runs every plan and asks for
+/// one commit; the returned future waits for the outcome and replies.
+async fn start_round(set: &ShardSet, round: Vec<Job>) -> impl Future<Output = ()> + Send {
     let mut ids: Vec<usize> = round.iter().flat_map(|j| j.ids.iter().copied()).collect();
     ids.sort_unstable();
     ids.dedup();
-    let locked = match Locked::lock(set, &ids).await {
-        Ok(l) => Arc::new(l),
-        Err(e) => {
-            for job in round {
-                let _ = job.reply.send(Reply::err(&e));
-            }
-            return;
-        }
-    };
+    let locked = Arc::new(Locked::request(set, &ids));
     // Plans run in queue order. A blind plan has sent all its steps by the
     // time it is called, so its result can be collected later; a plan that
     // reads before it writes is awaited before the next starts. Either way
@@ -300,29 +323,90 @@ async fn run_round(set: &ShardSet, round: Vec<Job>) {
             }
         }
     }
-    for (reply, fut) in outstanding {
-        match fut.await {
-            Ok(Ok(r)) | Ok(Err(r)) => replies.push((reply, Some(r))),
-            Err(e) => {
-                failure.get_or_insert(e);
-                replies.push((reply, None));
+    // Blind plans' steps may still be running: the commit is queued behind
+    // them, and a shard whose step fails makes the whole round roll back.
+    let committed = if failure.is_some() {
+        locked.abort();
+        None
+    } else {
+        Some(locked.commit())
+    };
+    drop(locked);
+    async move {
+        for (reply, fut) in outstanding {
+            match fut.await {
+                Ok(Ok(r)) | Ok(Err(r)) => replies.push((reply, Some(r))),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    replies.push((reply, None));
+                }
             }
         }
-    }
-    let locked = Arc::try_unwrap(locked).unwrap_or_else(|_| panic!("plans keep no lock handle"));
-    let outcome = match failure {
-        Some(e) => {
-            locked.abort();
-            Err(e)
-        }
-        None => locked.commit().await,
-    };
-    for (tx, reply) in replies {
-        let r = match (&outcome, reply) {
-            (Ok(()), Some(r)) => r,
-            (Err(e), _) => Reply::err(e),
-            (Ok(()), None) => Reply::err("command aborted"),
+        let outcome = match committed {
+            Some(commit) => match commit.await {
+                Ok(()) => failure.map_or(Ok(()), Err),
+                Err(e) => Err(failure.unwrap_or(e)),
+            },
+            None => Err(failure.unwrap_or(CoordError::Unavailable)),
         };
-        let _ = tx.send(r);
+        for (tx, reply) in replies {
+            let r = match (&outcome, reply) {
+                (Ok(()), Some(r)) => r,
+                (Err(e), _) => Reply::err(e),
+                (Ok(()), None) => Reply::err("command aborted"),
+            };
+            let _ = tx.send(r);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::{KvRead, Table};
+
+    fn open(dir: &std::path::Path) -> Arc<ShardSet> {
+        let mut cfg = crate::config::Config::defaults();
+        cfg.dir = dir.to_path_buf();
+        cfg.shards = 2;
+        ShardSet::open(&cfg).expect("shards open")
+    }
+
+    /// A blind plan that writes `key` on shard 0 and runs `second` on shard 1.
+    fn plan(key: &'static [u8], second: fn(&mut WriteCtx) -> Result<(), StoreError>) -> Plan {
+        Box::new(move |locked| {
+            let a = locked.send(0, move |w| w.put(Table::Meta, key, b"v"));
+            let b = locked.send(1, second);
+            Box::pin(async move {
+                a.wait().await?;
+                b.wait().await?;
+                Ok(Ok(Reply::Ok))
+            })
+        })
+    }
+
+    /// The commit is asked for before blind steps report back, so a step
+    /// that fails on one shard must still roll back the other one.
+    #[test]
+    fn a_failed_step_rolls_back_every_shard_of_its_round() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open(dir.path());
+            let fail = set.coordinator().submit(
+                vec![0, 1],
+                true,
+                plan(b"doomed", |_| Err(StoreError::Internal("boom".into()))),
+            );
+            assert_eq!(fail.await.unwrap(), Reply::err("internal error: boom"));
+            let pass = set
+                .coordinator()
+                .submit(vec![0, 1], true, plan(b"kept", |_| Ok(())));
+            assert_eq!(pass.await.unwrap(), Reply::Ok);
+            let snap = set.shard(0).snapshot().unwrap();
+            assert_eq!(snap.get(Table::Meta, b"doomed").unwrap(), None);
+            assert_eq!(snap.get(Table::Meta, b"kept").unwrap(), Some(b"v".to_vec()));
+            set.shutdown().await;
+        });
     }
 }

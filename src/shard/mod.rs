@@ -14,8 +14,9 @@
 //! always reads its own acknowledged writes.
 //!
 //! # Atomicity across shards
-//! A command touching several shards is run by a [`coordinator`]: it locks the
-//! shards in ascending id order (so two coordinators cannot deadlock), runs a
+//! A command touching several shards is run by a [`coordinator`]: it asks the
+//! shards for their locks in ascending id order (one coordinator task holds
+//! every multi-shard lock, so none can deadlock with another), runs a
 //! step on each inside that shard's write transaction, then commits them all
 //! while holding every shard's `commit_lock` for writing. Readers that need a
 //! consistent view of several shards take those locks for reading while they
