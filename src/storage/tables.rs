@@ -309,9 +309,11 @@ pub struct Wakeups {
     pub lookups: (u64, u64),
 }
 
-/// `meta` rows are written back: a batch that touches one key many times
-/// (a pipeline of LPUSHes to one list) reads and writes its metadata in a
-/// map and stores it once, at `finish`. Scans of `meta` see the map too.
+/// `meta` rows written by `put` are written back: a batch that touches one
+/// key many times (a pipeline of LPUSHes to one list) reads and writes its
+/// metadata in a map and stores it once, at `finish`. `swap` and `del` of a
+/// row not in the map go straight to the table, where the lookup and the
+/// write are one tree walk. Scans of `meta` see the map too.
 pub struct WriteCtx<'t> {
     tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 6],
     /// Pending `meta` rows: `Some` = write, `None` = delete.
@@ -394,10 +396,14 @@ impl<'t> WriteCtx<'t> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        // A row already pending is replaced in the cache; any other goes
+        // straight to the table, which hands back the old value in the same
+        // tree walk (a cached write would walk twice: look up now, insert at
+        // `finish`).
         if table == Table::Meta {
-            let old = self.get(table, key)?;
-            self.meta_cache.insert(key.to_vec(), Some(value.to_vec()));
-            return Ok(old);
+            if let Some(pending) = self.meta_cache.get_mut(key) {
+                return Ok(pending.replace(value.to_vec()));
+            }
         }
         Ok(self
             .table_mut(table)
@@ -407,10 +413,11 @@ impl<'t> WriteCtx<'t> {
 
     /// Removes a row; true if it existed.
     pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        // As `swap`: one tree walk unless the row is pending.
         if table == Table::Meta {
-            let existed = self.get(table, key)?.is_some();
-            self.meta_cache.insert(key.to_vec(), None);
-            return Ok(existed);
+            if let Some(pending) = self.meta_cache.get_mut(key) {
+                return Ok(pending.take().is_some());
+            }
         }
         Ok(self.table_mut(table).remove(key)?.is_some())
     }
@@ -605,6 +612,46 @@ mod tests {
         drop(db);
         let db = open(&path);
         assert!(ShardState::load(&db).unwrap().next_version > u64::MAX / 2);
+    }
+
+    /// `meta` writes mix the write-back map (`put`) and direct writes
+    /// (`swap`, `del` of rows not in the map); reads, scans and the stored
+    /// result must all agree on the last write of each row.
+    #[test]
+    fn meta_writes_agree_whichever_path_they_take() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("s.redb"));
+        let mut state = ShardState::load(&db).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+            let m = Table::Meta;
+            assert_eq!(w.swap(m, b"a", b"1").unwrap(), None);
+            assert_eq!(w.swap(m, b"a", b"2").unwrap(), Some(b"1".to_vec()));
+            w.put(m, b"a", b"3").unwrap();
+            assert_eq!(w.swap(m, b"a", b"4").unwrap(), Some(b"3".to_vec()));
+            w.put(m, b"b", b"x").unwrap();
+            assert!(w.del(m, b"b").unwrap());
+            assert!(!w.del(m, b"b").unwrap());
+            w.put(m, b"c", b"y").unwrap();
+            let mut seen = Vec::new();
+            w.scan(m, b"", None, false, &mut |k, v| {
+                seen.push((k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+            let expect = vec![
+                (b"a".to_vec(), b"4".to_vec()),
+                (b"c".to_vec(), b"y".to_vec()),
+            ];
+            assert_eq!(seen, expect);
+            w.finish().unwrap();
+        }
+        txn.commit().unwrap();
+        let r = ReadCtx::begin(&db, 0).unwrap();
+        assert_eq!(r.get(Table::Meta, b"a").unwrap(), Some(b"4".to_vec()));
+        assert_eq!(r.get(Table::Meta, b"b").unwrap(), None);
+        assert_eq!(r.get(Table::Meta, b"c").unwrap(), Some(b"y".to_vec()));
     }
 
     /// Key counts persist with the data they describe.
