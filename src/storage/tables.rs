@@ -309,15 +309,19 @@ pub struct Wakeups {
     pub lookups: (u64, u64),
 }
 
-/// `meta` rows written by `put` are written back: a batch that touches one
-/// key many times (a pipeline of LPUSHes to one list) reads and writes its
-/// metadata in a map and stores it once, at `finish`. `swap` and `del` of a
-/// row not in the map go straight to the table, where the lookup and the
-/// write are one tree walk. Scans of `meta` see the map too.
+/// `meta` rows are cached for the batch: a batch that touches one key many
+/// times (a pipeline of LPUSHes to one list, or of SETs to one key) reads
+/// and writes its metadata in a map, and `finish` stores each changed row
+/// once. `swap` and `del` of a row not in the map go straight to the table,
+/// where the lookup and the write are one tree walk, and leave the row in
+/// the map as clean. Scans of `meta` see the changed rows too.
 pub struct WriteCtx<'t> {
     tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 6],
-    /// Pending `meta` rows: `Some` = write, `None` = delete.
-    meta_cache: std::collections::HashMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Cached `meta` rows (`None` = absent), with whether each still has to
+    /// be written at `finish`.
+    meta_cache: std::collections::HashMap<Vec<u8>, (Option<Vec<u8>>, bool)>,
+    /// How many cached rows have to be written.
+    meta_dirty: usize,
     now_ms: u64,
     /// Keys (database, name) that gained elements in this transaction: the
     /// shard wakes clients blocked on them once it has committed.
@@ -351,6 +355,7 @@ impl<'t> WriteCtx<'t> {
                 txn.open_table(SYS)?,
             ],
             meta_cache: std::collections::HashMap::new(),
+            meta_dirty: 0,
             now_ms,
             signals: Vec::new(),
             broadcasts: Vec::new(),
@@ -382,7 +387,7 @@ impl<'t> WriteCtx<'t> {
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         if table == Table::Meta {
-            self.meta_cache.insert(key.to_vec(), Some(value.to_vec()));
+            self.cache_meta(key, Some(value.to_vec()), true);
             return Ok(());
         }
         self.table_mut(table).insert(key, value)?;
@@ -401,32 +406,65 @@ impl<'t> WriteCtx<'t> {
         // tree walk (a cached write would walk twice: look up now, insert at
         // `finish`).
         if table == Table::Meta {
-            if let Some(pending) = self.meta_cache.get_mut(key) {
-                return Ok(pending.replace(value.to_vec()));
+            if let Some((cached, _)) = self.meta_cache.get(key) {
+                let old = cached.clone();
+                self.cache_meta(key, Some(value.to_vec()), true);
+                return Ok(old);
             }
         }
-        Ok(self
+        let old = self
             .table_mut(table)
             .insert(key, value)?
-            .map(|old| old.value().to_vec()))
+            .map(|old| old.value().to_vec());
+        if table == Table::Meta {
+            self.cache_meta(key, Some(value.to_vec()), false);
+        }
+        Ok(old)
     }
 
     /// Removes a row; true if it existed.
     pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
         // As `swap`: one tree walk unless the row is pending.
         if table == Table::Meta {
-            if let Some(pending) = self.meta_cache.get_mut(key) {
-                return Ok(pending.take().is_some());
+            if let Some((cached, _)) = self.meta_cache.get(key) {
+                let existed = cached.is_some();
+                self.cache_meta(key, None, true);
+                return Ok(existed);
             }
         }
-        Ok(self.table_mut(table).remove(key)?.is_some())
+        let existed = self.table_mut(table).remove(key)?.is_some();
+        if table == Table::Meta {
+            self.cache_meta(key, None, false);
+        }
+        Ok(existed)
+    }
+
+    /// Caches a `meta` row; `dirty` if the table does not hold it yet. A row
+    /// once dirty stays dirty until `finish` writes it.
+    fn cache_meta(&mut self, key: &[u8], value: Option<Vec<u8>>, dirty: bool) {
+        match self.meta_cache.get_mut(key) {
+            Some(entry) => {
+                if dirty && !entry.1 {
+                    self.meta_dirty += 1;
+                }
+                *entry = (value, entry.1 || dirty);
+            }
+            None => {
+                self.meta_dirty += usize::from(dirty);
+                self.meta_cache.insert(key.to_vec(), (value, dirty));
+            }
+        }
     }
 
     /// Writes the pending `meta` rows into the table.
     fn flush_meta(&mut self) -> Result<(), StoreError> {
         let pending = std::mem::take(&mut self.meta_cache);
+        self.meta_dirty = 0;
         let meta = self.table_mut(Table::Meta);
-        for (k, v) in pending {
+        for (k, (v, dirty)) in pending {
+            if !dirty {
+                continue;
+            }
             match v {
                 Some(v) => {
                     meta.insert(k.as_slice(), v.as_slice())?;
@@ -463,6 +501,7 @@ impl<'t> WriteCtx<'t> {
     pub fn clear(&mut self, table: Table) -> Result<(), StoreError> {
         if table == Table::Meta {
             self.meta_cache.clear();
+            self.meta_dirty = 0;
         }
         self.table_mut(table).retain(|_, _| false)?;
         Ok(())
@@ -504,8 +543,8 @@ impl KvRead for WriteCtx<'_> {
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         if table == Table::Meta {
-            if let Some(pending) = self.meta_cache.get(key) {
-                return Ok(pending.clone());
+            if let Some((cached, _)) = self.meta_cache.get(key) {
+                return Ok(cached.clone());
             }
         }
         Ok(self.table(table).get(key)?.map(|v| v.value().to_vec()))
@@ -519,7 +558,8 @@ impl KvRead for WriteCtx<'_> {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        if table != Table::Meta || self.meta_cache.is_empty() {
+        // Clean cached rows equal the table's: only changed rows overlay it.
+        if table != Table::Meta || self.meta_dirty == 0 {
             return scan_table(self.table(table), start, end, reverse, visit);
         }
         // Rare (FLUSHDB, SWAPDB): overlay the pending rows on the table's.
@@ -528,7 +568,7 @@ impl KvRead for WriteCtx<'_> {
             rows.insert(k.to_vec(), v.to_vec());
             true
         })?;
-        for (k, v) in &self.meta_cache {
+        for (k, (v, _)) in self.meta_cache.iter().filter(|(_, (_, dirty))| *dirty) {
             let inside = k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e);
             if inside {
                 match v {
@@ -652,6 +692,29 @@ mod tests {
         assert_eq!(r.get(Table::Meta, b"a").unwrap(), Some(b"4".to_vec()));
         assert_eq!(r.get(Table::Meta, b"b").unwrap(), None);
         assert_eq!(r.get(Table::Meta, b"c").unwrap(), Some(b"y".to_vec()));
+        drop(r);
+        // Rows already in the table: a direct delete, then a cached rewrite.
+        let txn = db.begin_write().unwrap();
+        {
+            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+            let m = Table::Meta;
+            assert!(w.del(m, b"c").unwrap());
+            assert_eq!(w.get(m, b"c").unwrap(), None);
+            assert_eq!(w.swap(m, b"c", b"z").unwrap(), None);
+            assert!(w.del(m, b"a").unwrap());
+            let mut seen = Vec::new();
+            w.scan(m, b"", None, true, &mut |k, v| {
+                seen.push((k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+            assert_eq!(seen, vec![(b"c".to_vec(), b"z".to_vec())]);
+            w.finish().unwrap();
+        }
+        txn.commit().unwrap();
+        let r = ReadCtx::begin(&db, 0).unwrap();
+        assert_eq!(r.get(Table::Meta, b"a").unwrap(), None);
+        assert_eq!(r.get(Table::Meta, b"c").unwrap(), Some(b"z".to_vec()));
     }
 
     /// Key counts persist with the data they describe.
