@@ -759,3 +759,62 @@ fn overwrites_after_a_read_reuse_pages() {
     // Pinned pages would take more than 2000 x 16 KiB = 32 MiB.
     assert!(bytes < 8 << 20, "shard files hold {bytes} bytes");
 }
+
+/// A container's COMMAND INFO entry lists its subcommands last. Redis lists
+/// them in hash order, which changes from run to run, so the transcripts
+/// pin each `container|sub` entry and this test checks that the container
+/// lists exactly those entries.
+#[test]
+fn command_info_lists_container_subcommands() {
+    let s = TestServer::start();
+    let mut c = s.client();
+    let expected = [
+        ("xinfo", &["consumers", "groups", "help", "stream"][..]),
+        (
+            "xgroup",
+            &[
+                "create",
+                "createconsumer",
+                "delconsumer",
+                "destroy",
+                "help",
+                "setid",
+            ][..],
+        ),
+        ("config", &["get", "resetstat", "rewrite", "set"][..]),
+    ];
+    for (container, subs) in expected {
+        let Value::Array(entries) = q(&mut c, &["COMMAND", "INFO", container]) else {
+            panic!("COMMAND INFO {container}");
+        };
+        let Some(Value::Array(fields)) = entries.first() else {
+            panic!("no entry for {container}");
+        };
+        let Some(Value::Array(listed)) = fields.get(9) else {
+            panic!("no subcommands field for {container}");
+        };
+        let mut listed: Vec<Value> = listed.clone();
+        let mut alone: Vec<Value> = subs
+            .iter()
+            .map(|sub| {
+                let name = format!("{container}|{sub}");
+                match q(&mut c, &["COMMAND", "INFO", &name]) {
+                    Value::Array(mut one) if one.len() == 1 => one.remove(0),
+                    other => panic!("COMMAND INFO {name}: {other:?}"),
+                }
+            })
+            .collect();
+        let key = |v: &Value| format!("{v:?}");
+        listed.sort_by_key(key);
+        alone.sort_by_key(key);
+        assert_eq!(listed, alone, "{container}");
+    }
+    // Plain commands list none.
+    let Value::Array(entries) = q(&mut c, &["COMMAND", "INFO", "get"]) else {
+        panic!("COMMAND INFO get");
+    };
+    let Some(Value::Array(fields)) = entries.first() else {
+        panic!("no entry for get");
+    };
+    assert_eq!(fields.get(9), Some(&Value::Array(Vec::new())));
+}

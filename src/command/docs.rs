@@ -18,130 +18,124 @@ fn bulk_str(s: &str) -> Reply {
 
 /// One command's COMMAND INFO entry, in Redis 7.0's shape.
 pub fn info(c: &CommandSpec) -> Reply {
+    // Redis reports keys it cannot place by (first, last, step) as movable:
+    // (0, 0, 0), or (1, 1, 1) for the destination before them.
     let (first, last, step) = match c.keys {
-        KeySpec::None | KeySpec::Streams { .. } => (0, 0, 0),
+        KeySpec::None | KeySpec::Streams { .. } | KeySpec::Keynum { dest: false, .. } => (0, 0, 0),
+        KeySpec::Keynum { dest: true, .. } => (1, 1, 1),
         KeySpec::Range { first, last, step } => (first, last, step),
-        // Redis reports keynum commands as (first, 0?, 1) with a keynum spec.
-        KeySpec::Keynum { first, .. } => (first as i32, first as i32, 1),
+    };
+    let flags = match c.keys {
+        KeySpec::Keynum { .. } => format!("{} movablekeys", c.flags),
+        _ => c.flags.to_string(),
     };
     let tips = Reply::Set(c.tips.split_whitespace().map(bulk_str).collect());
     let key_specs = match c.keys {
         KeySpec::None => Vec::new(),
-        KeySpec::Streams { from } => vec![Reply::Map(vec![
-            (bulk_str("flags"), status_set(&key_flags_text(c.key_flags))),
-            (
-                bulk_str("begin_search"),
-                Reply::Map(vec![
-                    (bulk_str("type"), bulk_str("keyword")),
-                    (
-                        bulk_str("spec"),
-                        Reply::Map(vec![
-                            (bulk_str("keyword"), bulk_str("STREAMS")),
-                            (bulk_str("startfrom"), Reply::Int(from as i64)),
-                        ]),
-                    ),
-                ]),
+        KeySpec::Streams { from } => vec![key_spec(
+            c.key_flags,
+            spec_map(
+                "keyword",
+                vec![
+                    ("keyword", bulk_str("STREAMS")),
+                    ("startfrom", Reply::Int(from as i64)),
+                ],
             ),
-            (
-                bulk_str("find_keys"),
-                Reply::Map(vec![
-                    (bulk_str("type"), bulk_str("range")),
-                    (
-                        bulk_str("spec"),
-                        Reply::Map(vec![
-                            (bulk_str("lastkey"), Reply::Int(-1)),
-                            (bulk_str("keystep"), Reply::Int(1)),
-                            (bulk_str("limit"), Reply::Int(2)),
-                        ]),
-                    ),
-                ]),
+            spec_map(
+                "range",
+                vec![
+                    ("lastkey", Reply::Int(-1)),
+                    ("keystep", Reply::Int(1)),
+                    ("limit", Reply::Int(2)),
+                ],
             ),
-        ])],
-        KeySpec::Keynum { numkeys, first } => vec![Reply::Map(vec![
-            (bulk_str("flags"), status_set(&key_flags_text(c.key_flags))),
-            (
-                bulk_str("begin_search"),
-                Reply::Map(vec![
-                    (bulk_str("type"), bulk_str("index")),
-                    (
-                        bulk_str("spec"),
-                        Reply::Map(vec![(bulk_str("index"), Reply::Int(numkeys as i64))]),
-                    ),
-                ]),
-            ),
-            (
-                bulk_str("find_keys"),
-                Reply::Map(vec![
-                    (bulk_str("type"), bulk_str("keynum")),
-                    (
-                        bulk_str("spec"),
-                        Reply::Map(vec![
-                            (bulk_str("keynumidx"), Reply::Int(0)),
-                            (bulk_str("firstkey"), Reply::Int((first - numkeys) as i64)),
-                            (bulk_str("keystep"), Reply::Int(1)),
-                        ]),
-                    ),
-                ]),
-            ),
-        ])],
+        )],
+        KeySpec::Keynum {
+            numkeys,
+            first,
+            dest,
+        } => {
+            let counted = key_spec(
+                // The counted keys of a store command are its sources.
+                if dest { "RO ACCESS" } else { c.key_flags },
+                spec_map("index", vec![("index", Reply::Int(numkeys as i64))]),
+                spec_map(
+                    "keynum",
+                    vec![
+                        ("keynumidx", Reply::Int(0)),
+                        ("firstkey", Reply::Int((first - numkeys) as i64)),
+                        ("keystep", Reply::Int(1)),
+                    ],
+                ),
+            );
+            let mut specs = Vec::new();
+            if dest {
+                specs.push(range_spec(c.key_flags, 1, 0, 1));
+            }
+            specs.push(counted);
+            specs
+        }
         KeySpec::Range { first, last, step } => {
             let lastkey = if last < 0 { last } else { last - first };
-            // `key_flags` is "FLAGS..." or "FLAGS... | notes". Redis prints
-            // the access type (RO, RW, OW, RM) upper case, the rest lower.
-            let (flags, notes) = match c.key_flags.split_once(" | ") {
-                Some((f, n)) => (f, Some(n)),
-                None => (c.key_flags, None),
-            };
-            let flags = key_flags_text(flags);
-            let mut spec = Vec::new();
-            if let Some(n) = notes {
-                spec.push((bulk_str("notes"), bulk_str(n)));
-            }
-            spec.push((bulk_str("flags"), status_set(&flags)));
-            vec![Reply::Map(
-                spec.into_iter()
-                    .chain(vec![
-                        (
-                            bulk_str("begin_search"),
-                            Reply::Map(vec![
-                                (bulk_str("type"), bulk_str("index")),
-                                (
-                                    bulk_str("spec"),
-                                    Reply::Map(vec![(bulk_str("index"), Reply::Int(first as i64))]),
-                                ),
-                            ]),
-                        ),
-                        (
-                            bulk_str("find_keys"),
-                            Reply::Map(vec![
-                                (bulk_str("type"), bulk_str("range")),
-                                (
-                                    bulk_str("spec"),
-                                    Reply::Map(vec![
-                                        (bulk_str("lastkey"), Reply::Int(lastkey as i64)),
-                                        (bulk_str("keystep"), Reply::Int(step as i64)),
-                                        (bulk_str("limit"), Reply::Int(0)),
-                                    ]),
-                                ),
-                            ]),
-                        ),
-                    ])
-                    .collect(),
-            )]
+            vec![range_spec(c.key_flags, first, lastkey, step)]
         }
     };
     Reply::Array(vec![
         bulk_str(c.name),
         Reply::Int(c.arity as i64),
-        status_set(c.flags),
+        status_set(&flags),
         Reply::Int(first as i64),
         Reply::Int(last as i64),
         Reply::Int(step as i64),
         status_set(c.acl),
         tips,
         Reply::Set(key_specs),
-        Reply::Set(Vec::new()),
+        Reply::Set(super::subcommands_of(c.name).map(info).collect()),
     ])
+}
+
+/// A key spec of keys at `index` up to `lastkey` (relative, or negative
+/// from the end) every `step` arguments.
+fn range_spec(key_flags: &str, index: i32, lastkey: i32, step: i32) -> Reply {
+    key_spec(
+        key_flags,
+        spec_map("index", vec![("index", Reply::Int(index as i64))]),
+        spec_map(
+            "range",
+            vec![
+                ("lastkey", Reply::Int(lastkey as i64)),
+                ("keystep", Reply::Int(step as i64)),
+                ("limit", Reply::Int(0)),
+            ],
+        ),
+    )
+}
+
+/// `{type, spec}` of a begin_search or find_keys part.
+fn spec_map(kind: &str, spec: Vec<(&str, Reply)>) -> Reply {
+    Reply::Map(vec![
+        (bulk_str("type"), bulk_str(kind)),
+        (
+            bulk_str("spec"),
+            Reply::Map(spec.into_iter().map(|(k, v)| (bulk_str(k), v)).collect()),
+        ),
+    ])
+}
+
+/// One key spec. `key_flags` is "FLAGS..." or "FLAGS... | notes".
+fn key_spec(key_flags: &str, begin_search: Reply, find_keys: Reply) -> Reply {
+    let (flags, notes) = match key_flags.split_once(" | ") {
+        Some((f, n)) => (f, Some(n)),
+        None => (key_flags, None),
+    };
+    let mut spec = Vec::new();
+    if let Some(n) = notes {
+        spec.push((bulk_str("notes"), bulk_str(n)));
+    }
+    spec.push((bulk_str("flags"), status_set(&key_flags_text(flags))));
+    spec.push((bulk_str("begin_search"), begin_search));
+    spec.push((bulk_str("find_keys"), find_keys));
+    Reply::Map(spec)
 }
 
 /// Key-spec flags as Redis prints them: the access type (RO, RW, OW, RM)

@@ -6,4 +6,7 @@ pub mod docs;
 pub mod table;
 
 pub use args::Args;
-pub use table::{index_of, lookup, CommandSpec, KeySpec, TABLE};
+pub use table::{
+    index_of, lookup, lookup_with_subcommands, subcommands_of, CommandSpec, KeySpec, SUBCOMMANDS,
+    TABLE,
+};

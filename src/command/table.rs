@@ -28,12 +28,15 @@ pub enum KeySpec {
         from: usize,
     },
     /// The argument at `numkeys` says how many keys follow from `first`
-    /// (SINTERCARD, ZUNIONSTORE...).
+    /// (SINTERCARD, ZUNION...), after a destination key at index 1 if
+    /// `dest` (ZUNIONSTORE...). Redis calls these keys movable.
     Keynum {
         /// Index of the key count.
         numkeys: usize,
-        /// Index of the first key.
+        /// Index of the first counted key.
         first: usize,
+        /// Whether argument 1 is a destination key.
+        dest: bool,
     },
 }
 
@@ -100,14 +103,21 @@ impl CommandSpec {
                 }
                 None => Vec::new(),
             },
-            KeySpec::Keynum { numkeys, first } => {
+            KeySpec::Keynum {
+                numkeys,
+                first,
+                dest,
+            } => {
                 let n = argv
                     .get(numkeys)
                     .and_then(|a| crate::util::num::parse_i64(a))
                     .unwrap_or(0)
                     .max(0) as usize;
-                (first..first.saturating_add(n))
-                    .filter(|&i| i < argc)
+                let counted = (first..first.saturating_add(n)).filter(|&i| i < argc);
+                (dest && argc > 1)
+                    .then_some(1)
+                    .into_iter()
+                    .chain(counted)
                     .collect()
             }
             KeySpec::Range { first, last, step } => {
@@ -127,23 +137,29 @@ impl CommandSpec {
 }
 
 macro_rules! commands {
-    ($( $name:literal, $arity:expr, $flags:literal, ($f:expr, $l:expr, $s:expr), $kflags:literal,
+    ($(#[$doc:meta])* $table:ident;
+     $( $name:literal, $arity:expr, $flags:literal, ($f:expr, $l:expr, $s:expr), $kflags:literal,
         $acl:literal, $group:literal, $since:literal, $handler:path, $summary:literal, $syntax:literal, $tips:literal; )*) => {
-        /// Every command, sorted by name.
-        pub static TABLE: &[CommandSpec] = &[$(
+        $(#[$doc])*
+        pub static $table: &[CommandSpec] = &[$(
             CommandSpec {
                 name: $name,
                 arity: $arity,
                 flags: $flags,
                 // (0, 0, 0): no keys; (-n, 0, 0): keys after STREAMS,
                 // searched from n; (n, f, 0): the count is at n and the
-                // keys start at f; otherwise (first, last, step).
+                // keys start at f; (n, f, -1): the same after a
+                // destination key at 1; otherwise (first, last, step).
                 keys: if $f == 0 {
                     KeySpec::None
                 } else if $f < 0 {
                     KeySpec::Streams { from: (-($f as i32)) as usize }
-                } else if $s == 0 {
-                    KeySpec::Keynum { numkeys: ($f as i32) as usize, first: ($l as i32) as usize }
+                } else if $s <= 0 {
+                    KeySpec::Keynum {
+                        numkeys: ($f as i32) as usize,
+                        first: ($l as i32) as usize,
+                        dest: $s < 0,
+                    }
                 } else {
                     KeySpec::Range { first: $f, last: $l, step: $s }
                 },
@@ -161,6 +177,8 @@ macro_rules! commands {
 }
 
 commands! {
+    /// Every command, sorted by name.
+    TABLE;
     "append", 3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @string @fast", "string", "2.0.0", string::append,
         "Append a value to a key.", "key value", "";
     "auth", -2, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::auth,
@@ -451,7 +469,7 @@ commands! {
         "Count the members in a sorted set with scores within the given values.", "key min max", "";
     "zdiff", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "6.2.0", zset::zdiff,
         "Subtract multiple sorted sets.", "numkeys key [key ...] [WITHSCORES]", "";
-    "zdiffstore", -4, "write denyoom", (2, 3, 0), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "6.2.0", zset::zdiffstore,
+    "zdiffstore", -4, "write denyoom", (2, 3, -1), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "6.2.0", zset::zdiffstore,
         "Subtract multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...]", "";
     "zincrby", 4, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @sortedset @fast", "sorted-set", "1.2.0", zset::zincrby,
         "Increment the score of a member in a sorted set.", "key increment member", "";
@@ -459,7 +477,7 @@ commands! {
         "Intersect multiple sorted sets.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", "";
     "zintercard", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "7.0.0", zset::zintercard,
         "Intersect multiple sorted sets and return the cardinality of the result.", "numkeys key [key ...] [LIMIT limit]", "";
-    "zinterstore", -4, "write denyoom", (2, 3, 0), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zinterstore,
+    "zinterstore", -4, "write denyoom", (2, 3, -1), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zinterstore,
         "Intersect multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", "";
     "zlexcount", 4, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "2.8.9", zset::zlexcount,
         "Count the number of members in a sorted set between a given lexicographical range.", "key min max", "";
@@ -505,7 +523,7 @@ commands! {
         "Get the score associated with the given member in a sorted set.", "key member", "";
     "zunion", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "6.2.0", zset::zunion,
         "Add multiple sorted sets.", "numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX] [WITHSCORES]", "";
-    "zunionstore", -4, "write denyoom", (2, 3, 0), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zunionstore,
+    "zunionstore", -4, "write denyoom", (2, 3, -1), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "2.0.0", zset::zunionstore,
         "Add multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", "";
 }
 
@@ -516,8 +534,97 @@ pub fn index_of(spec: &'static CommandSpec) -> usize {
         / std::mem::size_of::<CommandSpec>()
 }
 
+commands! {
+    /// The subcommands of container commands (CONFIG, XINFO...) that cairn
+    /// implements, named `container|sub` and sorted by that name, as Redis
+    /// 7.0 describes them in COMMAND INFO. The handler is the container's:
+    /// the rows feed COMMAND INFO, LIST and GETKEYS, not routing.
+    SUBCOMMANDS;
+    "client|getname", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
+        "Get the current connection name", "", "";
+    "client|help", 2, "loading stale", (0, 0, 0), "", "@slow @connection", "connection", "5.0.0", server::client,
+        "Show helpful text about the different subcommands", "", "";
+    "client|id", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "5.0.0", server::client,
+        "Returns the client ID for the current connection", "", "";
+    "client|info", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.2.0", server::client,
+        "Returns information about the current client connection.", "", "nondeterministic_output";
+    "client|kill", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "2.4.0", server::client,
+        "Kill the connection of a client", "", "";
+    "client|list", -2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "2.4.0", server::client,
+        "Get the list of client connections", "", "nondeterministic_output";
+    "client|no-evict", 3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "7.0.0", server::client,
+        "Set client eviction mode for the current connection", "", "";
+    "client|reply", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "3.2.0", server::client,
+        "Instruct the server whether to reply to commands", "", "";
+    "client|setname", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
+        "Set the current connection name", "", "";
+    "command|count", 2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
+        "Get total number of Redis commands", "", "";
+    "command|docs", -2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "7.0.0", server::command,
+        "Get array of specific Redis command documentation", "", "nondeterministic_output_order";
+    "command|getkeys", -4, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
+        "Extract keys given a full Redis command", "", "";
+    "command|info", -2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
+        "Get array of specific Redis command details, or all when no argument is given.", "", "nondeterministic_output_order";
+    "command|list", -2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "7.0.0", server::command,
+        "Get an array of Redis command names", "", "nondeterministic_output_order";
+    "config|get", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
+        "Get the values of configuration parameters", "", "";
+    "config|resetstat", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
+        "Reset the stats returned by INFO", "", "";
+    "config|rewrite", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.0", server::config,
+        "Rewrite the configuration file with the in memory configuration", "", "";
+    "config|set", -4, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
+        "Set configuration parameters to the given values", "", "request_policy:all_nodes response_policy:all_succeeded";
+    "xgroup|create", -5, "write denyoom", (2, 2, 1), "RW INSERT", "@write @stream @slow", "stream", "5.0.0", stream::group::xgroup,
+        "Create a consumer group.", "", "";
+    "xgroup|createconsumer", 5, "write denyoom", (2, 2, 1), "RW INSERT", "@write @stream @slow", "stream", "6.2.0", stream::group::xgroup,
+        "Create a consumer in a consumer group.", "", "";
+    "xgroup|delconsumer", 5, "write", (2, 2, 1), "RW DELETE", "@write @stream @slow", "stream", "5.0.0", stream::group::xgroup,
+        "Delete a consumer from a consumer group.", "", "";
+    "xgroup|destroy", 4, "write", (2, 2, 1), "RW DELETE", "@write @stream @slow", "stream", "5.0.0", stream::group::xgroup,
+        "Destroy a consumer group.", "", "";
+    "xgroup|help", 2, "loading stale", (0, 0, 0), "", "@stream @slow", "stream", "5.0.0", stream::group::xgroup,
+        "Show helpful text about the different subcommands", "", "";
+    "xgroup|setid", -5, "write", (2, 2, 1), "RW UPDATE", "@write @stream @slow", "stream", "5.0.0", stream::group::xgroup,
+        "Set a consumer group to an arbitrary last delivered ID value.", "", "";
+    "xinfo|consumers", 4, "readonly", (2, 2, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xinfo,
+        "List the consumers in a consumer group", "", "nondeterministic_output";
+    "xinfo|groups", 3, "readonly", (2, 2, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xinfo,
+        "List the consumer groups of a stream", "", "";
+    "xinfo|help", 2, "loading stale", (0, 0, 0), "", "@stream @slow", "stream", "5.0.0", stream::xinfo,
+        "Show helpful text about the different subcommands", "", "";
+    "xinfo|stream", -3, "readonly", (2, 2, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xinfo,
+        "Get information about a stream", "", "";
+}
+
 /// Finds a command by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
+    find(TABLE, name)
+}
+
+/// A command or, named `container|sub`, a subcommand: what COMMAND INFO and
+/// GETKEYS accept (a client cannot send `config|get` as a command).
+pub fn lookup_with_subcommands(name: &[u8]) -> Option<&'static CommandSpec> {
+    if name.contains(&b'|') {
+        find(SUBCOMMANDS, name)
+    } else {
+        find(TABLE, name)
+    }
+}
+
+/// The subcommands of a container command, in name order (empty for other
+/// commands).
+pub fn subcommands_of(container: &str) -> impl Iterator<Item = &'static CommandSpec> + '_ {
+    SUBCOMMANDS.iter().filter(move |c| {
+        c.name
+            .split_once('|')
+            .is_some_and(|(parent, _)| parent == container)
+    })
+}
+
+/// Case-insensitive binary search of a name-sorted table.
+fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSpec> {
     if name.len() > 32 {
         return None;
     }
@@ -526,10 +633,10 @@ pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     lower.copy_from_slice(name);
     lower.make_ascii_lowercase();
     let lower = std::str::from_utf8(lower).ok()?;
-    TABLE
+    table
         .binary_search_by(|c| c.name.cmp(lower))
         .ok()
-        .map(|i| &TABLE[i])
+        .map(|i| &table[i])
 }
 
 #[cfg(test)]
@@ -538,9 +645,29 @@ mod tests {
 
     #[test]
     fn table_is_sorted_and_unique() {
-        for w in TABLE.windows(2) {
-            assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+        for table in [TABLE, SUBCOMMANDS] {
+            for w in table.windows(2) {
+                assert!(w[0].name < w[1].name, "{} before {}", w[0].name, w[1].name);
+            }
         }
+    }
+
+    /// Every subcommand belongs to a command of the table whose key spec is
+    /// empty (a container), and only `container|sub` names find them.
+    #[test]
+    fn subcommands_hang_off_containers() {
+        for sub in SUBCOMMANDS {
+            let (parent, _) = sub.name.split_once('|').expect("container|sub");
+            let container = lookup(parent.as_bytes()).expect("container in TABLE");
+            assert!(matches!(container.keys, KeySpec::None), "{}", sub.name);
+            assert!(lookup(sub.name.as_bytes()).is_none());
+        }
+        assert_eq!(
+            lookup_with_subcommands(b"XINFO|Stream").unwrap().name,
+            "xinfo|stream"
+        );
+        assert_eq!(subcommands_of("xinfo").count(), 4);
+        assert_eq!(subcommands_of("get").count(), 0);
     }
 
     #[test]

@@ -4,7 +4,9 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::command::args::{self, error, is, Args, SYNTAX};
-use crate::command::{docs, lookup, TABLE};
+use crate::command::{
+    docs, lookup, lookup_with_subcommands, subcommands_of, KeySpec, SUBCOMMANDS, TABLE,
+};
 use crate::net::session::{Action, ReplyMode, Session};
 use crate::protocol::Reply;
 use crate::storage::tables::DATABASES;
@@ -440,7 +442,14 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
     let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
     match sub.as_str() {
         "count" if a.len() == 2 => Reply::Int(TABLE.len() as i64).into(),
-        "list" => Reply::Array(TABLE.iter().map(|c| Reply::bulk(c.name)).collect()).into(),
+        "list" => Reply::Array(
+            TABLE
+                .iter()
+                .chain(SUBCOMMANDS)
+                .map(|c| Reply::bulk(c.name))
+                .collect(),
+        )
+        .into(),
         "info" => {
             if a.len() == 2 {
                 return Reply::Array(TABLE.iter().map(docs::info).collect()).into();
@@ -448,7 +457,7 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             Reply::Array(
                 a.from(2)
                     .iter()
-                    .map(|n| lookup(n).map_or(Reply::Nil, docs::info))
+                    .map(|n| lookup_with_subcommands(n).map_or(Reply::Nil, docs::info))
                     .collect(),
             )
             .into()
@@ -465,28 +474,52 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             }
             Reply::Map(out).into()
         }
-        "getkeys" if a.len() >= 4 => {
-            let argv = a.from(2);
-            let Some(spec) = lookup(&argv[0]) else {
-                return Reply::err("Invalid command specified").into();
-            };
-            if !spec.arity_ok(argv.len()) {
-                return Reply::err("Invalid number of arguments specified for command").into();
-            }
-            let keys = spec.key_positions(argv);
-            if keys.is_empty() {
-                return Reply::err("The command has no key arguments").into();
-            }
-            Reply::Array(
-                keys.into_iter()
-                    .map(|i| Reply::Bulk(argv[i].clone()))
-                    .collect(),
-            )
-            .into()
-        }
+        "getkeys" if a.len() >= 4 => command_getkeys(a.from(2)),
         "count" | "getkeys" => arity_error(&format!("command|{sub}")),
         _ => unknown_subcommand(a.get(1), "COMMAND"),
     }
+}
+
+/// COMMAND GETKEYS: the keys of `argv` as the table (or, for a container,
+/// the subcommand's row) places them, with Redis 7.0's errors in its order.
+fn command_getkeys(argv: &[bytes::Bytes]) -> Action {
+    let invalid = |what: &str| Reply::err(format!("Invalid {what} specified for command")).into();
+    let Some(mut spec) = lookup(&argv[0]) else {
+        return Reply::err("Invalid command specified").into();
+    };
+    if subcommands_of(spec.name).next().is_some() {
+        let mut name = spec.name.as_bytes().to_vec();
+        name.push(b'|');
+        name.extend_from_slice(&argv[1]);
+        match lookup_with_subcommands(&name) {
+            Some(sub) => spec = sub,
+            None => return Reply::err("Invalid command specified").into(),
+        }
+    }
+    if matches!(spec.keys, KeySpec::None) {
+        return Reply::err("The command has no key arguments").into();
+    }
+    if !spec.arity_ok(argv.len()) {
+        return invalid("number of arguments");
+    }
+    // A key count that is not a positive number or runs past the arguments
+    // (also with a destination key before it).
+    if let KeySpec::Keynum { numkeys, first, .. } = spec.keys {
+        let n = crate::util::num::parse_i64(&argv[numkeys]);
+        if !n.is_some_and(|n| n >= 1 && n as u64 <= (argv.len() - first) as u64) {
+            return invalid("arguments");
+        }
+    }
+    let keys = spec.key_positions(argv);
+    if keys.is_empty() {
+        return invalid("arguments");
+    }
+    Reply::Array(
+        keys.into_iter()
+            .map(|i| Reply::Bulk(argv[i].clone()))
+            .collect(),
+    )
+    .into()
 }
 
 /// The parameters CONFIG GET knows, with their current values.
