@@ -781,7 +781,22 @@ fn command_info_lists_container_subcommands() {
                 "setid",
             ][..],
         ),
-        ("config", &["get", "resetstat", "rewrite", "set"][..]),
+        (
+            "config",
+            &["get", "help", "resetstat", "rewrite", "set"][..],
+        ),
+        (
+            "command",
+            &[
+                "count",
+                "docs",
+                "getkeys",
+                "getkeysandflags",
+                "help",
+                "info",
+                "list",
+            ][..],
+        ),
     ];
     for (container, subs) in expected {
         let Value::Array(entries) = q(&mut c, &["COMMAND", "INFO", container]) else {

@@ -3,7 +3,7 @@
 use super::table::{CommandSpec, KeySpec};
 use crate::protocol::Reply;
 
-fn status_set(words: &str) -> Reply {
+pub(crate) fn status_set(words: &str) -> Reply {
     Reply::Set(
         words
             .split_whitespace()
@@ -26,7 +26,7 @@ pub fn info(c: &CommandSpec) -> Reply {
         KeySpec::Range { first, last, step } => (first, last, step),
     };
     let flags = match c.keys {
-        KeySpec::Keynum { .. } => format!("{} movablekeys", c.flags),
+        KeySpec::Keynum { .. } | KeySpec::Streams { .. } => format!("{} movablekeys", c.flags),
         _ => c.flags.to_string(),
     };
     let tips = Reply::Set(c.tips.split_whitespace().map(bulk_str).collect());
@@ -75,10 +75,23 @@ pub fn info(c: &CommandSpec) -> Reply {
             specs.push(counted);
             specs
         }
-        KeySpec::Range { first, last, step } => {
-            let lastkey = if last < 0 { last } else { last - first };
-            vec![range_spec(c.key_flags, first, lastkey, step)]
-        }
+        // "FIRST; REST": the first key and the others have different
+        // flags (RENAME's source and destination, SUNIONSTORE's destination
+        // and sources), so Redis gives each part a spec of its own.
+        KeySpec::Range { first, last, step } => match c.key_flags.split_once("; ") {
+            Some((head, rest)) => {
+                let next = first + step;
+                let lastkey = if last < 0 { last } else { last - next };
+                vec![
+                    range_spec(head, first, 0, step),
+                    range_spec(rest, next, lastkey, step),
+                ]
+            }
+            None => {
+                let lastkey = if last < 0 { last } else { last - first };
+                vec![range_spec(c.key_flags, first, lastkey, step)]
+            }
+        },
     };
     Reply::Array(vec![
         bulk_str(c.name),
@@ -140,7 +153,7 @@ fn key_spec(key_flags: &str, begin_search: Reply, find_keys: Reply) -> Reply {
 
 /// Key-spec flags as Redis prints them: the access type (RO, RW, OW, RM)
 /// upper case, the rest lower case.
-fn key_flags_text(flags: &str) -> String {
+pub(crate) fn key_flags_text(flags: &str) -> String {
     flags
         .split(" | ")
         .next()

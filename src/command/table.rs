@@ -53,7 +53,9 @@ pub struct CommandSpec {
     pub flags: &'static str,
     /// Where the keys are.
     pub keys: KeySpec,
-    /// Key-spec flags for COMMAND INFO (RO, RW, OW, RM, ACCESS, UPDATE...).
+    /// Key-spec flags for COMMAND INFO (RO, RW, OW, RM, ACCESS, UPDATE...),
+    /// then optionally ` | notes`; `FIRST; REST` when the first key's flags
+    /// differ from the other keys'.
     pub key_flags: &'static str,
     /// ACL categories, space separated.
     pub acl: &'static str,
@@ -85,6 +87,30 @@ impl CommandSpec {
     /// Whether a flag is set.
     pub fn has_flag(&self, flag: &str) -> bool {
         self.flags.split(' ').any(|f| f == flag)
+    }
+
+    /// The key-spec flags (`RW ACCESS DELETE`...) of the key at index `pos`
+    /// of `argv`, as COMMAND GETKEYSANDFLAGS reports them: per spec, and for
+    /// SET and BITFIELD decided by their arguments as Redis does.
+    pub fn flags_of_key(&self, argv: &[bytes::Bytes], pos: usize) -> &'static str {
+        let has = |words: &[&str]| {
+            argv.iter()
+                .skip(2)
+                .any(|a| words.iter().any(|w| a.eq_ignore_ascii_case(w.as_bytes())))
+        };
+        match (self.name, self.keys) {
+            ("set", _) if has(&["get"]) => "RW ACCESS UPDATE",
+            ("set", _) => "OW UPDATE",
+            ("bitfield", _) if has(&["set", "incrby"]) => "RW ACCESS UPDATE",
+            ("bitfield", _) => "RO ACCESS",
+            (_, KeySpec::Keynum { dest: true, .. }) if pos != 1 => "RO ACCESS",
+            (_, KeySpec::Range { first, .. }) => match self.key_flags.split_once("; ") {
+                Some((head, _)) if pos == first as usize => head,
+                Some((_, rest)) => rest,
+                None => self.key_flags,
+            },
+            _ => self.key_flags,
+        }
     }
 
     /// The indexes of the keys in `argv`.
@@ -185,15 +211,15 @@ commands! {
         "Authenticate to the server.", "[username] password", "";
     "bitcount", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.6.0", bits::bitcount,
         "Count set bits in a string.", "key [start end [BYTE|BIT]]", "";
-    "bitfield", -2, "write denyoom", (1, 1, 1), "RW UPDATE ACCESS", "@write @bitmap @slow", "bitmap", "3.2.0", bits::bitfield,
+    "bitfield", -2, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE VARIABLE_FLAGS | This command allows both access and modification of the key", "@write @bitmap @slow", "bitmap", "3.2.0", bits::bitfield,
         "Perform arbitrary bitfield integer operations on strings.", "key [GET encoding offset|[OVERFLOW WRAP|SAT|FAIL] SET encoding offset value|INCRBY encoding offset increment ...]", "";
     "bitfield_ro", -2, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @bitmap @fast", "bitmap", "6.0.0", bits::bitfield_ro,
         "Perform arbitrary bitfield integer operations on strings. Read-only variant of BITFIELD.", "key [GET encoding offset ...]", "";
-    "bitop", -4, "write denyoom", (2, -1, 1), "OW UPDATE", "@write @bitmap @slow", "bitmap", "2.6.0", bits::bitop,
+    "bitop", -4, "write denyoom", (2, -1, 1), "OW UPDATE; RO ACCESS", "@write @bitmap @slow", "bitmap", "2.6.0", bits::bitop,
         "Perform bitwise operations between strings.", "operation destkey key [key ...]", "";
     "bitpos", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.8.7", bits::bitpos,
         "Find first bit set or clear in a string.", "key bit [start [end [BYTE|BIT]]]", "";
-    "blmove", 6, "write denyoom noscript blocking", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "6.2.0", blocking::blmove,
+    "blmove", 6, "write denyoom noscript blocking", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @list @slow @blocking", "list", "6.2.0", blocking::blmove,
         "Pop an element from a list, push it to another list and return it; or block until one is available.", "source destination LEFT|RIGHT LEFT|RIGHT timeout", "";
     "blmpop", -5, "write blocking", (2, 3, 0), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "7.0.0", blocking::blmpop,
         "Pop elements from a list, or block until one is available.", "timeout numkeys key [key ...] LEFT|RIGHT [COUNT count]", "";
@@ -201,7 +227,7 @@ commands! {
         "Remove and get the first element in a list, or block until one is available.", "key [key ...] timeout", "";
     "brpop", -3, "write noscript blocking", (1, -2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "2.0.0", blocking::brpop,
         "Remove and get the last element in a list, or block until one is available.", "key [key ...] timeout", "";
-    "brpoplpush", 4, "write denyoom noscript blocking", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow @blocking", "list", "2.2.0", blocking::brpoplpush,
+    "brpoplpush", 4, "write denyoom noscript blocking", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @list @slow @blocking", "list", "2.2.0", blocking::brpoplpush,
         "Pop an element from a list, push it to another list and return it; or block until one is available.", "source destination timeout", "";
     "bzmpop", -5, "write blocking", (2, 3, 0), "RW ACCESS DELETE", "@write @sortedset @slow @blocking", "sorted-set", "7.0.0", blocking::bzmpop,
         "Remove and return members with scores in a sorted set or block until one is available.", "timeout numkeys key [key ...] MIN|MAX [COUNT count]", "";
@@ -215,7 +241,7 @@ commands! {
         "Get array of Redis command details.", "[subcommand [arg ...]]", "nondeterministic_output_order";
     "config", -2, "", (0, 0, 0), "", "@slow", "server", "2.0.0", server::config,
         "A container for server configuration commands.", "subcommand [arg ...]", "";
-    "copy", -3, "write denyoom", (1, 2, 1), "RW ACCESS", "@keyspace @write @slow", "generic", "6.2.0", generic::copy,
+    "copy", -3, "write denyoom", (1, 2, 1), "RO ACCESS; OW UPDATE", "@keyspace @write @slow", "generic", "6.2.0", generic::copy,
         "Copy a key.", "source destination [DB destination-db] [REPLACE]", "";
     "dbsize", 1, "readonly fast", (0, 0, 0), "", "@keyspace @read @fast", "server", "1.0.0", generic::dbsize,
         "Return the number of keys in the selected database.", "", "request_policy:all_shards response_policy:agg_sum";
@@ -225,7 +251,7 @@ commands! {
         "Decrement the integer value of a key by the given number.", "key decrement", "";
     "del", -2, "write", (1, -1, 1), "RM DELETE", "@keyspace @write @slow", "generic", "1.0.0", generic::del,
         "Delete a key.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
-    "echo", 2, "fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
+    "echo", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
         "Echo the given string.", "message", "";
     "exists", -2, "readonly fast", (1, -1, 1), "RO", "@keyspace @read @fast", "generic", "1.0.0", generic::exists,
         "Determine if a key exists.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
@@ -245,7 +271,7 @@ commands! {
         "Returns the bit value at offset in the string value stored at key.", "key offset", "";
     "getdel", 2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @string @fast", "string", "6.2.0", string::getdel,
         "Get the value of a key and delete the key.", "key", "";
-    "getex", -2, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "6.2.0", string::getex,
+    "getex", -2, "write fast", (1, 1, 1), "RW ACCESS UPDATE | RW and UPDATE because it changes the TTL", "@write @string @fast", "string", "6.2.0", string::getex,
         "Get the value of a key and optionally set its expiration.", "key [EX seconds|PX milliseconds|EXAT unix-time-seconds|PXAT unix-time-milliseconds|PERSIST]", "";
     "getrange", 4, "readonly", (1, 1, 1), "RO ACCESS", "@read @string @slow", "string", "2.4.0", string::getrange,
         "Get a substring of the string stored at a key.", "key start end", "";
@@ -265,7 +291,7 @@ commands! {
         "Increment the integer value of a hash field by the given number.", "key field increment", "";
     "hincrbyfloat", 4, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @hash @fast", "hash", "2.6.0", hash::hincrbyfloat,
         "Increment the float value of a hash field by the given amount.", "key field increment", "";
-    "hkeys", 2, "readonly", (1, 1, 1), "RO", "@read @hash @slow", "hash", "2.0.0", hash::hkeys,
+    "hkeys", 2, "readonly", (1, 1, 1), "RO ACCESS", "@read @hash @slow", "hash", "2.0.0", hash::hkeys,
         "Get all the fields in a hash.", "key", "nondeterministic_output_order";
     "hlen", 2, "readonly fast", (1, 1, 1), "RO", "@read @hash @fast", "hash", "2.0.0", hash::hlen,
         "Get the number of fields in a hash.", "key", "";
@@ -292,7 +318,7 @@ commands! {
     "incrbyfloat", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "2.6.0", string::incrbyfloat,
         "Increment the float value of a key by the given amount.", "key increment", "";
     "info", -1, "loading stale", (0, 0, 0), "", "@slow @dangerous", "server", "1.0.0", server::info,
-        "Get information and statistics about the server.", "[section [section ...]]", "nondeterministic_output";
+        "Get information and statistics about the server.", "[section [section ...]]", "nondeterministic_output request_policy:all_shards response_policy:special";
     "keys", 2, "readonly", (0, 0, 0), "", "@keyspace @read @slow @dangerous", "generic", "1.0.0", generic::keys,
         "Find all keys matching the given pattern.", "pattern", "request_policy:all_shards nondeterministic_output_order";
     "lastsave", 1, "loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "1.0.0", server::lastsave,
@@ -305,13 +331,13 @@ commands! {
         "Insert an element before or after another element in a list.", "key BEFORE|AFTER pivot element", "";
     "llen", 2, "readonly fast", (1, 1, 1), "RO", "@read @list @fast", "list", "1.0.0", list::llen,
         "Get the length of a list.", "key", "";
-    "lmove", 5, "write denyoom", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow", "list", "6.2.0", list::lmove,
+    "lmove", 5, "write denyoom", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @list @slow", "list", "6.2.0", list::lmove,
         "Pop an element from a list, push it to another list and return it.", "source destination LEFT|RIGHT LEFT|RIGHT", "";
     "lmpop", -4, "write", (1, 2, 0), "RW ACCESS DELETE", "@write @list @slow", "list", "7.0.0", list::lmpop,
         "Pop elements from a list.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", "";
     "lpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::lpop,
         "Remove and get the first elements in a list.", "key [count]", "";
-    "lpos", -3, "readonly", (1, 1, 1), "RO", "@read @list @slow", "list", "6.0.6", list::lpos,
+    "lpos", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @list @slow", "list", "6.0.6", list::lpos,
         "Return the index of matching elements on a list.", "key element [RANK rank] [COUNT num-matches] [MAXLEN len]", "";
     "lpush", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @list @fast", "list", "1.0.0", list::lpush,
         "Prepend one or multiple elements to a list.", "key element [element ...]", "";
@@ -327,7 +353,7 @@ commands! {
         "Trim a list to the specified range.", "key start stop", "";
     "mget", -2, "readonly fast", (1, -1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::mget,
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
-    "move", 3, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
+    "move", 3, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
         "Move a key to another database.", "key db", "";
     "mset", -3, "write denyoom", (1, -1, 2), "OW UPDATE", "@write @string @slow", "string", "1.0.1", string::mset,
         "Set multiple keys to multiple values.", "key value [key value ...]", "request_policy:multi_shard response_policy:all_succeeded";
@@ -351,15 +377,15 @@ commands! {
         "Close the connection.", "", "";
     "randomkey", 1, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "1.0.0", generic::randomkey,
         "Return a random key from the keyspace.", "", "request_policy:all_shards nondeterministic_output";
-    "rename", 3, "write", (1, 2, 1), "RW ACCESS DELETE", "@keyspace @write @slow", "generic", "1.0.0", generic::rename,
+    "rename", 3, "write", (1, 2, 1), "RW ACCESS DELETE; OW UPDATE", "@keyspace @write @slow", "generic", "1.0.0", generic::rename,
         "Rename a key.", "key newkey", "";
-    "renamenx", 3, "write fast", (1, 2, 1), "RW ACCESS DELETE", "@keyspace @write @fast", "generic", "1.0.0", generic::renamenx,
+    "renamenx", 3, "write fast", (1, 2, 1), "RW ACCESS DELETE; OW INSERT", "@keyspace @write @fast", "generic", "1.0.0", generic::renamenx,
         "Rename a key, only if the new key does not exist.", "key newkey", "";
     "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
         "Reset the connection.", "", "";
     "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,
         "Remove and get the last elements in a list.", "key [count]", "";
-    "rpoplpush", 3, "write denyoom", (1, 2, 1), "RW ACCESS DELETE", "@write @list @slow", "list", "1.2.0", list::rpoplpush,
+    "rpoplpush", 3, "write denyoom", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @list @slow", "list", "1.2.0", list::rpoplpush,
         "Remove the last element in a list, prepend it to another list and return it.", "source destination", "";
     "rpush", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @list @fast", "list", "1.0.0", list::rpush,
         "Append one or multiple elements to a list.", "key element [element ...]", "";
@@ -373,7 +399,7 @@ commands! {
         "Get the number of members in a set.", "key", "";
     "sdiff", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sdiff,
         "Subtract multiple sets.", "key [key ...]", "nondeterministic_output_order";
-    "sdiffstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE", "@write @set @slow", "set", "1.0.0", set::sdiffstore,
+    "sdiffstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE; RO ACCESS", "@write @set @slow", "set", "1.0.0", set::sdiffstore,
         "Subtract multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "select", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "2.0.0", server::select,
         "Change the selected database for the current connection.", "index", "";
@@ -387,21 +413,21 @@ commands! {
         "Set the value of a key, only if the key does not exist.", "key value", "";
     "setrange", 4, "write denyoom", (1, 1, 1), "RW UPDATE", "@write @string @slow", "string", "2.2.0", string::setrange,
         "Overwrite part of a string at key starting at the specified offset.", "key offset value", "";
-    "shutdown", -1, "admin noscript loading stale no_multi sentinel allow_busy", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", server::shutdown,
+    "shutdown", -1, "admin noscript loading stale no_multi allow_busy", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", server::shutdown,
         "Synchronously save the dataset to disk and then shut down the server.", "[NOSAVE|SAVE] [NOW] [FORCE] [ABORT]", "";
     "sinter", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sinter,
         "Intersect multiple sets.", "key [key ...]", "nondeterministic_output_order";
     "sintercard", -3, "readonly", (1, 2, 0), "RO ACCESS", "@read @set @slow", "set", "7.0.0", set::sintercard,
         "Intersect multiple sets and return the cardinality of the result.", "numkeys key [key ...] [LIMIT limit]", "";
-    "sinterstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE", "@write @set @slow", "set", "1.0.0", set::sinterstore,
+    "sinterstore", -3, "write denyoom", (1, -1, 1), "RW UPDATE; RO ACCESS", "@write @set @slow", "set", "1.0.0", set::sinterstore,
         "Intersect multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "sismember", 3, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::sismember,
         "Determine if a given value is a member of a set.", "key member", "";
-    "smembers", 2, "readonly", (1, 1, 1), "RO", "@read @set @slow", "set", "1.0.0", set::smembers,
+    "smembers", 2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::smembers,
         "Get all the members in a set.", "key", "nondeterministic_output_order";
-    "smismember", -3, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "6.2.0", set::smismember,
+    "smismember", -3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @set @fast", "set", "6.2.0", set::smismember,
         "Returns the membership associated with the given elements for a set.", "key member [member ...]", "";
-    "smove", 4, "write fast", (1, 2, 1), "RW FETCH", "@write @set @fast", "set", "1.0.0", set::smove,
+    "smove", 4, "write fast", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @set @fast", "set", "1.0.0", set::smove,
         "Move a member from one set to another.", "source destination member", "";
     "spop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @set @fast", "set", "1.0.0", set::spop,
         "Remove and return one or multiple random members from a set.", "key [count]", "nondeterministic_output";
@@ -417,7 +443,7 @@ commands! {
         "Get a substring of the string stored at a key.", "key start end", "";
     "sunion", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sunion,
         "Add multiple sets.", "key [key ...]", "nondeterministic_output_order";
-    "sunionstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE", "@write @set @slow", "set", "1.0.0", set::sunionstore,
+    "sunionstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE; RO ACCESS", "@write @set @slow", "set", "1.0.0", set::sunionstore,
         "Add multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "swapdb", 3, "write fast", (0, 0, 0), "", "@keyspace @write @fast @dangerous", "server", "4.0.0", generic::swapdb,
         "Swaps two Redis databases.", "index1 index2", "";
@@ -451,9 +477,9 @@ commands! {
         "Return information and entries from a stream consumer group pending entries list, that are messages fetched but never acknowledged.", "key group [[IDLE min-idle-time] start end count [consumer]]", "nondeterministic_output";
     "xrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xrange,
         "Return a range of elements in a stream, with IDs matching the specified IDs interval", "key start end [COUNT count]", "";
-    "xread", -4, "readonly blocking movablekeys", (-1, 0, 0), "RO ACCESS", "@read @stream @slow @blocking", "stream", "5.0.0", stream::read::xread,
+    "xread", -4, "readonly blocking", (-1, 0, 0), "RO ACCESS", "@read @stream @slow @blocking", "stream", "5.0.0", stream::read::xread,
         "Return never seen elements in multiple streams, with IDs greater than the ones reported by the caller for each stream. Can block.", "[COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]", "";
-    "xreadgroup", -7, "write blocking movablekeys", (-4, 0, 0), "RO ACCESS", "@write @stream @slow @blocking", "stream", "5.0.0", stream::read::xreadgroup,
+    "xreadgroup", -7, "write blocking", (-4, 0, 0), "RO ACCESS", "@write @stream @slow @blocking", "stream", "5.0.0", stream::read::xreadgroup,
         "Return new entries from a stream using a consumer group, or access the history of the pending entries for a given consumer. Can block.", "GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]", "";
     "xrevrange", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @stream @slow", "stream", "5.0.0", stream::xrevrange,
         "Return a range of elements in a stream, with IDs matching the specified IDs interval, in reverse order (from greater to smaller IDs) compared to XRANGE", "key end start [COUNT count]", "";
@@ -497,7 +523,7 @@ commands! {
         "Return a range of members in a sorted set, by lexicographical range.", "key min max [LIMIT offset count]", "";
     "zrangebyscore", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @sortedset @slow", "sorted-set", "1.0.5", zset::zrangebyscore,
         "Return a range of members in a sorted set, by score.", "key min max [WITHSCORES] [LIMIT offset count]", "";
-    "zrangestore", -5, "write denyoom", (1, 2, 1), "OW UPDATE", "@write @sortedset @slow", "sorted-set", "6.2.0", zset::zrangestore,
+    "zrangestore", -5, "write denyoom", (1, 2, 1), "OW UPDATE; RO ACCESS", "@write @sortedset @slow", "sorted-set", "6.2.0", zset::zrangestore,
         "Store a range of members from sorted set into another key.", "dst src min max [BYSCORE|BYLEX] [REV] [LIMIT offset count]", "";
     "zrank", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @sortedset @fast", "sorted-set", "2.0.0", zset::zrank,
         "Determine the index of a member in a sorted set.", "key member", "";
@@ -564,12 +590,18 @@ commands! {
         "Get array of specific Redis command documentation", "", "nondeterministic_output_order";
     "command|getkeys", -4, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
         "Extract keys given a full Redis command", "", "";
+    "command|getkeysandflags", -4, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "7.0.0", server::command,
+        "Extract keys and access flags given a full Redis command", "", "";
+    "command|help", 2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "5.0.0", server::command,
+        "Show helpful text about the different subcommands", "", "";
     "command|info", -2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
         "Get array of specific Redis command details, or all when no argument is given.", "", "nondeterministic_output_order";
     "command|list", -2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "7.0.0", server::command,
         "Get an array of Redis command names", "", "nondeterministic_output_order";
     "config|get", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
         "Get the values of configuration parameters", "", "";
+    "config|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "5.0.0", server::config,
+        "Show helpful text about the different subcommands", "", "";
     "config|resetstat", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
         "Reset the stats returned by INFO", "", "";
     "config|rewrite", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.0", server::config,

@@ -503,3 +503,9 @@ where
             .submit(ids, blind, Box::new(move |locked| Box::pin(plan(locked))));
     Action::Coordinated(rx)
 }
+
+/// A HELP subcommand's reply (XINFO HELP, CONFIG HELP...): one status line
+/// per entry.
+pub fn help_reply(lines: &[&'static str]) -> Reply {
+    Reply::Array(lines.iter().map(|l| Reply::Simple(l)).collect())
+}

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::command::{
-    docs, lookup, lookup_with_subcommands, subcommands_of, KeySpec, SUBCOMMANDS, TABLE,
+    docs, lookup, lookup_with_subcommands, subcommands_of, CommandSpec, KeySpec, SUBCOMMANDS, TABLE,
 };
 use crate::net::session::{Action, ReplyMode, Session};
 use crate::protocol::Reply;
@@ -224,6 +224,29 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     )
 }
 
+/// CLIENT HELP: Redis 7.0's lines for the subcommands cairn implements.
+const CLIENT_HELP: &[&str] = &[
+    "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ID",
+    "    Return the ID of the current connection.",
+    "INFO",
+    "    Return information about the current client connection.",
+    "GETNAME",
+    "    Return the name of the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "LIST [TYPE normal|master|replica|pubsub] [ID <id> [<id> ...]]",
+    "    Return information about client connections.",
+    "KILL <ip:port>|<option> <value> [<option> <value> [...]]",
+    "    Kill connections.",
+    "NO-EVICT (ON|OFF)",
+    "    Protect current client connection from eviction.",
+    "REPLY (ON|OFF|SKIP)",
+    "    Control the replies sent to the current connection.",
+    "HELP",
+    "    Print this help.",
+];
+
 /// CLIENT subcommand [args]
 pub fn client(s: &mut Session, a: Args) -> Action {
     let sub = a.get(1).to_ascii_lowercase();
@@ -330,33 +353,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 error(SYNTAX).into()
             }
         }
-        "help" if n == 2 => Reply::Array(
-            [
-                "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
-                "ID",
-                "    Return the ID of the current connection.",
-                "INFO",
-                "    Return information about the current client connection.",
-                "GETNAME",
-                "    Return the name of the current connection.",
-                "SETNAME <name>",
-                "    Assign the name <name> to the current connection.",
-                "LIST [TYPE normal|master|replica|pubsub] [ID <id> [<id> ...]]",
-                "    Return information about client connections.",
-                "KILL <ip:port>|<option> <value> [<option> <value> [...]]",
-                "    Kill connections.",
-                "NO-EVICT (ON|OFF)",
-                "    Protect current client connection from eviction.",
-                "REPLY (ON|OFF|SKIP)",
-                "    Control the replies sent to the current connection.",
-                "HELP",
-                "    Print this help.",
-            ]
-            .iter()
-            .map(|l| Reply::Status(l.to_string()))
-            .collect(),
-        )
-        .into(),
+        "help" if n == 2 => super::help_reply(CLIENT_HELP).into(),
         "id" | "getname" | "setname" | "info" | "no-evict" | "reply" | "help" | "kill"
         | "setinfo" => arity_error(&full),
         _ => unknown_subcommand(a.get(1), "CLIENT"),
@@ -442,14 +439,7 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
     let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
     match sub.as_str() {
         "count" if a.len() == 2 => Reply::Int(TABLE.len() as i64).into(),
-        "list" => Reply::Array(
-            TABLE
-                .iter()
-                .chain(SUBCOMMANDS)
-                .map(|c| Reply::bulk(c.name))
-                .collect(),
-        )
-        .into(),
+        "list" => command_list(&a),
         "info" => {
             if a.len() == 2 {
                 return Reply::Array(TABLE.iter().map(docs::info).collect()).into();
@@ -474,15 +464,18 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             }
             Reply::Map(out).into()
         }
-        "getkeys" if a.len() >= 4 => command_getkeys(a.from(2)),
-        "count" | "getkeys" => arity_error(&format!("command|{sub}")),
+        "getkeys" if a.len() >= 4 => command_getkeys(a.from(2), false),
+        "getkeysandflags" if a.len() >= 4 => command_getkeys(a.from(2), true),
+        "help" if a.len() == 2 => super::help_reply(COMMAND_HELP).into(),
+        "count" | "getkeys" | "getkeysandflags" | "help" => arity_error(&format!("command|{sub}")),
         _ => unknown_subcommand(a.get(1), "COMMAND"),
     }
 }
 
-/// COMMAND GETKEYS: the keys of `argv` as the table (or, for a container,
-/// the subcommand's row) places them, with Redis 7.0's errors in its order.
-fn command_getkeys(argv: &[bytes::Bytes]) -> Action {
+/// COMMAND GETKEYS (and, `with_flags`, GETKEYSANDFLAGS): the keys of `argv`
+/// as the table (or, for a container, the subcommand's row) places them,
+/// with Redis 7.0's errors in its order.
+fn command_getkeys(argv: &[bytes::Bytes], with_flags: bool) -> Action {
     let invalid = |what: &str| Reply::err(format!("Invalid {what} specified for command")).into();
     let Some(mut spec) = lookup(&argv[0]) else {
         return Reply::err("Invalid command specified").into();
@@ -516,10 +509,93 @@ fn command_getkeys(argv: &[bytes::Bytes]) -> Action {
     }
     Reply::Array(
         keys.into_iter()
-            .map(|i| Reply::Bulk(argv[i].clone()))
+            .map(|i| {
+                let key = Reply::Bulk(argv[i].clone());
+                if !with_flags {
+                    return key;
+                }
+                let flags = docs::key_flags_text(spec.flags_of_key(argv, i));
+                // VARIABLE_FLAGS describes the spec, not this key.
+                let flags: Vec<&str> = flags
+                    .split(' ')
+                    .filter(|f| *f != "variable_flags")
+                    .collect();
+                Reply::Array(vec![key, docs::status_set(&flags.join(" "))])
+            })
             .collect(),
     )
     .into()
+}
+
+/// COMMAND HELP, as Redis 7.0 words it.
+const COMMAND_HELP: &[&str] = &[
+    "COMMAND <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "(no subcommand)",
+    "    Return details about all Redis commands.",
+    "COUNT",
+    "    Return the total number of commands in this Redis server.",
+    "LIST",
+    "    Return a list of all commands in this Redis server.",
+    "INFO [<command-name> ...]",
+    "    Return details about multiple Redis commands.",
+    "    If no command names are given, documentation details for all",
+    "    commands are returned.",
+    "DOCS [<command-name> ...]",
+    "    Return documentation details about multiple Redis commands.",
+    "    If no command names are given, documentation details for all",
+    "    commands are returned.",
+    "GETKEYS <full-command>",
+    "    Return the keys from a full Redis command.",
+    "GETKEYSANDFLAGS <full-command>",
+    "    Return the keys and the access flags from a full Redis command.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// CONFIG HELP, as Redis 7.0 words it.
+const CONFIG_HELP: &[&str] = &[
+    "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET <pattern>",
+    "    Return parameters matching the glob-like <pattern> and their values.",
+    "SET <directive> <value>",
+    "    Set the configuration <directive> to <value>.",
+    "RESETSTAT",
+    "    Reset statistics reported by the INFO command.",
+    "REWRITE",
+    "    Rewrite the configuration file.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]:
+/// commands and subcommands (`container|sub`).
+fn command_list(a: &Args) -> Action {
+    let all = TABLE.iter().chain(SUBCOMMANDS);
+    let names: Vec<Reply> = match a.len() {
+        2 => all.map(|c| Reply::bulk(c.name)).collect(),
+        5 if is(a.get(2), "filterby") => {
+            let arg = a.get(4);
+            let keep = |c: &&CommandSpec| -> bool {
+                if is(a.get(3), "pattern") {
+                    crate::util::glob::string_match(arg, c.name.as_bytes(), true)
+                } else {
+                    c.acl.split(' ').any(|cat| {
+                        cat.strip_prefix('@')
+                            .is_some_and(|cat| cat.as_bytes().eq_ignore_ascii_case(arg))
+                    })
+                }
+            };
+            if is(a.get(3), "module") {
+                Vec::new()
+            } else if is(a.get(3), "pattern") || is(a.get(3), "aclcat") {
+                all.filter(keep).map(|c| Reply::bulk(c.name)).collect()
+            } else {
+                return error(SYNTAX).into();
+            }
+        }
+        _ => return error(SYNTAX).into(),
+    };
+    Reply::Array(names).into()
 }
 
 /// The parameters CONFIG GET knows, with their current values.
@@ -598,7 +674,8 @@ pub fn config(s: &mut Session, a: Args) -> Action {
         "rewrite" if a.len() == 2 => {
             Reply::err("The server is running without a config file").into()
         }
-        "get" | "set" | "resetstat" | "rewrite" => arity_error(&format!("config|{sub}")),
+        "help" if a.len() == 2 => super::help_reply(CONFIG_HELP).into(),
+        "get" | "set" | "resetstat" | "rewrite" | "help" => arity_error(&format!("config|{sub}")),
         _ => unknown_subcommand(a.get(1), "CONFIG"),
     }
 }

@@ -7,8 +7,9 @@ use bytes::Bytes;
 
 use super::id::{self, StreamId};
 use super::store::{self, Consumer, Group, Nack, Stream, ENTRIES_READ_UNKNOWN};
-use super::{entry_reply, help_reply, subcommand_syntax};
+use super::{entry_reply, subcommand_syntax};
 use crate::command::args::{int, is, Args};
+use crate::families::help_reply;
 use crate::families::server::{arity_error, unknown_subcommand};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;

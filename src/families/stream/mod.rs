@@ -485,11 +485,6 @@ pub fn subcommand_syntax(a: &Args) -> Reply {
     ))
 }
 
-/// Help lines as status replies.
-pub fn help_reply(lines: &[&'static str]) -> Reply {
-    Reply::Array(lines.iter().map(|l| Reply::Simple(l)).collect())
-}
-
 /// XINFO STREAM key [FULL [COUNT count]] | GROUPS key | CONSUMERS key group | HELP
 pub fn xinfo(s: &mut Session, a: Args) -> Action {
     let sub = String::from_utf8_lossy(a.get(1)).to_lowercase();
@@ -504,7 +499,7 @@ pub fn xinfo(s: &mut Session, a: Args) -> Action {
         return arity_error(&format!("xinfo|{sub}"));
     }
     if sub == "help" {
-        return help_reply(XINFO_HELP).into();
+        return super::help_reply(XINFO_HELP).into();
     }
     let a2 = a.clone();
     s.read(a.get(2), move |r, k| {
