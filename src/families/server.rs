@@ -515,12 +515,7 @@ fn command_getkeys(argv: &[bytes::Bytes], with_flags: bool) -> Action {
                     return key;
                 }
                 let flags = docs::key_flags_text(spec.flags_of_key(argv, i));
-                // VARIABLE_FLAGS describes the spec, not this key.
-                let flags: Vec<&str> = flags
-                    .split(' ')
-                    .filter(|f| *f != "variable_flags")
-                    .collect();
-                Reply::Array(vec![key, docs::status_set(&flags.join(" "))])
+                Reply::Array(vec![key, docs::status_set(&flags)])
             })
             .collect(),
     )
