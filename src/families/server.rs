@@ -566,31 +566,31 @@ const CONFIG_HELP: &[&str] = &[
 /// commands and subcommands (`container|sub`).
 fn command_list(a: &Args) -> Action {
     let all = TABLE.iter().chain(SUBCOMMANDS);
-    let names: Vec<Reply> = match a.len() {
-        2 => all.map(|c| Reply::bulk(c.name)).collect(),
+    let names: Vec<&str> = match a.len() {
+        2 => all.map(|c| c.name).collect(),
         5 if is(a.get(2), "filterby") => {
-            let arg = a.get(4);
-            let keep = |c: &&CommandSpec| -> bool {
-                if is(a.get(3), "pattern") {
-                    crate::util::glob::string_match(arg, c.name.as_bytes(), true)
-                } else {
+            let (by, arg) = (a.get(3), a.get(4));
+            if is(by, "module") {
+                Vec::new()
+            } else if is(by, "pattern") {
+                all.filter(|c| crate::util::glob::string_match(arg, c.name.as_bytes(), true))
+                    .map(|c| c.name)
+                    .collect()
+            } else if is(by, "aclcat") {
+                let in_category = |c: &&CommandSpec| {
                     c.acl.split(' ').any(|cat| {
                         cat.strip_prefix('@')
                             .is_some_and(|cat| cat.as_bytes().eq_ignore_ascii_case(arg))
                     })
-                }
-            };
-            if is(a.get(3), "module") {
-                Vec::new()
-            } else if is(a.get(3), "pattern") || is(a.get(3), "aclcat") {
-                all.filter(keep).map(|c| Reply::bulk(c.name)).collect()
+                };
+                all.filter(in_category).map(|c| c.name).collect()
             } else {
                 return error(SYNTAX).into();
             }
         }
         _ => return error(SYNTAX).into(),
     };
-    Reply::Array(names).into()
+    Reply::Array(names.into_iter().map(Reply::bulk).collect()).into()
 }
 
 /// The parameters CONFIG GET knows, with their current values.
