@@ -418,11 +418,20 @@ impl Edit {
         member: &[u8],
         value: &[u8],
     ) -> Result<bool, StoreError> {
-        let added = w
-            .swap(Table::Sub, &encoding::sub_key(&self.prefix, member), value)?
-            .is_none();
-        self.size += added as u64;
-        Ok(added)
+        Ok(self.swap(w, member, value)?.is_none())
+    }
+
+    /// Sets a member and returns the value it replaced (a new member is
+    /// counted), in one tree walk.
+    pub fn swap(
+        &mut self,
+        w: &mut WriteCtx,
+        member: &[u8],
+        value: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let old = w.swap(Table::Sub, &encoding::sub_key(&self.prefix, member), value)?;
+        self.size += old.is_none() as u64;
+        Ok(old)
     }
 
     /// Removes a member; true if it was there.

@@ -109,26 +109,40 @@ impl ZEdit {
 
     /// Sets a member's score; true if the member is new.
     fn set(&mut self, w: &mut WriteCtx, member: &[u8], score: f64) -> Result<bool, StoreError> {
+        Ok(self.put_score(w, member, score)?.is_none())
+    }
+
+    /// Sets a member's score and returns the old one. The member row is
+    /// written first: the write hands back the old score in the same tree
+    /// walk, so no separate lookup is needed to fix the score index.
+    fn put_score(
+        &mut self,
+        w: &mut WriteCtx,
+        member: &[u8],
+        score: f64,
+    ) -> Result<Option<f64>, StoreError> {
         // Redis's small encoding reads -0 back as 0; keep one zero.
         let score = if score == 0.0 { 0.0 } else { score };
-        let old = self.score(w, member)?;
+        let old = self
+            .e
+            .swap(w, member, &score.to_be_bytes())?
+            .map(|v| decode_score(&v));
         if let Some(old) = old {
             if old.to_bits() == score.to_bits() {
-                return Ok(false);
+                return Ok(Some(old));
             }
             w.del(
                 Table::ZScore,
                 &encoding::zscore_key(&self.e.prefix, old, member),
             )?;
         }
-        self.e.put(w, member, &score.to_be_bytes())?;
         w.put(
             Table::ZScore,
             &encoding::zscore_key(&self.e.prefix, score, member),
             &[],
         )?;
         self.grew |= old.is_none();
-        Ok(old.is_none())
+        Ok(old)
     }
 
     fn remove(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<bool, StoreError> {
@@ -422,6 +436,16 @@ fn zadd_one(
     member: &[u8],
     score: f64,
 ) -> Result<Result<AddOutcome, Reply>, StoreError> {
+    // Without conditions the score is written whatever the member held:
+    // one write that also returns the old score.
+    if !(f.nx || f.xx || f.gt || f.lt || f.incr) {
+        let old = z.put_score(w, member, score)?;
+        return Ok(Ok((
+            old.is_none(),
+            old.is_some_and(|o| o != score),
+            Some(score),
+        )));
+    }
     let cur = z.score(w, member)?;
     match cur {
         Some(cur) => {
