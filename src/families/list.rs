@@ -130,9 +130,9 @@ impl ListEdit {
             return Ok(None);
         }
         let idx = if left { self.head } else { self.tail - 1 };
-        let k = elem_key(&self.e.prefix, idx);
-        let v = w.get(Table::Sub, &k)?.unwrap_or_default();
-        w.del(Table::Sub, &k)?;
+        let v = w
+            .take(Table::Sub, &elem_key(&self.e.prefix, idx))?
+            .unwrap_or_default();
         if left {
             self.head += 1;
         } else {

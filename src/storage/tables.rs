@@ -439,6 +439,16 @@ impl<'t> WriteCtx<'t> {
         Ok(existed)
     }
 
+    /// Removes a row of a table other than `meta` and returns its value, in
+    /// one tree walk (a pop: read the element, then drop it).
+    pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        debug_assert!(table != Table::Meta, "meta rows go through the batch cache");
+        Ok(self
+            .table_mut(table)
+            .remove(key)?
+            .map(|old| old.value().to_vec()))
+    }
+
     /// Caches a `meta` row; `dirty` if the table does not hold it yet. A row
     /// once dirty stays dirty until `finish` writes it.
     fn cache_meta(&mut self, key: &[u8], value: Option<Vec<u8>>, dirty: bool) {
