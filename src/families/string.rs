@@ -379,6 +379,26 @@ pub fn setrange(s: &mut Session, a: Args) -> Action {
 /// Adds `by` to the integer in a key, keeping its TTL.
 fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
     s.write(key, move |w, k| {
+        // The common case, a live integer string that stays in range, is
+        // changed in place in one tree walk; everything else (a new or
+        // expired key, another type, an error) takes the general path.
+        let now = w.now_ms();
+        let fast = w.modify_meta(&k.meta_key(), |raw| {
+            let Some(Ok(m)) = raw.map(Meta::decode) else {
+                return (None, None);
+            };
+            if m.ktype != KeyType::String || m.is_expired(now) {
+                return (None, None);
+            }
+            let Some(new) = num::parse_i64(string_bytes(&m)).and_then(|c| c.checked_add(by)) else {
+                return (None, None);
+            };
+            let row = Meta::string(new.to_string().into_bytes(), m.expire_ms).encode();
+            (Some(row), Some(new))
+        })?;
+        if let Some(new) = fast {
+            return Ok(Reply::Int(new));
+        }
         let old = string_for_write(w, k)?;
         let cur = match &old {
             Some(m) => num::parse_i64(string_bytes(m)).ok_or_else(|| error(NOT_INTEGER))?,
