@@ -127,9 +127,7 @@ impl ShardActor {
     }
 
     fn note_commit(&mut self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        self.shared.stats.commits.fetch_add(1, Relaxed);
-        self.shared.retire_snapshot();
+        self.shared.committed();
         if self.durability == Durability::Always {
             self.shared.stats.durable_now();
         } else {
@@ -282,9 +280,7 @@ impl ShardActor {
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         txn.commit()?;
-        use std::sync::atomic::Ordering::Relaxed;
-        self.shared.stats.commits.fetch_add(1, Relaxed);
-        self.shared.retire_snapshot();
+        self.shared.committed();
         self.shared.stats.durable_now();
         self.unsynced = false;
         self.last_sync = Instant::now();

@@ -132,11 +132,13 @@ impl ShardShared {
         }
     }
 
-    /// Lets go of the shared snapshot after a commit. A redb read transaction
-    /// pins every page freed after it began, so a snapshot kept alive by a
-    /// write-only load (no reader comes to replace it) would stop page reuse
-    /// and grow the file by every page each commit rewrites.
-    fn retire_snapshot(&self) {
+    /// Records a commit: counts it (readers compare the count to reuse the
+    /// shared snapshot) and lets go of the shared snapshot. A redb read
+    /// transaction pins every page freed after it began, so a snapshot kept
+    /// alive by a write-only load (no reader comes to replace it) would stop
+    /// page reuse and grow the file by every page each commit rewrites.
+    fn committed(&self) {
+        self.stats.commits.fetch_add(1, Ordering::Relaxed);
         let old = self.snapshot_cache.lock().take();
         drop(old);
     }
