@@ -134,17 +134,17 @@ impl CommandSpec {
                 first,
                 dest,
             } => {
+                // A count that is not a positive number, or that runs past
+                // the arguments, places no keys at all (Redis: invalid).
                 let n = argv
                     .get(numkeys)
                     .and_then(|a| crate::util::num::parse_i64(a))
-                    .unwrap_or(0)
-                    .max(0) as usize;
-                let counted = (first..first.saturating_add(n)).filter(|&i| i < argc);
-                (dest && argc > 1)
-                    .then_some(1)
-                    .into_iter()
-                    .chain(counted)
-                    .collect()
+                    .filter(|&n| n >= 1 && n as u64 <= argc.saturating_sub(first) as u64);
+                let Some(n) = n else {
+                    return Vec::new();
+                };
+                let counted = first..first + n as usize;
+                dest.then_some(1).into_iter().chain(counted).collect()
             }
             KeySpec::Range { first, last, step } => {
                 let last = if last < 0 {
@@ -732,5 +732,7 @@ mod tests {
             .map(|s| bytes::Bytes::from(*s))
             .collect();
         assert_eq!(sintercard.key_positions(&args), vec![2, 3]);
+        // A count past the arguments places no keys.
+        assert_eq!(sintercard.key_positions(&args[..3]), Vec::<usize>::new());
     }
 }

@@ -495,14 +495,6 @@ fn command_getkeys(argv: &[bytes::Bytes], with_flags: bool) -> Action {
     if !spec.arity_ok(argv.len()) {
         return invalid("number of arguments");
     }
-    // A key count that is not a positive number or runs past the arguments
-    // (also with a destination key before it).
-    if let KeySpec::Keynum { numkeys, first, .. } = spec.keys {
-        let n = crate::util::num::parse_i64(&argv[numkeys]);
-        if !n.is_some_and(|n| n >= 1 && n as u64 <= (argv.len() - first) as u64) {
-            return invalid("arguments");
-        }
-    }
     let keys = spec.key_positions(argv);
     if keys.is_empty() {
         return invalid("arguments");
