@@ -402,13 +402,8 @@ impl Stream {
         count: usize,
     ) -> Result<Vec<Entry>, StoreError> {
         let mut out = Vec::new();
-        if start > end {
+        let Some((from, to)) = id_span(&self.row(&[&[ENTRY]]), start, end) else {
             return Ok(out);
-        }
-        let from = self.entry_key(start);
-        let to = match end.incr() {
-            Some(e) => self.entry_key(e),
-            None => self.row(&[&[ENTRY + 1]]),
         };
         let n = self.prefix.len() + 1;
         r.scan(Table::Sub, &from, Some(&to), rev, &mut |k, v| {
@@ -431,12 +426,7 @@ impl Stream {
     ) -> Result<(usize, crate::protocol::Reply), StoreError> {
         let mut enc = crate::protocol::reply::Encoder::default();
         let mut n = 0;
-        if start <= end {
-            let from = self.entry_key(start);
-            let to = match end.incr() {
-                Some(e) => self.entry_key(e),
-                None => self.row(&[&[ENTRY + 1]]),
-            };
+        if let Some((from, to)) = id_span(&self.row(&[&[ENTRY]]), start, end) {
             let at = self.prefix.len() + 1;
             let mut id_text = String::new();
             r.scan(Table::Sub, &from, Some(&to), rev, &mut |k, v| {
@@ -862,16 +852,11 @@ impl Stream {
         rev: bool,
         visit: &mut dyn FnMut(StreamId, Nack) -> bool,
     ) -> Result<(), StoreError> {
-        if start > end {
+        let prefix = self.row(&[&[AUX, PEL], &Self::group_part(group)]);
+        let Some((from, to)) = id_span(&prefix, start, end) else {
             return Ok(());
-        }
-        let from = self.pel_key(group, start);
-        let to = match end.incr() {
-            Some(e) => self.pel_key(group, e),
-            None => encoding::prefix_successor(&self.row(&[&[AUX, PEL], &Self::group_part(group)]))
-                .unwrap_or_default(),
         };
-        let n = from.len() - 16;
+        let n = prefix.len();
         r.scan(Table::Sub, &from, Some(&to), rev, &mut |k, v| {
             visit(StreamId::from_bytes(&k[n..]), Nack::decode(v))
         })
@@ -889,19 +874,9 @@ impl Stream {
         count: usize,
     ) -> Result<Vec<StreamId>, StoreError> {
         let mut out = Vec::new();
-        if start > end {
-            return Ok(out);
-        }
         let prefix = self.consumer_pel_prefix(group, consumer);
-        let mut from = prefix.clone();
-        from.extend_from_slice(&start.to_bytes());
-        let to = match end.incr() {
-            Some(e) => {
-                let mut t = prefix.clone();
-                t.extend_from_slice(&e.to_bytes());
-                t
-            }
-            None => encoding::prefix_successor(&prefix).unwrap_or_default(),
+        let Some((from, to)) = id_span(&prefix, start, end) else {
+            return Ok(out);
         };
         let n = prefix.len();
         r.scan(Table::Sub, &from, Some(&to), false, &mut |k, _| {
@@ -1050,6 +1025,25 @@ fn radix_nodes(keys: &[&[u8]]) -> u64 {
         total
     }
     count(keys)
+}
+
+/// The scan bounds `[from, to)` of the rows `prefix ‖ id` with ids in
+/// `[start, end]` (entries, a group's PEL, a consumer's PEL); `None` when
+/// the range is empty.
+fn id_span(prefix: &[u8], start: StreamId, end: StreamId) -> Option<(Vec<u8>, Vec<u8>)> {
+    if start > end {
+        return None;
+    }
+    let at = |id: StreamId| {
+        let mut k = prefix.to_vec();
+        k.extend_from_slice(&id.to_bytes());
+        k
+    };
+    let to = match end.incr() {
+        Some(e) => at(e),
+        None => encoding::prefix_successor(prefix).unwrap_or_default(),
+    };
+    Some((at(start), to))
 }
 
 #[cfg(test)]
