@@ -427,6 +427,16 @@ class Gen:
             return self.ch(["a", "", "x"])
         return self.ch(["[", "("]) + self.ch(MEMBERS)
 
+    def zrange_span(self):
+        """ZRANGE's (and ZRANGESTORE's) bounds: by rank, score or lex, with
+        the BYSCORE/BYLEX word the kind needs."""
+        mode = self.ch(["rank", "score", "lex"] if self.lex else ["rank", "score"])
+        if mode == "rank":
+            return [self.sint(-5, 5), self.sint(-5, 5)]
+        if mode == "score":
+            return [self.zbound_score(), self.zbound_score(), "BYSCORE"]
+        return [self.zbound_lex(), self.zbound_lex(), "BYLEX"]
+
     def g_zset(self):
         c = self.ch(["ZADD", "ZADD", "ZADD", "ZADD", "ZINCRBY", "ZCARD", "ZSCORE", "ZMSCORE", "ZRANGE", "ZRANGE",
                      "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGEBYSCORE", "ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREVRANGE",
@@ -461,26 +471,13 @@ class Gen:
         if c == "ZMSCORE":
             return [c, k] + [self.member() for _ in range(self.r.randint(1, 3))], "strict"
         if c == "ZRANGE":
-            mode = self.ch(["rank", "score", "lex"] if self.lex else ["rank", "score"])
-            if mode == "rank":
-                a, b = self.sint(-5, 5), self.sint(-5, 5)
-            elif mode == "score":
-                a, b = self.zbound_score(), self.zbound_score()
-            else:
-                a, b = self.zbound_lex(), self.zbound_lex()
-            cmd = ["ZRANGE", k, a, b]
-            if mode == "score":
-                cmd.append("BYSCORE")
-            elif mode == "lex":
-                cmd.append("BYLEX")
+            cmd = ["ZRANGE", k] + self.zrange_span()
             if self.p(0.4):
                 cmd.append("REV")
             if self.p(0.35):
                 cmd += ["LIMIT", self.sint(-1, 3), self.ch(["1", "2", "-1", "0", "5"])]
             if self.p(0.4):
                 cmd.append("WITHSCORES")
-            if self.p(0.4):
-                self.r.shuffle(cmd[4:]) if self.p(0.1) else None
             return cmd, "strict"
         if c in ("ZRANGEBYSCORE", "ZREVRANGEBYSCORE"):
             cmd = [c, k, self.zbound_score(), self.zbound_score()]
@@ -555,18 +552,7 @@ class Gen:
         if c == "BZPOPMIN":
             return [self.ch(["BZPOPMIN", "BZPOPMAX"])] + self.keys(1, 2) + ["0.01"], "strict"
         if c == "ZRANGESTORE":
-            mode = self.ch(["rank", "score", "lex"] if self.lex else ["rank", "score"])
-            if mode == "rank":
-                a, b = self.sint(-5, 5), self.sint(-5, 5)
-            elif mode == "score":
-                a, b = self.zbound_score(), self.zbound_score()
-            else:
-                a, b = self.zbound_lex(), self.zbound_lex()
-            cmd = [c, self.key(), k, a, b]
-            if mode == "score":
-                cmd.append("BYSCORE")
-            elif mode == "lex":
-                cmd.append("BYLEX")
+            cmd = [c, self.key(), k] + self.zrange_span()
             if self.p(0.4):
                 cmd.append("REV")
             if self.p(0.3):
