@@ -12,6 +12,7 @@ use super::{ShardShared, WriteFn};
 use crate::cluster;
 use crate::config::{Config, Durability};
 use crate::protocol::Reply;
+use crate::storage::journal::JournalBackend;
 use crate::storage::tables::init_file;
 use crate::storage::{ReadCtx, ShardState, StoreError};
 
@@ -99,9 +100,11 @@ impl ShardSet {
                 path: path.clone(),
                 source,
             };
+            let backend =
+                JournalBackend::open(&path).map_err(|e| open_err(redb::Error::Io(e).into()))?;
             let db = redb::Database::builder()
                 .set_cache_size(cfg.cache_mb * 1024 * 1024)
-                .create(&path)
+                .create_with_backend(backend)
                 .map_err(|e| open_err(e.into()))?;
             init_file(&db).map_err(open_err)?;
             let state = ShardState::load(&db).map_err(open_err)?;

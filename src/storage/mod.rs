@@ -3,6 +3,7 @@
 //! deletion through `gc` rows). Builds no replies.
 
 pub mod encoding;
+pub mod journal;
 pub mod keyspace;
 pub mod tables;
 
