@@ -400,6 +400,24 @@ mod tests {
         out
     }
 
+    /// A backend on a new shard file of one page, holding `byte`s, not yet
+    /// synced.
+    fn one_page(byte: u8) -> (tempfile::TempDir, PathBuf, JournalBackend) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let b = JournalBackend::open(&path).unwrap();
+        b.set_len(4096).unwrap();
+        b.write(0, &page(byte)).unwrap();
+        (dir, path, b)
+    }
+
+    fn open_journal(path: &Path) -> File {
+        OpenOptions::new()
+            .write(true)
+            .open(journal_path(path))
+            .unwrap()
+    }
+
     /// Overwrites a page of the shard file behind the backend's back: what a
     /// power cut does to a write that was only in the page cache.
     fn lose_page(path: &Path, offset: u64) {
@@ -409,11 +427,8 @@ mod tests {
 
     #[test]
     fn synced_writes_survive_losing_the_shard_files_unsynced_pages() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("shard-0.redb");
-        let b = JournalBackend::open(&path).unwrap();
+        let (_dir, path, b) = one_page(1);
         b.set_len(3 * 4096).unwrap();
-        b.write(0, &page(1)).unwrap();
         b.write(4096, &page(2)).unwrap();
         b.sync_data().unwrap();
         b.write(4096, &page(3)).unwrap();
@@ -442,10 +457,7 @@ mod tests {
         let end = b.state().pos;
         drop(b);
         // Cut the second record short, as a crash during its write would.
-        let journal = OpenOptions::new()
-            .write(true)
-            .open(journal_path(&path))
-            .unwrap();
+        let journal = open_journal(&path);
         journal.set_len(end - 100).unwrap();
         lose_page(&path, 0);
 
@@ -455,11 +467,7 @@ mod tests {
 
     #[test]
     fn a_checkpoint_retires_the_records_it_made_durable() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("shard-0.redb");
-        let b = JournalBackend::open(&path).unwrap();
-        b.set_len(4096).unwrap();
-        b.write(0, &page(1)).unwrap();
+        let (_dir, path, b) = one_page(1);
         b.sync_data().unwrap();
         // Bigger than a record: made durable by syncing the shard file.
         let big = vec![2u8; MAX_BODY + 4096];
@@ -476,11 +484,7 @@ mod tests {
 
     #[test]
     fn reopening_twice_replays_nothing_stale() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("shard-0.redb");
-        let b = JournalBackend::open(&path).unwrap();
-        b.set_len(4096).unwrap();
-        b.write(0, &page(1)).unwrap();
+        let (_dir, path, b) = one_page(1);
         b.sync_data().unwrap();
         drop(b);
         // The first reopen replays and starts a new generation; a write made
@@ -495,17 +499,10 @@ mod tests {
 
     #[test]
     fn a_damaged_header_discards_the_journal() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("shard-0.redb");
-        let b = JournalBackend::open(&path).unwrap();
-        b.set_len(4096).unwrap();
-        b.write(0, &page(1)).unwrap();
+        let (_dir, path, b) = one_page(1);
         b.close().unwrap();
         drop(b);
-        let journal = OpenOptions::new()
-            .write(true)
-            .open(journal_path(&path))
-            .unwrap();
+        let journal = open_journal(&path);
         journal.write_all_at(b"garbage!", 0).unwrap();
         let b = JournalBackend::open(&path).unwrap();
         assert_eq!(b.state().generation, 1);
