@@ -45,8 +45,6 @@ pub struct ClientInfo {
     pub last_active: Option<Instant>,
     /// CLIENT NO-EVICT.
     pub no_evict: bool,
-    /// Library name and version from CLIENT SETINFO.
-    pub lib: (String, String),
 }
 
 /// Per-command call counts for INFO commandstats.
@@ -58,6 +56,8 @@ pub struct CommandStat {
     pub usec: AtomicU64,
     /// Calls that replied with an error.
     pub failed: AtomicU64,
+    /// Calls refused before running (wrong number of arguments).
+    pub rejected: AtomicU64,
 }
 
 /// Server-wide statistics.
@@ -161,8 +161,7 @@ impl Server {
             clients: DashMap::new(),
             next_client_id: AtomicU64::new(1),
             stats: ServerStats::default(),
-            command_stats: crate::command::TABLE
-                .iter()
+            command_stats: crate::command::all_specs()
                 .map(|_| CommandStat::default())
                 .collect(),
             started: Instant::now(),
@@ -193,9 +192,14 @@ impl Server {
         self.shutdown.notify_one();
     }
 
+    /// The counters of a command or subcommand.
+    pub fn command_stat(&self, spec: &'static crate::command::CommandSpec) -> &CommandStat {
+        &self.command_stats[crate::command::index_of(spec)]
+    }
+
     /// Counts a command call.
     pub fn record_call(&self, spec: &'static crate::command::CommandSpec, usec: u64, failed: bool) {
-        let stat = &self.command_stats[crate::command::index_of(spec)];
+        let stat = self.command_stat(spec);
         stat.calls.fetch_add(1, Ordering::Relaxed);
         stat.usec.fetch_add(usec, Ordering::Relaxed);
         if failed {

@@ -596,6 +596,111 @@ fn hello_without_auth_error_text() {
     );
 }
 
+// Pins: INFO commandstats counts a container's calls under its subcommand
+// (`config|get`), refused calls as rejected_calls, and an unknown
+// subcommand nowhere. Expected lines recorded from Redis 7.0.15 with the
+// same commands (usec fields masked: timing).
+#[test]
+fn commandstats_count_subcommands_and_rejected_calls() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    for (args, reply) in [
+        (
+            &["CONFIG"][..],
+            "ERR wrong number of arguments for 'config' command",
+        ),
+        (
+            &["CONFIG", "GET"][..],
+            "ERR wrong number of arguments for 'config|get' command",
+        ),
+        (
+            &["GET"][..],
+            "ERR wrong number of arguments for 'get' command",
+        ),
+        (
+            &["CONFIG", "FOO"][..],
+            "ERR unknown subcommand 'FOO'. Try CONFIG HELP.",
+        ),
+        (&["XINFO", "STREAM", "nokey"][..], "ERR no such key"),
+    ] {
+        assert_eq!(err(&mut c, args), reply);
+    }
+    let list: String = cmd(&["CLIENT", "LIST"]).query(&mut c).unwrap();
+    assert!(list.contains(" cmd=client|list "), "{list}");
+
+    let masked = commandstats(&mut c);
+    let expected: BTreeSet<String> = [
+        "cmdstat_config:calls=0,rejected_calls=1,failed_calls=0",
+        "cmdstat_config|get:calls=0,rejected_calls=1,failed_calls=0",
+        "cmdstat_config|resetstat:calls=1,rejected_calls=0,failed_calls=0",
+        "cmdstat_xinfo|stream:calls=1,rejected_calls=0,failed_calls=1",
+        "cmdstat_get:calls=0,rejected_calls=1,failed_calls=0",
+        "cmdstat_client|list:calls=1,rejected_calls=0,failed_calls=0",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    assert_eq!(masked, expected);
+    let info: String = cmd(&["INFO", "stats"]).query(&mut c).unwrap();
+    assert!(info.contains("\r\ntotal_error_replies:5\r\n"), "{info}");
+
+    // A call refused for want of AUTH is rejected too, under its subcommand.
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    ok(&mut c, &["CONFIG", "SET", "requirepass", "pw"]);
+    let mut c2 = srv.client();
+    assert_eq!(
+        err(&mut c2, &["GET", "a"]),
+        "NOAUTH Authentication required."
+    );
+    assert_eq!(
+        err(&mut c2, &["CONFIG", "GET", "port"]),
+        "NOAUTH Authentication required."
+    );
+    // An unknown subcommand or a wrong count is refused before NOAUTH.
+    assert_eq!(
+        err(&mut c2, &["CONFIG", "FOO"]),
+        "ERR unknown subcommand 'FOO'. Try CONFIG HELP."
+    );
+    assert_eq!(
+        err(&mut c2, &["CLIENT", "SETINFO", "lib-name", "x"]),
+        "ERR unknown subcommand 'SETINFO'. Try CLIENT HELP."
+    );
+    assert_eq!(
+        err(&mut c2, &["GET"]),
+        "ERR wrong number of arguments for 'get' command"
+    );
+    ok(&mut c2, &["AUTH", "pw"]);
+    assert_eq!(
+        commandstats(&mut c2),
+        [
+            "cmdstat_config|set:calls=1,rejected_calls=0,failed_calls=0",
+            "cmdstat_config|get:calls=0,rejected_calls=1,failed_calls=0",
+            "cmdstat_config|resetstat:calls=1,rejected_calls=0,failed_calls=0",
+            "cmdstat_get:calls=0,rejected_calls=2,failed_calls=0",
+            "cmdstat_auth:calls=1,rejected_calls=0,failed_calls=0",
+        ]
+        .into_iter()
+        .map(String::from)
+        .collect()
+    );
+}
+
+/// INFO commandstats' lines without their timing fields.
+fn commandstats(c: &mut Connection) -> BTreeSet<String> {
+    let stats: String = cmd(&["INFO", "commandstats"]).query(c).unwrap();
+    stats
+        .lines()
+        .filter(|l| l.starts_with("cmdstat_"))
+        .map(|l| {
+            l.split(',')
+                .filter(|f| !f.starts_with("usec"))
+                .collect::<Vec<_>>()
+                .join(",")
+        })
+        .collect()
+}
+
 // Pins: INFO has every section cairn documents, the keyspace line format,
 // commandstats counts; CONFIG GET maxmemory and DBSIZE answer as Redis.
 #[test]

@@ -553,11 +553,53 @@ commands! {
         "Add multiple sorted sets and store the resulting sorted set in a new key.", "destination numkeys key [key ...] [WEIGHTS weight [weight ...]] [AGGREGATE SUM|MIN|MAX]", "";
 }
 
-/// The position of a row in [`TABLE`] (for per-command counters kept in an
-/// array instead of a map on the hot path).
+/// The position of a command in [`all_specs`]: [`TABLE`]'s rows, then
+/// [`SUBCOMMANDS`]' (for per-command counters kept in an array instead of a
+/// map on the hot path).
 pub fn index_of(spec: &'static CommandSpec) -> usize {
-    (spec as *const CommandSpec as usize - TABLE.as_ptr() as usize)
-        / std::mem::size_of::<CommandSpec>()
+    let row = |table: &'static [CommandSpec]| {
+        let offset = (spec as *const CommandSpec as usize).checked_sub(table.as_ptr() as usize)?;
+        let i = offset / std::mem::size_of::<CommandSpec>();
+        (i < table.len()).then_some(i)
+    };
+    row(TABLE)
+        .or_else(|| row(SUBCOMMANDS).map(|i| TABLE.len() + i))
+        .expect("a row of TABLE or SUBCOMMANDS")
+}
+
+/// Every command, then every subcommand: the order of [`index_of`].
+pub fn all_specs() -> impl Iterator<Item = &'static CommandSpec> {
+    TABLE.iter().chain(SUBCOMMANDS)
+}
+
+/// Whether a command is a container of subcommands (CONFIG, CLIENT...).
+pub fn is_container(spec: &'static CommandSpec) -> bool {
+    // By TABLE row, worked out once: dispatch asks for every command.
+    static CONTAINERS: std::sync::LazyLock<Vec<bool>> = std::sync::LazyLock::new(|| {
+        TABLE
+            .iter()
+            .map(|c| subcommands_of(c.name).next().is_some())
+            .collect()
+    });
+    CONTAINERS.get(index_of(spec)).copied().unwrap_or(false)
+}
+
+/// The subcommand a container command's arguments name (`CONFIG GET ...`
+/// is `config|get`), or `None` for other commands and for subcommands
+/// cairn does not have. Redis counts a call, and checks its arity, against
+/// the subcommand.
+pub fn subcommand_of(
+    spec: &'static CommandSpec,
+    args: &[bytes::Bytes],
+) -> Option<&'static CommandSpec> {
+    if args.len() < 2 || !is_container(spec) {
+        return None;
+    }
+    let mut name = Vec::with_capacity(spec.name.len() + 1 + args[1].len());
+    name.extend_from_slice(spec.name.as_bytes());
+    name.push(b'|');
+    name.extend_from_slice(&args[1]);
+    find(SUBCOMMANDS, &name)
 }
 
 commands! {
@@ -703,10 +745,11 @@ mod tests {
     }
 
     #[test]
-    fn index_of_is_the_table_position() {
-        for (i, c) in TABLE.iter().enumerate() {
+    fn index_of_is_the_position_in_all_specs() {
+        for (i, c) in all_specs().enumerate() {
             assert_eq!(index_of(c), i);
         }
+        assert_eq!(index_of(&SUBCOMMANDS[0]), TABLE.len());
     }
 
     #[test]

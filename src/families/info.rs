@@ -131,9 +131,9 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
         }
         "commandstats" => {
             out.push_str("# Commandstats\r\n");
-            // The table is sorted by name; Redis lists only called commands.
-            let rows = crate::command::TABLE
-                .iter()
+            // Redis lists the commands (subcommands as `container|sub`)
+            // that were called or refused.
+            let rows = crate::command::all_specs()
                 .zip(&srv.command_stats)
                 .map(|(c, st)| {
                     (
@@ -141,10 +141,11 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                         st.calls.load(Relaxed),
                         st.usec.load(Relaxed),
                         st.failed.load(Relaxed),
+                        st.rejected.load(Relaxed),
                     )
                 })
-                .filter(|row| row.1 > 0);
-            for (name, calls, usec, failed) in rows {
+                .filter(|row| row.1 > 0 || row.4 > 0);
+            for (name, calls, usec, failed, rejected) in rows {
                 let per = if calls == 0 {
                     0.0
                 } else {
@@ -152,7 +153,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 };
                 let _ = write!(
                     out,
-                    "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2},rejected_calls=0,failed_calls={failed}\r\n"
+                    "cmdstat_{name}:calls={calls},usec={usec},usec_per_call={per:.2},rejected_calls={rejected},failed_calls={failed}\r\n"
                 );
             }
         }

@@ -24,12 +24,17 @@ pub(crate) fn arity_error(full_name: &str) -> Action {
 
 /// Redis's reply for an unknown subcommand of a container command.
 pub(crate) fn unknown_subcommand(sub: &[u8], container: &str) -> Action {
+    unknown_subcommand_reply(sub, container).into()
+}
+
+/// The error of [`unknown_subcommand`], for dispatch, which refuses an
+/// unknown subcommand before anything else (even NOAUTH), as Redis does.
+pub(crate) fn unknown_subcommand_reply(sub: &[u8], container: &str) -> Reply {
     Reply::err(format!(
         "unknown subcommand '{}'. Try {} HELP.",
         String::from_utf8_lossy(sub),
         container
     ))
-    .into()
 }
 
 /// PING [message]
@@ -270,23 +275,6 @@ pub fn client(s: &mut Session, a: Args) -> Action {
             }
             Err(r) => r.into(),
         },
-        "setinfo" if n == 4 => {
-            let attr = a.get(2).to_ascii_lowercase();
-            let v = String::from_utf8_lossy(a.get(3)).into_owned();
-            let mut info = s.entry.info.lock();
-            match &attr[..] {
-                b"lib-name" => info.lib.0 = v,
-                b"lib-ver" => info.lib.1 = v,
-                _ => {
-                    return Reply::err(format!(
-                        "Unrecognized option '{}'",
-                        String::from_utf8_lossy(a.get(2))
-                    ))
-                    .into()
-                }
-            }
-            Reply::Ok.into()
-        }
         "info" if n == 2 => Reply::Verbatim(client_line(s, &s.entry) + "\n").into(),
         "list" => {
             let mut ids: Option<Vec<u64>> = None;
@@ -354,8 +342,9 @@ pub fn client(s: &mut Session, a: Args) -> Action {
             }
         }
         "help" if n == 2 => super::help_reply(CLIENT_HELP).into(),
-        "id" | "getname" | "setname" | "info" | "no-evict" | "reply" | "help" | "kill"
-        | "setinfo" => arity_error(&full),
+        "id" | "getname" | "setname" | "info" | "no-evict" | "reply" | "help" | "kill" => {
+            arity_error(&full)
+        }
         _ => unknown_subcommand(a.get(1), "CLIENT"),
     }
 }
@@ -636,7 +625,7 @@ pub fn config(s: &mut Session, a: Args) -> Action {
         }
         "resetstat" if a.len() == 2 => {
             for stat in &s.server.command_stats {
-                for c in [&stat.calls, &stat.usec, &stat.failed] {
+                for c in [&stat.calls, &stat.usec, &stat.failed, &stat.rejected] {
                     c.store(0, Relaxed);
                 }
             }

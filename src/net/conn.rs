@@ -299,25 +299,43 @@ async fn execute(
         outbox.push_ready(r, session.resp3, suppressed);
         return false;
     };
-    if !session.authenticated && !spec.has_flag("no_auth") {
-        outbox.push_ready(
-            Reply::Error("NOAUTH Authentication required.".into()),
-            session.resp3,
-            suppressed,
+    // Calls are counted, and arity checked, against the subcommand a
+    // container's arguments name (`config|get`). Redis refuses an unknown
+    // subcommand first, then a wrong argument count, then a client that
+    // has not authenticated.
+    let sub = command::subcommand_of(spec, args.all());
+    if sub.is_none() && args.len() >= 2 && command::is_container(spec) {
+        let r = crate::families::server::unknown_subcommand_reply(
+            args.get(1),
+            &spec.name.to_uppercase(),
         );
+        server.stats.errors.fetch_add(1, Ordering::Relaxed);
+        outbox.push_ready(r, session.resp3, suppressed);
         return false;
     }
-    if !spec.arity_ok(args.len()) {
-        let r = Reply::err(format!(
+    let checked = sub.unwrap_or(spec);
+    let refusal = if !checked.arity_ok(args.len()) {
+        Some(Reply::err(format!(
             "wrong number of arguments for '{}' command",
-            spec.name
-        ));
+            checked.name
+        )))
+    } else if !session.authenticated && !checked.has_flag("no_auth") {
+        Some(Reply::Error("NOAUTH Authentication required.".into()))
+    } else {
+        None
+    };
+    if let Some(r) = refusal {
+        server.stats.errors.fetch_add(1, Ordering::Relaxed);
+        server
+            .command_stat(checked)
+            .rejected
+            .fetch_add(1, Ordering::Relaxed);
         outbox.push_ready(r, session.resp3, suppressed);
         return false;
     }
     {
         let mut info = session.entry.info.lock();
-        info.last_cmd = spec.name;
+        info.last_cmd = checked.name;
         info.last_active = Some(started);
     }
     let action = (spec.handler)(session, args);
@@ -395,7 +413,7 @@ async fn execute(
     if failed {
         server.stats.errors.fetch_add(1, Ordering::Relaxed);
     }
-    server.record_call(spec, started.elapsed().as_micros() as u64, failed);
+    server.record_call(checked, started.elapsed().as_micros() as u64, failed);
     close
 }
 
