@@ -1,5 +1,6 @@
 //! Durability: acknowledged writes survive a SIGKILL under `durability =
-//! always`, the data directory lock keeps a second server out, data and TTLs
+//! always`, a SIGKILL under `everysec` recovers a consistent prefix, the
+//! data directory lock keeps a second server out, data and TTLs
 //! survive clean restarts under every durability policy, and expired keys are
 //! reaped after a restart.
 
@@ -33,12 +34,23 @@ impl Proc {
     /// Starts the binary on `data` with 2 shards and `durability = always`,
     /// cwd in `cwd` (so no ./config.toml is picked up).
     fn spawn(cwd: &Path, data: &Path, port: u16, stderr: Stdio) -> Proc {
+        Proc::spawn_with(cwd, data, port, stderr, Durability::Always)
+    }
+
+    /// As `spawn`, with another durability policy.
+    fn spawn_with(
+        cwd: &Path,
+        data: &Path,
+        port: u16,
+        stderr: Stdio,
+        durability: Durability,
+    ) -> Proc {
         let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
             .current_dir(cwd)
             .args(["--port", &port.to_string()])
             .arg("--dir")
             .arg(data)
-            .args(["--shards", "2", "--durability", "always"])
+            .args(["--shards", "2", "--durability", durability.name()])
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -50,7 +62,12 @@ impl Proc {
 
     /// Starts the binary and waits until it answers PING.
     fn start(cwd: &Path, data: &Path) -> Proc {
-        let mut p = Proc::spawn(cwd, data, free_port(), Stdio::null());
+        Proc::start_with(cwd, data, Durability::Always)
+    }
+
+    /// As `start`, with another durability policy.
+    fn start_with(cwd: &Path, data: &Path, durability: Durability) -> Proc {
+        let mut p = Proc::spawn_with(cwd, data, free_port(), Stdio::null(), durability);
         p.wait_ready();
         p
     }
@@ -220,6 +237,71 @@ fn acknowledged_writes_survive_sigkill() {
         status.success(),
         "cairn exited with {status} after SHUTDOWN"
     );
+}
+
+// Pins: under everysec a SIGKILL loses at most the last moments, never
+// consistency: on each shard, what one connection wrote comes back as a
+// prefix of what it wrote there (shards make their durable commits on their
+// own clocks), and includes everything from before the last durable commit.
+#[test]
+fn everysec_sigkill_recovers_a_prefix() {
+    let root = tempfile::tempdir().unwrap();
+    let data: PathBuf = root.path().join("data");
+    let mut first = Proc::start_with(root.path(), &data, Durability::Everysec);
+    let mut c = first.client();
+    let write = |c: &mut Connection, from: u64, to: u64| {
+        let mut p = redis::pipe();
+        for i in from..to {
+            p.cmd("SET")
+                .arg(format!("k{i}"))
+                .arg(format!("v{i}"))
+                .ignore();
+        }
+        p.query::<()>(c).unwrap();
+    };
+    write(&mut c, 0, 4000);
+    // Past the once-a-second durable commit.
+    std::thread::sleep(Duration::from_millis(2500));
+    let mut written = 4000;
+    while written < 20_000 {
+        write(&mut c, written, written + 500);
+        written += 500;
+    }
+    first.kill();
+
+    let second = Proc::start_with(root.path(), &data, Durability::Everysec);
+    let mut c = second.client();
+    let mut present = Vec::with_capacity(written as usize);
+    for chunk in (0..written).collect::<Vec<_>>().chunks(1000) {
+        let mut cmd = redis::cmd("MGET");
+        for i in chunk {
+            cmd.arg(format!("k{i}"));
+        }
+        let got: Vec<Option<String>> = cmd.query(&mut c).unwrap();
+        for (i, v) in chunk.iter().zip(got) {
+            if let Some(v) = &v {
+                assert_eq!(v, &format!("v{i}"));
+            }
+            present.push(v.is_some());
+        }
+    }
+    assert!(
+        present[..4000].iter().all(|&p| p),
+        "keys written before the durable commit were lost"
+    );
+    for shard in 0..2 {
+        let mine: Vec<bool> = (0..written as usize)
+            .filter(|&i| common::shard_of(&format!("k{i}"), 2) == shard)
+            .map(|i| present[i])
+            .collect();
+        let kept = mine.iter().take_while(|&&p| p).count();
+        assert!(
+            mine[kept..].iter().all(|&p| !p),
+            "shard {shard}: its {kept} surviving keys are not a prefix of its writes"
+        );
+    }
+    let dbsize: i64 = redis::cmd("DBSIZE").query(&mut c).unwrap();
+    assert_eq!(dbsize, present.iter().filter(|&&p| p).count() as i64);
 }
 
 // Pins: a second server on a data directory in use exits non-zero with an
