@@ -137,6 +137,19 @@ fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitSta
     }
 }
 
+/// The values of keys `k0` .. `k{n-1}`, by MGETs of a bounded size.
+fn values_of_k(c: &mut Connection, n: u64) -> Vec<Option<String>> {
+    let mut values = Vec::with_capacity(n as usize);
+    for chunk in (0..n).collect::<Vec<_>>().chunks(500) {
+        let mut cmd = redis::cmd("MGET");
+        for i in chunk {
+            cmd.arg(format!("k{i}"));
+        }
+        values.extend(cmd.query::<Vec<Option<String>>>(c).unwrap());
+    }
+    values
+}
+
 fn get(c: &mut Connection, key: &str) -> Option<String> {
     redis::cmd("GET").arg(key).query(c).unwrap()
 }
@@ -211,19 +224,12 @@ fn acknowledged_writes_survive_sigkill() {
 
     let second = Proc::start(root.path(), &data);
     let mut c = second.client();
-    for chunk in (0..sets).collect::<Vec<_>>().chunks(500) {
-        let mut cmd = redis::cmd("MGET");
-        for i in chunk {
-            cmd.arg(format!("k{i}"));
-        }
-        let got: Vec<Option<String>> = cmd.query(&mut c).unwrap();
-        for (i, v) in chunk.iter().zip(got) {
-            assert_eq!(
-                v,
-                Some(format!("v{i}")),
-                "acknowledged key k{i} after SIGKILL"
-            );
-        }
+    for (i, v) in values_of_k(&mut c, sets).into_iter().enumerate() {
+        assert_eq!(
+            v,
+            Some(format!("v{i}")),
+            "acknowledged key k{i} after SIGKILL"
+        );
     }
     let counter: u64 = get(&mut c, "counter").map_or(0, |v| v.parse().unwrap());
     assert!(
@@ -272,18 +278,11 @@ fn everysec_sigkill_recovers_a_prefix() {
     let second = Proc::start_with(root.path(), &data, Durability::Everysec);
     let mut c = second.client();
     let mut present = Vec::with_capacity(written as usize);
-    for chunk in (0..written).collect::<Vec<_>>().chunks(1000) {
-        let mut cmd = redis::cmd("MGET");
-        for i in chunk {
-            cmd.arg(format!("k{i}"));
+    for (i, v) in values_of_k(&mut c, written).into_iter().enumerate() {
+        if let Some(v) = &v {
+            assert_eq!(v, &format!("v{i}"));
         }
-        let got: Vec<Option<String>> = cmd.query(&mut c).unwrap();
-        for (i, v) in chunk.iter().zip(got) {
-            if let Some(v) = &v {
-                assert_eq!(v, &format!("v{i}"));
-            }
-            present.push(v.is_some());
-        }
+        present.push(v.is_some());
     }
     assert!(
         present[..4000].iter().all(|&p| p),
