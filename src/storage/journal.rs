@@ -124,14 +124,9 @@ impl Journal {
 
     /// Records a write of `data` at `offset`.
     fn push_write(&mut self, offset: u64, data: &[u8]) {
-        match u32::try_from(data.len()) {
-            Ok(len) if len != SET_LEN => self.push(offset, len, data),
-            // Far past MAX_BODY: only a checkpoint can make it durable.
-            _ => {
-                self.overflow = true;
-                self.record.truncate(RECORD_HEADER);
-            }
-        }
+        // `push` refuses anything past MAX_BODY before it stores the length,
+        // so a length that does not fit (or equals SET_LEN) is never kept.
+        self.push(offset, data.len() as u32, data);
     }
 
     fn clear(&mut self) {
