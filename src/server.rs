@@ -111,6 +111,10 @@ pub struct Server {
     pub stats: ServerStats,
     /// Per-command statistics.
     pub command_stats: Vec<CommandStat>,
+    /// Error replies by their first word (`ERR`, `WRONGTYPE`...): INFO
+    /// errorstats. The words come from cairn's own messages, so the map
+    /// stays small.
+    pub error_stats: parking_lot::Mutex<std::collections::BTreeMap<String, u64>>,
     /// When the server started.
     pub started: Instant,
     /// Unix time the server started: LASTSAVE until a durable commit.
@@ -164,6 +168,7 @@ impl Server {
             command_stats: crate::command::all_specs()
                 .map(|_| CommandStat::default())
                 .collect(),
+            error_stats: Default::default(),
             started: Instant::now(),
             last_save: AtomicU64::new(now),
             port: AtomicU64::new(0),
@@ -198,12 +203,30 @@ impl Server {
     }
 
     /// Counts a command call.
-    pub fn record_call(&self, spec: &'static crate::command::CommandSpec, usec: u64, failed: bool) {
+    pub fn record_call(&self, spec: &'static crate::command::CommandSpec, usec: u64) {
         let stat = self.command_stat(spec);
         stat.calls.fetch_add(1, Ordering::Relaxed);
         stat.usec.fetch_add(usec, Ordering::Relaxed);
-        if failed {
-            stat.failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an error reply going to a client: total_error_replies, its
+    /// errorstats line, and the failed calls of the command that made it
+    /// (`None` for a command refused before it ran).
+    pub fn record_error(&self, text: &str, cmd: Option<&'static crate::command::CommandSpec>) {
+        self.stats.errors.fetch_add(1, Ordering::Relaxed);
+        let code = text.split(' ').next().unwrap_or_default();
+        let mut by_code = self.error_stats.lock();
+        match by_code.get_mut(code) {
+            Some(n) => *n += 1,
+            None => {
+                by_code.insert(code.to_string(), 1);
+            }
+        }
+        drop(by_code);
+        if let Some(cmd) = cmd {
+            self.command_stat(cmd)
+                .failed
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -644,6 +644,32 @@ fn commandstats_count_subcommands_and_rejected_calls() {
     assert_eq!(masked, expected);
     let info: String = cmd(&["INFO", "stats"]).query(&mut c).unwrap();
     assert!(info.contains("\r\ntotal_error_replies:5\r\n"), "{info}");
+    let errors: String = cmd(&["INFO", "errorstats"]).query(&mut c).unwrap();
+    assert_eq!(errors, "# Errorstats\r\nerrorstat_ERR:count=5\r\n");
+
+    // Writes that fail on their shard count as failed calls too.
+    ok(&mut c, &["SET", "s", "x"]);
+    assert_eq!(
+        err(&mut c, &["LPUSH", "s", "a"]),
+        "WRONGTYPE Operation against a key holding the wrong kind of value"
+    );
+    assert_eq!(
+        err(&mut c, &["INCR", "s"]),
+        "ERR value is not an integer or out of range"
+    );
+    let errors: String = cmd(&["INFO", "errorstats"]).query(&mut c).unwrap();
+    assert_eq!(
+        errors,
+        "# Errorstats\r\nerrorstat_ERR:count=6\r\nerrorstat_WRONGTYPE:count=1\r\n"
+    );
+    let stats = commandstats(&mut c);
+    for line in [
+        "cmdstat_incr:calls=1,rejected_calls=0,failed_calls=1",
+        "cmdstat_set:calls=1,rejected_calls=0,failed_calls=0",
+        "cmdstat_lpush:calls=1,rejected_calls=0,failed_calls=1",
+    ] {
+        assert!(stats.contains(line), "{line} in {stats:?}");
+    }
 
     // A call refused for want of AUTH is rejected too, under its subcommand.
     ok(&mut c, &["CONFIG", "RESETSTAT"]);
@@ -671,6 +697,13 @@ fn commandstats_count_subcommands_and_rejected_calls() {
         "ERR wrong number of arguments for 'get' command"
     );
     ok(&mut c2, &["AUTH", "pw"]);
+    // Besides the refusals above, the client library's own CLIENT SETINFO
+    // pair on connecting (unknown to Redis 7.0) made two ERR replies.
+    let errors: String = cmd(&["INFO", "errorstats"]).query(&mut c2).unwrap();
+    assert_eq!(
+        errors,
+        "# Errorstats\r\nerrorstat_ERR:count=5\r\nerrorstat_NOAUTH:count=2\r\n"
+    );
     assert_eq!(
         commandstats(&mut c2),
         [
@@ -679,6 +712,7 @@ fn commandstats_count_subcommands_and_rejected_calls() {
             "cmdstat_config|resetstat:calls=1,rejected_calls=0,failed_calls=0",
             "cmdstat_get:calls=0,rejected_calls=2,failed_calls=0",
             "cmdstat_auth:calls=1,rejected_calls=0,failed_calls=0",
+            "cmdstat_info:calls=1,rejected_calls=0,failed_calls=0",
         ]
         .into_iter()
         .map(String::from)
@@ -742,6 +776,27 @@ fn info_config_dbsize() {
     assert!(all.contains("\r\ncmdstat_get:calls=3,"), "{all}");
     let default: String = cmd(&["INFO"]).query(&mut c).unwrap();
     assert!(default.contains("# Keyspace\r\n"));
+    // Redis 7.0.15's default sections, in its order, then cairn's own.
+    let headers: Vec<&str> = default.lines().filter(|l| l.starts_with("# ")).collect();
+    assert_eq!(
+        headers,
+        [
+            "# Server",
+            "# Clients",
+            "# Memory",
+            "# Persistence",
+            "# Stats",
+            "# Replication",
+            "# CPU",
+            "# Modules",
+            "# Errorstats",
+            "# Cluster",
+            "# Keyspace",
+            "# Cairn"
+        ]
+    );
+    let cluster: String = cmd(&["INFO", "cluster"]).query(&mut c).unwrap();
+    assert_eq!(cluster, "# Cluster\r\ncluster_enabled:0\r\n");
     assert!(
         !default.contains("# Commandstats"),
         "INFO without arguments lists commandstats"

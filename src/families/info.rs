@@ -7,7 +7,7 @@ use crate::net::session::Session;
 use crate::storage::tables::DATABASES;
 
 /// Every section, in the order INFO prints them.
-pub const ALL_SECTIONS: [&str; 10] = [
+pub const ALL_SECTIONS: [&str; 13] = [
     "server",
     "clients",
     "memory",
@@ -15,13 +15,16 @@ pub const ALL_SECTIONS: [&str; 10] = [
     "stats",
     "replication",
     "cpu",
+    "modules",
     "commandstats",
+    "errorstats",
+    "cluster",
     "keyspace",
     "cairn",
 ];
 
 /// The sections INFO prints without arguments (or with `default`).
-pub const DEFAULT_SECTIONS: [&str; 9] = [
+pub const DEFAULT_SECTIONS: [&str; 12] = [
     "server",
     "clients",
     "memory",
@@ -29,6 +32,9 @@ pub const DEFAULT_SECTIONS: [&str; 9] = [
     "stats",
     "replication",
     "cpu",
+    "modules",
+    "errorstats",
+    "cluster",
     "keyspace",
     "cairn",
 ];
@@ -129,6 +135,16 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 "# CPU\r\nused_cpu_sys:{sys:.6}\r\nused_cpu_user:{user:.6}\r\n"
             );
         }
+        // No modules load into cairn; Redis prints the bare header then.
+        "modules" => out.push_str("# Modules\r\n"),
+        "errorstats" => {
+            out.push_str("# Errorstats\r\n");
+            for (code, count) in srv.error_stats.lock().iter() {
+                let _ = write!(out, "errorstat_{code}:count={count}\r\n");
+            }
+        }
+        // Cluster mode is not served: clients must see a standalone server.
+        "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
         "commandstats" => {
             out.push_str("# Commandstats\r\n");
             // Redis lists the commands (subcommands as `container|sub`)

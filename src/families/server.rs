@@ -645,6 +645,7 @@ pub fn config(s: &mut Session, a: Args) -> Action {
                 sh.stats.hits.store(0, Relaxed);
                 sh.stats.misses.store(0, Relaxed);
             }
+            s.server.error_stats.lock().clear();
             Reply::Ok.into()
         }
         "rewrite" if a.len() == 2 => {

@@ -28,8 +28,29 @@ enum Slot {
     Ready(Reply),
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
     /// The replies of a squashed group of writes: an array with one reply per
-    /// write, each encoded with its own (resp3, suppressed) flags.
-    Group(tokio::sync::oneshot::Receiver<Reply>, Vec<(bool, bool)>),
+    /// write, each going out as its own `ReplyTo` says.
+    Group(tokio::sync::oneshot::Receiver<Reply>, Vec<ReplyTo>),
+}
+
+/// How a reply goes out: its protocol, whether CLIENT REPLY silences it,
+/// and the command whose failed calls it counts toward if it is an error
+/// (`None` for a command refused before it ran).
+#[derive(Clone, Copy)]
+struct ReplyTo {
+    resp3: bool,
+    suppressed: bool,
+    cmd: Option<&'static command::CommandSpec>,
+}
+
+/// Encodes a reply unless it is silenced; an error is counted either way,
+/// as Redis counts it (total_error_replies, errorstats, failed_calls).
+fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
+    if let Reply::Error(text) = r {
+        server.record_error(text, to.cmd);
+    }
+    if !to.suppressed {
+        r.encode(out, to.resp3);
+    }
 }
 
 /// Most writes squashed into one coordinated group.
@@ -59,13 +80,13 @@ enum Inflight {
 /// turn. A group also locks the shard of this client's earlier writes still
 /// in flight, so those commit first.
 struct Outbox {
-    slots: VecDeque<(Slot, bool /* resp3 */, bool /* suppressed */)>,
+    slots: VecDeque<(Slot, ReplyTo)>,
     /// Where this client has writes in flight.
     inflight: Inflight,
     out: BytesMut,
-    /// Writes collected but not sent yet, with their reply flags.
-    squash: Vec<(usize, crate::shard::WriteFn, bool, bool)>,
-    shards: Arc<crate::shard::ShardSet>,
+    /// Writes collected but not sent yet, with how their replies go out.
+    squash: Vec<(usize, crate::shard::WriteFn, ReplyTo)>,
+    server: Arc<Server>,
 }
 
 impl Outbox {
@@ -79,9 +100,9 @@ impl Outbox {
         let one_shard = group.iter().all(|(s, ..)| *s == first);
         if one_shard && (self.inflight == Inflight::None || self.inflight == Inflight::Shard(first))
         {
-            for (shard, f, resp3, suppressed) in group {
-                let rx = self.shards.submit(shard, f);
-                self.slots.push_back((Slot::Waiting(rx), resp3, suppressed));
+            for (shard, f, to) in group {
+                let rx = self.server.shards.submit(shard, f);
+                self.slots.push_back((Slot::Waiting(rx), to));
             }
             self.inflight = Inflight::Shard(first);
             return;
@@ -90,7 +111,7 @@ impl Outbox {
         if let Inflight::Shard(earlier) = self.inflight {
             ids.push(earlier);
         }
-        let flags: Vec<(bool, bool)> = group.iter().map(|(_, _, r, s)| (*r, *s)).collect();
+        let flags: Vec<ReplyTo> = group.iter().map(|(.., to)| *to).collect();
         let count = group.len();
         // One step per shard runs that shard's writes in request order: a
         // message and a wake-up per shard rather than per write.
@@ -122,32 +143,35 @@ impl Outbox {
                 Ok(Ok(Reply::Array(replies)))
             })
         });
-        let rx = self.shards.coordinator().submit(ids, true, plan);
-        self.slots.push_back((Slot::Group(rx, flags), false, false));
+        let rx = self.server.shards.coordinator().submit(ids, true, plan);
+        let group_to = ReplyTo {
+            resp3: false,
+            suppressed: true,
+            cmd: None,
+        };
+        self.slots.push_back((Slot::Group(rx, flags), group_to));
         self.inflight = Inflight::Coordinator;
     }
 
     /// Queues a reply slot after any collected writes.
-    fn push_slot(&mut self, slot: Slot, resp3: bool, suppressed: bool) {
+    fn push_slot(&mut self, slot: Slot, to: ReplyTo) {
         self.flush_squash();
-        self.slots.push_back((slot, resp3, suppressed));
+        self.slots.push_back((slot, to));
     }
 
-    fn push_ready(&mut self, r: Reply, resp3: bool, suppressed: bool) {
+    fn push_ready(&mut self, r: Reply, to: ReplyTo) {
         self.flush_squash();
         if self.slots.is_empty() {
-            if !suppressed {
-                r.encode(&mut self.out, resp3);
-            }
+            emit(&mut self.out, &self.server, &r, to);
         } else {
-            self.slots.push_back((Slot::Ready(r), resp3, suppressed));
+            self.slots.push_back((Slot::Ready(r), to));
         }
     }
 
     /// Waits for every reply in flight and encodes them.
     async fn drain(&mut self) {
         self.flush_squash();
-        while let Some((slot, resp3, suppressed)) = self.slots.pop_front() {
+        while let Some((slot, to)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
                 Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
@@ -155,27 +179,21 @@ impl Outbox {
                     let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
                     match got {
                         Reply::Array(items) if items.len() == flags.len() => {
-                            for (r, (resp3, suppressed)) in items.into_iter().zip(flags) {
-                                if !suppressed {
-                                    r.encode(&mut self.out, resp3);
-                                }
+                            for (r, to) in items.into_iter().zip(flags) {
+                                emit(&mut self.out, &self.server, &r, to);
                             }
                         }
                         // The whole group failed: every write gets the error.
                         err => {
-                            for (resp3, suppressed) in flags {
-                                if !suppressed {
-                                    err.encode(&mut self.out, resp3);
-                                }
+                            for to in flags {
+                                emit(&mut self.out, &self.server, &err, to);
                             }
                         }
                     }
                     continue;
                 }
             };
-            if !suppressed {
-                reply.encode(&mut self.out, resp3);
-            }
+            emit(&mut self.out, &self.server, &reply, to);
         }
         self.inflight = Inflight::None;
     }
@@ -223,7 +241,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         inflight: Inflight::None,
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
-        shards: server.shards.clone(),
+        server: server.clone(),
     };
     loop {
         let mut close = false;
@@ -239,7 +257,12 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 Ok(None) => break,
                 Err(e) => {
                     outbox.drain().await;
-                    Reply::err(e).encode(&mut outbox.out, session.resp3);
+                    let to = ReplyTo {
+                        resp3: session.resp3,
+                        suppressed: false,
+                        cmd: None,
+                    };
+                    emit(&mut outbox.out, &server, &Reply::err(e), to);
                     close = true;
                     break;
                 }
@@ -293,10 +316,14 @@ async fn execute(
         session.reply_mode = ReplyMode::On;
     }
     let mut suppressed = mode_before != ReplyMode::On;
+    // A refusal counts as an error reply but not as a failed call.
+    let refused = ReplyTo {
+        resp3: session.resp3,
+        suppressed,
+        cmd: None,
+    };
     let Some(spec) = command::lookup(args.get(0)) else {
-        let r = unknown_command(&args);
-        server.stats.errors.fetch_add(1, Ordering::Relaxed);
-        outbox.push_ready(r, session.resp3, suppressed);
+        outbox.push_ready(unknown_command(&args), refused);
         return false;
     };
     // Calls are counted, and arity checked, against the subcommand a
@@ -309,8 +336,7 @@ async fn execute(
             args.get(1),
             &spec.name.to_uppercase(),
         );
-        server.stats.errors.fetch_add(1, Ordering::Relaxed);
-        outbox.push_ready(r, session.resp3, suppressed);
+        outbox.push_ready(r, refused);
         return false;
     }
     let checked = sub.unwrap_or(spec);
@@ -325,12 +351,11 @@ async fn execute(
         None
     };
     if let Some(r) = refusal {
-        server.stats.errors.fetch_add(1, Ordering::Relaxed);
         server
             .command_stat(checked)
             .rejected
             .fetch_add(1, Ordering::Relaxed);
-        outbox.push_ready(r, session.resp3, suppressed);
+        outbox.push_ready(r, refused);
         return false;
     }
     {
@@ -342,16 +367,16 @@ async fn execute(
     if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
         suppressed = false;
     }
-    let resp3 = session.resp3;
+    let to = ReplyTo {
+        resp3: session.resp3,
+        suppressed,
+        cmd: Some(checked),
+    };
     let mut close = false;
-    let mut failed = false;
     match action {
-        Action::Reply(r) => {
-            failed = r.is_error();
-            outbox.push_ready(r, resp3, suppressed);
-        }
+        Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {
-            outbox.squash.push((shard, f, resp3, suppressed));
+            outbox.squash.push((shard, f, to));
             if outbox.squash.len() >= MAX_SQUASH {
                 outbox.flush_squash();
             }
@@ -361,14 +386,14 @@ async fn execute(
             if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
                 outbox.drain().await;
             }
-            outbox.push_slot(Slot::Waiting(rx), resp3, suppressed);
+            outbox.push_slot(Slot::Waiting(rx), to);
             outbox.inflight = Inflight::Coordinator;
         }
         Action::Read { shard, f } => {
             outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {
                 let rx = server.shards.submit(shard, Box::new(move |w| f(&*w)));
-                outbox.push_slot(Slot::Waiting(rx), resp3, suppressed);
+                outbox.push_slot(Slot::Waiting(rx), to);
             } else {
                 if outbox.inflight != Inflight::None {
                     outbox.drain().await;
@@ -377,23 +402,18 @@ async fn execute(
                     Ok(view) => f(&view).unwrap_or_else(Reply::err),
                     Err(e) => Reply::err(e),
                 };
-                failed = r.is_error();
-                outbox.push_ready(r, resp3, suppressed);
+                outbox.push_ready(r, to);
             }
         }
         Action::Job(job) => {
             outbox.drain().await;
             let r = job.await;
-            failed = r.is_error();
-            outbox.push_ready(r, session.resp3, suppressed);
+            outbox.push_ready(r, to);
         }
         Action::Block(job) => {
             outbox.drain().await;
             tokio::select! {
-                r = job => {
-                    failed = r.is_error();
-                    outbox.push_ready(r, session.resp3, suppressed);
-                }
+                r = job => outbox.push_ready(r, to),
                 // A blocked client that leaves (or is killed) leaves nothing
                 // behind: dropping the job drops its registration.
                 _ = peer_gone(stream) => return true,
@@ -405,15 +425,12 @@ async fn execute(
         Action::Close(r) => {
             outbox.drain().await;
             if let Some(r) = r {
-                outbox.push_ready(r, resp3, suppressed);
+                outbox.push_ready(r, to);
             }
             close = true;
         }
     }
-    if failed {
-        server.stats.errors.fetch_add(1, Ordering::Relaxed);
-    }
-    server.record_call(checked, started.elapsed().as_micros() as u64, failed);
+    server.record_call(checked, started.elapsed().as_micros() as u64);
     close
 }
 
