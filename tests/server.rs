@@ -605,27 +605,25 @@ fn commandstats_count_subcommands_and_rejected_calls() {
     let srv = TestServer::start();
     let mut c = srv.client();
     ok(&mut c, &["CONFIG", "RESETSTAT"]);
-    for (args, reply) in [
-        (
-            &["CONFIG"][..],
-            "ERR wrong number of arguments for 'config' command",
-        ),
-        (
-            &["CONFIG", "GET"][..],
-            "ERR wrong number of arguments for 'config|get' command",
-        ),
-        (
-            &["GET"][..],
-            "ERR wrong number of arguments for 'get' command",
-        ),
-        (
-            &["CONFIG", "FOO"][..],
-            "ERR unknown subcommand 'FOO'. Try CONFIG HELP.",
-        ),
-        (&["XINFO", "STREAM", "nokey"][..], "ERR no such key"),
-    ] {
-        assert_eq!(err(&mut c, args), reply);
-    }
+    expect_errors(
+        &mut c,
+        &[
+            (
+                &["CONFIG"],
+                "ERR wrong number of arguments for 'config' command",
+            ),
+            (
+                &["CONFIG", "GET"],
+                "ERR wrong number of arguments for 'config|get' command",
+            ),
+            (&["GET"], "ERR wrong number of arguments for 'get' command"),
+            (
+                &["CONFIG", "FOO"],
+                "ERR unknown subcommand 'FOO'. Try CONFIG HELP.",
+            ),
+            (&["XINFO", "STREAM", "nokey"], "ERR no such key"),
+        ],
+    );
     let list: String = cmd(&["CLIENT", "LIST"]).query(&mut c).unwrap();
     assert!(list.contains(" cmd=client|list "), "{list}");
 
@@ -649,13 +647,18 @@ fn commandstats_count_subcommands_and_rejected_calls() {
 
     // Writes that fail on their shard count as failed calls too.
     ok(&mut c, &["SET", "s", "x"]);
-    assert_eq!(
-        err(&mut c, &["LPUSH", "s", "a"]),
-        "WRONGTYPE Operation against a key holding the wrong kind of value"
-    );
-    assert_eq!(
-        err(&mut c, &["INCR", "s"]),
-        "ERR value is not an integer or out of range"
+    expect_errors(
+        &mut c,
+        &[
+            (
+                &["LPUSH", "s", "a"],
+                "WRONGTYPE Operation against a key holding the wrong kind of value",
+            ),
+            (
+                &["INCR", "s"],
+                "ERR value is not an integer or out of range",
+            ),
+        ],
     );
     let errors: String = cmd(&["INFO", "errorstats"]).query(&mut c).unwrap();
     assert_eq!(
@@ -675,26 +678,26 @@ fn commandstats_count_subcommands_and_rejected_calls() {
     ok(&mut c, &["CONFIG", "RESETSTAT"]);
     ok(&mut c, &["CONFIG", "SET", "requirepass", "pw"]);
     let mut c2 = srv.client();
-    assert_eq!(
-        err(&mut c2, &["GET", "a"]),
-        "NOAUTH Authentication required."
-    );
-    assert_eq!(
-        err(&mut c2, &["CONFIG", "GET", "port"]),
-        "NOAUTH Authentication required."
-    );
-    // An unknown subcommand or a wrong count is refused before NOAUTH.
-    assert_eq!(
-        err(&mut c2, &["CONFIG", "FOO"]),
-        "ERR unknown subcommand 'FOO'. Try CONFIG HELP."
-    );
-    assert_eq!(
-        err(&mut c2, &["CLIENT", "SETINFO", "lib-name", "x"]),
-        "ERR unknown subcommand 'SETINFO'. Try CLIENT HELP."
-    );
-    assert_eq!(
-        err(&mut c2, &["GET"]),
-        "ERR wrong number of arguments for 'get' command"
+    expect_errors(
+        &mut c2,
+        &[
+            (&["GET", "a"], "NOAUTH Authentication required."),
+            (
+                &["CONFIG", "GET", "port"],
+                "NOAUTH Authentication required.",
+            ),
+            // An unknown subcommand or a wrong count is refused before
+            // NOAUTH.
+            (
+                &["CONFIG", "FOO"],
+                "ERR unknown subcommand 'FOO'. Try CONFIG HELP.",
+            ),
+            (
+                &["CLIENT", "SETINFO", "lib-name", "x"],
+                "ERR unknown subcommand 'SETINFO'. Try CLIENT HELP.",
+            ),
+            (&["GET"], "ERR wrong number of arguments for 'get' command"),
+        ],
     );
     ok(&mut c2, &["AUTH", "pw"]);
     // Besides the refusals above, the client library's own CLIENT SETINFO
@@ -718,6 +721,13 @@ fn commandstats_count_subcommands_and_rejected_calls() {
         .map(String::from)
         .collect()
     );
+}
+
+/// Sends each command and checks its error reply.
+fn expect_errors(c: &mut Connection, cases: &[(&[&str], &str)]) {
+    for (args, reply) in cases {
+        assert_eq!(&err(c, args), reply, "{args:?}");
+    }
 }
 
 /// INFO commandstats' lines without their timing fields.
