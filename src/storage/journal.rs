@@ -297,8 +297,9 @@ impl JournalBackend {
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, Journal> {
-        // A panic while holding the lock leaves at worst a record that will
-        // not be written; the data itself is in the shard file.
+        // A panic while holding the lock can leave the record with only
+        // some of a transaction's writes; redb then aborts that transaction,
+        // and replaying writes to pages no commit refers to is harmless.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
