@@ -256,11 +256,11 @@ const CLIENT_HELP: &[&str] = &[
 pub fn client(s: &mut Session, a: Args) -> Action {
     let sub = a.get(1).to_ascii_lowercase();
     let sub = String::from_utf8_lossy(&sub).into_owned();
-    let n = a.len();
-    let full = format!("client|{sub}");
+    // Dispatch has refused unknown subcommands and wrong argument counts
+    // (the arities of `command::SUBCOMMANDS`).
     match sub.as_str() {
-        "id" if n == 2 => Reply::Int(s.entry.id as i64).into(),
-        "getname" if n == 2 => {
+        "id" => Reply::Int(s.entry.id as i64).into(),
+        "getname" => {
             let name = s.entry.info.lock().name.clone();
             if name.is_empty() {
                 Reply::Nil.into()
@@ -268,14 +268,14 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 Reply::bulk(name).into()
             }
         }
-        "setname" if n == 3 => match valid_name(a.get(2)) {
+        "setname" => match valid_name(a.get(2)) {
             Ok(()) => {
                 s.entry.info.lock().name = String::from_utf8_lossy(a.get(2)).into_owned();
                 Reply::Ok.into()
             }
             Err(r) => r.into(),
         },
-        "info" if n == 2 => Reply::Verbatim(client_line(s, &s.entry) + "\n").into(),
+        "info" => Reply::Verbatim(client_line(s, &s.entry) + "\n").into(),
         "list" => {
             let mut ids: Option<Vec<u64>> = None;
             let rest = a.from(2);
@@ -316,8 +316,8 @@ pub fn client(s: &mut Session, a: Args) -> Action {
             }
             Reply::Verbatim(out).into()
         }
-        "kill" if n >= 3 => client_kill(s, &a),
-        "no-evict" if n == 3 => {
+        "kill" => client_kill(s, &a),
+        "no-evict" => {
             let v = a.get(2);
             if is(v, "on") || is(v, "off") {
                 s.entry.info.lock().no_evict = is(v, "on");
@@ -326,7 +326,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 error(SYNTAX).into()
             }
         }
-        "reply" if n == 3 => {
+        "reply" => {
             let v = a.get(2);
             if is(v, "on") {
                 s.reply_mode = ReplyMode::On;
@@ -341,10 +341,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 error(SYNTAX).into()
             }
         }
-        "help" if n == 2 => super::help_reply(CLIENT_HELP).into(),
-        "id" | "getname" | "setname" | "info" | "no-evict" | "reply" | "help" | "kill" => {
-            arity_error(&full)
-        }
+        "help" => super::help_reply(CLIENT_HELP).into(),
         _ => unknown_subcommand(a.get(1), "CLIENT"),
     }
 }
@@ -426,8 +423,9 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
         return Reply::Array(TABLE.iter().map(docs::info).collect()).into();
     }
     let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
+    // Dispatch has refused unknown subcommands and wrong argument counts.
     match sub.as_str() {
-        "count" if a.len() == 2 => Reply::Int(TABLE.len() as i64).into(),
+        "count" => Reply::Int(TABLE.len() as i64).into(),
         "list" => command_list(&a),
         "info" => {
             if a.len() == 2 {
@@ -453,10 +451,9 @@ pub fn command(_s: &mut Session, a: Args) -> Action {
             }
             Reply::Map(out).into()
         }
-        "getkeys" if a.len() >= 4 => command_getkeys(a.from(2), false),
-        "getkeysandflags" if a.len() >= 4 => command_getkeys(a.from(2), true),
-        "help" if a.len() == 2 => super::help_reply(COMMAND_HELP).into(),
-        "count" | "getkeys" | "getkeysandflags" | "help" => arity_error(&format!("command|{sub}")),
+        "getkeys" => command_getkeys(a.from(2), false),
+        "getkeysandflags" => command_getkeys(a.from(2), true),
+        "help" => super::help_reply(COMMAND_HELP).into(),
         _ => unknown_subcommand(a.get(1), "COMMAND"),
     }
 }
@@ -615,15 +612,16 @@ fn config_params(s: &Session) -> Vec<(String, String)> {
 /// CONFIG GET pattern... | SET param value... | RESETSTAT | REWRITE
 pub fn config(s: &mut Session, a: Args) -> Action {
     let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
+    // Dispatch has refused unknown subcommands and wrong argument counts.
     match sub.as_str() {
-        "get" if a.len() >= 3 => config_get(s, a.from(2)),
-        "set" if a.len() >= 4 => {
+        "get" => config_get(s, a.from(2)),
+        "set" => {
             if !a.len().is_multiple_of(2) {
                 return error(SYNTAX).into();
             }
             config_set(s, a.from(2))
         }
-        "resetstat" if a.len() == 2 => {
+        "resetstat" => {
             for stat in &s.server.command_stats {
                 for c in [&stat.calls, &stat.usec, &stat.failed, &stat.rejected] {
                     c.store(0, Relaxed);
@@ -648,11 +646,8 @@ pub fn config(s: &mut Session, a: Args) -> Action {
             s.server.error_stats.lock().clear();
             Reply::Ok.into()
         }
-        "rewrite" if a.len() == 2 => {
-            Reply::err("The server is running without a config file").into()
-        }
-        "help" if a.len() == 2 => super::help_reply(CONFIG_HELP).into(),
-        "get" | "set" | "resetstat" | "rewrite" | "help" => arity_error(&format!("config|{sub}")),
+        "rewrite" => Reply::err("The server is running without a config file").into(),
+        "help" => super::help_reply(CONFIG_HELP).into(),
         _ => unknown_subcommand(a.get(1), "CONFIG"),
     }
 }

@@ -10,7 +10,6 @@ use super::store::{self, Consumer, Group, Nack, Stream, ENTRIES_READ_UNKNOWN};
 use super::{entry_reply, subcommand_syntax};
 use crate::command::args::{int, is, Args};
 use crate::families::help_reply;
-use crate::families::server::{arity_error, unknown_subcommand};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::{KvRead, StoreError, WriteCtx};
@@ -197,17 +196,8 @@ fn parse_entries_read(arg: &[u8]) -> Result<i64, Reply> {
 
 /// XGROUP CREATE|SETID|DESTROY|CREATECONSUMER|DELCONSUMER|HELP ...
 pub fn xgroup(s: &mut Session, a: Args) -> Action {
+    // Dispatch has refused unknown subcommands and wrong argument counts.
     let sub = String::from_utf8_lossy(a.get(1)).to_lowercase();
-    let arity_ok = match sub.as_str() {
-        "help" => a.len() == 2,
-        "create" | "setid" => a.len() >= 5,
-        "destroy" => a.len() == 4,
-        "createconsumer" | "delconsumer" => a.len() == 5,
-        _ => return unknown_subcommand(a.get(1), "XGROUP"),
-    };
-    if !arity_ok {
-        return arity_error(&format!("xgroup|{sub}"));
-    }
     if sub == "help" {
         return help_reply(XGROUP_HELP).into();
     }

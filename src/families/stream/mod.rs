@@ -13,7 +13,7 @@ use self::id::{AddId, StreamId};
 use self::store::{Entry, Stream, Trim};
 use super::Fail;
 use crate::command::args::{error, int, is, Args, SYNTAX};
-use crate::families::server::{arity_error, unknown_subcommand};
+use crate::families::server::arity_error;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::keyspace::Key;
@@ -487,17 +487,8 @@ pub fn subcommand_syntax(a: &Args) -> Reply {
 
 /// XINFO STREAM key [FULL [COUNT count]] | GROUPS key | CONSUMERS key group | HELP
 pub fn xinfo(s: &mut Session, a: Args) -> Action {
+    // Dispatch has refused unknown subcommands and wrong argument counts.
     let sub = String::from_utf8_lossy(a.get(1)).to_lowercase();
-    let arity_ok = match sub.as_str() {
-        "help" => a.len() == 2,
-        "stream" => a.len() >= 3,
-        "groups" => a.len() == 3,
-        "consumers" => a.len() == 4,
-        _ => return unknown_subcommand(a.get(1), "XINFO"),
-    };
-    if !arity_ok {
-        return arity_error(&format!("xinfo|{sub}"));
-    }
     if sub == "help" {
         return super::help_reply(XINFO_HELP).into();
     }
