@@ -410,10 +410,12 @@ impl StorageBackend for JournalBackend {
 
     fn close(&self) -> Result<(), io::Error> {
         // A clean close leaves an empty journal, so the next open has
-        // nothing to replay.
+        // nothing to replay, and a stopped server keeps no journal space
+        // (the cut need not be durable: what it drops is already dead).
         let checkpoint = {
             let mut j = self.state();
             self.checkpoint(&mut j)
+                .and_then(|()| self.journal.set_len(HEADER_LEN))
         };
         let closed = self.file.close();
         checkpoint.and(closed)
@@ -648,8 +650,15 @@ mod tests {
         // durable by a clean close must not be undone by the next open.
         let b = JournalBackend::open(&path).unwrap();
         b.write(0, &page(4)).unwrap();
+        b.sync_data().unwrap();
         b.close().unwrap();
         drop(b);
+        let journal = File::open(journal_path(&path)).unwrap();
+        assert_eq!(
+            journal.metadata().unwrap().len(),
+            HEADER_LEN,
+            "closed empty"
+        );
         let _b = JournalBackend::open(&path).unwrap();
         assert_eq!(read_page(&path, 0), page(4));
     }
