@@ -146,6 +146,9 @@ impl Journal {
 #[derive(Debug, Default)]
 struct Overlay {
     chunks: HashMap<u64, Box<[u8; CHUNK]>>,
+    /// Chunks handed to the file, kept for reuse: a new chunk would be
+    /// zeroed memory, often fresh from the kernel, on every write.
+    spare: Vec<Box<[u8; CHUNK]>>,
 }
 
 impl Overlay {
@@ -171,13 +174,12 @@ impl Overlay {
             match self.chunks.entry(base) {
                 Entry::Occupied(e) => e.into_mut()[at..at + src.len()].copy_from_slice(src),
                 Entry::Vacant(v) => {
-                    let mut chunk = Box::new([0u8; CHUNK]);
+                    let mut chunk = self.spare.pop().unwrap_or_else(|| Box::new([0; CHUNK]));
                     if src.len() < CHUNK {
                         let len = file.len()?;
-                        if base < len {
-                            let n = (len - base).min(CHUNK as u64) as usize;
-                            file.read(base, &mut chunk[..n])?;
-                        }
+                        let n = len.saturating_sub(base).min(CHUNK as u64) as usize;
+                        file.read(base, &mut chunk[..n])?;
+                        chunk[n..].fill(0);
                     }
                     chunk[at..at + src.len()].copy_from_slice(src);
                     v.insert(chunk);
@@ -208,12 +210,15 @@ impl Overlay {
     /// The file is cut to `len`: what lies past it must read as zeros if
     /// the file grows again, so it must not be written back.
     fn truncate(&mut self, len: u64) {
-        self.chunks.retain(|&base, chunk| {
-            if base + CHUNK as u64 > len && base < len {
-                chunk[(len - base) as usize..].fill(0);
-            }
-            base < len
-        });
+        let past: Vec<u64> = self.chunks.keys().copied().filter(|&b| b >= len).collect();
+        for base in past {
+            let chunk = self.chunks.remove(&base).expect("listed above");
+            self.spare.push(chunk);
+        }
+        let straddling = len - len % CHUNK as u64;
+        if let Some(chunk) = self.chunks.get_mut(&straddling) {
+            chunk[(len - straddling) as usize..].fill(0);
+        }
     }
 
     /// Writes every chunk to the file, adjacent ones as one write, and
@@ -238,7 +243,8 @@ impl Overlay {
             run.extend_from_slice(&self.chunks[&base][..]);
         }
         write_clamped(file, run_start, &run, len)?;
-        self.chunks.clear();
+        self.spare
+            .extend(self.chunks.drain().map(|(_, chunk)| chunk));
         Ok(())
     }
 }
