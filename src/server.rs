@@ -56,7 +56,7 @@ pub struct CommandStat {
     pub usec: AtomicU64,
     /// Calls that replied with an error.
     pub failed: AtomicU64,
-    /// Calls refused before running (wrong number of arguments).
+    /// Calls refused before running (wrong number of arguments, NOAUTH).
     pub rejected: AtomicU64,
 }
 

@@ -584,21 +584,14 @@ pub fn is_container(spec: &'static CommandSpec) -> bool {
     CONTAINERS.get(index_of(spec)).copied().unwrap_or(false)
 }
 
-/// The subcommand a container command's arguments name (`CONFIG GET ...`
-/// is `config|get`), or `None` for other commands and for subcommands
-/// cairn does not have. Redis counts a call, and checks its arity, against
-/// the subcommand.
-pub fn subcommand_of(
-    spec: &'static CommandSpec,
-    args: &[bytes::Bytes],
-) -> Option<&'static CommandSpec> {
-    if args.len() < 2 || !is_container(spec) {
-        return None;
-    }
-    let mut name = Vec::with_capacity(spec.name.len() + 1 + args[1].len());
-    name.extend_from_slice(spec.name.as_bytes());
+/// The subcommand of `container` named `sub` (`CONFIG GET` is
+/// `config|get`), or `None` if cairn does not have it. Redis counts a call,
+/// and checks its arity, against the subcommand.
+pub fn subcommand_of(container: &'static CommandSpec, sub: &[u8]) -> Option<&'static CommandSpec> {
+    let mut name = Vec::with_capacity(container.name.len() + 1 + sub.len());
+    name.extend_from_slice(container.name.as_bytes());
     name.push(b'|');
-    name.extend_from_slice(&args[1]);
+    name.extend_from_slice(sub);
     find(SUBCOMMANDS, &name)
 }
 

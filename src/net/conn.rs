@@ -330,16 +330,21 @@ async fn execute(
     // container's arguments name (`config|get`). Redis refuses an unknown
     // subcommand first, then a wrong argument count, then a client that
     // has not authenticated.
-    let sub = command::subcommand_of(spec, args.all());
-    if sub.is_none() && args.len() >= 2 && command::is_container(spec) {
-        let r = crate::families::server::unknown_subcommand_reply(
-            args.get(1),
-            &spec.name.to_uppercase(),
-        );
-        outbox.push_ready(r, refused);
-        return false;
-    }
-    let checked = sub.unwrap_or(spec);
+    let checked = if args.len() >= 2 && command::is_container(spec) {
+        match command::subcommand_of(spec, args.get(1)) {
+            Some(sub) => sub,
+            None => {
+                let r = crate::families::server::unknown_subcommand_reply(
+                    args.get(1),
+                    &spec.name.to_uppercase(),
+                );
+                outbox.push_ready(r, refused);
+                return false;
+            }
+        }
+    } else {
+        spec
+    };
     let refusal = if !checked.arity_ok(args.len()) {
         Some(Reply::err(format!(
             "wrong number of arguments for '{}' command",
