@@ -221,6 +221,26 @@ impl Overlay {
         Ok(())
     }
 
+    /// `data` goes to the file at `offset` past the overlay: chunks it
+    /// covers whole are dropped, and the ones it covers in part take their
+    /// part of it, so a read never sees what it replaced.
+    fn replace(&mut self, offset: u64, data: &[u8]) {
+        let end = offset + data.len() as u64;
+        for base in Self::chunk_bases(offset, data.len()) {
+            let whole = base >= offset && base + CHUNK as u64 <= end;
+            if whole {
+                if let Some(chunk) = self.chunks.remove(&base) {
+                    self.spare.push(chunk);
+                }
+            } else if let Some(chunk) = self.chunks.get_mut(&base) {
+                let lo = base.max(offset);
+                let hi = (base + CHUNK as u64).min(end);
+                chunk[(lo - base) as usize..(hi - base) as usize]
+                    .copy_from_slice(&data[(lo - offset) as usize..(hi - offset) as usize]);
+            }
+        }
+    }
+
     /// Whether every chunk of `[offset, offset + len)` is here.
     fn covers(&self, offset: u64, len: usize) -> bool {
         Self::chunk_bases(offset, len).all(|base| self.chunks.contains_key(&base))
@@ -433,6 +453,15 @@ impl StorageBackend for JournalBackend {
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), io::Error> {
         let mut j = self.state();
+        if data.len() >= OVERLAY_CAP {
+            // It would fill the overlay by itself (a 512 MB string is one
+            // such write): straight to the file, which a sync makes durable
+            // by a checkpoint, as the record cannot hold it.
+            self.overlay.write().replace(offset, data);
+            self.file.write(offset, data)?;
+            j.push_write(offset, data);
+            return Ok(());
+        }
         {
             let mut ov = self.overlay.write();
             ov.write(&self.file, offset, data)?;
@@ -782,6 +811,32 @@ mod tests {
             Some((generation + 1, Format::V2)),
             "the next generation is written in the current format"
         );
+    }
+
+    /// A write as big as the overlay goes straight to the file; the chunks
+    /// it covers stop shadowing it, and the one it covers in part takes its
+    /// part.
+    #[test]
+    fn a_huge_write_bypasses_the_overlay() {
+        let (_dir, path, b) = one_page(1);
+        let big = vec![3u8; OVERLAY_CAP];
+        let len = 4096 + OVERLAY_CAP as u64;
+        b.set_len(len).unwrap();
+        b.write(4096, &page(2)).unwrap();
+        b.write(100, &big).unwrap();
+        let mut want = vec![3u8; len as usize];
+        want[..100].fill(1);
+        want[100 + OVERLAY_CAP..].fill(0);
+        let mut got = vec![0u8; len as usize];
+        b.read(0, &mut got).unwrap();
+        assert!(got == want, "reads before the sync");
+        b.sync_data().unwrap();
+        drop(b);
+
+        let b = JournalBackend::open(&path).unwrap();
+        let mut got = vec![0u8; len as usize];
+        b.read(0, &mut got).unwrap();
+        assert!(got == want, "reads after reopening");
     }
 
     #[test]

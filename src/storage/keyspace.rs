@@ -85,7 +85,8 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
 /// and retires the old collection version if `new` does not reuse it.
 pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Result<(), StoreError> {
     settle_replaced(w, key, old, new)?;
-    w.put(Table::Meta, &key.meta_key(), &new.encode())
+    w.put_meta(&key.meta_key(), new.encode());
+    Ok(())
 }
 
 /// Stores `new` as the key's metadata whatever it held before (SET, MSET):

@@ -394,6 +394,12 @@ impl<'t> WriteCtx<'t> {
         Ok(())
     }
 
+    /// Writes a `meta` row the caller has just encoded: the batch cache
+    /// keeps that buffer rather than a copy (a string value can be 512 MB).
+    pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) {
+        self.cache_meta(key, Some(row), true);
+    }
+
     /// Writes a row and returns the value it replaced, in one tree walk.
     pub fn swap(
         &mut self,
