@@ -54,6 +54,8 @@ const RECORD_HEADER: usize = 4 + 8 + 8 + 4;
 /// An entry header: shard-file offset u64, write length u32, and the number
 /// of those bytes stored u32 (the rest of the write is zeros).
 const ENTRY_HEADER: usize = 8 + 4 + 4;
+/// An entry header of a `cairnjl1` journal: offset u64, length u32.
+const ENTRY_HEADER_V1: usize = 8 + 4;
 /// The entry length that marks a change of the shard file's length (to the
 /// entry's offset) rather than a write.
 const SET_LEN: u32 = u32::MAX;
@@ -604,7 +606,7 @@ fn apply(file: &File, mut body: &[u8], format: Format) -> io::Result<()> {
         )
     };
     let header = match format {
-        Format::V1 => 8 + 4,
+        Format::V1 => ENTRY_HEADER_V1,
         Format::V2 => ENTRY_HEADER,
     };
     while !body.is_empty() {
