@@ -665,6 +665,14 @@ mod tests {
         (dir, path, b)
     }
 
+    /// A shard file of one page holding `byte`s, closed cleanly: the page
+    /// is durable in the file and the journal is empty.
+    fn closed_page(byte: u8) -> (tempfile::TempDir, PathBuf) {
+        let (dir, path, b) = one_page(byte);
+        b.close().unwrap();
+        (dir, path)
+    }
+
     fn open_journal(path: &Path) -> File {
         OpenOptions::new()
             .write(true)
@@ -760,9 +768,7 @@ mod tests {
 
     #[test]
     fn zero_tails_stay_out_of_records_and_come_back_on_replay() {
-        let (_dir, path, b) = one_page(1);
-        b.close().unwrap();
-        drop(b);
+        let (_dir, path) = closed_page(1);
         let b = JournalBackend::open(&path).unwrap();
         let mut half = page(5);
         half[2048..].fill(0);
@@ -782,9 +788,7 @@ mod tests {
     /// replayed after an upgrade, not discarded.
     #[test]
     fn a_journal_of_the_first_format_is_still_replayed() {
-        let (_dir, path, b) = one_page(1);
-        b.close().unwrap();
-        drop(b);
+        let (_dir, path) = closed_page(1);
         let generation = 7u64;
         let mut header = FILE_MAGIC_V1.to_vec();
         header.extend_from_slice(&generation.to_le_bytes());
@@ -843,9 +847,7 @@ mod tests {
 
     #[test]
     fn a_damaged_header_discards_the_journal() {
-        let (_dir, path, b) = one_page(1);
-        b.close().unwrap();
-        drop(b);
+        let (_dir, path) = closed_page(1);
         let journal = open_journal(&path);
         journal.write_all_at(b"garbage!", 0).unwrap();
         let b = JournalBackend::open(&path).unwrap();
