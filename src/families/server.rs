@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::command::{
-    docs, lookup, lookup_with_subcommands, subcommands_of, CommandSpec, KeySpec, SUBCOMMANDS, TABLE,
+    docs, lookup, lookup_with_subcommands, subcommands_of, CommandSpec, KeySpec, TABLE,
 };
 use crate::net::session::{Action, ReplyMode, Session};
 use crate::protocol::Reply;
@@ -543,7 +543,7 @@ const CONFIG_HELP: &[&str] = &[
 /// COMMAND LIST [FILTERBY MODULE name | ACLCAT category | PATTERN pattern]:
 /// commands and subcommands (`container|sub`).
 fn command_list(a: &Args) -> Action {
-    let all = TABLE.iter().chain(SUBCOMMANDS);
+    let all = crate::command::all_specs();
     let names: Vec<&str> = match a.len() {
         2 => all.map(|c| c.name).collect(),
         5 if is(a.get(2), "filterby") => {
