@@ -3,7 +3,9 @@
 //! WATCH checks read it; nothing else re-derives a command's keys.
 
 use super::args::Args;
-use crate::families::{bits, blocking, generic, hash, list, server, set, stream, string, zset};
+use crate::families::{
+    bits, blocking, generic, hash, list, server, set, stream, string, transaction, zset,
+};
 use crate::net::session::{Action, Session};
 
 /// Where a command's keys are among its arguments.
@@ -251,8 +253,12 @@ commands! {
         "Decrement the integer value of a key by the given number.", "key decrement", "";
     "del", -2, "write", (1, -1, 1), "RM DELETE", "@keyspace @write @slow", "generic", "1.0.0", generic::del,
         "Delete a key.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "discard", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "2.0.0", transaction::discard,
+        "Discard all commands issued after MULTI.", "", "";
     "echo", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
         "Echo the given string.", "message", "";
+    "exec", 1, "noscript loading stale skip_slowlog", (0, 0, 0), "", "@slow @transaction", "transactions", "1.2.0", transaction::exec,
+        "Execute all commands issued after MULTI.", "", "";
     "exists", -2, "readonly fast", (1, -1, 1), "RO", "@keyspace @read @fast", "generic", "1.0.0", generic::exists,
         "Determine if a key exists.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
     "expire", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::expire,
@@ -359,6 +365,8 @@ commands! {
         "Set multiple keys to multiple values.", "key value [key value ...]", "request_policy:multi_shard response_policy:all_succeeded";
     "msetnx", -3, "write denyoom", (1, -1, 2), "OW INSERT", "@write @string @slow", "string", "1.0.1", string::msetnx,
         "Set multiple keys to multiple values, only if none of the keys exist.", "key value [key value ...]", "request_policy:multi_shard response_policy:agg_min";
+    "multi", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "1.2.0", transaction::multi,
+        "Mark the start of a transaction block.", "", "";
     "persist", 2, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.2.0", generic::persist,
         "Remove the expiration from a key.", "key", "";
     "pexpire", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.6.0", generic::pexpire,
@@ -457,6 +465,10 @@ commands! {
         "Determine the type stored at key.", "key", "";
     "unlink", -2, "write fast", (1, -1, 1), "RM DELETE", "@keyspace @write @fast", "generic", "4.0.0", generic::unlink,
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "unwatch", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "2.2.0", transaction::unwatch,
+        "Forget about all watched keys.", "", "";
+    "watch", -2, "noscript loading stale fast allow_busy", (1, -1, 1), "RO", "@fast @transaction", "transactions", "2.2.0", transaction::watch,
+        "Watch the given keys to determine execution of the MULTI/EXEC block.", "key [key ...]", "";
     "xack", -4, "write fast", (1, 1, 1), "RW UPDATE", "@write @stream @fast", "stream", "5.0.0", stream::group::xack,
         "Marks a pending message as correctly processed, effectively removing it from the pending entries list of the consumer group. Return value of the command is the number of messages successfully acknowledged, that is, the IDs we were actually able to resolve in the PEL.", "key group id [id ...]", "";
     "xadd", -5, "write denyoom fast", (1, 1, 1), "RW UPDATE | UPDATE instead of INSERT because of the optional trimming feature", "@write @stream @fast", "stream", "5.0.0", stream::xadd,

@@ -41,7 +41,12 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
             Err(e) => Reply::err(e),
         },
         Action::Job(job) | Action::Block(job) => job.await,
-        Action::Coordinated(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
+        Action::Plan { ids, blind, plan } => shards
+            .coordinator()
+            .submit(ids, blind, plan)
+            .await
+            .unwrap_or_else(|_| Reply::err("shard unavailable")),
+        Action::ReadMany { ids, f } => super::read_now(shards, &ids, f).await,
         Action::Silent | Action::Close(None) => Reply::Nil,
     }
 }
@@ -68,6 +73,11 @@ fn block(
     finish: fn(Reply) -> Reply,
 ) -> Action {
     let shards = s.server.shards.clone();
+    if s.in_exec {
+        // Inside a transaction a blocking pop never blocks: it is its
+        // non-blocking attempt, shaped as the blocking form replies.
+        return attempt(shards).map(finish);
+    }
     let db = s.db;
     // Only a pop whose keys all live on one shard is a single write there.
     let ids: Vec<usize> = touched.iter().map(|k| shards.shard_of_key(k)).collect();

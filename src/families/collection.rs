@@ -37,15 +37,24 @@ pub fn has_member(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
 pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
     let members = a.from(2).to_vec();
     s.write(a.get(1), move |w, k| {
-        let Some(mut e) = Edit::load(w, k, ktype)? else {
-            return Ok(Reply::Int(0));
-        };
-        let mut n = 0;
-        for m in &members {
-            n += e.remove(w, m)? as i64;
-        }
-        e.save(w, k)?;
-        Ok(Reply::Int(n))
+        // Removing nothing rewrites the header as it was: not a
+        // modification of the key (WATCH).
+        let removed = |r: &Reply| *r != Reply::Int(0);
+        w.quietly(
+            &k.meta_key(),
+            |w| -> Result<_, Fail> {
+                let Some(mut e) = Edit::load(w, k, ktype)? else {
+                    return Ok(Reply::Int(0));
+                };
+                let mut n = 0;
+                for m in &members {
+                    n += e.remove(w, m)? as i64;
+                }
+                e.save(w, k)?;
+                Ok(Reply::Int(n))
+            },
+            removed,
+        )
     })
 }
 

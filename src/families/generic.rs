@@ -141,7 +141,7 @@ fn rename_generic(s: &mut Session, a: Args, nx: bool) -> Action {
             Ok(if nx { Reply::Int(1) } else { Reply::Ok })
         });
     }
-    coordinated(shards, vec![ids, id], move |locked| async move {
+    coordinated(vec![ids, id], move |locked| async move {
         let (s2, d2) = (src.clone(), dst.clone());
         let dumped = locked.run(ids, move |w| dump(w, Key::new(db, &s2))).await?;
         let Some(d) = dumped else {
@@ -243,7 +243,7 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
             }
         });
     }
-    coordinated(shards, vec![ids, id], move |locked| async move {
+    coordinated(vec![ids, id], move |locked| async move {
         let dumped = locked
             .run(ids, move |w| dump(w, Key::new(db, &src)))
             .await?;
@@ -307,24 +307,25 @@ fn for_each_key(
     err.map_or(Ok(()), |e| Err(e.into()))
 }
 
-/// Snapshots of every shard (for keyspace-wide reads).
-async fn all_snapshots(shards: &ShardSet) -> Result<Vec<crate::storage::ReadCtx>, StoreError> {
-    let ids: Vec<usize> = (0..shards.len()).collect();
-    shards.snapshots(&ids).await
+/// A keyspace-wide read: `f` gets one reader per shard, in shard order.
+fn on_all_views(
+    shards: &ShardSet,
+    f: impl FnOnce(&[&dyn KvRead]) -> Reply + Send + 'static,
+) -> Action {
+    Action::ReadMany {
+        ids: (0..shards.len()).collect(),
+        f: Box::new(f),
+    }
 }
 
 /// KEYS pattern
 pub fn keys(s: &mut Session, a: Args) -> Action {
     let pattern = a.get(1).clone();
-    let (shards, db) = (s.server.shards.clone(), s.db);
-    Action::Job(Box::pin(async move {
-        let snaps = match all_snapshots(&shards).await {
-            Ok(s) => s,
-            Err(e) => return Reply::err(e),
-        };
+    let db = s.db;
+    on_all_views(&s.server.shards, move |snaps| {
         let all = pattern.as_ref() == b"*";
         let mut out = Vec::new();
-        for snap in &snaps {
+        for &snap in snaps {
             let r = for_each_key(snap, db, 0, &mut |_, name, _| {
                 if all || glob::string_match(&pattern, name, false) {
                     out.push(Reply::bulk_copy(name));
@@ -336,7 +337,7 @@ pub fn keys(s: &mut Session, a: Args) -> Action {
             }
         }
         Reply::Array(out)
-    }))
+    })
 }
 
 /// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
@@ -352,21 +353,17 @@ pub fn scan(s: &mut Session, a: Args) -> Action {
         Ok(o) => o,
         Err(r) => return r.into(),
     };
-    let (shards, db) = (s.server.shards.clone(), s.db);
-    Action::Job(Box::pin(async move {
-        if cursor >= crate::cluster::SLOTS as u64 {
-            return scan_reply(0, Vec::new());
-        }
-        let snaps = match all_snapshots(&shards).await {
-            Ok(s) => s,
-            Err(e) => return Reply::err(e),
-        };
+    if cursor >= crate::cluster::SLOTS as u64 {
+        return scan_reply(0, Vec::new()).into();
+    }
+    let (shards, db) = (s.server.shards.len(), s.db);
+    on_all_views(&s.server.shards, move |snaps| {
         let mut found = Vec::new();
         let mut seen = 0usize;
         let mut next: u64 = 0;
         let start_slot = cursor as u16;
-        let first_shard = crate::cluster::shard_of_slot(start_slot, shards.len());
-        'shards: for snap in &snaps[first_shard..] {
+        let first_shard = crate::cluster::shard_of_slot(start_slot, shards);
+        'shards: for &snap in &snaps[first_shard..] {
             let mut last_slot: Option<u16> = None;
             let mut stop_at: Option<u16> = None;
             let r = for_each_key(snap, db, start_slot, &mut |slot, name, t| {
@@ -390,7 +387,7 @@ pub fn scan(s: &mut Session, a: Args) -> Action {
             }
         }
         scan_reply(next, found)
-    }))
+    })
 }
 
 /// Parses a SCAN-family cursor as Redis's strtoull does: "" reads as 0, one
@@ -467,21 +464,17 @@ impl ScanOpts {
 
 /// RANDOMKEY
 pub fn randomkey(s: &mut Session, _a: Args) -> Action {
-    let (shards, db) = (s.server.shards.clone(), s.db);
-    Action::Job(Box::pin(async move {
-        let snaps = match all_snapshots(&shards).await {
-            Ok(s) => s,
-            Err(e) => return Reply::err(e),
-        };
+    let (shards, db) = (s.server.shards.len(), s.db);
+    on_all_views(&s.server.shards, move |snaps| {
         let slot: u16 = rand::random::<u16>() % crate::cluster::SLOTS;
-        let first = crate::cluster::shard_of_slot(slot, shards.len());
+        let first = crate::cluster::shard_of_slot(slot, shards);
         // Start at a random slot and take the first live key from there,
         // wrapping around once.
         let order = (first..snaps.len()).chain(0..=first);
         for (n, i) in order.enumerate() {
             let from = if n == 0 { slot } else { 0 };
             let mut hit = None;
-            if let Err(e) = for_each_key(&snaps[i], db, from, &mut |_, name, _| {
+            if let Err(e) = for_each_key(snaps[i], db, from, &mut |_, name, _| {
                 hit = Some(name.to_vec());
                 false
             }) {
@@ -492,11 +485,26 @@ pub fn randomkey(s: &mut Session, _a: Args) -> Action {
             }
         }
         Reply::Nil
-    }))
+    })
 }
 
 /// DBSIZE
 pub fn dbsize(s: &mut Session, _a: Args) -> Action {
+    if s.in_exec {
+        // Inside a transaction the counts must include its own writes,
+        // which are not committed (and so not published) yet.
+        let db = s.db;
+        return on_all_views(&s.server.shards, move |views| {
+            let mut n = 0;
+            for v in views {
+                match v.key_count(db) {
+                    Ok(c) => n += c,
+                    Err(e) => return Reply::err(e),
+                }
+            }
+            Reply::Int(n)
+        });
+    }
     let n: i64 = s
         .server
         .shards
@@ -556,7 +564,7 @@ fn on_all_shards(
         };
     }
     let f = Arc::new(f);
-    coordinated(shards, ids.clone(), move |locked| async move {
+    coordinated(ids.clone(), move |locked| async move {
         for id in ids {
             let f = f.clone();
             locked.run(id, move |w| f(w)).await?;

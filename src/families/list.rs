@@ -643,7 +643,7 @@ pub fn lmove_action(
             }),
         };
     }
-    super::coordinated(shards, vec![is_, id], move |locked| async move {
+    super::coordinated(vec![is_, id], move |locked| async move {
         let (s2, d2) = (src.clone(), dst.clone());
         let src_state = locked
             .run(is_, move |w| {

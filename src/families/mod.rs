@@ -14,6 +14,7 @@ pub mod server;
 pub mod set;
 pub mod stream;
 pub mod string;
+pub mod transaction;
 pub mod zset;
 
 use std::future::Future;
@@ -166,6 +167,21 @@ pub async fn on_views<T>(
     Ok(f(&readers, &ks))
 }
 
+/// Runs a multi-shard read on fresh consistent snapshots of its shards.
+pub async fn read_now(
+    shards: &ShardSet,
+    ids: &[usize],
+    f: crate::net::session::ReadManyFn,
+) -> Reply {
+    match shards.snapshots(ids).await {
+        Ok(snaps) => {
+            let readers: Vec<&dyn KvRead> = snaps.iter().map(|s| s as &dyn KvRead).collect();
+            f(&readers)
+        }
+        Err(e) => Reply::err(e),
+    }
+}
+
 /// Turns an op's outcome into what the shard expects.
 pub fn settle(r: OpResult) -> Result<Reply, StoreError> {
     match r {
@@ -232,6 +248,10 @@ impl KvRead for Counted<'_> {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         self.inner.scan(table, start, end, reverse, visit)
+    }
+
+    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
+        self.inner.key_count(db)
     }
 
     fn note_lookup(&self, hit: bool) {
@@ -306,12 +326,24 @@ impl Session {
                 }),
             };
         }
-        Action::Job(Box::pin(async move {
-            match on_views(&server, db, &keys, |r, ks| settle(f(r, ks))).await {
-                Ok(r) => r.unwrap_or_else(Reply::err),
-                Err(r) => r,
-            }
-        }))
+        let mut uniq = ids.clone();
+        uniq.sort_unstable();
+        uniq.dedup();
+        Action::ReadMany {
+            ids: uniq.clone(),
+            f: Box::new(move |readers| {
+                let counted: Vec<Counted> = ids
+                    .iter()
+                    .map(|id| Counted {
+                        inner: readers[uniq.binary_search(id).unwrap()],
+                        stats: &server.stats,
+                    })
+                    .collect();
+                let per_key: Vec<&dyn KvRead> = counted.iter().map(|c| c as &dyn KvRead).collect();
+                let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
+                settle(f(&per_key, &ks)).unwrap_or_else(Reply::err)
+            }),
+        }
     }
 
     /// A write of several keys where each shard's part is independent: `f`
@@ -337,7 +369,7 @@ impl Session {
         }
         let f = Arc::new(f);
         let all_ids = ids.clone();
-        submit_plan(shards, all_ids, true, move |locked| {
+        plan_action(all_ids, true, move |locked| {
             let mut uniq = ids.clone();
             uniq.sort_unstable();
             uniq.dedup();
@@ -406,7 +438,7 @@ where
     let mut all_ids = ids.clone();
     all_ids.push(dest_shard);
     let load = Arc::new(load);
-    coordinated(shards, all_ids, move |locked| async move {
+    coordinated(all_ids, move |locked| async move {
         let mut loaded = Vec::with_capacity(sources.len());
         for (src, &id) in sources.iter().zip(&ids) {
             let (src, load) = (src.clone(), load.clone());
@@ -460,7 +492,7 @@ where
         };
     }
     let pop = Arc::new(pop);
-    coordinated(shards, ids.clone(), move |locked| async move {
+    coordinated(ids.clone(), move |locked| async move {
         for (k, &id) in keys.iter().zip(&ids) {
             let (k, pop) = (k.clone(), pop.clone());
             match locked
@@ -480,28 +512,28 @@ where
 /// Runs `plan` with the given shards locked, through the coordinator (see
 /// `shard::coordinator`). `plan` returns `Ok(Ok(reply))` when its writes
 /// stand, `Ok(Err(reply))` when it decided not to write (and wrote nothing).
-pub fn coordinated<F, Fut>(shards: Arc<ShardSet>, ids: Vec<usize>, plan: F) -> Action
+pub fn coordinated<F, Fut>(ids: Vec<usize>, plan: F) -> Action
 where
     F: FnOnce(Arc<Locked>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Result<Reply, Reply>, CoordError>> + Send + 'static,
 {
-    submit_plan(shards, ids, false, plan)
+    plan_action(ids, false, plan)
 }
 
-/// Queues a plan with the coordinator. A `blind` plan sends all its steps
+/// A plan for the coordinator. A `blind` plan sends all its steps
 /// when called and only awaits their results in its future, so the
 /// coordinator may start the next plan before it finishes (see
 /// `shard::coordinator`).
-fn submit_plan<F, Fut>(shards: Arc<ShardSet>, ids: Vec<usize>, blind: bool, plan: F) -> Action
+fn plan_action<F, Fut>(ids: Vec<usize>, blind: bool, plan: F) -> Action
 where
     F: FnOnce(Arc<Locked>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Result<Reply, Reply>, CoordError>> + Send + 'static,
 {
-    let rx =
-        shards
-            .coordinator()
-            .submit(ids, blind, Box::new(move |locked| Box::pin(plan(locked))));
-    Action::Coordinated(rx)
+    Action::Plan {
+        ids,
+        blind,
+        plan: Box::new(move |locked| Box::pin(plan(locked))),
+    }
 }
 
 /// A HELP subcommand's reply (XINFO HELP, CONFIG HELP...): one status line

@@ -58,6 +58,8 @@ pub fn quit(_s: &mut Session, _a: Args) -> Action {
 
 /// RESET
 pub fn reset(s: &mut Session, _a: Args) -> Action {
+    s.multi = None;
+    s.watching = Default::default();
     s.db = 0;
     s.resp3 = false;
     s.reply_mode = ReplyMode::On;

@@ -33,13 +33,22 @@ fn bulk_set(items: impl IntoIterator<Item = Vec<u8>>) -> Reply {
 pub fn sadd(s: &mut Session, a: Args) -> Action {
     let ms = a.from(2).to_vec();
     s.write(a.get(1), move |w, k| {
-        let mut set = Edit::load_or_create(w, k, SET)?;
-        let mut n = 0;
-        for m in &ms {
-            n += set.put(w, m, &[])? as i64;
-        }
-        set.save(w, k)?;
-        Ok(Reply::Int(n))
+        // Members already there are rewritten as they were: only an added
+        // member modifies the key (WATCH).
+        let added = |r: &Reply| *r != Reply::Int(0);
+        w.quietly(
+            &k.meta_key(),
+            |w| -> Result<_, Fail> {
+                let mut set = Edit::load_or_create(w, k, SET)?;
+                let mut n = 0;
+                for m in &ms {
+                    n += set.put(w, m, &[])? as i64;
+                }
+                set.save(w, k)?;
+                Ok(Reply::Int(n))
+            },
+            added,
+        )
     })
 }
 
@@ -164,7 +173,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             Ok(Reply::Int(1))
         });
     }
-    super::coordinated(shards, vec![is_, id], move |locked| async move {
+    super::coordinated(vec![is_, id], move |locked| async move {
         let (s2, d2) = (src.clone(), dst.clone());
         let check = locked
             .run(id, move |w| {

@@ -542,7 +542,7 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
             Ok(Reply::Int(1))
         });
     }
-    super::coordinated(shards, ids.clone(), move |locked| async move {
+    super::coordinated(ids.clone(), move |locked| async move {
         let mut uniq = ids.clone();
         uniq.sort_unstable();
         uniq.dedup();

@@ -519,24 +519,36 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
         }
     }
     s.write(a.get(1), move |w, k| {
-        let mut z = ZEdit::load_or_create(w, k)?;
-        let (mut added, mut changed) = (0, 0);
-        let mut last = None;
-        for (sc, m) in &pairs {
-            match zadd_one(w, &mut z, f, m, *sc)? {
-                Ok((a, c, s)) => {
-                    added += a as i64;
-                    changed += c as i64;
-                    last = s;
+        // Only added members and changed scores modify the key (WATCH).
+        let (r, _) = w.quietly(
+            &k.meta_key(),
+            |w| -> Result<_, Fail> {
+                let mut z = ZEdit::load_or_create(w, k)?;
+                let (mut added, mut changed) = (0, 0);
+                let mut last = None;
+                for (sc, m) in &pairs {
+                    match zadd_one(w, &mut z, f, m, *sc)? {
+                        Ok((a, c, s)) => {
+                            added += a as i64;
+                            changed += c as i64;
+                            last = s;
+                        }
+                        Err(r) => return Ok((r, false)),
+                    }
                 }
-                Err(r) => return Ok(r),
-            }
-        }
-        z.save(w, k)?;
-        if f.incr {
-            return Ok(last.map_or(Reply::Nil, Reply::Double));
-        }
-        Ok(Reply::Int(if f.ch { added + changed } else { added }))
+                z.save(w, k)?;
+                let modified = added + changed > 0;
+                if f.incr {
+                    return Ok((last.map_or(Reply::Nil, Reply::Double), modified));
+                }
+                Ok((
+                    Reply::Int(if f.ch { added + changed } else { added }),
+                    modified,
+                ))
+            },
+            |(_, modified)| *modified,
+        )?;
+        Ok(r)
     })
 }
 
@@ -548,16 +560,25 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
     };
     let m = a.get(3).clone();
     s.write(a.get(1), move |w, k| {
-        let mut z = ZEdit::load_or_create(w, k)?;
-        let f = AddFlags {
-            incr: true,
-            ..AddFlags::default()
-        };
-        let out = match zadd_one(w, &mut z, f, &m, by)? {
-            Ok((_, _, s)) => s.map_or(Reply::Nil, Reply::Double),
-            Err(r) => return Ok(r),
-        };
-        z.save(w, k)?;
+        // An increment that leaves the score as it was does not modify
+        // the key (WATCH).
+        let (out, _) = w.quietly(
+            &k.meta_key(),
+            |w| -> Result<_, Fail> {
+                let mut z = ZEdit::load_or_create(w, k)?;
+                let f = AddFlags {
+                    incr: true,
+                    ..AddFlags::default()
+                };
+                let out = match zadd_one(w, &mut z, f, &m, by)? {
+                    Ok((a, c, s)) => (s.map_or(Reply::Nil, Reply::Double), a || c),
+                    Err(r) => return Ok((r, false)),
+                };
+                z.save(w, k)?;
+                Ok(out)
+            },
+            |(_, modified)| *modified,
+        )?;
         Ok(out)
     })
 }

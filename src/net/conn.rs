@@ -323,6 +323,7 @@ async fn execute(
         cmd: None,
     };
     let Some(spec) = command::lookup(args.get(0)) else {
+        refuse_in_multi(session);
         outbox.push_ready(unknown_command(&args), refused);
         return false;
     };
@@ -338,6 +339,7 @@ async fn execute(
                     args.get(1),
                     &spec.name.to_uppercase(),
                 );
+                refuse_in_multi(session);
                 outbox.push_ready(r, refused);
                 return false;
             }
@@ -352,10 +354,23 @@ async fn execute(
         )))
     } else if !session.authenticated && !checked.has_flag("no_auth") {
         Some(Reply::Error("NOAUTH Authentication required.".into()))
+    } else if session.multi.is_some() && checked.has_flag("no_multi") {
+        Some(Reply::err("Command not allowed inside a transaction"))
     } else {
         None
     };
-    if let Some(r) = refusal {
+    if let Some(mut r) = refusal {
+        refuse_in_multi(session);
+        if spec.name == "exec" {
+            // A refused EXEC discards the transaction and the watches, in
+            // or out of MULTI, and says why (Redis's execCommandAbort).
+            session.multi = None;
+            session.watching = Default::default();
+            if let Reply::Error(text) = &r {
+                let why = text.strip_prefix("ERR ").unwrap_or(text);
+                r = Reply::Error(format!("EXECABORT Transaction discarded because of: {why}"));
+            }
+        }
         server
             .command_stat(checked)
             .rejected
@@ -367,6 +382,23 @@ async fn execute(
         let mut info = session.entry.info.lock();
         info.last_cmd = checked.name;
         info.last_active = Some(started);
+    }
+    if let Some(multi) = &mut session.multi {
+        // Between MULTI and EXEC, commands other than the transaction's
+        // own are queued, to be parsed and run by EXEC.
+        if !matches!(
+            spec.name,
+            "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+        ) {
+            multi.queue.push((spec, args));
+            let to = ReplyTo {
+                resp3: session.resp3,
+                suppressed,
+                cmd: Some(checked),
+            };
+            outbox.push_ready(Reply::Simple("QUEUED"), to);
+            return false;
+        }
     }
     let action = (spec.handler)(session, args);
     if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
@@ -386,11 +418,13 @@ async fn execute(
                 outbox.flush_squash();
             }
         }
-        Action::Coordinated(rx) => {
+        Action::Plan { ids, blind, plan } => {
+            // Earlier writes are sent first, so the plan runs after them.
             outbox.flush_squash();
             if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
                 outbox.drain().await;
             }
+            let rx = server.shards.coordinator().submit(ids, blind, plan);
             outbox.push_slot(Slot::Waiting(rx), to);
             outbox.inflight = Inflight::Coordinator;
         }
@@ -409,6 +443,11 @@ async fn execute(
                 };
                 outbox.push_ready(r, to);
             }
+        }
+        Action::ReadMany { ids, f } => {
+            outbox.drain().await;
+            let r = crate::families::read_now(&server.shards, &ids, f).await;
+            outbox.push_ready(r, to);
         }
         Action::Job(job) => {
             outbox.drain().await;
@@ -437,6 +476,14 @@ async fn execute(
     }
     server.record_call(checked, started.elapsed().as_micros() as u64);
     close
+}
+
+/// A command refused while a transaction is being queued makes its EXEC
+/// fail (EXECABORT), as in Redis.
+fn refuse_in_multi(session: &mut Session) {
+    if let Some(multi) = &mut session.multi {
+        multi.failed = true;
+    }
 }
 
 /// Resolves when the peer has closed the connection. If the client has

@@ -1,6 +1,7 @@
 //! The network side: the listener, one task per connection, and the
 //! per-client session state commands read and change.
 
+pub mod atomic;
 pub mod conn;
 pub mod session;
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crate::protocol::Reply;
 use crate::server::{ClientEntry, Server};
+use crate::shard::coordinator::Plan;
 use crate::shard::WriteFn;
 use crate::storage::{KvRead, StoreError};
 
@@ -17,6 +18,10 @@ pub type ReadFn = Box<dyn FnOnce(&dyn KvRead) -> Result<Reply, StoreError> + Sen
 
 /// An async job's future.
 pub type Job = Pin<Box<dyn Future<Output = Reply> + Send>>;
+
+/// A read of several shards at once: one reader per shard of its `ids`, in
+/// that order, all from one consistent point.
+pub type ReadManyFn = Box<dyn FnOnce(&[&dyn KvRead]) -> Reply + Send>;
 
 /// What a command handler asks the connection to do.
 pub enum Action {
@@ -36,15 +41,32 @@ pub enum Action {
         /// The write.
         f: WriteFn,
     },
-    /// Run after every earlier reply of this client has arrived.
+    /// Read several shards from one consistent view.
+    ReadMany {
+        /// The shards, ascending, without duplicates.
+        ids: Vec<usize>,
+        /// The read.
+        f: ReadManyFn,
+    },
+    /// Run after every earlier reply of this client has arrived. Never a
+    /// read or write of keys: those are the other variants, which EXEC and
+    /// scripts can run inside their own atomic unit.
     Job(Job),
     /// Like `Job`, but it may wait indefinitely (a blocked client): the
     /// connection abandons it if the client disconnects or is killed.
     Block(Job),
-    /// A multi-shard command already queued with the coordinator, which
-    /// runs commands in queue order: the connection need not wait for it
-    /// before sending the next coordinated command.
-    Coordinated(tokio::sync::oneshot::Receiver<Reply>),
+    /// A multi-shard command for the coordinator, which runs commands in
+    /// queue order: the connection need not wait for it before sending the
+    /// next coordinated command.
+    Plan {
+        /// The shards it locks.
+        ids: Vec<usize>,
+        /// Whether it sends all its steps when called (see
+        /// `shard::coordinator`).
+        blind: bool,
+        /// Its body.
+        plan: Plan,
+    },
     /// No reply at all (CLIENT REPLY OFF|SKIP).
     Silent,
     /// Reply (if any), then close the connection.
@@ -54,6 +76,46 @@ pub enum Action {
 impl From<Reply> for Action {
     fn from(r: Reply) -> Action {
         Action::Reply(r)
+    }
+}
+
+impl Action {
+    /// The same action with `g` applied to its reply (a blocking command
+    /// inside a transaction runs its non-blocking attempt and shapes the
+    /// reply as the blocking form would).
+    pub fn map(self, g: fn(Reply) -> Reply) -> Action {
+        match self {
+            Action::Reply(r) => Action::Reply(g(r)),
+            Action::Read { shard, f } => Action::Read {
+                shard,
+                f: Box::new(move |r| f(r).map(g)),
+            },
+            Action::Write { shard, f } => Action::Write {
+                shard,
+                f: Box::new(move |w| f(w).map(g)),
+            },
+            Action::ReadMany { ids, f } => Action::ReadMany {
+                ids,
+                f: Box::new(move |r| g(f(r))),
+            },
+            Action::Job(j) => Action::Job(Box::pin(async move { g(j.await) })),
+            Action::Block(j) => Action::Block(Box::pin(async move { g(j.await) })),
+            Action::Plan { ids, blind, plan } => Action::Plan {
+                ids,
+                blind,
+                plan: Box::new(move |locked| {
+                    let fut = plan(locked);
+                    Box::pin(async move {
+                        fut.await.map(|r| match r {
+                            Ok(r) => Ok(g(r)),
+                            Err(r) => Err(g(r)),
+                        })
+                    })
+                }),
+            },
+            Action::Silent => Action::Silent,
+            Action::Close(r) => Action::Close(r.map(g)),
+        }
     }
 }
 
@@ -82,6 +144,53 @@ pub struct Session {
     pub authenticated: bool,
     /// CLIENT REPLY mode.
     pub reply_mode: ReplyMode,
+    /// The transaction being queued (between MULTI and EXEC).
+    pub multi: Option<Multi>,
+    /// The keys this client WATCHes.
+    pub watching: Watching,
+    /// Set while EXEC or a script builds its commands: blocking commands
+    /// then act as their non-blocking forms, as in Redis.
+    pub in_exec: bool,
+}
+
+/// A transaction being queued.
+#[derive(Default)]
+pub struct Multi {
+    /// The queued commands with their table rows.
+    pub queue: Vec<(&'static crate::command::CommandSpec, crate::command::Args)>,
+    /// A command was refused while queueing: EXEC will abort.
+    pub failed: bool,
+}
+
+/// A client's watched keys and its CAS flag. Dropping it unregisters the
+/// keys, so a client that goes away (or is killed) leaves nothing behind.
+#[derive(Default)]
+pub struct Watching {
+    /// Set by a write to any watched key.
+    pub dirty: Arc<std::sync::atomic::AtomicBool>,
+    /// (shard, watch) for every key, in WATCH order.
+    pub keys: Vec<(usize, Arc<crate::shard::watch::Watch>)>,
+    /// Where the keys are registered.
+    pub shards: Option<Arc<crate::shard::ShardSet>>,
+}
+
+impl Watching {
+    /// Whether EXEC must fail: a watched key was modified, or expired.
+    pub fn failed(&self, now_ms: u64) -> bool {
+        self.dirty.load(std::sync::atomic::Ordering::Acquire)
+            || self.keys.iter().any(|(_, w)| w.expired_by(now_ms))
+    }
+}
+
+impl Drop for Watching {
+    fn drop(&mut self) {
+        if let Some(shards) = &self.shards {
+            for (shard, w) in &self.keys {
+                w.cancel();
+                shards.shard(*shard).watches.remove(w);
+            }
+        }
+    }
 }
 
 impl Session {
@@ -95,6 +204,9 @@ impl Session {
             resp3: false,
             authenticated,
             reply_mode: ReplyMode::On,
+            multi: None,
+            watching: Watching::default(),
+            in_exec: false,
         }
     }
 

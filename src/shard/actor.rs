@@ -188,6 +188,7 @@ impl ShardActor {
                 Ok(c) => c,
                 Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
             };
+            ctx.observer = shared.observer();
             for Submit { f, reply } in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
@@ -302,6 +303,7 @@ impl ShardActor {
         let wakeups;
         {
             let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
+            ctx.observer = self.shared.observer();
             keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
             // Expired streams wake their blocked group readers.
@@ -343,6 +345,7 @@ impl ShardActor {
                 return;
             }
         };
+        ctx.observer = shared.observer();
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.
         let mut step_failed = false;

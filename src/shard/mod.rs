@@ -26,6 +26,7 @@ pub mod actor;
 pub mod blocking;
 pub mod coordinator;
 pub mod set;
+pub mod watch;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,6 +96,8 @@ pub struct ShardShared {
     pub stats: ShardStats,
     /// Clients blocked on keys, woken after commits that add elements.
     pub blocked: Arc<blocking::BlockRegistry>,
+    /// Keys clients WATCH, marked by every write of this shard.
+    pub watches: Arc<watch::WatchRegistry>,
     /// The latest snapshot and the commit count it was opened at: readers
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
@@ -110,6 +113,7 @@ impl ShardShared {
             commit_lock: parking_lot::RwLock::new(()),
             stats: ShardStats::default(),
             blocked,
+            watches: Arc::default(),
             snapshot_cache: parking_lot::Mutex::new(None),
             counts: std::array::from_fn(|_| [AtomicI64::new(0), AtomicI64::new(0)]),
         }
@@ -141,6 +145,14 @@ impl ShardShared {
         self.stats.commits.fetch_add(1, Ordering::Relaxed);
         let old = self.snapshot_cache.lock().take();
         drop(old);
+    }
+
+    /// The row observer a transaction opened now needs: the watch
+    /// registry while any key of the shard is watched.
+    pub fn observer(&self) -> Option<Arc<dyn crate::storage::tables::RowObserver>> {
+        self.watches
+            .active()
+            .then(|| self.watches.clone() as Arc<dyn crate::storage::tables::RowObserver>)
     }
 
     /// Opens a fresh snapshot of this shard.

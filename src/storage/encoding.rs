@@ -108,6 +108,16 @@ pub fn version_prefix(db: u8, slot: u16, key: &[u8], version: u64) -> Vec<u8> {
     out
 }
 
+/// The (db, user key) a `sub` or `zscore` row belongs to: the inverse of
+/// the leading part of [`version_prefix`].
+pub fn decode_version_row(raw: &[u8]) -> Option<(u8, &[u8])> {
+    if raw.len() < 8 || raw[0] != 1 {
+        return None;
+    }
+    let len = u32::from_be_bytes(raw[4..8].try_into().ok()?) as usize;
+    Some((raw[1], raw.get(8..8 + len)?))
+}
+
 /// A `sub` row key: the version prefix followed by the sub-key bytes.
 pub fn sub_key(prefix: &[u8], sub: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(prefix.len() + sub.len());

@@ -106,6 +106,16 @@ pub trait KvRead {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
+    /// How many keys database `db` holds in this view.
+    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
+        let row = self.get(Table::Sys, &count_key(db))?;
+        Ok(row
+            .and_then(|v| {
+                v.get(..8)
+                    .map(|b| i64::from_be_bytes(b.try_into().unwrap()))
+            })
+            .unwrap_or(0))
+    }
     /// A read command looked a key up and found it (`hit`) or not: INFO's
     /// keyspace_hits / keyspace_misses. Only readers that count do anything.
     fn note_lookup(&self, _hit: bool) {}
@@ -309,6 +319,17 @@ pub struct Wakeups {
     pub lookups: (u64, u64),
 }
 
+/// Told of every row a write puts or removes in `meta`, `sub` or `zscore`
+/// (WATCH's hook; see `shard::watch`). `removed` is true when a `meta` row
+/// went, i.e. the key is gone.
+pub trait RowObserver: Send + Sync {
+    /// A row of `table` with key `row` was written or removed.
+    fn row_changed(&self, table: Table, row: &[u8], removed: bool);
+    /// The `meta` rows of the keys observed (FLUSHALL tells only those that
+    /// exist, without visiting every key).
+    fn observed_meta_rows(&self) -> Vec<Vec<u8>>;
+}
+
 /// `meta` rows are cached for the batch: a batch that touches one key many
 /// times (a pipeline of LPUSHes to one list, or of SETs to one key) reads
 /// and writes its metadata in a map, and `finish` stores each changed row
@@ -336,6 +357,11 @@ pub struct WriteCtx<'t> {
     pub lookups: std::cell::Cell<(u64, u64)>,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
+    /// Told of row changes while any key of the shard is watched.
+    pub observer: Option<std::sync::Arc<dyn RowObserver>>,
+    /// Set while the garbage collector removes dead versions: those rows
+    /// belong to no live key, so observers are not told.
+    pub quiet: bool,
 }
 
 impl<'t> WriteCtx<'t> {
@@ -362,7 +388,46 @@ impl<'t> WriteCtx<'t> {
             flushed: Vec::new(),
             lookups: Default::default(),
             state,
+            observer: None,
+            quiet: false,
         })
+    }
+
+    /// Tells the observer, if any, that a row changed.
+    #[inline]
+    fn changed(&self, table: Table, key: &[u8], removed: bool) {
+        if let Some(o) = &self.observer {
+            if !self.quiet && matches!(table, Table::Meta | Table::Sub | Table::ZScore) {
+                o.row_changed(table, key, removed && table == Table::Meta);
+            }
+        }
+    }
+
+    /// Runs `f` without telling the observer of its row changes, then tells
+    /// it once, about the key whose `meta` row is `meta_key`, if
+    /// `modified(&result)`. For commands whose rewrites can leave a key as
+    /// it was (SADD of a member already there, ZADD of an unchanged score),
+    /// which Redis does not count as a modification of the key.
+    pub fn quietly<T, E: From<StoreError>>(
+        &mut self,
+        meta_key: &[u8],
+        f: impl FnOnce(&mut Self) -> Result<T, E>,
+        modified: impl FnOnce(&T) -> bool,
+    ) -> Result<T, E> {
+        if self.observer.is_none() {
+            return f(self);
+        }
+        let was = std::mem::replace(&mut self.quiet, true);
+        let out = f(self);
+        self.quiet = was;
+        let out = out?;
+        if modified(&out) {
+            if let Some(o) = &self.observer {
+                let present = self.get(Table::Meta, meta_key)?.is_some();
+                o.row_changed(Table::Meta, meta_key, !present);
+            }
+        }
+        Ok(out)
     }
 
     fn table(&self, t: Table) -> &redb::Table<'t, &'static [u8], &'static [u8]> {
@@ -386,6 +451,7 @@ impl<'t> WriteCtx<'t> {
 
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.changed(table, key, false);
         if table == Table::Meta {
             self.cache_meta(key, Some(value.to_vec()), true);
             return Ok(());
@@ -397,6 +463,7 @@ impl<'t> WriteCtx<'t> {
     /// Writes a `meta` row the caller has just encoded: the batch cache
     /// keeps that buffer rather than a copy (a string value can be 512 MB).
     pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) {
+        self.changed(Table::Meta, key, false);
         self.cache_meta(key, Some(row), true);
     }
 
@@ -407,6 +474,7 @@ impl<'t> WriteCtx<'t> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.changed(table, key, false);
         // A row already pending is replaced in the cache; any other goes
         // straight to the table, which hands back the old value in the same
         // tree walk (a cached write would walk twice: look up now, insert at
@@ -435,12 +503,18 @@ impl<'t> WriteCtx<'t> {
             if let Some((cached, _)) = self.meta_cache.get(key) {
                 let existed = cached.is_some();
                 self.cache_meta(key, None, true);
+                if existed {
+                    self.changed(table, key, true);
+                }
                 return Ok(existed);
             }
         }
         let existed = self.table_mut(table).remove(key)?.is_some();
         if table == Table::Meta {
             self.cache_meta(key, None, false);
+        }
+        if existed {
+            self.changed(table, key, true);
         }
         Ok(existed)
     }
@@ -449,10 +523,14 @@ impl<'t> WriteCtx<'t> {
     /// one tree walk (a pop: read the element, then drop it).
     pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         debug_assert!(table != Table::Meta, "meta rows go through the batch cache");
-        Ok(self
+        let old = self
             .table_mut(table)
             .remove(key)?
-            .map(|old| old.value().to_vec()))
+            .map(|old| old.value().to_vec());
+        if old.is_some() {
+            self.changed(table, key, true);
+        }
+        Ok(old)
     }
 
     /// Read-modify-write of one `meta` row: `f` sees the stored row (`None`
@@ -467,6 +545,7 @@ impl<'t> WriteCtx<'t> {
         if let Some((cached, _)) = self.meta_cache.get(key) {
             let (new, out) = f(cached.as_deref());
             if let Some(new) = new {
+                self.changed(Table::Meta, key, false);
                 self.cache_meta(key, Some(new), true);
             }
             return Ok(out);
@@ -475,6 +554,7 @@ impl<'t> WriteCtx<'t> {
         let Some(mut row) = table.get_mut(key)? else {
             let (new, out) = f(None);
             if let Some(new) = new {
+                self.changed(Table::Meta, key, false);
                 self.cache_meta(key, Some(new), true);
             }
             return Ok(out);
@@ -483,6 +563,7 @@ impl<'t> WriteCtx<'t> {
         if let Some(new) = new {
             row.insert(new.as_slice())?;
             drop(row);
+            self.changed(Table::Meta, key, false);
             // Clean in the cache: the next change of this row in the batch
             // (a pipeline of INCRs to one counter) is a map update.
             self.cache_meta(key, Some(new), false);
@@ -550,6 +631,14 @@ impl<'t> WriteCtx<'t> {
 
     /// Removes every row of a table (FLUSHALL).
     pub fn clear(&mut self, table: Table) -> Result<(), StoreError> {
+        if let (Table::Meta, Some(o)) = (table, &self.observer) {
+            // Only keys that exist are modified by the flush.
+            for row in o.observed_meta_rows() {
+                if self.get(Table::Meta, &row)?.is_some() {
+                    self.changed(Table::Meta, &row, true);
+                }
+            }
+        }
         if table == Table::Meta {
             self.meta_cache.clear();
             self.meta_dirty = 0;
@@ -647,6 +736,11 @@ impl KvRead for WriteCtx<'_> {
             }
         }
         Ok(())
+    }
+
+    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
+        // The sys row is only written at `finish`; the live count is here.
+        Ok(self.state.counts[db as usize].keys)
     }
 
     fn note_lookup(&self, hit: bool) {

@@ -222,10 +222,18 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
+    let (db, resp3) = (s.db, s.resp3);
+    // Inside a transaction a blocking read is a plain one, as in Redis.
+    if args.block.is_none() || s.in_exec {
+        let (keys, ids, count) = (args.keys.clone(), args.ids, args.count);
+        return s.read_many(args.keys, move |r, ks| {
+            let after = resolve_ids(r, ks, &ids)?;
+            let served = read_after(r, ks, &keys, &after, count)?;
+            Ok(streams_reply(served, resp3))
+        });
+    }
     let server = s.server.clone();
     let shards = s.server.shards.clone();
-    let (db, resp3) = (s.db, s.resp3);
-    let blocks = args.block.is_some();
     let job = async move {
         let guard = args.block.map(|_| shards.blocked.register(db, &args.keys));
         let first = on_views(&server, db, &args.keys, |r, ks| -> Result<_, Fail> {
@@ -275,11 +283,7 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
             }
         }
     };
-    if blocks {
-        Action::Block(Box::pin(job))
-    } else {
-        Action::Job(Box::pin(job))
-    }
+    Action::Block(Box::pin(job))
 }
 
 /// Checks one XREADGROUP stream before anything is written: its type, its
@@ -433,7 +437,7 @@ fn group_attempt(
             }),
         };
     }
-    coordinated(shards, sids.clone(), move |locked| async move {
+    coordinated(sids.clone(), move |locked| async move {
         for (i, &sid) in sids.iter().enumerate() {
             let req = req.clone();
             let checked = locked
@@ -498,8 +502,10 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
         resp3: s.resp3,
     });
     let shards = s.server.shards.clone();
-    let Some(block_ms) = args.block else {
-        return group_attempt(shards, req.clone(), false, req.count);
+    let block_ms = match args.block {
+        Some(ms) if !s.in_exec => ms,
+        // Inside a transaction a blocking read is a plain one.
+        _ => return group_attempt(shards, req.clone(), false, req.count),
     };
     let db = s.db;
     Action::Block(Box::pin(async move {

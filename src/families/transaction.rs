@@ -1,0 +1,285 @@
+//! Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH.
+//!
+//! Between MULTI and EXEC the connection queues commands (see
+//! `net::conn`); EXEC builds every queued command's action, in order, and
+//! runs them as one atomic unit (`net::atomic`). Commands are parsed at
+//! EXEC time, as Redis does, so a syntax error is a run-time error inside
+//! the EXEC reply, while unknown commands and wrong argument counts are
+//! refused at queueing time and abort the EXEC.
+//!
+//! WATCH registers keys with their shards (`shard::watch`); EXEC checks the
+//! client's CAS flag inside the unit, once the shards it runs on are held,
+//! so no write can slip between the check and the commands.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use crate::command::{self, Args, CommandSpec};
+use crate::net::atomic::Atomic;
+use crate::net::session::{Action, Multi, Session, Watching};
+use crate::protocol::Reply;
+use crate::server::Server;
+use crate::shard::watch::Watch;
+use crate::storage::keyspace::Key;
+use crate::storage::{KvRead, Meta, StoreError, Table, WriteCtx};
+
+/// Redis's reply to EXEC after a command was refused while queueing.
+const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
+
+/// MULTI
+pub fn multi(s: &mut Session, _a: Args) -> Action {
+    if s.multi.is_some() {
+        return Reply::err("MULTI calls can not be nested").into();
+    }
+    s.multi = Some(Multi::default());
+    Reply::Ok.into()
+}
+
+/// DISCARD
+pub fn discard(s: &mut Session, _a: Args) -> Action {
+    if s.multi.take().is_none() {
+        return Reply::err("DISCARD without MULTI").into();
+    }
+    s.watching = Watching::default();
+    Reply::Ok.into()
+}
+
+/// UNWATCH
+pub fn unwatch(s: &mut Session, _a: Args) -> Action {
+    s.watching = Watching::default();
+    Reply::Ok.into()
+}
+
+/// WATCH key [key ...]
+///
+/// Each key is registered on its shard by a write op there, ordered with
+/// the shard's other writes (see `shard::watch`).
+pub fn watch(s: &mut Session, a: Args) -> Action {
+    if s.multi.is_some() {
+        return Reply::err("WATCH inside MULTI is not allowed").into();
+    }
+    let shards = s.server.shards.clone();
+    let db = s.db;
+    s.watching.shards.get_or_insert_with(|| shards.clone());
+    let mut per_shard: Vec<(usize, Vec<Arc<Watch>>)> = Vec::new();
+    for key in a.from(1) {
+        let known = s
+            .watching
+            .keys
+            .iter()
+            .any(|(_, w)| w.db == db && w.key == key.as_ref());
+        if known {
+            continue;
+        }
+        let shard = shards.shard_of_key(key);
+        let w = Arc::new(Watch::new(db, key.to_vec(), s.watching.dirty.clone()));
+        s.watching.keys.push((shard, w.clone()));
+        match per_shard.iter_mut().find(|(id, _)| *id == shard) {
+            Some((_, list)) => list.push(w),
+            None => per_shard.push((shard, vec![w])),
+        }
+    }
+    let register = |shard: usize, list: Vec<Arc<Watch>>| -> crate::shard::WriteFn {
+        let registry = shards.shard(shard).watches.clone();
+        Box::new(move |w: &mut WriteCtx| {
+            for watch in list {
+                let key = Key::new(watch.db, &watch.key).meta_key();
+                let expire_ms = match w.get(Table::Meta, &key)? {
+                    Some(raw) => Meta::peek_header(&raw)?.1,
+                    None => 0,
+                };
+                registry.add(watch, expire_ms, w.now_ms());
+            }
+            // The rest of this batch must tell the registry of its writes.
+            w.observer = Some(registry);
+            Ok(Reply::Ok)
+        })
+    };
+    match per_shard.len() {
+        0 => Reply::Ok.into(),
+        1 => {
+            let (shard, list) = per_shard.pop().unwrap();
+            Action::Write {
+                shard,
+                f: register(shard, list),
+            }
+        }
+        _ => {
+            let waits: Vec<_> = per_shard
+                .into_iter()
+                .map(|(shard, list)| shards.submit(shard, register(shard, list)))
+                .collect();
+            Action::Job(Box::pin(async move {
+                for w in waits {
+                    match w.await {
+                        Ok(Reply::Ok) => {}
+                        Ok(other) => return other,
+                        Err(_) => return Reply::err("shard unavailable"),
+                    }
+                }
+                Reply::Ok
+            }))
+        }
+    }
+}
+
+/// EXEC
+pub fn exec(s: &mut Session, _a: Args) -> Action {
+    let Some(multi) = s.multi.take() else {
+        return Reply::err("EXEC without MULTI").into();
+    };
+    // Taking the watches out of the session unwatches them once the unit
+    // has run (or now, if it does not run).
+    let watching = std::mem::take(&mut s.watching);
+    if multi.failed {
+        return Reply::Error(EXECABORT.into()).into();
+    }
+    if watching.failed(crate::shard::now_ms()) {
+        return Reply::NilArray.into();
+    }
+    s.in_exec = true;
+    let commands: Vec<(&'static CommandSpec, Action)> = multi
+        .queue
+        .into_iter()
+        .map(|(spec, args)| {
+            let counted = counted_spec(spec, &args);
+            (counted, (spec.handler)(s, args))
+        })
+        .collect();
+    s.in_exec = false;
+    run_unit(s.server.clone(), commands, watching)
+}
+
+/// The table row a call counts under: a container's subcommand.
+fn counted_spec(spec: &'static CommandSpec, args: &Args) -> &'static CommandSpec {
+    if args.len() >= 2 && command::is_container(spec) {
+        command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
+    } else {
+        spec
+    }
+}
+
+/// Counts the calls of a unit's commands and their error replies, as Redis
+/// counts commands run by EXEC.
+fn account(server: &Server, specs: &[&'static CommandSpec], replies: &[Reply]) {
+    for (spec, r) in specs.iter().zip(replies) {
+        server.record_call(spec, 0);
+        if let Reply::Error(text) = r {
+            server.record_error(text, Some(spec));
+        }
+    }
+}
+
+/// Runs `commands` as one atomic unit, first checking `watching` inside
+/// it; the action's reply is EXEC's (an array, or a nil array if a
+/// watched key changed).
+pub fn run_unit(
+    server: Arc<Server>,
+    commands: Vec<(&'static CommandSpec, Action)>,
+    watching: Watching,
+) -> Action {
+    let mut shards = BTreeSet::new();
+    let mut one_shard_ops = true;
+    for (_, a) in &commands {
+        match a {
+            Action::Reply(_) => {}
+            Action::Read { shard, .. } | Action::Write { shard, .. } => {
+                shards.insert(*shard);
+            }
+            Action::ReadMany { ids, .. } => shards.extend(ids.iter().copied()),
+            Action::Plan { ids, .. } => {
+                shards.extend(ids.iter().copied());
+                one_shard_ops = false;
+            }
+            Action::Job(_) | Action::Block(_) | Action::Silent | Action::Close(_) => {
+                one_shard_ops = false;
+            }
+        }
+    }
+    let (specs, actions): (Vec<_>, Vec<_>) = commands.into_iter().unzip();
+    if shards.len() <= 1 && one_shard_ops {
+        let Some(&shard) = shards.iter().next() else {
+            // Nothing touches a key: the replies are all there already.
+            let replies: Vec<Reply> = actions
+                .into_iter()
+                .map(|a| match a {
+                    Action::Reply(r) => r,
+                    _ => unreachable!("only immediate replies here"),
+                })
+                .collect();
+            account(&server, &specs, &replies);
+            return Reply::Array(replies).into();
+        };
+        return Action::Write {
+            shard,
+            f: Box::new(move |w| {
+                if watching.failed(w.now_ms()) {
+                    return Ok(Reply::NilArray);
+                }
+                let mut replies = Vec::with_capacity(actions.len());
+                for a in actions {
+                    replies.push(run_local(w, a)?);
+                }
+                drop(watching);
+                account(&server, &specs, &replies);
+                Ok(Reply::Array(replies))
+            }),
+        };
+    }
+    let ids: Vec<usize> = shards.into_iter().collect();
+    if ids.is_empty() {
+        // Commands that need no shard but are not immediate (a job).
+        return Action::Job(Box::pin(async move {
+            let mut replies = Vec::with_capacity(actions.len());
+            for a in actions {
+                replies.push(match a {
+                    Action::Reply(r) | Action::Close(Some(r)) => r,
+                    Action::Job(j) | Action::Block(j) => j.await,
+                    Action::Silent | Action::Close(None) => Reply::Nil,
+                    _ => unreachable!("actions with shards are planned"),
+                });
+            }
+            drop(watching);
+            account(&server, &specs, &replies);
+            Reply::Array(replies)
+        }));
+    }
+    let lock_ids = ids.clone();
+    let rt = tokio::runtime::Handle::current();
+    Action::Plan {
+        ids,
+        blind: false,
+        plan: Box::new(move |locked| {
+            Box::pin(async move {
+                let run = tokio::task::spawn_blocking(move || {
+                    let at = Atomic::new(locked, rt);
+                    at.settle(&lock_ids)?;
+                    if watching.failed(crate::shard::now_ms()) {
+                        return Ok(Err(Reply::NilArray));
+                    }
+                    let mut replies = Vec::with_capacity(actions.len());
+                    for a in actions {
+                        replies.push(at.run(a)?);
+                    }
+                    drop(watching);
+                    account(&server, &specs, &replies);
+                    Ok(Ok(Reply::Array(replies)))
+                });
+                run.await
+                    .map_err(|e| StoreError::Internal(format!("transaction panicked: {e}")))?
+            })
+        }),
+    }
+}
+
+/// Runs one action of a single-shard unit inside that shard's open
+/// transaction.
+fn run_local(w: &mut WriteCtx, a: Action) -> Result<Reply, StoreError> {
+    match a {
+        Action::Reply(r) => Ok(r),
+        Action::Read { f, .. } => f(&*w),
+        Action::Write { f, .. } => f(w),
+        Action::ReadMany { f, .. } => Ok(f(&[&*w as &dyn KvRead])),
+        _ => unreachable!("a single-shard unit holds only one-shard actions"),
+    }
+}

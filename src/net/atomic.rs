@@ -1,0 +1,163 @@
+//! Running several commands as one atomic unit: EXEC's queue, and (through
+//! the same executor) the commands a script calls.
+//!
+//! # Two ways to run
+//! * **One shard.** When every command reads or writes one shard only (the
+//!   usual transaction: keys of one slot), the whole unit is a single write
+//!   op on that shard's actor: it shares the shard's group commit like any
+//!   write, and nobody sees a state between two of its commands because
+//!   the actor runs it alone, in one transaction.
+//! * **Several shards.** Otherwise the unit is one coordinator plan over
+//!   the union of the shards its commands touch (`shard::coordinator`):
+//!   the shards are locked, every command runs in their open transactions
+//!   through [`Atomic`], and all of them commit together or roll back.
+//!   A crash never leaves half of it on disk, and readers of several
+//!   shards see all or nothing of it.
+//!
+//! [`Atomic`] runs on a blocking thread, one command after another, each
+//! reading what the earlier ones wrote (their transactions are still
+//! open); a read of several shards goes through [`Remote`] readers that
+//! ask each locked shard for rows.
+
+use std::sync::Arc;
+
+use crate::protocol::Reply;
+use crate::shard::coordinator::{CoordError, Locked};
+use crate::shard::now_ms;
+use crate::storage::{KvRead, StoreError, Table};
+
+use super::session::Action;
+
+/// Runs actions inside a coordinator's locked shards, synchronously, from
+/// a thread that may block (not a tokio worker).
+pub struct Atomic {
+    locked: Arc<Locked>,
+    rt: tokio::runtime::Handle,
+}
+
+impl Atomic {
+    /// An executor over `locked`, waiting on `rt` for step results.
+    pub fn new(locked: Arc<Locked>, rt: tokio::runtime::Handle) -> Atomic {
+        Atomic { locked, rt }
+    }
+
+    /// Waits until every locked shard has finished what it was doing and
+    /// is running this unit's steps only: from then on nobody else writes
+    /// them until the unit commits.
+    pub fn settle(&self, ids: &[usize]) -> Result<(), CoordError> {
+        let pending: Vec<_> = ids
+            .iter()
+            .map(|&id| self.locked.send(id, |_| Ok(())))
+            .collect();
+        for p in pending {
+            self.rt.block_on(p.wait())?;
+        }
+        Ok(())
+    }
+
+    /// Runs one command's action and returns its reply. A storage failure
+    /// is returned as an error: the whole unit must then roll back.
+    pub fn run(&self, action: Action) -> Result<Reply, CoordError> {
+        match action {
+            Action::Reply(r) | Action::Close(Some(r)) => Ok(r),
+            Action::Read { shard, f } => self.rt.block_on(self.locked.run(shard, move |w| f(&*w))),
+            Action::Write { shard, f } => self.rt.block_on(self.locked.run(shard, f)),
+            Action::ReadMany { ids, f } => {
+                let remotes: Vec<Remote> = ids
+                    .iter()
+                    .map(|&shard| Remote { at: self, shard })
+                    .collect();
+                let readers: Vec<&dyn KvRead> = remotes.iter().map(|r| r as &dyn KvRead).collect();
+                Ok(f(&readers))
+            }
+            Action::Plan { plan, .. } => match self.rt.block_on(plan(self.locked.clone()))? {
+                Ok(r) | Err(r) => Ok(r),
+            },
+            // Neither reads nor writes keys (see `Action::Job`).
+            Action::Job(job) | Action::Block(job) => Ok(self.rt.block_on(job)),
+            Action::Silent | Action::Close(None) => Ok(Reply::Nil),
+        }
+    }
+
+    fn step<T: std::any::Any + Send>(
+        &self,
+        shard: usize,
+        f: impl FnOnce(&mut crate::storage::WriteCtx) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        self.rt
+            .block_on(self.locked.run(shard, f))
+            .map_err(|e| match e {
+                CoordError::Store(e) => e,
+                other => StoreError::Internal(other.to_string()),
+            })
+    }
+}
+
+/// Rows fetched per step when a remote reader scans.
+const SCAN_CHUNK: usize = 256;
+
+/// A reader of one locked shard's open transaction, from another thread:
+/// each lookup is a step on that shard. Used only for reads that need
+/// several shards at once inside an atomic unit (KEYS, MGET across
+/// shards...).
+struct Remote<'a> {
+    at: &'a Atomic,
+    shard: usize,
+}
+
+impl KvRead for Remote<'_> {
+    fn now_ms(&self) -> u64 {
+        now_ms()
+    }
+
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_vec();
+        self.at.step(self.shard, move |w| w.get(table, &key))
+    }
+
+    fn scan(
+        &self,
+        table: Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        // Fetch a chunk at a time and resume after the last row seen, so a
+        // visitor that stops early costs one step.
+        let (mut start, mut end) = (start.to_vec(), end.map(<[u8]>::to_vec));
+        loop {
+            let (s, e) = (start.clone(), end.clone());
+            let rows: Vec<(Vec<u8>, Vec<u8>)> = self.at.step(self.shard, move |w| {
+                let mut rows = Vec::new();
+                w.scan(table, &s, e.as_deref(), reverse, &mut |k, v| {
+                    rows.push((k.to_vec(), v.to_vec()));
+                    rows.len() < SCAN_CHUNK
+                })?;
+                Ok(rows)
+            })?;
+            let full = rows.len() == SCAN_CHUNK;
+            let Some(last) = rows.last().map(|(k, _)| k.clone()) else {
+                return Ok(());
+            };
+            for (k, v) in &rows {
+                if !visit(k, v) {
+                    return Ok(());
+                }
+            }
+            if !full {
+                return Ok(());
+            }
+            if reverse {
+                end = Some(last);
+            } else {
+                start = last;
+                start.push(0);
+            }
+        }
+    }
+
+    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
+        self.at.step(self.shard, move |w| w.key_count(db))
+    }
+}
