@@ -245,6 +245,88 @@ fn acknowledged_writes_survive_sigkill() {
     );
 }
 
+/// Cross-shard transactions written by `writers` clients until the server
+/// is SIGKILLed; returns, per writer, its pair of keys (one on each shard)
+/// and the last EXEC acknowledged.
+fn exec_until_killed(server: &mut Proc, writers: usize) -> Vec<(String, String, u64)> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let (a, b) = common::waiting::keys_on_both_shards(&format!("pair{w}:"));
+            let acked = Arc::new(AtomicU64::new(0));
+            let mut c = server.client();
+            let (stop, seen) = (stop.clone(), acked.clone());
+            let (ka, kb) = (a.clone(), b.clone());
+            let t = std::thread::spawn(move || {
+                for i in 1u64.. {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let v = i.to_string();
+                    let r: redis::RedisResult<Value> = redis::pipe()
+                        .atomic()
+                        .cmd("SET")
+                        .arg(&ka)
+                        .arg(&v)
+                        .cmd("SET")
+                        .arg(&kb)
+                        .arg(&v)
+                        .query(&mut c);
+                    match r {
+                        Ok(_) => seen.store(i, Ordering::SeqCst),
+                        Err(_) => return,
+                    }
+                }
+            });
+            (a, b, acked, t)
+        })
+        .collect();
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1200) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    server.kill();
+    stop.store(true, Ordering::Relaxed);
+    handles
+        .into_iter()
+        .map(|(a, b, acked, t)| {
+            t.join().expect("writer thread");
+            (a, b, acked.load(Ordering::SeqCst))
+        })
+        .collect()
+}
+
+// Pins: a transaction writing keys on two shards is all-or-nothing across
+// a SIGKILL: under `always` every acknowledged EXEC is there whole, and no
+// EXEC is there in part (both keys always hold the same round); under
+// `everysec` the pairs still never disagree.
+#[test]
+fn cross_shard_exec_is_whole_after_sigkill() {
+    for durability in [Durability::Always, Durability::Everysec] {
+        let root = tempfile::tempdir().unwrap();
+        let data: PathBuf = root.path().join("data");
+        let mut first = Proc::start_with(root.path(), &data, durability);
+        let pairs = exec_until_killed(&mut first, 3);
+        let second = Proc::start_with(root.path(), &data, durability);
+        let mut c = second.client();
+        for (a, b, acked) in pairs {
+            let x: Option<u64> = get(&mut c, &a).map(|v| v.parse().unwrap());
+            let y: Option<u64> = get(&mut c, &b).map(|v| v.parse().unwrap());
+            assert_eq!(
+                x, y,
+                "{durability:?}: {a}={x:?} but {b}={y:?} after SIGKILL"
+            );
+            if durability == Durability::Always {
+                assert!(
+                    x.unwrap_or(0) >= acked,
+                    "acknowledged EXEC {acked} lost: {a}={x:?}"
+                );
+            }
+            eprintln!("{durability:?}: {acked} EXECs acknowledged, {x:?} recovered");
+        }
+    }
+}
+
 // Pins: under everysec a SIGKILL loses at most the last moments, never
 // consistency: on each shard, what one connection wrote comes back as a
 // prefix of what it wrote there (shards make their durable commits on their

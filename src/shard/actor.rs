@@ -15,7 +15,7 @@ use crate::config::Durability;
 use crate::protocol::Reply;
 use crate::storage::keyspace::{self, ReapStats};
 use crate::storage::tables::Wakeups;
-use crate::storage::{ShardState, StoreError, WriteCtx};
+use crate::storage::{ShardState, StoreError, Table, WriteCtx};
 
 /// Keys the reaper may expire in one slice.
 const REAP_KEYS_PER_TICK: usize = 500;
@@ -75,6 +75,14 @@ pub struct ShardActor {
     flush_scheduled: bool,
     /// Commits made with Durability::None since the last durable one.
     unsynced: bool,
+    /// Some of those are not in the coordination log either (batches and
+    /// reaper slices under `everysec`): the shard makes them durable before
+    /// it takes part in a multi-shard commit (see `intent`).
+    unlogged: bool,
+    /// The last multi-shard round committed here.
+    last_round: u64,
+    /// The coordination log.
+    intent: Arc<super::intent::IntentLog>,
     last_sync: Instant,
 }
 
@@ -85,6 +93,7 @@ impl ShardActor {
         state: ShardState,
         durability: Durability,
         max_batch: usize,
+        intent: Arc<super::intent::IntentLog>,
     ) -> ShardActor {
         shared.publish_counts(&state.counts);
         ShardActor {
@@ -95,6 +104,9 @@ impl ShardActor {
             queue: Vec::new(),
             flush_scheduled: false,
             unsynced: false,
+            unlogged: false,
+            last_round: 0,
+            intent,
             last_sync: Instant::now(),
         }
     }
@@ -104,12 +116,18 @@ impl ShardActor {
     }
 
     fn begin(&mut self) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.shared.db.begin_write()?;
-        let durability = if self.durability == Durability::Always {
+        self.begin_with(if self.durability == Durability::Always {
             redb::Durability::Immediate
         } else {
             redb::Durability::None
-        };
+        })
+    }
+
+    fn begin_with(
+        &self,
+        durability: redb::Durability,
+    ) -> Result<redb::WriteTransaction, StoreError> {
+        let mut txn = self.shared.db.begin_write()?;
         txn.set_durability(durability)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         Ok(txn)
@@ -126,12 +144,16 @@ impl ShardActor {
         Ok(())
     }
 
+    /// After a commit of this shard's own (a batch, a reaper slice).
     fn note_commit(&mut self) {
         self.shared.committed();
         if self.durability == Durability::Always {
+            // Durable, and with it every earlier round.
             self.shared.stats.durable_now();
+            self.intent.durable(self.shared.id, self.last_round);
         } else {
             self.unsynced = true;
+            self.unlogged = true;
         }
         self.shared.publish_counts(&self.state.counts);
     }
@@ -277,20 +299,28 @@ impl ShardActor {
 
     /// Makes every earlier commit durable.
     fn sync(&mut self) -> Result<(), StoreError> {
+        // A round must never be durable here and lost from the log.
+        self.intent
+            .sync()
+            .map_err(|e| StoreError::Internal(format!("coordination log: {e}")))?;
         let mut txn = self.shared.db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         txn.commit()?;
         self.shared.committed();
         self.shared.stats.durable_now();
+        self.intent.durable(self.shared.id, self.last_round);
         self.unsynced = false;
+        self.unlogged = false;
         self.last_sync = Instant::now();
         Ok(())
     }
 
     fn sync_interval(&self) -> Option<Duration> {
         match self.durability {
-            Durability::Always => None,
+            // Only multi-shard rounds leave commits unsynced under
+            // `always` (the log holds them); syncing lets the log be cut.
+            Durability::Always => Some(Duration::from_secs(1)),
             Durability::Everysec => Some(Duration::from_secs(1)),
             Durability::No => Some(Duration::from_secs(30)),
         }
@@ -330,7 +360,17 @@ impl ShardActor {
     fn serve_lock(&mut self, lock: Lock) {
         use super::coordinator::Step;
         self.flush();
-        let txn = match self.begin() {
+        // Redo after a crash needs this shard's state before the round to
+        // be durable, or in the log (see `intent`); a long log is cut back
+        // once every shard has made its rounds durable.
+        if self.unlogged || (self.unsynced && self.intent.over_cap()) {
+            if let Err(e) = self.sync() {
+                tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
+                return;
+            }
+        }
+        // The round's record is its durability: the commit needs no fsync.
+        let txn = match self.begin_with(redb::Durability::None) {
             Ok(t) => t,
             Err(e) => {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
@@ -346,6 +386,7 @@ impl ShardActor {
             }
         };
         ctx.observer = shared.observer();
+        ctx.capture = Some(Vec::new());
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.
         let mut step_failed = false;
@@ -360,28 +401,51 @@ impl ShardActor {
                 Ok(Step::Commit {
                     barrier,
                     failed,
+                    round,
                     done,
-                }) => break Some((barrier, failed, done)),
+                }) => break Some((barrier, failed, round, done)),
                 // Abort, or the coordinator vanished: roll back.
                 Ok(Step::Abort) | Err(_) => break None,
             }
         };
-        let Some((barrier, failed, done)) = outcome else {
+        let Some((barrier, failed, round, done)) = outcome else {
             drop(ctx);
             let _ = txn.abort();
             self.reload_state();
             return;
         };
         let signals = ctx.take_wakeups();
-        let finished = ctx.finish();
+        let finished = ctx
+            .put(
+                Table::Sys,
+                super::intent::COORD_ROW,
+                &round.txid.to_be_bytes(),
+            )
+            .and_then(|()| ctx.finish_captured());
+        let finished = match finished {
+            Ok(ops) => {
+                round.parts.lock().push((shared.id, ops));
+                Ok(())
+            }
+            Err(e) => Err(e),
+        };
         if step_failed || finished.is_err() {
             failed.store(true, std::sync::atomic::Ordering::SeqCst);
         }
         // Every participant holds its commit lock before any commits, and
         // releases it only after all have committed. After the first
-        // barrier every participant has said whether it failed, so all of
-        // them commit or all roll back.
+        // barrier every participant has said whether it failed and handed
+        // in its changes; one of them logs the round; after the second all
+        // of them commit, or all roll back.
         let visible = shared.commit_lock.write();
+        if barrier.wait().is_leader() && !failed.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut parts = std::mem::take(&mut *round.parts.lock());
+            parts.sort_unstable_by_key(|(id, _)| *id);
+            if let Err(e) = round.log.append(round.txid, &parts, round.sync) {
+                tracing::error!(error = %e, "cannot log a multi-shard commit");
+                failed.store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
         barrier.wait();
         let result = if failed.load(std::sync::atomic::Ordering::SeqCst) {
             let _ = txn.abort();
@@ -393,7 +457,10 @@ impl ShardActor {
         drop(visible);
         match &result {
             Ok(()) => {
-                self.note_commit();
+                self.last_round = round.txid;
+                self.shared.committed();
+                self.unsynced = true;
+                self.shared.publish_counts(&self.state.counts);
                 shared
                     .stats
                     .coordinated

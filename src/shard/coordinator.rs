@@ -53,11 +53,28 @@ pub enum Step {
         /// Set before the first barrier by any participant that failed a
         /// step; read after it by all, so they all roll back together.
         failed: Arc<AtomicBool>,
+        /// The round's record in the coordination log.
+        round: Arc<CommitRound>,
         /// The commit's outcome.
         done: tokio::sync::oneshot::Sender<Result<(), String>>,
     },
     /// Roll back.
     Abort,
+}
+
+/// One round's commit as the coordination log sees it (see
+/// `shard::intent`): the participants hand in their changes, and the one
+/// the barrier picks appends them as one record before anyone commits.
+pub struct CommitRound {
+    /// The round's id.
+    pub txid: u64,
+    /// The participants' changes, as they hand them in.
+    pub parts: parking_lot::Mutex<super::intent::Parts>,
+    /// The log.
+    pub log: Arc<super::intent::IntentLog>,
+    /// Whether the record must be fsynced before the participants commit
+    /// (`durability = always`).
+    pub sync: bool,
 }
 
 /// What a plan decides: `Ok(reply)` (its writes stand) or `Err(reply)` (it
@@ -72,6 +89,8 @@ pub type Plan =
 pub struct Locked {
     /// Shard ids, ascending.
     ids: Vec<usize>,
+    /// The coordination log and whether records are fsynced.
+    log: (Arc<super::intent::IntentLog>, bool),
     senders: Vec<std::sync::mpsc::Sender<Step>>,
     /// Set once the commit or the rollback has been asked for.
     finished: AtomicBool,
@@ -125,6 +144,10 @@ impl Locked {
         Locked {
             ids,
             senders,
+            log: (
+                set.intent.clone(),
+                set.durability == crate::config::Durability::Always,
+            ),
             finished: AtomicBool::new(false),
         }
     }
@@ -168,6 +191,12 @@ impl Locked {
         self.finished.store(true, Ordering::Relaxed);
         let barrier = Arc::new(Barrier::new(self.senders.len()));
         let failed = Arc::new(AtomicBool::new(false));
+        let round = Arc::new(CommitRound {
+            txid: self.log.0.next_txid(),
+            parts: parking_lot::Mutex::new(Vec::with_capacity(self.senders.len())),
+            log: self.log.0.clone(),
+            sync: self.log.1,
+        });
         let mut waits = Vec::new();
         let mut sent = true;
         for s in &self.senders {
@@ -176,6 +205,7 @@ impl Locked {
                 .send(Step::Commit {
                     barrier: barrier.clone(),
                     failed: failed.clone(),
+                    round: round.clone(),
                     done: tx,
                 })
                 .is_ok();

@@ -25,6 +25,7 @@
 pub mod actor;
 pub mod blocking;
 pub mod coordinator;
+pub mod intent;
 pub mod set;
 pub mod watch;
 

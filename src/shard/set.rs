@@ -64,6 +64,8 @@ pub struct ShardSet {
     /// Clients blocked on keys.
     pub blocked: Arc<super::blocking::BlockRegistry>,
     coordinator: super::coordinator::Coordinator,
+    /// The coordination log (crash atomicity of multi-shard commits).
+    pub intent: Arc<super::intent::IntentLog>,
 }
 
 impl ShardSet {
@@ -92,8 +94,7 @@ impl ShardSet {
             });
         }
         let blocked = Arc::new(super::blocking::BlockRegistry::default());
-        let mut shared = Vec::with_capacity(n);
-        let mut states = Vec::with_capacity(n);
+        let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
             let path = dir.join(format!("shard-{i}.redb"));
             let open_err = |source: StoreError| OpenError::Open {
@@ -107,13 +108,22 @@ impl ShardSet {
                 .create_with_backend(backend)
                 .map_err(|e| open_err(e.into()))?;
             init_file(&db).map_err(open_err)?;
-            let state = ShardState::load(&db).map_err(open_err)?;
+            dbs.push((path, db));
+        }
+        // Rounds a crash cut short are redone before anything reads the
+        // files (see `intent`).
+        let intent = Arc::new(recover(&dir, &dbs)?);
+        let mut shared = Vec::with_capacity(n);
+        let mut states = Vec::with_capacity(n);
+        for (i, (path, db)) in dbs.into_iter().enumerate() {
+            let state = ShardState::load(&db).map_err(|source| OpenError::Open { path, source })?;
             shared.push(Arc::new(ShardShared::new(i, Arc::new(db), blocked.clone())));
             states.push(state);
         }
         let (durability, max_batch) = (cfg.durability, cfg.max_batch);
         let (tx, rx) = std::sync::mpsc::channel();
         let actor_shared = shared.clone();
+        let actor_intent = intent.clone();
         let thread = std::thread::Builder::new()
             .name("cairn-actix".into())
             .spawn(move || {
@@ -124,8 +134,9 @@ impl ShardSet {
                     let mut addrs = Vec::new();
                     for (s, state) in actor_shared.into_iter().zip(states) {
                         let arbiter = Arbiter::new();
+                        let log = actor_intent.clone();
                         let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| {
-                            ShardActor::new(s, state, durability, max_batch)
+                            ShardActor::new(s, state, durability, max_batch, log)
                         });
                         addrs.push(addr);
                     }
@@ -145,6 +156,7 @@ impl ShardSet {
             _lock: lock,
             durability,
             coordinator: super::coordinator::Coordinator::start(me.clone()),
+            intent,
         }))
     }
 
@@ -229,6 +241,10 @@ impl ShardSet {
             addr.do_send(Shutdown { done: tx });
             let _ = rx.await;
         }
+        // Every shard has made every round durable: no record is needed.
+        if let Err(e) = self.intent.clear() {
+            tracing::error!(error = %e, "cannot clear the coordination log");
+        }
         self.system.stop();
         let thread = self.thread.lock().take();
         if let Some(t) = thread {
@@ -236,6 +252,61 @@ impl ShardSet {
         }
         tracing::info!("shards closed");
     }
+}
+
+/// Opens the coordination log and redoes, on each shard that lost it, every
+/// round it holds; the redone rounds are committed durably, so the log is
+/// then cleared.
+fn recover(
+    dir: &Path,
+    dbs: &[(PathBuf, redb::Database)],
+) -> Result<super::intent::IntentLog, OpenError> {
+    use super::intent::{IntentLog, COORD_ROW};
+    use crate::storage::tables::{apply_row_ops, read_sys_u64};
+    let open_err = |path: &PathBuf, source: StoreError| OpenError::Open {
+        path: path.clone(),
+        source,
+    };
+    let mut last = Vec::with_capacity(dbs.len());
+    for (path, db) in dbs {
+        last.push(read_sys_u64(db, COORD_ROW).map_err(|e| open_err(path, e))?);
+    }
+    let dir_err = |source| OpenError::Dir {
+        dir: dir.to_path_buf(),
+        source,
+    };
+    let max = last.iter().copied().max().unwrap_or(0);
+    let (log, records) = IntentLog::open(dir, dbs.len(), max).map_err(dir_err)?;
+    let mut redone = 0;
+    for record in &records {
+        for (shard, ops) in &record.parts {
+            let Some((path, db)) = dbs.get(*shard) else {
+                continue;
+            };
+            if last[*shard] >= record.txid {
+                continue;
+            }
+            let apply = || -> Result<(), StoreError> {
+                let txn = db.begin_write()?;
+                apply_row_ops(&txn, ops)?;
+                txn.commit()?;
+                Ok(())
+            };
+            apply().map_err(|e| open_err(path, e))?;
+            last[*shard] = record.txid;
+            redone += 1;
+        }
+    }
+    if redone > 0 {
+        tracing::warn!(
+            parts = redone,
+            "redid multi-shard commits a crash had cut short"
+        );
+    }
+    if !records.is_empty() {
+        log.clear().map_err(dir_err)?;
+    }
+    Ok(log)
 }
 
 fn count_shard_files(dir: &Path) -> std::io::Result<usize> {
@@ -248,4 +319,69 @@ fn count_shard_files(dir: &Path) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::intent::{IntentLog, COORD_ROW};
+    use crate::storage::tables::{apply_row_ops, read_sys_u64};
+    use crate::storage::{KvRead, RowOp, Table};
+
+    fn shard_file(dir: &Path, i: usize) -> (PathBuf, redb::Database) {
+        let path = dir.join(format!("shard-{i}.redb"));
+        let db = redb::Database::create(&path).unwrap();
+        init_file(&db).unwrap();
+        (path, db)
+    }
+
+    fn commit(db: &redb::Database, ops: &[RowOp]) {
+        let txn = db.begin_write().unwrap();
+        apply_row_ops(&txn, ops).unwrap();
+        txn.commit().unwrap();
+    }
+
+    fn put(t: Table, k: &[u8], v: &[u8]) -> RowOp {
+        RowOp::Put(t, k.to_vec(), v.to_vec())
+    }
+
+    /// A crash after shard 0 committed round 1 and before shard 1 did:
+    /// reopening redoes the round on shard 1 only, and leaves shard 0's
+    /// later writes alone.
+    #[test]
+    fn a_round_cut_short_is_redone_where_it_was_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let dbs = vec![shard_file(dir.path(), 0), shard_file(dir.path(), 1)];
+        let round = |v: &[u8], key: &[u8]| {
+            vec![
+                put(Table::Meta, key, v),
+                put(Table::Sys, COORD_ROW, &1u64.to_be_bytes()),
+            ]
+        };
+        let (log, _) = IntentLog::open(dir.path(), 2, 0).unwrap();
+        let txid = log.next_txid();
+        assert_eq!(txid, 1);
+        log.append(
+            txid,
+            &vec![(0, round(b"r1", b"a")), (1, round(b"r1", b"b"))],
+            true,
+        )
+        .unwrap();
+        drop(log);
+        commit(&dbs[0].1, &round(b"r1", b"a"));
+        commit(&dbs[0].1, &[put(Table::Meta, b"a", b"later")]);
+
+        let log = recover(dir.path(), &dbs).unwrap();
+        let read = |db: &redb::Database, k: &[u8]| {
+            crate::storage::ReadCtx::begin(db, 0)
+                .unwrap()
+                .get(Table::Meta, k)
+                .unwrap()
+        };
+        assert_eq!(read(&dbs[0].1, b"a"), Some(b"later".to_vec()));
+        assert_eq!(read(&dbs[1].1, b"b"), Some(b"r1".to_vec()));
+        assert_eq!(read_sys_u64(&dbs[1].1, COORD_ROW).unwrap(), 1);
+        assert_eq!(log.next_txid(), 2);
+        assert_eq!(std::fs::metadata(log.path()).unwrap().len(), 0);
+    }
 }

@@ -8,4 +8,4 @@ pub mod keyspace;
 pub mod tables;
 
 pub use encoding::{KeyType, Meta, MetaBody};
-pub use tables::{KvRead, ReadCtx, ShardState, StoreError, Table, WriteCtx};
+pub use tables::{KvRead, ReadCtx, RowOp, ShardState, StoreError, Table, WriteCtx};

@@ -46,6 +46,12 @@ impl Table {
         }
     }
 
+    /// The table with code `code` (its position in [`Table::ALL`]), as the
+    /// coordination log stores it.
+    pub fn from_code(code: u8) -> Option<Table> {
+        Table::ALL.get(code as usize).copied()
+    }
+
     const ALL: [Table; 6] = [
         Table::Meta,
         Table::Sub,
@@ -330,6 +336,64 @@ pub trait RowObserver: Send + Sync {
     fn observed_meta_rows(&self) -> Vec<Vec<u8>>;
 }
 
+/// One logical change a transaction made, in the order it made it: what
+/// the coordination log keeps of a multi-shard commit so that recovery can
+/// redo it on a shard that lost it (see `shard::intent`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RowOp {
+    /// A row written.
+    Put(Table, Vec<u8>, Vec<u8>),
+    /// A row removed.
+    Del(Table, Vec<u8>),
+    /// Every row of a table removed (FLUSHALL).
+    Clear(Table),
+    /// Every row with a key in `[start, end)` removed (FLUSHDB, LTRIM...).
+    DelRange(Table, Vec<u8>, Option<Vec<u8>>),
+}
+
+/// Applies logged changes, in order, to an open write transaction (the
+/// redo of a multi-shard commit a shard lost in a crash).
+pub fn apply_row_ops(txn: &redb::WriteTransaction, ops: &[RowOp]) -> Result<(), StoreError> {
+    for op in ops {
+        match op {
+            RowOp::Put(t, k, v) => {
+                txn.open_table(t.def())?
+                    .insert(k.as_slice(), v.as_slice())?;
+            }
+            RowOp::Del(t, k) => {
+                txn.open_table(t.def())?.remove(k.as_slice())?;
+            }
+            RowOp::Clear(t) => {
+                txn.open_table(t.def())?.retain(|_, _| false)?;
+            }
+            RowOp::DelRange(t, start, end) => {
+                let mut table = txn.open_table(t.def())?;
+                let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+                    Bound::Included(start.as_slice()),
+                    end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                );
+                let mut keys = Vec::new();
+                for row in table.range::<&[u8]>(range)? {
+                    keys.push(row?.0.value().to_vec());
+                }
+                for k in keys {
+                    table.remove(k.as_slice())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A big-endian u64 `sys` row of a committed file (0 if absent).
+pub fn read_sys_u64(db: &Database, key: &[u8]) -> Result<u64, StoreError> {
+    let txn = db.begin_read()?;
+    let sys = txn.open_table(SYS)?;
+    Ok(sys.get(key)?.map_or(0, |v| {
+        u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8]))
+    }))
+}
+
 /// `meta` rows are cached for the batch: a batch that touches one key many
 /// times (a pipeline of LPUSHes to one list, or of SETs to one key) reads
 /// and writes its metadata in a map, and `finish` stores each changed row
@@ -362,6 +426,9 @@ pub struct WriteCtx<'t> {
     /// Set while the garbage collector removes dead versions: those rows
     /// belong to no live key, so observers are not told.
     pub quiet: bool,
+    /// The transaction's changes, kept when it takes part in a multi-shard
+    /// commit (see [`RowOp`]).
+    pub capture: Option<Vec<RowOp>>,
 }
 
 impl<'t> WriteCtx<'t> {
@@ -390,7 +457,16 @@ impl<'t> WriteCtx<'t> {
             state,
             observer: None,
             quiet: false,
+            capture: None,
         })
+    }
+
+    /// Keeps a change if this transaction's changes are being captured.
+    #[inline]
+    fn record(&mut self, op: impl FnOnce() -> RowOp) {
+        if let Some(c) = &mut self.capture {
+            c.push(op());
+        }
     }
 
     /// Tells the observer, if any, that a row changed.
@@ -452,6 +528,7 @@ impl<'t> WriteCtx<'t> {
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.changed(table, key, false);
+        self.record(|| RowOp::Put(table, key.to_vec(), value.to_vec()));
         if table == Table::Meta {
             self.cache_meta(key, Some(value.to_vec()), true);
             return Ok(());
@@ -464,6 +541,7 @@ impl<'t> WriteCtx<'t> {
     /// keeps that buffer rather than a copy (a string value can be 512 MB).
     pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) {
         self.changed(Table::Meta, key, false);
+        self.record(|| RowOp::Put(Table::Meta, key.to_vec(), row.clone()));
         self.cache_meta(key, Some(row), true);
     }
 
@@ -475,6 +553,7 @@ impl<'t> WriteCtx<'t> {
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         self.changed(table, key, false);
+        self.record(|| RowOp::Put(table, key.to_vec(), value.to_vec()));
         // A row already pending is replaced in the cache; any other goes
         // straight to the table, which hands back the old value in the same
         // tree walk (a cached write would walk twice: look up now, insert at
@@ -505,6 +584,7 @@ impl<'t> WriteCtx<'t> {
                 self.cache_meta(key, None, true);
                 if existed {
                     self.changed(table, key, true);
+                    self.record(|| RowOp::Del(table, key.to_vec()));
                 }
                 return Ok(existed);
             }
@@ -515,6 +595,7 @@ impl<'t> WriteCtx<'t> {
         }
         if existed {
             self.changed(table, key, true);
+            self.record(|| RowOp::Del(table, key.to_vec()));
         }
         Ok(existed)
     }
@@ -529,6 +610,7 @@ impl<'t> WriteCtx<'t> {
             .map(|old| old.value().to_vec());
         if old.is_some() {
             self.changed(table, key, true);
+            self.record(|| RowOp::Del(table, key.to_vec()));
         }
         Ok(old)
     }
@@ -546,6 +628,7 @@ impl<'t> WriteCtx<'t> {
             let (new, out) = f(cached.as_deref());
             if let Some(new) = new {
                 self.changed(Table::Meta, key, false);
+                self.record(|| RowOp::Put(Table::Meta, key.to_vec(), new.clone()));
                 self.cache_meta(key, Some(new), true);
             }
             return Ok(out);
@@ -555,6 +638,7 @@ impl<'t> WriteCtx<'t> {
             let (new, out) = f(None);
             if let Some(new) = new {
                 self.changed(Table::Meta, key, false);
+                self.record(|| RowOp::Put(Table::Meta, key.to_vec(), new.clone()));
                 self.cache_meta(key, Some(new), true);
             }
             return Ok(out);
@@ -564,6 +648,7 @@ impl<'t> WriteCtx<'t> {
             row.insert(new.as_slice())?;
             drop(row);
             self.changed(Table::Meta, key, false);
+            self.record(|| RowOp::Put(Table::Meta, key.to_vec(), new.clone()));
             // Clean in the cache: the next change of this row in the batch
             // (a pipeline of INCRs to one counter) is a map update.
             self.cache_meta(key, Some(new), false);
@@ -623,10 +708,23 @@ impl<'t> WriteCtx<'t> {
             keys.push(k.to_vec());
             keys.len() < limit
         })?;
-        for k in &keys {
-            self.del(table, k)?;
+        // A whole range is one logged change, not one per row.
+        let whole = limit == usize::MAX && self.capture.is_some();
+        if whole {
+            self.record(|| RowOp::DelRange(table, start.to_vec(), end.map(<[u8]>::to_vec)));
         }
-        Ok(keys.len())
+        let capture = if whole { self.capture.take() } else { None };
+        let mut out = Ok(());
+        for k in &keys {
+            if let Err(e) = self.del(table, k) {
+                out = Err(e);
+                break;
+            }
+        }
+        if capture.is_some() {
+            self.capture = capture;
+        }
+        out.map(|()| keys.len())
     }
 
     /// Removes every row of a table (FLUSHALL).
@@ -643,6 +741,7 @@ impl<'t> WriteCtx<'t> {
             self.meta_cache.clear();
             self.meta_dirty = 0;
         }
+        self.record(|| RowOp::Clear(table));
         self.table_mut(table).retain(|_, _| false)?;
         Ok(())
     }
@@ -657,6 +756,17 @@ impl<'t> WriteCtx<'t> {
 
     /// Persists the in-memory state touched by this transaction.
     pub fn finish(mut self) -> Result<(), StoreError> {
+        self.finish_rows()
+    }
+
+    /// As [`WriteCtx::finish`], returning the captured changes (the state
+    /// rows `finish` writes included).
+    pub fn finish_captured(mut self) -> Result<Vec<RowOp>, StoreError> {
+        self.finish_rows()?;
+        Ok(self.capture.take().unwrap_or_default())
+    }
+
+    fn finish_rows(&mut self) -> Result<(), StoreError> {
         self.flush_meta()?;
         if self.state.version_dirty {
             let hwm = self.state.next_version - 1;
@@ -902,6 +1012,73 @@ mod tests {
         assert_eq!(r.get(Table::Meta, b"stored").unwrap(), Some(vec![7]));
         assert_eq!(r.get(Table::Meta, b"fresh").unwrap(), Some(vec![1]));
         assert_eq!(r.get(Table::Meta, b"other").unwrap(), None);
+    }
+
+    /// Every table's rows, for comparing files.
+    fn dump(db: &Database) -> Vec<(Table, Vec<u8>, Vec<u8>)> {
+        let r = ReadCtx::begin(db, 0).unwrap();
+        let mut out = Vec::new();
+        for t in Table::ALL {
+            r.scan(t, &[], None, false, &mut |k, v| {
+                out.push((t, k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+        }
+        out
+    }
+
+    /// The changes a transaction captures, replayed on a copy of the file
+    /// it started from, give the same file: whichever write path each
+    /// change took (the meta cache, in-place updates, ranges, clears).
+    #[test]
+    fn captured_changes_replay_to_the_same_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (
+            open(&dir.path().join("a.redb")),
+            open(&dir.path().join("b.redb")),
+        );
+        for db in [&a, &b] {
+            let mut state = ShardState::load(db).unwrap();
+            let txn = db.begin_write().unwrap();
+            {
+                let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+                for k in [&b"m1"[..], b"m2", b"m3"] {
+                    w.put(Table::Meta, k, b"old").unwrap();
+                    w.put(Table::Sub, k, b"s").unwrap();
+                }
+                w.put(Table::Ttl, b"t", b"").unwrap();
+                w.finish().unwrap();
+            }
+            txn.commit().unwrap();
+        }
+        let mut state = ShardState::load(&a).unwrap();
+        let txn = a.begin_write().unwrap();
+        let ops;
+        {
+            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+            w.capture = Some(Vec::new());
+            w.put(Table::Meta, b"m1", b"cached").unwrap();
+            w.modify_meta(b"m2", |_| (Some(b"in place".to_vec()), ()))
+                .unwrap();
+            w.modify_meta(b"m1", |_| (Some(b"cached twice".to_vec()), ()))
+                .unwrap();
+            assert!(w.del(Table::Meta, b"m3").unwrap());
+            assert!(!w.del(Table::Meta, b"absent").unwrap());
+            w.swap(Table::Meta, b"m4", b"new").unwrap();
+            w.put_meta(b"m5", b"encoded".to_vec());
+            assert_eq!(w.take(Table::Sub, b"m1").unwrap(), Some(b"s".to_vec()));
+            w.del_range(Table::Sub, b"m2", None, usize::MAX).unwrap();
+            w.clear(Table::Ttl).unwrap();
+            w.state.counts[2].keys = 9;
+            w.state.counts_dirty = true;
+            ops = w.finish_captured().unwrap();
+        }
+        txn.commit().unwrap();
+        let txn = b.begin_write().unwrap();
+        apply_row_ops(&txn, &ops).unwrap();
+        txn.commit().unwrap();
+        assert_eq!(dump(&a), dump(&b));
     }
 
     /// Key counts persist with the data they describe.

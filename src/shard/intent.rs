@@ -1,0 +1,395 @@
+//! The coordination log: what makes a multi-shard commit all-or-nothing
+//! across a crash.
+//!
+//! Each shard file commits on its own, so a crash between two
+//! participants' commits would leave half of an MSET or an EXEC on disk.
+//! Before any participant commits, the coordinator's round appends one
+//! record to `<dir>/coord.log` holding every participant's changes (the
+//! [`RowOp`]s its transaction captured) under a round id, `txid`; each
+//! participant's transaction also writes `coord_txid = txid` to its `sys`
+//! table. Opening the shards replays every whole record onto each
+//! participant whose `coord_txid` is below the record's: a shard that lost
+//! the round gets it back, a shard that has it is left alone.
+//!
+//! Redo is only right on a shard whose durable state is exactly what the
+//! round started from. Two rules make it so:
+//! * a shard with commits that are neither durable nor in this log (its
+//!   batches under `everysec`) makes them durable before it takes part in
+//!   a round (the actor syncs when the coordinator locks it);
+//! * the log is made durable before any shard makes a round durable: under
+//!   `always` every record is fsynced before the participants commit (they
+//!   then commit without an fsync of their own: the record is the
+//!   durability), and under `everysec` a shard's periodic sync fsyncs the
+//!   log first.
+//!
+//! Records are dropped (the file is cut back to nothing) once every shard
+//! has durably committed every round it took part in.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::storage::{RowOp, Table};
+
+/// First bytes of every record.
+const MAGIC: u32 = 0x636f_6f72;
+/// Record header: magic u32, txid u64, body length u32, body CRC-32 u32.
+const HEADER: usize = 4 + 8 + 4 + 4;
+/// Past this size the log is cut back as soon as every shard is durable.
+const CAP: u64 = 16 << 20;
+
+/// One round's changes: (shard, its changes in order).
+pub type Parts = Vec<(usize, Vec<RowOp>)>;
+
+/// A record read back: a round and its changes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Record {
+    /// The round id.
+    pub txid: u64,
+    /// Each participant's changes.
+    pub parts: Parts,
+}
+
+/// The coordination log of one data directory.
+#[derive(Debug)]
+pub struct IntentLog {
+    path: PathBuf,
+    file: parking_lot::Mutex<LogFile>,
+    next_txid: AtomicU64,
+    /// Per shard: the last round it took part in...
+    joined: Vec<AtomicU64>,
+    /// ... and the last round it made durable.
+    durable: Vec<AtomicU64>,
+}
+
+#[derive(Debug)]
+struct LogFile {
+    file: File,
+    len: u64,
+    /// Appended since the last fsync.
+    dirty: bool,
+}
+
+impl IntentLog {
+    /// Opens (creating) `<dir>/coord.log` for `shards` shards and returns
+    /// the whole records it holds, oldest first. `last_txid` is the highest
+    /// round id any shard has committed.
+    pub fn open(dir: &Path, shards: usize, last_txid: u64) -> io::Result<(IntentLog, Vec<Record>)> {
+        let path = dir.join("coord.log");
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)?;
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes)?;
+        let records = decode_all(&bytes);
+        let max = records
+            .iter()
+            .map(|r| r.txid)
+            .max()
+            .unwrap_or(0)
+            .max(last_txid);
+        let log = IntentLog {
+            path,
+            file: parking_lot::Mutex::new(LogFile {
+                file,
+                len: bytes.len() as u64,
+                dirty: false,
+            }),
+            next_txid: AtomicU64::new(max + 1),
+            joined: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            durable: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+        };
+        Ok((log, records))
+    }
+
+    /// A new round id.
+    pub fn next_txid(&self) -> u64 {
+        self.next_txid.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Appends a round's record (fsynced if `sync`), after cutting the log
+    /// back if it is large and every shard is durable.
+    pub fn append(&self, txid: u64, parts: &Parts, sync: bool) -> io::Result<()> {
+        let record = encode(txid, parts);
+        let mut f = self.file.lock();
+        if f.len > CAP && self.all_durable() {
+            f.file.set_len(0)?;
+            f.len = 0;
+        }
+        let at = f.len;
+        f.file.write_all_at(&record, at)?;
+        f.len += record.len() as u64;
+        f.dirty = true;
+        for (shard, _) in parts {
+            self.joined[*shard].fetch_max(txid, Ordering::AcqRel);
+        }
+        if sync {
+            f.file.sync_data()?;
+            f.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Makes every appended record durable.
+    pub fn sync(&self) -> io::Result<()> {
+        let mut f = self.file.lock();
+        if f.dirty {
+            f.file.sync_data()?;
+            f.dirty = false;
+        }
+        Ok(())
+    }
+
+    /// Shard `shard` has made every round up to `txid` durable.
+    pub fn durable(&self, shard: usize, txid: u64) {
+        self.durable[shard].fetch_max(txid, Ordering::AcqRel);
+    }
+
+    /// Whether the log is past its cap: shards then make their rounds
+    /// durable when they next take part in one, so it can be cut back.
+    pub fn over_cap(&self) -> bool {
+        self.file.lock().len > CAP
+    }
+
+    fn all_durable(&self) -> bool {
+        self.joined
+            .iter()
+            .zip(&self.durable)
+            .all(|(j, d)| d.load(Ordering::Acquire) >= j.load(Ordering::Acquire))
+    }
+
+    /// Cuts the log back to nothing: every shard holds every round durably
+    /// (after recovery, or at a clean shutdown).
+    pub fn clear(&self) -> io::Result<()> {
+        let mut f = self.file.lock();
+        f.file.set_len(0)?;
+        f.file.sync_data()?;
+        f.len = 0;
+        f.dirty = false;
+        Ok(())
+    }
+
+    /// The log's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The key of the `sys` row that holds a shard's last round.
+pub const COORD_ROW: &[u8] = b"coord_txid";
+
+fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
+    out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+    out.extend_from_slice(b);
+}
+
+fn encode(txid: u64, parts: &Parts) -> Vec<u8> {
+    let mut body = Vec::new();
+    body.extend_from_slice(&(parts.len() as u16).to_be_bytes());
+    for (shard, ops) in parts {
+        body.extend_from_slice(&(*shard as u16).to_be_bytes());
+        body.extend_from_slice(&(ops.len() as u32).to_be_bytes());
+        for op in ops {
+            match op {
+                RowOp::Put(t, k, v) => {
+                    body.extend_from_slice(&[0, *t as u8]);
+                    put_bytes(&mut body, k);
+                    put_bytes(&mut body, v);
+                }
+                RowOp::Del(t, k) => {
+                    body.extend_from_slice(&[1, *t as u8]);
+                    put_bytes(&mut body, k);
+                }
+                RowOp::Clear(t) => body.extend_from_slice(&[2, *t as u8]),
+                RowOp::DelRange(t, start, end) => {
+                    body.extend_from_slice(&[3, *t as u8]);
+                    put_bytes(&mut body, start);
+                    match end {
+                        Some(e) => {
+                            body.push(1);
+                            put_bytes(&mut body, e);
+                        }
+                        None => body.push(0),
+                    }
+                }
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(HEADER + body.len());
+    out.extend_from_slice(&MAGIC.to_be_bytes());
+    out.extend_from_slice(&txid.to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// A cursor over a record body; every read is bounds-checked, so a body
+/// whose CRC matched but whose layout is wrong decodes to `None`.
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
+    }
+    fn bytes(&mut self) -> Option<Vec<u8>> {
+        let n = self.u32()? as usize;
+        self.take(n).map(<[u8]>::to_vec)
+    }
+    fn table(&mut self) -> Option<Table> {
+        Table::from_code(self.u8()?)
+    }
+}
+
+fn decode_body(body: &[u8]) -> Option<Parts> {
+    let mut c = Cursor(body);
+    let n = c.u16()?;
+    let mut parts = Vec::with_capacity(n as usize);
+    for _ in 0..n {
+        let shard = c.u16()? as usize;
+        let count = c.u32()?;
+        let mut ops = Vec::new();
+        for _ in 0..count {
+            let op = match c.u8()? {
+                0 => RowOp::Put(c.table()?, c.bytes()?, c.bytes()?),
+                1 => RowOp::Del(c.table()?, c.bytes()?),
+                2 => RowOp::Clear(c.table()?),
+                3 => {
+                    let t = c.table()?;
+                    let start = c.bytes()?;
+                    let end = match c.u8()? {
+                        0 => None,
+                        _ => Some(c.bytes()?),
+                    };
+                    RowOp::DelRange(t, start, end)
+                }
+                _ => return None,
+            };
+            ops.push(op);
+        }
+        parts.push((shard, ops));
+    }
+    c.0.is_empty().then_some(parts)
+}
+
+/// The whole records at the start of `bytes`; the first torn or corrupt
+/// one ends the log (it was never acknowledged).
+fn decode_all(bytes: &[u8]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while bytes.len() - at >= HEADER {
+        let h = &bytes[at..at + HEADER];
+        if u32::from_be_bytes(h[..4].try_into().unwrap()) != MAGIC {
+            break;
+        }
+        let txid = u64::from_be_bytes(h[4..12].try_into().unwrap());
+        let len = u32::from_be_bytes(h[12..16].try_into().unwrap()) as usize;
+        let crc = u32::from_be_bytes(h[16..20].try_into().unwrap());
+        let Some(body) = bytes.get(at + HEADER..at + HEADER + len) else {
+            break;
+        };
+        if crc32fast::hash(body) != crc {
+            break;
+        }
+        let Some(parts) = decode_body(body) else {
+            break;
+        };
+        out.push(Record { txid, parts });
+        at += HEADER + len;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts() -> Parts {
+        vec![
+            (
+                0,
+                vec![
+                    RowOp::Put(Table::Meta, b"k".to_vec(), b"v".to_vec()),
+                    RowOp::Del(Table::Sub, b"s".to_vec()),
+                ],
+            ),
+            (
+                1,
+                vec![
+                    RowOp::Clear(Table::Ttl),
+                    RowOp::DelRange(Table::Meta, b"a".to_vec(), None),
+                    RowOp::DelRange(Table::Sub, b"a".to_vec(), Some(b"b".to_vec())),
+                ],
+            ),
+        ]
+    }
+
+    #[test]
+    fn records_read_back_whole_and_a_torn_tail_is_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, none) = IntentLog::open(dir.path(), 2, 0).unwrap();
+        assert!(none.is_empty());
+        assert_eq!(log.next_txid(), 1);
+        log.append(1, &parts(), true).unwrap();
+        log.append(2, &parts()[..1].to_vec(), false).unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let path = dir.path().join("coord.log");
+        let len = std::fs::metadata(&path).unwrap().len();
+        // A third record cut short, as by a crash mid-append.
+        let partial = encode(3, &parts());
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        std::io::Write::write_all(&mut f, &partial[..partial.len() - 3]).unwrap();
+        drop(f);
+        let (log, records) = IntentLog::open(dir.path(), 2, 0).unwrap();
+        assert_eq!(
+            records,
+            vec![
+                Record {
+                    txid: 1,
+                    parts: parts()
+                },
+                Record {
+                    txid: 2,
+                    parts: parts()[..1].to_vec()
+                }
+            ]
+        );
+        assert_eq!(log.next_txid(), 3);
+        assert!(std::fs::metadata(&path).unwrap().len() > len);
+        log.clear().unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn a_corrupt_record_ends_the_log() {
+        let mut bytes = encode(1, &parts());
+        let second = encode(2, &parts());
+        bytes.extend_from_slice(&second);
+        let n = bytes.len();
+        bytes[n - 1] ^= 0xff;
+        let records = decode_all(&bytes);
+        assert_eq!(records.len(), 1);
+        assert_eq!(records[0].txid, 1);
+    }
+}
