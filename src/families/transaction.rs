@@ -186,7 +186,10 @@ pub fn run_unit(
             Action::Read { shard, .. } | Action::Write { shard, .. } => {
                 shards.insert(*shard);
             }
-            Action::ReadMany { ids, .. } => shards.extend(ids.iter().copied()),
+            Action::ReadMany { ids, .. } => {
+                shards.extend(ids.iter().copied());
+                one_shard_ops &= ids.len() == 1;
+            }
             Action::Plan { ids, .. } => {
                 shards.extend(ids.iter().copied());
                 one_shard_ops = false;
@@ -227,6 +230,9 @@ pub fn run_unit(
         };
     }
     let ids: Vec<usize> = shards.into_iter().collect();
+    if one_shard_ops && watching.keys.is_empty() {
+        return spread_unit(server, ids, specs, actions);
+    }
     if ids.is_empty() {
         // Commands that need no shard but are not immediate (a job).
         return Action::Job(Box::pin(async move {
@@ -267,6 +273,66 @@ pub fn run_unit(
                 });
                 run.await
                     .map_err(|e| StoreError::Internal(format!("transaction panicked: {e}")))?
+            })
+        }),
+    }
+}
+
+/// A unit of one-shard commands over several shards, with no watched key
+/// to check: a blind plan that sends each shard its commands at once (see
+/// `coordinator::spread`), so the coordinator can take the next command
+/// while these run, and many such transactions share one round.
+fn spread_unit(
+    server: Arc<Server>,
+    ids: Vec<usize>,
+    specs: Vec<&'static CommandSpec>,
+    actions: Vec<Action>,
+) -> Action {
+    let mut replies: Vec<Option<Reply>> = Vec::with_capacity(actions.len());
+    let mut writes = Vec::new();
+    for a in actions {
+        match a {
+            Action::Reply(r) => replies.push(Some(r)),
+            Action::Write { shard, f } => {
+                replies.push(None);
+                writes.push((shard, f));
+            }
+            Action::Read { shard, f } => {
+                replies.push(None);
+                writes.push((
+                    shard,
+                    Box::new(move |w: &mut WriteCtx| f(&*w)) as crate::shard::WriteFn,
+                ));
+            }
+            Action::ReadMany { ids, f } => {
+                replies.push(None);
+                let shard = ids[0];
+                writes.push((
+                    shard,
+                    Box::new(move |w: &mut WriteCtx| Ok(f(&[&*w as &dyn KvRead])))
+                        as crate::shard::WriteFn,
+                ));
+            }
+            _ => unreachable!("only one-shard actions are spread"),
+        }
+    }
+    let inner = crate::shard::coordinator::spread(writes);
+    Action::Plan {
+        ids,
+        blind: true,
+        plan: Box::new(move |locked| {
+            let ran = inner(locked);
+            Box::pin(async move {
+                let Ok(Reply::Array(ran)) = ran.await? else {
+                    unreachable!("spread replies with an array");
+                };
+                let mut ran = ran.into_iter();
+                let replies: Vec<Reply> = replies
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| ran.next().unwrap_or(Reply::Nil)))
+                    .collect();
+                account(&server, &specs, &replies);
+                Ok(Ok(Reply::Array(replies)))
             })
         }),
     }

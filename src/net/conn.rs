@@ -112,37 +112,8 @@ impl Outbox {
             ids.push(earlier);
         }
         let flags: Vec<ReplyTo> = group.iter().map(|(.., to)| *to).collect();
-        let count = group.len();
-        // One step per shard runs that shard's writes in request order: a
-        // message and a wake-up per shard rather than per write.
-        let mut per_shard: Vec<(usize, Vec<(usize, crate::shard::WriteFn)>)> = Vec::new();
-        for (i, (shard, f, ..)) in group.into_iter().enumerate() {
-            match per_shard.iter_mut().find(|(s, _)| *s == shard) {
-                Some((_, fs)) => fs.push((i, f)),
-                None => per_shard.push((shard, vec![(i, f)])),
-            }
-        }
-        let plan: crate::shard::coordinator::Plan = Box::new(move |locked| {
-            let pending: Vec<_> = per_shard
-                .into_iter()
-                .map(|(shard, fs)| {
-                    locked.send(shard, move |w| {
-                        fs.into_iter()
-                            .map(|(i, f)| f(w).map(|r| (i, r)))
-                            .collect::<Result<Vec<_>, _>>()
-                    })
-                })
-                .collect();
-            Box::pin(async move {
-                let mut replies: Vec<Reply> = (0..count).map(|_| Reply::Nil).collect();
-                for p in pending {
-                    for (i, r) in p.wait().await? {
-                        replies[i] = r;
-                    }
-                }
-                Ok(Ok(Reply::Array(replies)))
-            })
-        });
+        let writes = group.into_iter().map(|(shard, f, _)| (shard, f)).collect();
+        let plan = crate::shard::coordinator::spread(writes);
         let rx = self.server.shards.coordinator().submit(ids, true, plan);
         let group_to = ReplyTo {
             resp3: false,

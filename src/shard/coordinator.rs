@@ -247,6 +247,43 @@ impl Drop for Locked {
     }
 }
 
+/// A blind plan for writes that each touch one shard: one step per shard
+/// runs that shard's writes in their order (a message and a wake-up per
+/// shard rather than per write). Since no write touches another's shard,
+/// this is the same as running them all in order. Its reply is an array
+/// of their replies, in order.
+pub fn spread(writes: Vec<(usize, super::WriteFn)>) -> Plan {
+    let count = writes.len();
+    let mut per_shard: Vec<(usize, Vec<(usize, super::WriteFn)>)> = Vec::new();
+    for (i, (shard, f)) in writes.into_iter().enumerate() {
+        match per_shard.iter_mut().find(|(s, _)| *s == shard) {
+            Some((_, fs)) => fs.push((i, f)),
+            None => per_shard.push((shard, vec![(i, f)])),
+        }
+    }
+    Box::new(move |locked| {
+        let pending: Vec<_> = per_shard
+            .into_iter()
+            .map(|(shard, fs)| {
+                locked.send(shard, move |w| {
+                    fs.into_iter()
+                        .map(|(i, f)| f(w).map(|r| (i, r)))
+                        .collect::<Result<Vec<_>, _>>()
+                })
+            })
+            .collect();
+        Box::pin(async move {
+            let mut replies: Vec<Reply> = (0..count).map(|_| Reply::Nil).collect();
+            for p in pending {
+                for (i, r) in p.wait().await? {
+                    replies[i] = r;
+                }
+            }
+            Ok(Ok(Reply::Array(replies)))
+        })
+    })
+}
+
 /// A queued multi-shard command.
 struct Job {
     ids: Vec<usize>,
