@@ -36,7 +36,7 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
             .submit(shard, f)
             .await
             .unwrap_or_else(|_| Reply::err("shard unavailable")),
-        Action::Read { shard, f } => match shards.shard(shard).current_snapshot() {
+        Action::Read { shard, f } => match shards.shard(shard).current_snapshot().await {
             Ok(view) => f(&view).unwrap_or_else(Reply::err),
             Err(e) => Reply::err(e),
         },

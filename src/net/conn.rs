@@ -408,7 +408,7 @@ async fn execute(
                 if outbox.inflight != Inflight::None {
                     outbox.drain().await;
                 }
-                let r = match server.shards.shard(shard).current_snapshot() {
+                let r = match server.shards.shard(shard).current_snapshot().await {
                     Ok(view) => f(&view).unwrap_or_else(Reply::err),
                     Err(e) => Reply::err(e),
                 };

@@ -133,13 +133,11 @@ impl ShardActor {
         Ok(txn)
     }
 
-    /// Commits `txn`, holding the commit lock so multi-shard readers see
-    /// either all or none of a coordinated commit.
+    /// Commits `txn`: a commit of this shard alone, which needs no commit
+    /// lock (that is for multi-shard commits: see `serve_lock`), so
+    /// readers never wait for its fsync.
     fn commit(&mut self, txn: redb::WriteTransaction) -> Result<(), StoreError> {
-        let shared = self.shared.clone();
-        let visible = shared.commit_lock.write();
         txn.commit()?;
-        drop(visible);
         self.note_commit();
         Ok(())
     }
@@ -453,12 +451,16 @@ impl ShardActor {
         } else {
             finished.and_then(|()| txn.commit().map_err(StoreError::from))
         };
+        // Counted before the lock goes, so that a reader let in by the
+        // release opens a new snapshot rather than reusing an older one.
+        if result.is_ok() {
+            self.shared.committed();
+        }
         barrier.wait();
         drop(visible);
         match &result {
             Ok(()) => {
                 self.last_round = round.txid;
-                self.shared.committed();
                 self.unsynced = true;
                 self.shared.publish_counts(&self.state.counts);
                 shared

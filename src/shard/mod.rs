@@ -164,7 +164,23 @@ impl ShardShared {
     /// A snapshot at least as new as the last commit whose replies have been
     /// sent (commits are counted before replies go out), shared with other
     /// readers until the next commit.
-    pub fn current_snapshot(&self) -> Result<ReadView, StoreError> {
+    ///
+    /// It is never taken while a multi-shard commit is becoming visible
+    /// here (the participants hold their commit locks from before the
+    /// first commits until after the last, and count their commit before
+    /// letting go): a client that has seen one shard's part of an EXEC or
+    /// an MSET can never then see another shard without it. The wait is
+    /// async, so no connection thread blocks on a commit.
+    pub async fn current_snapshot(&self) -> Result<ReadView, StoreError> {
+        loop {
+            if let Some(_visible) = self.commit_lock.try_read() {
+                return self.cached_snapshot();
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+
+    fn cached_snapshot(&self) -> Result<ReadView, StoreError> {
         let generation = self.stats.commits.load(Ordering::Acquire);
         let mut cache = self.snapshot_cache.lock();
         let snap = match &*cache {
