@@ -9,7 +9,8 @@ use crate::protocol::reply::Reply;
 
 /// How deep a returned table may nest before the conversion gives up, as
 /// Redis does when the Lua stack cannot grow ("reached lua stack limit").
-const MAX_DEPTH: usize = 1000;
+/// Lower than Redis's limit so that a debug build's 2 MB thread stack holds.
+const MAX_DEPTH: usize = 400;
 
 /// C's `printf("%.<prec>g", v)` as glibc prints it (`-nan` for the NaN that
 /// x86 arithmetic produces, `inf`, trailing zeros trimmed).

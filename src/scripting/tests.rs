@@ -725,3 +725,330 @@ fn kill_a_running_script() {
     );
     assert_eq!(e(&vm, "return 1"), Reply::Int(1));
 }
+
+/// Runs `return <expr>` and expects a bulk string.
+fn bulk_of(vm: &ScriptVm, expr: &str) -> Reply {
+    e(vm, &format!("return {expr}"))
+}
+
+// Each line: EVAL "return <expr>" 0 against Redis 7.0.15.
+#[test]
+fn cjson_encode() {
+    let vm = ScriptVm::new().unwrap();
+    for (expr, want) in [
+        (
+            "cjson.encode({1,2,3,'a',true,false})",
+            "[1,2,3,\"a\",true,false]",
+        ),
+        ("cjson.encode({a=1})", "{\"a\":1}"),
+        ("cjson.encode({})", "{}"),
+        ("cjson.encode({[1]=1,[2]=2,[4]=4})", "[1,2,null,4]"),
+        (
+            "cjson.encode({[1]=1,[2]=2,[3]=3,[4]=4, [5]=5, [11]=1})",
+            "[1,2,3,4,5,null,null,null,null,null,1]",
+        ),
+        ("cjson.encode({[0]=1})", "{\"0\":1}"),
+        ("cjson.encode({[-1]=1})", "{\"-1\":1}"),
+        ("cjson.encode({[1.5]=1})", "{\"1.5\":1}"),
+        ("cjson.encode({1, a=2})", "{\"1\":1,\"a\":2}"),
+        ("cjson.encode({[2]=1})", "[null,1]"),
+        ("cjson.encode(cjson.null)", "null"),
+        ("cjson.encode({cjson.null, 1})", "[null,1]"),
+        ("cjson.encode(nil)", "null"),
+        ("cjson.encode(0.1)", "0.1"),
+        ("cjson.encode(1/3)", "0.33333333333333"),
+        ("cjson.encode(123456789012345678)", "1.2345678901235e+17"),
+        ("cjson.encode(1e300)", "1e+300"),
+        ("cjson.encode(-0)", "-0"),
+        ("cjson.encode(100)", "100"),
+        ("cjson.encode(1e-7)", "1e-07"),
+        ("cjson.encode(2^53)", "9.007199254741e+15"),
+        ("cjson.encode('a/b')", "\"a\\/b\""),
+        (
+            "cjson.encode({['a b']={c={1,{d=2}}}})",
+            "{\"a b\":{\"c\":[1,{\"d\":2}]}}",
+        ),
+        ("cjson.encode({1,2,3,nil,5})", "[1,2,3,null,5]"),
+        ("cjson.encode({a={}})", "{\"a\":{}}"),
+        (
+            "cjson.encode({[10]=1})",
+            "[null,null,null,null,null,null,null,null,null,1]",
+        ),
+        (
+            "cjson.encode({[1]=1, [2]=2, n=3})",
+            "{\"1\":1,\"2\":2,\"n\":3}",
+        ),
+        (
+            "cjson.encode({a={b={}}, c=cjson.null})",
+            "{\"a\":{\"b\":{}},\"c\":null}",
+        ),
+        ("cjson.encode({1,2,[0]=0})", "{\"1\":1,\"2\":2,\"0\":0}"),
+        (
+            "cjson.encode(cjson.decode('{\"k\":[1,2,{\"x\":\"y\"}],\"n\":null}'))",
+            "{\"k\":[1,2,{\"x\":\"y\"}],\"n\":null}",
+        ),
+        ("tostring(cjson.null)", "userdata: (nil)"),
+    ] {
+        assert_eq!(bulk_of(&vm, expr), Reply::bulk(want.to_string()), "{expr}");
+    }
+    // EVAL "local s = '' for i=0,255 do s = s .. string.char(i) end return cjson.encode(s)" 0
+    let mut want = b"\"\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\b\\t\\n\\u000b\\f\\r\\u000e\\u000f\\u0010\\u0011\\u0012\\u0013\\u0014\\u0015\\u0016\\u0017\\u0018\\u0019\\u001a\\u001b\\u001c\\u001d\\u001e\\u001f !\\\"#$%&'()*+,-.\\/0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\\\]^_`abcdefghijklmnopqrstuvwxyz{|}~\\u007f".to_vec();
+    want.extend(0x80..=0xffu8);
+    want.push(b'"');
+    assert_eq!(
+        e(
+            &vm,
+            "local s = '' for i=0,255 do s = s .. string.char(i) end return cjson.encode(s)"
+        ),
+        Reply::bulk(want)
+    );
+    // EVAL "local t = {} local c = t for i=1,999 do c[1] = {} c = c[1] end return #cjson.encode(t)" 0
+    assert_eq!(
+        e(&vm, "local t = {} local c = t for i=1,999 do c[1] = {} c = c[1] end return #cjson.encode(t)"),
+        Reply::Int(2000)
+    );
+    for (body, want) in [
+        ("return cjson.encode({[1]=1,[20]=2})", "ERR user_script:1: Cannot serialise table: excessively sparse array script: 17303987ac6a57263cac31c74212431dce49e99c, on @user_script:1."),
+        ("return cjson.encode({[true]=1})", "ERR user_script:1: Cannot serialise boolean: table key must be a number or string script: 376a640005c8509c694166527ca834359bf69aa8, on @user_script:1."),
+        ("return cjson.encode()", "ERR user_script:1: bad argument #1 to 'encode' (expected 1 argument) script: fc593ea31f478c7ed65c77495cc63edeb9153530, on @user_script:1."),
+        ("return cjson.encode(function() end)", "ERR user_script:1: Cannot serialise function: type not supported script: c6600573aa08cdf0af5da6e0ef682db69a3acc00, on @user_script:1."),
+        ("return cjson.encode(1/0)", "ERR user_script:1: Cannot serialise number: must not be NaN or Inf script: 08ffdaa5e7f117332da21c3b5222c2ede9492c60, on @user_script:1."),
+        ("local t = {} t[1] = t return cjson.encode(t)", "ERR user_script:1: Cannot serialise, excessive nesting (1001) script: 576653f0096d47f87063058b9abe9085cdcd4f41, on @user_script:1."),
+    ] {
+        assert_eq!(e(&vm, body), err(want), "{body}");
+    }
+}
+
+// Each line: EVAL '<body>' 0 against Redis 7.0.15.
+#[test]
+fn cjson_decode() {
+    let vm = ScriptVm::new().unwrap();
+    assert_eq!(
+        e(&vm, "local t = cjson.decode('[1,2,3,\"a\",true,false,null]') return {#t, type(t[7]), tostring(t[7] == cjson.null), t[1], t[4], tostring(t[5])}"),
+        Reply::Array(vec![Reply::Int(7), Reply::bulk("userdata"), Reply::bulk("true"), Reply::Int(1), Reply::bulk("a"), Reply::bulk("true")])
+    );
+    assert_eq!(
+        e(
+            &vm,
+            "local t = cjson.decode('{\"a\":1,\"b\":[1,2]}') return {t.a, t.b[2]}"
+        ),
+        ints(&[1, 2])
+    );
+    for (body, want) in [
+        ("return cjson.decode('1.5e3')", Reply::Int(1500)),
+        ("return tostring(cjson.decode('0.1'))", Reply::bulk("0.1")),
+        (
+            "return cjson.decode([[\"\\u00e9\\u4e2d\\ud83d\\ude00\"]])",
+            Reply::bulk("\u{e9}\u{4e2d}\u{1f600}"),
+        ),
+        (
+            "return cjson.decode([[\"\\b\\f\\n\\r\\t\\/\\\\\\\"\"]])",
+            Reply::bulk("\x08\x0c\n\r\t/\\\""),
+        ),
+        ("return cjson.decode([[\"\\u0000\"]])", Reply::bulk("\0")),
+        ("return cjson.decode('01')", Reply::Int(1)),
+        ("return cjson.decode('0x10')", Reply::Int(16)),
+        ("return cjson.decode('1.')", Reply::Int(1)),
+        ("return cjson.decode('+1')", Reply::Int(1)),
+        ("return cjson.decode('nan')", Reply::Int(i64::MIN)),
+        ("return tostring(cjson.decode('inf'))", Reply::bulk("inf")),
+        (
+            "return tostring(cjson.decode('-Infinity'))",
+            Reply::bulk("-inf"),
+        ),
+        ("return tostring(cjson.decode('-0'))", Reply::bulk("-0")),
+        ("return tostring(cjson.decode([[1E2]]))", Reply::bulk("100")),
+        (
+            "return tostring(cjson.decode([[12345678901234567890]]))",
+            Reply::bulk("1.2345678901235e+19"),
+        ),
+        ("return cjson.decode('\"a\tb\"')", Reply::bulk("a\tb")),
+        ("return cjson.decode(1)", Reply::Int(1)),
+        (
+            "return #cjson.decode(string.rep('[', 1000) .. string.rep(']', 1000))",
+            Reply::Int(1),
+        ),
+        ("return cjson.decode('[1,2,3] ')", ints(&[1, 2, 3])),
+        ("return cjson.decode(' {} ')", ints(&[])),
+        ("return cjson.decode(\"[1,2,3]\\0\")", ints(&[1, 2, 3])),
+        (
+            "return cjson.decode([[{\"a\":1,\"a\":2}]]).a",
+            Reply::Int(2),
+        ),
+        (
+            "return {cjson._NAME, cjson._VERSION}",
+            bulks(&["cjson", "2.1.0"]),
+        ),
+        ("return cjson.encode_max_depth()", Reply::Int(1000)),
+        ("return cjson.decode_max_depth()", Reply::Int(1000)),
+        ("return cjson.encode_number_precision()", Reply::Int(14)),
+        (
+            "return {cjson.encode_sparse_array()}",
+            Reply::Array(vec![Reply::Nil, Reply::Int(2), Reply::Int(10)]),
+        ),
+        ("return cjson.encode_invalid_numbers()", Reply::Nil),
+        ("return cjson.decode_invalid_numbers()", Reply::Int(1)),
+        ("return type(cjson.new())", Reply::bulk("table")),
+    ] {
+        assert_eq!(e(&vm, body), want, "{body}");
+    }
+    let errors = [
+        (
+            "return cjson.decode('{')",
+            "Expected object key string but found T_END at character 2",
+            "6c60bbb22c4b71b0415e4e539d6dc66cc27df21d",
+        ),
+        (
+            "return cjson.decode('[1,2')",
+            "Expected comma or array end but found T_END at character 5",
+            "c107001b5ba2ff860ee2557f64da37c4767ef4bd",
+        ),
+        (
+            "return cjson.decode('[1,]')",
+            "Expected value but found T_ARR_END at character 4",
+            "d31ab1dd313d99d4ad3dac6e48cdff283bea270c",
+        ),
+        (
+            "return cjson.decode('{\"a\" 1}')",
+            "Expected colon but found T_NUMBER at character 6",
+            "3486ee24bfdfc100c738c73355e99954ef01d92f",
+        ),
+        (
+            "return cjson.decode('{\"a\":1,}')",
+            "Expected object key string but found T_OBJ_END at character 8",
+            "7e3659dd873275ff5047e436b0cc31cc91d160e4",
+        ),
+        (
+            "return cjson.decode('')",
+            "Expected value but found T_END at character 1",
+            "7ff8cf86abed928f4d61a01dcc9713f0117b180a",
+        ),
+        (
+            "return cjson.decode('  ')",
+            "Expected value but found T_END at character 3",
+            "ad90e2cff32ebb0824378d300466719d14e6d1da",
+        ),
+        (
+            "return cjson.decode('tru')",
+            "Expected value but found invalid token at character 1",
+            "b0ae6f0426d6ff93bdff3364f547baa19aa4171b",
+        ),
+        (
+            "return cjson.decode('1 2')",
+            "Expected the end but found T_NUMBER at character 3",
+            "1408d9a9f8459030a4a353692b905ad7a0ddb424",
+        ),
+        (
+            "return cjson.decode('-')",
+            "Expected value but found invalid number at character 1",
+            "a968c762a4638482bd9ef50dcecdc4504214d87d",
+        ),
+        (
+            "return cjson.decode('.5')",
+            "Expected value but found invalid token at character 1",
+            "121c0b0f2d2ad62de9456ed953ed7b854d2ec58d",
+        ),
+        (
+            "return cjson.decode('\"abc')",
+            "Expected value but found unexpected end of string at character 5",
+            "30d67c6fb8e066eef4796bfcc59cee500c381744",
+        ),
+        (
+            "return cjson.decode()",
+            "bad argument #1 to 'decode' (expected 1 argument)",
+            "5378278d59343caf5c3375a655dfea5e69ab8a74",
+        ),
+        (
+            "return cjson.decode({})",
+            "bad argument #1 to 'decode' (string expected, got table)",
+            "10c706d54b3ae7d2bcc169d647405abd961145fa",
+        ),
+        (
+            "return cjson.decode('[' .. string.rep('[', 1000) .. string.rep(']', 1001))",
+            "Found too many nested data structures (1001) at character 1001",
+            "bed622f1c146039ad9d6026e90a404d4af769af5",
+        ),
+        (
+            "return cjson.decode('{\"a\":1} x')",
+            "Expected the end but found invalid token at character 9",
+            "90231819a228773016a9301f3e04420cd5267cc4",
+        ),
+        (
+            "return cjson.decode([[\"\\x\"]])",
+            "Expected value but found invalid escape code at character 2",
+            "ad85c7aa6d3148995ac3a7ea9b0b0af5d55ed01f",
+        ),
+        (
+            "return cjson.decode([[\"\\ud83d\"]])",
+            "Expected value but found invalid unicode escape code at character 2",
+            "04f3d8acb34ab4425ba0278b2e1d734cf2cdae8f",
+        ),
+        (
+            "return cjson.decode([[\"\\u0041\\u00\"]])",
+            "Expected value but found invalid unicode escape code at character 8",
+            "71c0cb2becb939ad10db08869e76e9d523f51a2d",
+        ),
+        (
+            "return cjson.decode([[\"ab\\]])",
+            "Expected value but found invalid escape code at character 4",
+            "5b6a9d5c6e7ba8df6206901f47cb142f66674617",
+        ),
+        (
+            "return cjson.decode(\"\\\"a\\0b\\\"\")",
+            "Expected value but found unexpected end of string at character 3",
+            "ce89c59917be49b793ed8cb4befc8f0d1a50f4c9",
+        ),
+        (
+            "return cjson.decode([[{\"a\":1 \"b\":2}]])",
+            "Expected comma or object end but found T_STRING at character 8",
+            "4df3c2875a343fc9c11e7d4e6349c22848f89486",
+        ),
+        (
+            "return cjson.decode([[truex]])",
+            "Expected the end but found invalid token at character 5",
+            "679292f4c66c6635f43fb086557c0251bda704e3",
+        ),
+        (
+            "return cjson.decode([[0.5e]])",
+            "Expected the end but found invalid token at character 4",
+            "0d6789e9a98e5228c17a86a377d065c93f865c31",
+        ),
+    ];
+    for (body, msg, sha) in errors {
+        assert_eq!(
+            e(&vm, body),
+            err(&format!(
+                "ERR user_script:1: {msg} script: {sha}, on @user_script:1."
+            )),
+            "{body}"
+        );
+    }
+    // Caught errors carry no script suffix; from pcall directly, no position.
+    // EVAL "local ok, e = pcall(cjson.decode, '{') return e" 0 and the same inside a function.
+    assert_eq!(
+        e(&vm, "local ok, e = pcall(cjson.decode, '{') return e"),
+        Reply::bulk("Expected object key string but found T_END at character 2")
+    );
+    assert_eq!(
+        e(
+            &vm,
+            "local ok, e = pcall(function() return cjson.decode('{') end) return e"
+        ),
+        Reply::bulk("user_script:1: Expected object key string but found T_END at character 2")
+    );
+}
+
+// EVAL "local t = {} t[1] = t return t" 0 -> nested *1 ... then
+// -ERR reached lua stack limit (Redis nests deeper before giving up).
+#[test]
+fn self_referencing_reply_stops() {
+    let vm = ScriptVm::new().unwrap();
+    let mut r = e(&vm, "local t = {} t[1] = t return t");
+    let mut depth = 0;
+    while let Reply::Array(mut items) = r {
+        r = items.pop().unwrap();
+        depth += 1;
+    }
+    assert_eq!(r, err("ERR reached lua stack limit"));
+    assert!(depth > 100);
+}
