@@ -1052,3 +1052,40 @@ fn self_referencing_reply_stops() {
     assert_eq!(r, err("ERR reached lua stack limit"));
     assert!(depth > 100);
 }
+
+// Each body: EVAL "<body>" 0 against Redis 7.0.15.
+#[test]
+fn bit_library() {
+    let vm = ScriptVm::new().unwrap();
+    assert_eq!(
+        e(&vm, "return {bit.tobit(0xffffffff), bit.tobit(2^32+1), bit.tobit(1.5), bit.tobit(2.5), bit.tobit(-1.5), bit.tobit('7')}"),
+        ints(&[-1, 1, 2, 2, -2, 7])
+    );
+    assert_eq!(
+        e(&vm, "return {bit.tohex(1), bit.tohex(-1), bit.tohex(255, 2), bit.tohex(255, -4), bit.tohex(0x12345678, 3), bit.tohex(1, 0), bit.tohex(1, 9)}"),
+        bulks(&["00000001", "ffffffff", "ff", "00FF", "678", "", "00000001"])
+    );
+    assert_eq!(
+        e(&vm, "return {bit.bnot(0), bit.band(0xff, 0x0f, 0x3), bit.bor(1, 2, 4), bit.bxor(3, 1), bit.band(5)}"),
+        ints(&[-1, 3, 7, 2, 5])
+    );
+    assert_eq!(
+        e(&vm, "return {bit.lshift(1, 31), bit.lshift(1, 32), bit.rshift(-1, 28), bit.arshift(-16, 2), bit.rol(0x80000001, 1), bit.ror(1, 1), bit.bswap(0x12345678), bit.lshift(1, -1)}"),
+        ints(&[-2147483648, 1, 15, -4, 3, -2147483648, 2018915346, -2147483648])
+    );
+    assert_eq!(e(&vm, "return bit.tohex(2^40)"), Reply::bulk("00000000"));
+    assert_eq!(
+        e(
+            &vm,
+            "return {bit.tobit(1e20), bit.tobit(-2^31), bit.tobit(2^31)}"
+        ),
+        ints(&[2025163840, -2147483648, -2147483648])
+    );
+    for (body, want) in [
+        ("return bit.band()", "ERR user_script:1: bad argument #1 to 'band' (number expected, got no value) script: 5cf53f885283a4f44a8fe7ad7e7fccaed4113e62, on @user_script:1."),
+        ("return bit.band(1, {})", "ERR user_script:1: bad argument #2 to 'band' (number expected, got table) script: 6a05629315079201399701ee15b1ea4d3af587f6, on @user_script:1."),
+        ("return bit.tobit('x')", "ERR user_script:1: bad argument #1 to 'tobit' (number expected, got string) script: 4fe0a4258aa95439ac2f80d95b01a24a0ba1ff0c, on @user_script:1."),
+    ] {
+        assert_eq!(e(&vm, body), err(want), "{body}");
+    }
+}
