@@ -1089,3 +1089,164 @@ fn bit_library() {
         assert_eq!(e(&vm, body), err(want), "{body}");
     }
 }
+
+// Each body: EVAL '<body>' 0 against Redis 7.0.15 (also in
+// tests/compat/cases/scripting.txt).
+#[test]
+fn struct_library() {
+    let vm = ScriptVm::new().unwrap();
+    let b = |s: &[u8]| Reply::bulk(s.to_vec());
+    for (body, want) in [
+        ("return struct.pack('>I2', 258)", b(b"\x01\x02")),
+        ("return struct.pack('<i4', -2)", b(b"\xfe\xff\xff\xff")),
+        (
+            "return struct.pack('b B h H', -1, 255, -2, 65535)",
+            b(b"\xff\xff\xfe\xff\xff\xff"),
+        ),
+        ("return {struct.unpack('>I2', '\\1\\2')}", ints(&[258, 3])),
+        (
+            "return {struct.unpack('<i4', '\\254\\255\\255\\255')}",
+            ints(&[-2, 5]),
+        ),
+        ("return struct.pack('s', 'abc')", b(b"abc\0")),
+        (
+            "return {struct.unpack('s', 'abc\\0def')}",
+            Reply::Array(vec![Reply::bulk("abc"), Reply::Int(5)]),
+        ),
+        ("return struct.pack('c3', 'abcdef')", b(b"abc")),
+        (
+            "return {struct.unpack('c2 c1', 'abc')}",
+            Reply::Array(vec![Reply::bulk("ab"), Reply::bulk("c"), Reply::Int(4)]),
+        ),
+        ("return struct.size('>i4 h b')", Reply::Int(7)),
+        ("return struct.size('!4 b i4')", Reply::Int(8)),
+        ("return struct.size('! b d')", Reply::Int(16)),
+        ("return struct.size('c')", Reply::Int(1)),
+        (
+            "return struct.pack('!4 b i4', 1, 2)",
+            b(b"\x01\0\0\0\x02\0\0\0"),
+        ),
+        (
+            "return {struct.unpack('d', struct.pack('d', 1.5))}",
+            ints(&[1, 9]),
+        ),
+        (
+            "return {struct.unpack('>I2', '\\1\\2\\3\\4', 3)}",
+            ints(&[772, 5]),
+        ),
+        ("return struct.pack('x')", b(b"\0")),
+        (
+            "return struct.pack('i17', 1)",
+            b(b"\x01\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0"),
+        ),
+        ("return struct.pack('!', 1)", b(b"")),
+        ("return struct.pack('c0', 'abcd')", b(b"abcd")),
+        (
+            "return {struct.unpack('b c0', '\\3abcdef')}",
+            Reply::Array(vec![Reply::bulk("abc"), Reply::Int(5)]),
+        ),
+        (
+            "return {struct.unpack('l L T', struct.pack('l L T', -1, 2, 3))}",
+            ints(&[-1, 2, 3, 25]),
+        ),
+        ("return struct.pack('>f', 1.5)", b(b"?\xc0\0\0")),
+        ("return struct.pack('B', 256)", b(b"\0")),
+        ("return struct.pack('b', 1.7)", b(b"\x01")),
+        ("return struct.pack('i', -1.7)", b(b"\xff\xff\xff\xff")),
+        (
+            "return {struct.unpack('I8', '\\255\\255\\255\\255\\255\\255\\255\\255')}",
+            ints(&[i64::MIN, 9]),
+        ),
+        (
+            "return {struct.unpack('i8', '\\255\\255\\255\\255\\255\\255\\255\\255')}",
+            ints(&[-1, 9]),
+        ),
+        (
+            "return {struct.unpack('I3', '\\255\\255\\255')}",
+            ints(&[16777215, 4]),
+        ),
+        (
+            "return {struct.unpack('i3', '\\255\\255\\255')}",
+            ints(&[-1, 4]),
+        ),
+        ("return struct.pack('H', '12')", b(b"\x0c\0")),
+        ("return {struct.unpack('x b', '\\1\\2')}", ints(&[2, 3])),
+        ("return struct.pack('s', 12)", b(b"12\0")),
+    ] {
+        assert_eq!(e(&vm, body), want, "{body}");
+    }
+    for (body, msg) in [
+        (
+            "return struct.pack('y', 1)",
+            "bad argument #1 to 'pack' (invalid format option 'y')",
+        ),
+        (
+            "return struct.unpack('>I4', 'ab')",
+            "bad argument #2 to 'unpack' (data string too short)",
+        ),
+        (
+            "return struct.size('s')",
+            "bad argument #1 to 'size' (option 's' has no fixed size)",
+        ),
+        (
+            "return struct.size('c0')",
+            "bad argument #1 to 'size' (option 'c0' has no fixed size)",
+        ),
+        (
+            "return struct.pack('i33', 1)",
+            "integral size 33 is larger than limit of 32",
+        ),
+        (
+            "return struct.pack('!3 i4', 1)",
+            "alignment 3 is not a power of 2",
+        ),
+        (
+            "return struct.pack('i')",
+            "bad argument #2 to 'pack' (number expected, got nil)",
+        ),
+        (
+            "return struct.pack('c5', 'ab')",
+            "bad argument #3 to 'pack' (string too short)",
+        ),
+        (
+            "return {struct.unpack('c0', 'abc')}",
+            "format 'c0' needs a previous size",
+        ),
+        (
+            "return {struct.unpack('s', 'abc')}",
+            "unfinished string in data",
+        ),
+        (
+            "return {struct.unpack('B', '\\1', 5)}",
+            "bad argument #2 to 'unpack' (data string too short)",
+        ),
+        (
+            "return struct.pack('H', 'x')",
+            "bad argument #2 to 'pack' (number expected, got string)",
+        ),
+        (
+            "return struct.pack(1)",
+            "bad argument #1 to 'pack' (invalid format option '1')",
+        ),
+        (
+            "return struct.pack()",
+            "bad argument #1 to 'pack' (string expected, got no value)",
+        ),
+        (
+            "return {struct.unpack('i2', '\\1\\2', 0)}",
+            "bad argument #3 to 'unpack' (offset must be 1 or greater)",
+        ),
+        (
+            "return {struct.unpack('i2', '\\1\\2', -1)}",
+            "bad argument #2 to 'unpack' (data string too short)",
+        ),
+    ] {
+        match e(&vm, body) {
+            Reply::Error(got) => assert!(
+                got.starts_with(&format!("ERR user_script:1: {msg} script: ")),
+                "{body}: {got}"
+            ),
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+}
