@@ -1250,3 +1250,96 @@ fn struct_library() {
         }
     }
 }
+
+// Each body: EVAL '<body>' 0 against Redis 7.0.15 (partly also in
+// tests/compat/cases/scripting.txt).
+#[test]
+fn cmsgpack_library() {
+    let vm = ScriptVm::new().unwrap();
+    let b = |s: &[u8]| Reply::bulk(s.to_vec());
+    let mut x40 = b"\xd9(".to_vec();
+    x40.extend_from_slice(&[b'x'; 40]);
+    let mut x300 = b"\xda\x01,".to_vec();
+    x300.extend_from_slice(&[b'x'; 300]);
+    for (body, want) in [
+        ("return cmsgpack.pack(1, -1, 127, 128, -33, 65536, 1.5, 'abc', true, false)", b(b"\x01\xff\x7f\xcc\x80\xd0\xdf\xce\x00\x01\x00\x00\xca?\xc0\x00\x00\xa3abc\xc3\xc2")),
+        ("return cmsgpack.pack({1,2,3})", b(b"\x93\x01\x02\x03")),
+        ("return cmsgpack.pack({a=1})", b(b"\x81\xa1a\x01")),
+        ("return cmsgpack.pack(nil)", b(b"\xc0")),
+        ("return cmsgpack.pack(string.rep('x', 40))", b(&x40)),
+        ("return cmsgpack.pack(string.rep('x', 300))", b(&x300)),
+        ("return cmsgpack.pack(2^40, -2^40, 0.1)", b(b"\xcf\x00\x00\x01\x00\x00\x00\x00\x00\xd3\xff\xff\xff\x00\x00\x00\x00\x00\xcb?\xb9\x99\x99\x99\x99\x99\x9a")),
+        ("return cmsgpack.pack({})", b(b"\x90")),
+        ("return cmsgpack.pack({1,nil,3})", b(b"\x82\x01\x01\x03\x03")),
+        ("return cmsgpack.pack(function() end)", b(b"\xc0")),
+        ("return cmsgpack.pack({1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16})", b(b"\xdc\x00\x10\x01\x02\x03\x04\x05\x06\x07\x08\t\n\x0b\x0c\r\x0e\x0f\x10")),
+        ("local t = {} local c = t for i=1,20 do c[1] = {} c = c[1] end return cmsgpack.pack(t)", b(b"\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\x91\xc0")),
+        ("return cmsgpack.pack({a=true})", b(b"\x81\xa1a\xc3")),
+        ("return {cmsgpack.unpack(cmsgpack.pack(1, 'two', {3}))}", Reply::Array(vec![Reply::Int(1), Reply::bulk("two"), ints(&[3])])),
+        ("local t = cmsgpack.unpack(cmsgpack.pack({a={b=1}})) return t.a.b", Reply::Int(1)),
+        ("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3))}", ints(&[1, 1])),
+        ("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 2)}", ints(&[-1, 3])),
+        ("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 1)}", ints(&[2, 2])),
+        ("return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 3)}", ints(&[-1])),
+        ("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 2)}", ints(&[2, 1, 2])),
+        ("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 0)}", ints(&[1, 2, 3])),
+        ("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 5)}", ints(&[-1, 1, 2, 3])),
+        ("return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), 1, 1)}", ints(&[2, 2])),
+        ("return {cmsgpack.unpack('\\192\\195\\194')}", ints(&[])),
+        ("return {cmsgpack.unpack('\\204\\200\\205\\1\\0\\206\\0\\1\\0\\0\\207\\0\\0\\0\\0\\0\\0\\0\\1\\208\\200\\209\\255\\0\\210\\255\\255\\255\\0\\211\\255\\255\\255\\255\\255\\255\\255\\255')}", ints(&[200, 256, 65536, 1, -56, -256, -256, -1])),
+        ("local t = cmsgpack.unpack('\\130\\1\\192\\161a\\1') return {t[1] == nil, t.a}", ints(&[1, 1])),
+        ("return {cmsgpack.unpack('\\147\\1\\192\\3')}", Reply::Array(vec![ints(&[1])])),
+        ("return {cmsgpack.unpack('')}", ints(&[])),
+        ("return {cmsgpack.unpack(12)}", ints(&[49, 50])),
+        ("return {cmsgpack.unpack_one('')}", ints(&[-1])),
+        ("return {tostring(cmsgpack.unpack('\\202\\63\\192\\0\\0')), tostring(cmsgpack.unpack('\\203\\63\\185\\153\\153\\153\\153\\153\\154'))}", bulks(&["1.5", "0.1"])),
+        ("return {cmsgpack._NAME, cmsgpack._VERSION, cmsgpack._COPYRIGHT, cmsgpack._DESCRIPTION}", bulks(&["cmsgpack", "lua-cmsgpack 0.4.0", "Copyright (C) 2012, Salvatore Sanfilippo", "MessagePack C implementation for Lua"])),
+    ] {
+        assert_eq!(e(&vm, body), want, "{body}");
+    }
+    let mut special = b"\xca\x7f\x80\x00\x00\xca\xff\x80\x00\x00\xca_\x80\x00\x00\x00\xcf\x00\x00\x00\x01\x00\x00\x00\x00\xd3\xff\xff\xff\xff\x7f\xff\xff\xff\xcc\xff\xcd\x01\x00\xd0\x80\xd1\xff\x7f".to_vec();
+    special.extend_from_slice(b"\xd1\x80\x00\xd2\xff\xff\x7f\xff");
+    assert_eq!(
+        e(&vm, "return cmsgpack.pack(1/0, -1/0, 2^64, -0.0, 4294967296, -2147483649, 255, 256, -128, -129, -32768, -32769)"),
+        b(&special)
+    );
+    for (body, msg) in [
+        ("return cmsgpack.unpack('\\217')", "Missing bytes in input."),
+        (
+            "return cmsgpack.pack()",
+            "bad argument #0 to 'pack' (MessagePack pack needs input.)",
+        ),
+        (
+            "return cmsgpack.unpack()",
+            "bad argument #1 to 'unpack' (string expected, got no value)",
+        ),
+        (
+            "return {cmsgpack.unpack('\\193')}",
+            "Bad data format in input.",
+        ),
+        (
+            "return {cmsgpack.unpack('\\196\\2ab')}",
+            "Bad data format in input.",
+        ),
+        (
+            "return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), 4)}",
+            "Start offset 4 greater than input length 3.",
+        ),
+        (
+            "return {cmsgpack.unpack_one(cmsgpack.pack(1, 2, 3), -1)}",
+            "Invalid request to unpack with offset of -1 and limit of 3.",
+        ),
+        (
+            "return {cmsgpack.unpack_limit(cmsgpack.pack(1, 2, 3), -1)}",
+            "Invalid request to unpack with offset of 0 and limit of 3.",
+        ),
+    ] {
+        match e(&vm, body) {
+            Reply::Error(got) => assert!(
+                got.starts_with(&format!("ERR user_script:1: {msg} script: ")),
+                "{body}: {got}"
+            ),
+            other => panic!("{body}: {other:?}"),
+        }
+    }
+}
