@@ -16,6 +16,7 @@ mod bit;
 mod cjson;
 mod cmsgpack;
 mod convert;
+mod functions;
 mod sha1;
 mod shebang;
 mod structlib;
@@ -32,6 +33,7 @@ use bytes::Bytes;
 
 use crate::protocol::reply::Reply;
 
+pub use functions::{FunctionInfo, LibraryInfo};
 pub use sha1::sha1_hex;
 pub use vm::ScriptVm;
 
@@ -105,10 +107,12 @@ impl ScriptFlags {
 /// Shared between the VM (which checks it from an instruction-count hook)
 /// and whoever handles SCRIPT KILL / FUNCTION KILL and BUSY replies.
 #[derive(Default)]
-struct KillState {
+pub(crate) struct KillState {
     running: AtomicBool,
     is_function: AtomicBool,
     kill: AtomicBool,
+    /// FUNCTION LOAD is running library code (500 ms limit).
+    loading: AtomicBool,
     started: parking_lot::Mutex<Option<Instant>>,
 }
 

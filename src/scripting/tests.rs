@@ -7,6 +7,8 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::{Host, ScriptVm};
+
+const BAD_NAME: &str = "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
 use crate::protocol::reply::Reply;
 
 /// Answers a few string commands from a map, like a tiny Redis.
@@ -1342,4 +1344,196 @@ fn cmsgpack_library() {
             other => panic!("{body}: {other:?}"),
         }
     }
+}
+
+fn load_lib(vm: &ScriptVm, code: &str) -> Result<String, Reply> {
+    vm.load_library(code.as_bytes(), false).map(|l| l.name)
+}
+
+fn fcall(
+    vm: &ScriptVm,
+    h: &mut FakeHost,
+    name: &str,
+    keys: &[&str],
+    args: &[&str],
+    ro: bool,
+) -> Reply {
+    let b = |v: &[&str]| {
+        v.iter()
+            .map(|s| Bytes::copy_from_slice(s.as_bytes()))
+            .collect()
+    };
+    vm.call_function(name, b(keys), b(args), ro, h)
+}
+
+// Recorded from Redis 7.0.15 after FUNCTION FLUSH, in this order:
+// FUNCTION LOAD "#!lua name=mylib\nredis.register_function('myfunc', function(keys, args) return args[1] end)"
+// FCALL myfunc 0 hello, FCALL myfunc 0, and so on (each load/call below).
+#[test]
+fn functions_load_and_call() {
+    let vm = ScriptVm::new().unwrap();
+    let mut h = FakeHost::default();
+    assert_eq!(
+        load_lib(&vm, "#!lua name=mylib\nredis.register_function('myfunc', function(keys, args) return args[1] end)"),
+        Ok("mylib".into())
+    );
+    assert_eq!(
+        fcall(&vm, &mut h, "myfunc", &[], &["hello"], false),
+        Reply::bulk("hello")
+    );
+    assert_eq!(fcall(&vm, &mut h, "myfunc", &[], &[], false), Reply::Nil);
+    assert_eq!(
+        load_lib(&vm, "#!lua name=mylib\nredis.register_function('myfunc', function(keys, args) return 1 end)"),
+        Err(err("ERR Library 'mylib' already exists"))
+    );
+    assert_eq!(
+        load_lib(
+            &vm,
+            "#!lua name=lib2\nredis.register_function('myfunc', function(keys, args) return 1 end)"
+        ),
+        Err(err("ERR Function myfunc already exists"))
+    );
+    assert_eq!(
+        load_lib(&vm, "#!lua name=lib3\nredis.register_function{function_name='f3', callback=function(keys, args) return keys[1] end, flags={'no-writes'}}"),
+        Ok("lib3".into())
+    );
+    assert_eq!(
+        fcall(&vm, &mut h, "f3", &["kk"], &[], false),
+        Reply::bulk("kk")
+    );
+    assert_eq!(
+        fcall(&vm, &mut h, "f3", &["kk"], &[], true),
+        Reply::bulk("kk")
+    );
+    assert!(vm.function_flags("f3").unwrap().no_writes);
+    assert_eq!(
+        fcall(&vm, &mut h, "myfunc", &[], &[], true),
+        err("ERR Can not execute a script with write flag using *_ro command.")
+    );
+    assert_eq!(
+        fcall(&vm, &mut h, "nosuch", &[], &[], false),
+        err("ERR Function not found")
+    );
+    load_lib(
+        &vm,
+        "#!lua name=lib4\nredis.register_function('f4', function(keys, args) error('boom') end)",
+    )
+    .unwrap();
+    assert_eq!(
+        fcall(&vm, &mut h, "f4", &[], &[], false),
+        err("ERR user_function:2: boom script: f4, on @user_function:2.")
+    );
+    load_lib(
+        &vm,
+        "#!lua name=lib5\nredis.register_function('f5', function(keys, args) return x end)",
+    )
+    .unwrap();
+    assert_eq!(
+        fcall(&vm, &mut h, "f5", &[], &[], false),
+        err("ERR user_function:2: Script attempted to access nonexistent global variable 'x' script: f5, on @user_function:2.")
+    );
+    load_lib(&vm, "#!lua name=lib6\nredis.register_function('f6', function(keys, args) return redis.call('set', keys[1], 'v') end)").unwrap();
+    assert_eq!(
+        fcall(&vm, &mut h, "f6", &["a"], &[], false),
+        Reply::Status("OK".into())
+    );
+    load_lib(&vm, "#!lua name=lib7\nredis.register_function{function_name='f7', callback=function(keys, args) return redis.call('set', keys[1], 'v') end, flags={'no-writes'}}").unwrap();
+    assert_eq!(
+        fcall(&vm, &mut h, "f7", &["a"], &[], false),
+        err("ERR Write commands are not allowed from read-only scripts. script: f7, on @user_function:2.")
+    );
+    load_lib(
+        &vm,
+        "#!lua name=x3\nredis.register_function('fw', function(k, a) return {#k, #a, a[1]} end)",
+    )
+    .unwrap();
+    assert_eq!(
+        fcall(&vm, &mut h, "fw", &["k1", "k2"], &["a1"], false),
+        Reply::Array(vec![Reply::Int(2), Reply::Int(1), Reply::bulk("a1")])
+    );
+    load_lib(&vm, "#!lua name=x6\nredis.register_function('fu', function() return redis.register_function end)").unwrap();
+    assert_eq!(fcall(&vm, &mut h, "fu", &[], &[], false), Reply::Nil);
+    load_lib(
+        &vm,
+        "#!lua name=x7\nredis.register_function('ft', function() return redis.REDIS_VERSION end)",
+    )
+    .unwrap();
+    assert_eq!(
+        fcall(&vm, &mut h, "ft", &[], &[], false),
+        Reply::bulk("7.0.15")
+    );
+    // FUNCTION LOAD REPLACE "#!lua name=mylib\nredis.register_function('myfunc', function() return 2 end)"; FCALL myfunc 0
+    vm.load_library(
+        b"#!lua name=mylib\nredis.register_function('myfunc', function() return 2 end)",
+        true,
+    )
+    .unwrap();
+    assert_eq!(fcall(&vm, &mut h, "myfunc", &[], &[], false), Reply::Int(2));
+    let libs = vm.libraries();
+    assert_eq!(libs[0].name, "lib3");
+    assert_eq!(libs[0].functions[0].flags.names(), vec!["no-writes"]);
+    assert!(vm.delete_library("lib3"));
+    assert!(!vm.delete_library("lib3"));
+    assert_eq!(
+        fcall(&vm, &mut h, "f3", &[], &[], false),
+        err("ERR Function not found")
+    );
+    vm.flush_functions();
+    assert!(vm.libraries().is_empty());
+}
+
+// Each: FUNCTION LOAD "<code>" against Redis 7.0.15 (after FUNCTION FLUSH).
+#[test]
+fn function_load_errors() {
+    let vm = ScriptVm::new().unwrap();
+    let reg = "ERR Error registering functions: ";
+    for (code, want) in [
+        ("return 1", "ERR Missing library metadata".to_owned()),
+        ("#!lua\nreturn 1", "ERR Library name was not given".into()),
+        ("#!lua name=\nreturn 1", format!("ERR {}", BAD_NAME)),
+        ("#!lua name=x", "ERR Invalid library metadata".into()),
+        ("#!lua name=x foo=bar\nreturn 1", "ERR Invalid metadata value given: foo=bar".into()),
+        ("#!lua name=x flags=no-writes\nredis.register_function('g', function() end)", "ERR Invalid metadata value given: flags=no-writes".into()),
+        ("#!lua name=x name=y\nredis.register_function('g', function() end)", "ERR Invalid metadata value, name argument was given multiple times".into()),
+        ("#!py name=x\nreturn 1", "ERR Engine 'py' not found".into()),
+        ("#!lua name=x\nreturn 1", "ERR No functions registered".into()),
+        ("#!lua name=x5\n", "ERR No functions registered".into()),
+        ("#!lua name=x\nretur 1", "ERR Error compiling function: user_function:2: '=' expected near '1'".into()),
+        ("#!lua name=x\nerror('oops')", format!("{reg}ERR user_function:2: Script attempted to access nonexistent global variable 'error'")),
+        ("#!lua name=x\nreturn y", format!("{reg}ERR user_function:2: Script attempted to access nonexistent global variable 'y'")),
+        ("#!lua name=x\nredis.call('ping')", format!("{reg}ERR user_function:2: Script attempted to access nonexistent global variable 'call'")),
+        ("#!lua name=x\nlocal _ = string\nredis.register_function('f', function() end)", format!("{reg}ERR user_function:2: Script attempted to access nonexistent global variable 'string'")),
+        ("#!lua name=x\nredis.register_function('a b', function() end)", format!("{reg}ERR {}", BAD_NAME)),
+        ("#!lua name=x\nredis.register_function('f', 1)", format!("{reg}ERR second argument to redis.register_function must be a function")),
+        ("#!lua name=x\nredis.register_function('f')", format!("{reg}ERR calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments).")),
+        ("#!lua name=x\nredis.register_function()", format!("{reg}ERR wrong number of arguments to redis.register_function")),
+        ("#!lua name=x\nredis.register_function('f', function() end) redis.register_function('f', function() end)", format!("{reg}ERR Function already exists in the library")),
+        ("#!lua name=x\nredis.register_function{function_name='f', callback=function() end, flags={'bad'}}", format!("{reg}ERR unknown flag given")),
+        ("#!lua name=x\nredis.register_function{function_name='f', callback=function() end, flags='no-writes'}", format!("{reg}ERR flags argument to redis.register_function must be a table representing function flags")),
+        ("#!lua name=x\nredis.register_function{function_name='f', callback=function() end, foo=1}", format!("{reg}ERR unknown argument given to redis.register_function")),
+        ("#!lua name=x\nredis.register_function{function_name='f'}", format!("{reg}ERR redis.register_function must get a callback argument")),
+        ("#!lua name=x\nredis.register_function{callback=function() end}", format!("{reg}ERR redis.register_function must get a function name argument")),
+        ("#!lua name=x\nredis.register_function{function_name='f', callback=1}", format!("{reg}ERR callback argument given to redis.register_function must be a function")),
+        ("#!lua name=a-b\nredis.register_function('f', function() end)", format!("ERR {}", BAD_NAME)),
+        ("#!lua name=y\nwhile true do end", format!("{reg}ERR FUNCTION LOAD timeout")),
+    ] {
+        assert_eq!(vm.load_library(code.as_bytes(), false).map(|l| l.name), Err(err(&want)), "{code}");
+    }
+    // Accepted: a number as the name, description and several flags.
+    assert_eq!(
+        load_lib(
+            &vm,
+            "#!lua name=x\nredis.register_function{function_name=1, callback=function() end}"
+        ),
+        Ok("x".into())
+    );
+    vm.flush_functions();
+    let lib = vm
+        .load_library(b"#!lua name=x\nredis.register_function{function_name='f', callback=function() end, description='d', flags={'no-writes','allow-oom'}}", false)
+        .unwrap();
+    assert_eq!(lib.functions[0].description.as_deref(), Some("d"));
+    assert_eq!(
+        lib.functions[0].flags.names(),
+        vec!["no-writes", "allow-oom"]
+    );
 }

@@ -32,6 +32,9 @@ pub(crate) const INTERNAL: &str = "=cairn";
 /// does: rare enough to cost nothing measurable.
 const HOOK_EVERY: u32 = 100_000;
 
+/// How long FUNCTION LOAD may run library code, as in Redis.
+const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
 /// The engine's own Lua code, run once at start-up: removes what Redis
 /// removes, wraps `pcall`/`xpcall`/`coroutine.resume`/`loadstring`, and
 /// installs the read-only proxies. Receives the real global table and a
@@ -90,9 +93,10 @@ local function view(mt_shown)
 end
 local function protect(t)
   local p = {}
-  setmetatable(p, {__index = t, __newindex = ro, __metatable = view({__index = p, __newindex = ro})})
+  local mt = {__index = t, __newindex = ro, __metatable = view({__index = p, __newindex = ro})}
+  setmetatable(p, mt)
   real_of[p] = t
-  return p
+  return p, mt
 end
 for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'redis', 'cjson', 'cmsgpack', 'bit', 'struct'}) do
   G[name] = protect(G[name])
@@ -118,14 +122,29 @@ G.pairs = function(t)
 end
 G.ipairs = function(t) return ipairs(real_of[t] or t) end
 
-local env = protect(G)
+local env, env_mt = protect(G)
 G._G = env
-setmetatable(G, {__index = function(_, k)
+local function nonexistent(_, k)
   error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
-end})
+end
+setmetatable(G, {__index = nonexistent})
+
+-- FUNCTION LOAD runs library code with only this API visible: globals
+-- resolve through it instead of G while loading.
+local load_redis = {register_function = R.register_function, log = R.redis.log,
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REDIS_VERSION = R.redis.REDIS_VERSION, REDIS_VERSION_NUM = R.redis.REDIS_VERSION_NUM}
+setmetatable(load_redis, {__index = nonexistent, __newindex = ro})
+local load_api = setmetatable({redis = load_redis}, {__index = nonexistent})
+local function set_loading(on)
+  if on then env_mt.__index = load_api else env_mt.__index = G end
+end
 
 local function run_script(f, h) return xpcall(f, h) end
-return env, run_script
+local function run_function(f, h, keys, args)
+  return xpcall(function() return f(keys, args) end, h)
+end
+return env, run_script, run_function, set_loading
 "#;
 
 /// An error raised from Rust the way Redis raises its `{err=...}` tables:
@@ -239,7 +258,9 @@ pub(crate) struct RunState {
     /// Writes are refused (EVAL_RO, FCALL_RO, `no-writes`).
     ro: bool,
     /// Where the error handler located the error: (text, source, line).
-    error: Option<(String, String, i64)>,
+    pub(crate) error: Option<(String, String, i64)>,
+    /// Functions registered so far by the library being loaded.
+    pub(crate) loading: Option<Vec<super::functions::Registered>>,
 }
 
 /// Clears the host pointer and the running flag however `run` ends.
@@ -256,7 +277,7 @@ impl Drop for HostGuard<'_> {
     }
 }
 
-struct Script {
+pub(crate) struct Script {
     func: Function,
     flags: ScriptFlags,
 }
@@ -264,6 +285,10 @@ struct Script {
 #[derive(Default)]
 pub(crate) struct Inner {
     scripts: HashMap<String, Script>,
+    /// FUNCTION libraries by name.
+    pub(crate) libraries: HashMap<String, super::functions::Library>,
+    /// Function name -> its library's name.
+    pub(crate) functions: HashMap<String, String>,
 }
 
 /// One Lua state, sandboxed as Redis does, with its script cache and
@@ -272,11 +297,14 @@ pub struct ScriptVm {
     pub(crate) lua: Lua,
     pub(crate) inner: Mutex<Inner>,
     pub(crate) run: Arc<Mutex<RunState>>,
-    kill: Arc<KillState>,
+    pub(crate) kill: Arc<KillState>,
     /// The real global table, where KEYS and ARGV are set per run.
     globals: Table,
-    handler: Function,
-    run_script: Function,
+    pub(crate) handler: Function,
+    pub(crate) run_script: Function,
+    pub(crate) run_function: Function,
+    /// Switches global lookups to the FUNCTION LOAD API and back.
+    pub(crate) set_loading: Function,
 }
 
 impl ScriptVm {
@@ -329,11 +357,15 @@ impl ScriptVm {
             lua.create_function(move |_, ()| check_kill(&k))?,
         )?;
 
-        let (env, run_script): (Table, Function) = lua
-            .load(SETUP)
-            .set_name(INTERNAL)
-            .set_mode(ChunkMode::Text)
-            .call((globals.clone(), helpers))?;
+        helpers.set(
+            "register_function",
+            super::functions::register_function(&lua, &run)?,
+        )?;
+        let (env, run_script, run_function, set_loading): (Table, Function, Function, Function) =
+            lua.load(SETUP)
+                .set_name(INTERNAL)
+                .set_mode(ChunkMode::Text)
+                .call((globals.clone(), helpers))?;
         lua.set_globals(env)?;
 
         let k = kill.clone();
@@ -341,6 +373,11 @@ impl ScriptVm {
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
                 check_kill(&k)?;
+                if k.loading.load(Ordering::Acquire)
+                    && k.started.lock().is_some_and(|t| t.elapsed() > LOAD_TIMEOUT)
+                {
+                    return Err(raise("ERR FUNCTION LOAD timeout"));
+                }
                 Ok(VmState::Continue)
             },
         )?;
@@ -353,6 +390,8 @@ impl ScriptVm {
             globals,
             handler,
             run_script,
+            run_function,
+            set_loading,
         })
     }
 
