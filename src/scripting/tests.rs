@@ -1537,3 +1537,11 @@ fn function_load_errors() {
         vec!["no-writes", "allow-oom"]
     );
 }
+
+/// The server shares one VM between connection tasks.
+#[test]
+fn vm_is_send_and_sync() {
+    fn shareable<T: Send + Sync>() {}
+    shareable::<ScriptVm>();
+    shareable::<super::KillHandle>();
+}
