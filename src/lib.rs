@@ -14,6 +14,8 @@
 //! * [`util`] — Redis-exact helpers: glob matching, number parsing and
 //!   formatting, bit operations, LCS.
 //! * [`run`] — starting and stopping a server (used by main and the tests).
+//! * [`scripting`] — the Lua engine behind EVAL and FUNCTION: sandbox, `redis`
+//!   API, reply conversions, cjson/cmsgpack/bit/struct.
 
 pub mod cluster;
 pub mod command;
@@ -22,6 +24,7 @@ pub mod families;
 pub mod net;
 pub mod protocol;
 pub mod run;
+pub mod scripting;
 pub mod server;
 pub mod shard;
 pub mod storage;

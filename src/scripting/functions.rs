@@ -1,0 +1,371 @@
+//! FUNCTION LOAD libraries and FCALL, on the same VM as scripts.
+//!
+//! Library code runs once at load time with only `redis.register_function`,
+//! `redis.log` and the version/log constants visible (global lookups go to
+//! a load-time API table); the callbacks it registers later run with the
+//! normal script globals.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use mlua::{Function, Lua, MultiValue, Value};
+use parking_lot::Mutex;
+
+use super::convert::{as_number, lua_number_string};
+use super::vm::{raise, RunState, ScriptVm};
+use super::{shebang, Host, ScriptFlags};
+use crate::protocol::reply::Reply;
+
+/// One function as `redis.register_function` recorded it.
+pub(crate) struct Registered {
+    name: String,
+    func: Function,
+    flags: ScriptFlags,
+    description: Option<String>,
+}
+
+/// A loaded library (kept by the VM).
+pub(crate) struct Library {
+    code: Bytes,
+    functions: Vec<Registered>,
+}
+
+/// One function of a library, as FUNCTION LIST shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionInfo {
+    /// Function name.
+    pub name: String,
+    /// `description` given at registration, if any.
+    pub description: Option<String>,
+    /// Its flags (`eval_compat` is always false).
+    pub flags: ScriptFlags,
+}
+
+/// A library as FUNCTION LOAD created it and FUNCTION LIST shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LibraryInfo {
+    /// Library name.
+    pub name: String,
+    /// The code given to FUNCTION LOAD (for WITHCODE and DUMP).
+    pub code: Bytes,
+    /// Its functions, in registration order.
+    pub functions: Vec<FunctionInfo>,
+}
+
+const BAD_NAME: &str =
+    "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
+
+fn valid_name(name: &[u8]) -> bool {
+    !name.is_empty() && name.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+}
+
+/// `redis.register_function`, available while a library loads.
+pub(crate) fn register_function(lua: &Lua, run: &Arc<Mutex<RunState>>) -> mlua::Result<Function> {
+    let run = run.clone();
+    lua.create_function(move |lua, args: MultiValue| {
+        let as_text = |v: &Value| -> Option<String> {
+            match v {
+                Value::String(s) => Some(s.to_string_lossy()),
+                Value::Integer(_) | Value::Number(_) => {
+                    Some(lua_number_string(as_number(v).unwrap_or(0.0)))
+                }
+                _ => None,
+            }
+        };
+        let (name, func, flags, description) = match args.len() {
+            2 => {
+                let name = as_text(&args[0]).ok_or_else(|| {
+                    raise("ERR first argument to redis.register_function must be a string")
+                })?;
+                let Value::Function(f) = &args[1] else {
+                    return Err(raise(
+                        "ERR second argument to redis.register_function must be a function",
+                    ));
+                };
+                (name, f.clone(), ScriptFlags::default(), None)
+            }
+            1 => {
+                let Value::Table(t) = &args[0] else {
+                    return Err(raise("ERR calling redis.register_function with a single argument is only applicable to Lua table (representing named arguments)."));
+                };
+                let (mut name, mut func, mut flags, mut description) =
+                    (None, None, ScriptFlags::default(), None);
+                for pair in t.pairs::<Value, Value>() {
+                    let (k, v) = pair?;
+                    let key = match &k {
+                        Value::String(s) => s.as_bytes().to_vec(),
+                        _ => Vec::new(),
+                    };
+                    match key.as_slice() {
+                        b"function_name" => {
+                            name = Some(as_text(&v).ok_or_else(|| {
+                                raise("ERR function_name argument given to redis.register_function must be a string")
+                            })?)
+                        }
+                        b"description" => {
+                            description = Some(as_text(&v).ok_or_else(|| {
+                                raise("ERR description argument given to redis.register_function must be a string")
+                            })?)
+                        }
+                        b"callback" => match v {
+                            Value::Function(f) => func = Some(f),
+                            _ => {
+                                return Err(raise(
+                                    "ERR callback argument given to redis.register_function must be a function",
+                                ))
+                            }
+                        },
+                        b"flags" => {
+                            let Value::Table(ft) = v else {
+                                return Err(raise("ERR flags argument to redis.register_function must be a table representing function flags"));
+                            };
+                            for f in ft.sequence_values::<Value>() {
+                                let ok = match f? {
+                                    Value::String(s) => flags.set(&s.as_bytes()),
+                                    _ => false,
+                                };
+                                if !ok {
+                                    return Err(raise("ERR unknown flag given"));
+                                }
+                            }
+                        }
+                        _ => {
+                            return Err(raise(
+                                "ERR unknown argument given to redis.register_function",
+                            ))
+                        }
+                    }
+                }
+                let name = name.ok_or_else(|| {
+                    raise("ERR redis.register_function must get a function name argument")
+                })?;
+                let func = func.ok_or_else(|| {
+                    raise("ERR redis.register_function must get a callback argument")
+                })?;
+                (name, func, flags, description)
+            }
+            _ => return Err(raise("ERR wrong number of arguments to redis.register_function")),
+        };
+        if !valid_name(name.as_bytes()) {
+            return Err(raise(format!("ERR {BAD_NAME}")));
+        }
+        let _ = lua;
+        let mut st = run.lock();
+        let Some(list) = st.loading.as_mut() else {
+            return Err(raise("ERR redis.register_function can only be called on FUNCTION LOAD command"));
+        };
+        if list.iter().any(|r| r.name == name) {
+            return Err(raise("ERR Function already exists in the library"));
+        }
+        list.push(Registered {
+            name,
+            func,
+            flags,
+            description,
+        });
+        Ok(())
+    })
+}
+
+/// Parses a library's `#!lua name=...` line with Redis's errors; returns
+/// the name and where the code starts.
+fn library_header(code: &[u8]) -> Result<(String, usize), Reply> {
+    if !code.starts_with(b"#!") {
+        return Err(Reply::err("Missing library metadata"));
+    }
+    if !code.contains(&b'\n') {
+        return Err(Reply::err("Invalid library metadata"));
+    }
+    let line_end = code.iter().position(|&c| c == b'\n').unwrap_or(code.len());
+    let names = code[..line_end]
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|w| w.starts_with(b"name="))
+        .count();
+    if names > 1 {
+        return Err(Reply::err(
+            "Invalid metadata value, name argument was given multiple times",
+        ));
+    }
+    let parsed = shebang::parse(code, true)?.expect("starts with #!");
+    let Some(name) = parsed.name else {
+        return Err(Reply::err("Library name was not given"));
+    };
+    if !valid_name(name) {
+        return Err(Reply::err(BAD_NAME));
+    }
+    Ok((
+        String::from_utf8_lossy(name).into_owned(),
+        parsed.code_start,
+    ))
+}
+
+impl ScriptVm {
+    /// FUNCTION LOAD [REPLACE]: runs the library code, which must register
+    /// at least one function. Returns what was loaded, or Redis's error
+    /// reply ("ERR Library 'x' already exists", "ERR Error compiling
+    /// function: ...", "ERR Error registering functions: ...").
+    pub fn load_library(&self, code: &[u8], replace: bool) -> Result<LibraryInfo, Reply> {
+        let (name, start) = library_header(code)?;
+        let mut inner = self.inner.lock();
+        if !replace && inner.libraries.contains_key(&name) {
+            return Err(Reply::err(format!("Library '{name}' already exists")));
+        }
+        let func = self
+            .compile(&code[start..], "@user_function")
+            .map_err(|e| Reply::err(format!("Error compiling function: {e}")))?;
+        let registered = self.run_library_code(func)?;
+        if registered.is_empty() {
+            return Err(Reply::err("No functions registered"));
+        }
+        for r in &registered {
+            if let Some(owner) = inner.functions.get(&r.name) {
+                if *owner != name {
+                    return Err(Reply::err(format!("Function {} already exists", r.name)));
+                }
+            }
+        }
+        if let Some(old) = inner.libraries.remove(&name) {
+            for f in old.functions {
+                inner.functions.remove(&f.name);
+            }
+        }
+        for r in &registered {
+            inner.functions.insert(r.name.clone(), name.clone());
+        }
+        let lib = Library {
+            code: Bytes::copy_from_slice(code),
+            functions: registered,
+        };
+        let info = info(&name, &lib);
+        inner.libraries.insert(name, lib);
+        Ok(info)
+    }
+
+    /// Runs library code in load mode and returns what it registered.
+    fn run_library_code(&self, func: Function) -> Result<Vec<Registered>, Reply> {
+        {
+            let mut st = self.run.lock();
+            st.loading = Some(Vec::new());
+            st.error = None;
+        }
+        *self.kill.started.lock() = Some(Instant::now());
+        self.kill.loading.store(true, Ordering::Release);
+        let result = self.set_loading.call::<()>(true).and_then(|_| {
+            self.run_script
+                .call::<(bool, Value)>((func, self.handler.clone()))
+        });
+        let _ = self.set_loading.call::<()>(false);
+        self.kill.loading.store(false, Ordering::Release);
+        *self.kill.started.lock() = None;
+        let mut st = self.run.lock();
+        let registered = st.loading.take().unwrap_or_default();
+        match result {
+            Ok((true, _)) => Ok(registered),
+            Ok((false, _)) => {
+                let msg = st.error.take().map(|e| e.0).unwrap_or_default();
+                Err(Reply::err(format!("Error registering functions: {msg}")))
+            }
+            Err(e) => Err(Reply::err(format!("Error registering functions: {e}"))),
+        }
+    }
+
+    /// FCALL / FCALL_RO: runs a registered function with its keys and
+    /// arguments. `ro` refuses functions without `no-writes` as Redis does.
+    pub fn call_function(
+        &self,
+        name: &str,
+        keys: Vec<Bytes>,
+        args: Vec<Bytes>,
+        ro: bool,
+        host: &mut dyn Host,
+    ) -> Reply {
+        let inner = self.inner.lock();
+        let found = inner
+            .functions
+            .get(name)
+            .and_then(|lib| inner.libraries.get(lib))
+            .and_then(|lib| lib.functions.iter().find(|f| f.name == name));
+        let Some(f) = found else {
+            return Reply::err("Function not found");
+        };
+        if ro && !f.flags.no_writes {
+            return Reply::err("Can not execute a script with write flag using *_ro command.");
+        }
+        let ro = ro || f.flags.no_writes;
+        let table = |items: Vec<Bytes>| -> mlua::Result<mlua::Table> {
+            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, self.lua.create_string(item)?)?;
+            }
+            Ok(t)
+        };
+        let (k, a) = match table(keys).and_then(|k| Ok((k, table(args)?))) {
+            Ok(t) => t,
+            Err(e) => return Reply::err(e),
+        };
+        let func = f.func.clone();
+        self.execute(name, true, ro, host, |h| {
+            self.run_function.call::<(bool, Value)>((func, h, k, a))
+        })
+    }
+
+    /// A function's flags (for the server's allow-oom/allow-stale/cluster
+    /// checks before FCALL).
+    pub fn function_flags(&self, name: &str) -> Option<ScriptFlags> {
+        let inner = self.inner.lock();
+        let lib = inner.libraries.get(inner.functions.get(name)?)?;
+        lib.functions
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.flags)
+    }
+
+    /// FUNCTION DELETE: false when there is no such library.
+    pub fn delete_library(&self, name: &str) -> bool {
+        let mut inner = self.inner.lock();
+        let Some(lib) = inner.libraries.remove(name) else {
+            return false;
+        };
+        for f in lib.functions {
+            inner.functions.remove(&f.name);
+        }
+        true
+    }
+
+    /// FUNCTION FLUSH.
+    pub fn flush_functions(&self) {
+        let mut inner = self.inner.lock();
+        inner.libraries.clear();
+        inner.functions.clear();
+    }
+
+    /// Every library, sorted by name (FUNCTION LIST / DUMP).
+    pub fn libraries(&self) -> Vec<LibraryInfo> {
+        let inner = self.inner.lock();
+        let mut out: Vec<LibraryInfo> = inner
+            .libraries
+            .iter()
+            .map(|(name, lib)| info(name, lib))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+fn info(name: &str, lib: &Library) -> LibraryInfo {
+    LibraryInfo {
+        name: name.to_owned(),
+        code: lib.code.clone(),
+        functions: lib
+            .functions
+            .iter()
+            .map(|f| FunctionInfo {
+                name: f.name.clone(),
+                description: f.description.clone(),
+                flags: f.flags,
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,158 @@
+//! The Lua scripting engine behind EVAL, EVALSHA, SCRIPT, FUNCTION and FCALL.
+//!
+//! One [`ScriptVm`] holds one Lua 5.1 state sandboxed as Redis 7.0 does it:
+//! the base, table, string and math libraries plus `cjson`, `cmsgpack`,
+//! `bit` and `struct` (written in Rust here), the `redis` API, and a global
+//! table that scripts can read but not write. Commands reach the data through
+//! the [`Host`] trait, which the server implements; the engine checks what
+//! Redis checks before a command runs (unknown command, arity, `noscript`,
+//! writes from read-only scripts) and converts replies both ways.
+//!
+//! The VM is `Send + Sync` (mlua's `send` feature): share it behind an `Arc`.
+//! Every entry point takes an internal lock, so scripts run one at a time,
+//! which is what makes them atomic. [`KillHandle`] works without that lock.
+
+mod bit;
+mod cjson;
+mod cmsgpack;
+mod convert;
+mod functions;
+mod sha1;
+mod shebang;
+mod structlib;
+mod vm;
+
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::protocol::reply::Reply;
+
+pub use functions::{FunctionInfo, LibraryInfo};
+pub use sha1::sha1_hex;
+pub use vm::ScriptVm;
+
+/// Runs commands on behalf of a script (implemented by the server).
+pub trait Host {
+    /// Runs one command from inside a script and returns its reply exactly as
+    /// a client would get it (errors as `Reply::Error`). `resp3` is the
+    /// script's own protocol (`redis.setresp(3)`), not the caller's: replies
+    /// whose structure depends on the protocol (ZRANGE WITHSCORES...) must be
+    /// built for it. The engine has already checked: argv non-empty, command
+    /// exists, arity, not flagged `noscript`, and no write command in a
+    /// read-only script. Must not call back into the [`ScriptVm`].
+    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply;
+
+    /// Whether the current user may run `argv` (`redis.acl_check_cmd`); the
+    /// command is known to exist. Without ACL users, always.
+    fn acl_check(&mut self, _argv: &[Bytes]) -> bool {
+        true
+    }
+}
+
+/// Flags from a script's `#!lua flags=...` line or a function's `flags`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScriptFlags {
+    /// No shebang: "eval compat" mode (writes allowed, no flag checks).
+    pub eval_compat: bool,
+    /// `no-writes`: the script may only read.
+    pub no_writes: bool,
+    /// `allow-oom`: may run when over maxmemory.
+    pub allow_oom: bool,
+    /// `allow-stale`: may run on a stale replica.
+    pub allow_stale: bool,
+    /// `no-cluster`: refused in cluster mode.
+    pub no_cluster: bool,
+    /// `allow-cross-slot-keys`: may touch keys from several slots.
+    pub allow_cross_slot_keys: bool,
+}
+
+impl ScriptFlags {
+    /// Sets the flag Redis names `name`; false for an unknown name.
+    fn set(&mut self, name: &[u8]) -> bool {
+        match name {
+            b"no-writes" => self.no_writes = true,
+            b"allow-oom" => self.allow_oom = true,
+            b"allow-stale" => self.allow_stale = true,
+            b"no-cluster" => self.no_cluster = true,
+            b"allow-cross-slot-keys" => self.allow_cross_slot_keys = true,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The flag names as FUNCTION LIST prints them, in Redis's order.
+    pub fn names(&self) -> Vec<&'static str> {
+        let mut out = Vec::new();
+        for (on, name) in [
+            (self.no_writes, "no-writes"),
+            (self.allow_oom, "allow-oom"),
+            (self.allow_stale, "allow-stale"),
+            (self.no_cluster, "no-cluster"),
+            (self.allow_cross_slot_keys, "allow-cross-slot-keys"),
+        ] {
+            if on {
+                out.push(name);
+            }
+        }
+        out
+    }
+}
+
+/// Shared between the VM (which checks it from an instruction-count hook)
+/// and whoever handles SCRIPT KILL / FUNCTION KILL and BUSY replies.
+#[derive(Default)]
+pub(crate) struct KillState {
+    running: AtomicBool,
+    is_function: AtomicBool,
+    kill: AtomicBool,
+    /// FUNCTION LOAD is running library code (500 ms limit).
+    loading: AtomicBool,
+    started: parking_lot::Mutex<Option<Instant>>,
+}
+
+/// Lets another thread see whether a script is running, for how long, and
+/// ask it to stop (SCRIPT KILL / FUNCTION KILL).
+#[derive(Clone)]
+pub struct KillHandle {
+    state: Arc<KillState>,
+}
+
+impl KillHandle {
+    /// Whether a script or function is running now.
+    pub fn is_running(&self) -> bool {
+        self.state.running.load(Ordering::Acquire)
+    }
+
+    /// Whether what runs now is a function (FCALL) rather than a script:
+    /// Redis answers SCRIPT KILL and FUNCTION KILL differently for each.
+    pub fn is_function(&self) -> bool {
+        self.state.is_function.load(Ordering::Acquire)
+    }
+
+    /// How long the running script has run (for BUSY after
+    /// busy-reply-threshold), or `None` when none runs.
+    pub fn elapsed(&self) -> Option<Duration> {
+        if !self.is_running() {
+            return None;
+        }
+        self.state.started.lock().map(|t| t.elapsed())
+    }
+
+    /// Asks the running script to stop; it fails with "ERR Script killed by
+    /// user with SCRIPT KILL..." within about 100k Lua instructions. Returns
+    /// false when no script runs (Redis: NOTBUSY). Whether the script already
+    /// wrote (UNKILLABLE) is for the server to decide before calling this.
+    pub fn kill(&self) -> bool {
+        if !self.is_running() {
+            return false;
+        }
+        self.state.kill.store(true, Ordering::Release);
+        true
+    }
+}

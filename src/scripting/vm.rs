@@ -1,0 +1,914 @@
+//! The Lua state: the sandbox, the `redis` API, and running scripts.
+//!
+//! Redis 7.0 patches its Lua to mark tables read-only; stock Lua 5.1 cannot,
+//! so the global table and every library table are empty proxies whose
+//! metatables read through to the real tables and refuse writes. The
+//! functions that would see through a proxy (`rawset`, `rawget`, `next`,
+//! `pairs`, `ipairs`, `setmetatable`) are wrapped to act on the real table or
+//! refuse. The proxy of the global table is the state's global table, so
+//! chunks from `loadstring` see it too.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use mlua::{
+    chunk::ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table, Value,
+    VmState,
+};
+use parking_lot::Mutex;
+
+use super::convert::{self, as_number, fmt_g, reply_to_lua};
+use super::{sha1::sha1_hex, shebang, Host, KillHandle, KillState, ScriptFlags};
+use crate::protocol::reply::Reply;
+
+/// Chunk name of the engine's own Lua code: its frames are skipped when an
+/// error is located in the user's code.
+pub(crate) const INTERNAL: &str = "=cairn";
+
+/// How often (in VM instructions) the kill flag is checked, as Redis's hook
+/// does: rare enough to cost nothing measurable.
+const HOOK_EVERY: u32 = 100_000;
+
+/// How long FUNCTION LOAD may run library code, as in Redis.
+const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The engine's own Lua code, run once at start-up: removes what Redis
+/// removes, wraps `pcall`/`xpcall`/`coroutine.resume`/`loadstring`, and
+/// installs the read-only proxies. Receives the real global table and a
+/// table of Rust helpers; returns the global proxy and the two runners.
+const SETUP: &str = r#"
+local G, R = ...
+local error, type, tostring, setmetatable, getmetatable, rawget, rawset, next, pairs, ipairs, pcall, xpcall, loadstring =
+      error, type, tostring, setmetatable, getmetatable, rawget, rawset, next, pairs, ipairs, pcall, xpcall, loadstring
+
+for _, name in ipairs({'dofile', 'loadfile', 'print', 'getfenv', 'setfenv', 'newproxy',
+                       'module', 'require', 'package', 'os', 'io', 'debug'}) do
+  G[name] = nil
+end
+G.redis, G.cjson, G.cmsgpack, G.bit, G.struct = R.redis, R.cjson, R.cmsgpack, R.bit, R.struct
+G.math.random, G.math.randomseed = R.random, R.randomseed
+G.__redis__err__handler = R.handler
+
+-- Redis's pcall turns an error table {err=...} into its text, and a killed
+-- script must not be able to swallow its kill.
+local fix, xp_err, check_kill = R.fix_err, R.xp_err, R.check_kill
+local function pcall_ret(ok, ...)
+  if ok then return true, ... end
+  return false, fix((...))
+end
+G.pcall = function(f, ...) return pcall_ret(pcall(f, ...)) end
+local function xpcall_ret(ok, ...)
+  if not ok then check_kill() end
+  return ok, ...
+end
+G.xpcall = function(f, h)
+  return xpcall_ret(xpcall(f, function(e) return h(xp_err(e)) end))
+end
+local resume = G.coroutine.resume
+local function resume_ret(ok, ...)
+  if ok then return true, ... end
+  check_kill()
+  return false, xp_err((...))
+end
+G.coroutine.resume = function(co, ...) return resume_ret(resume(co, ...)) end
+
+-- Redis's Lua compiles any string as text: bytecode is a syntax error.
+G.loadstring = function(s, name)
+  if type(s) == 'string' and s:byte(1) == 27 then
+    local _, e = loadstring('=', name or s)
+    return nil, (e:gsub("'='$", "'char(27)'"))
+  end
+  return loadstring(s, name)
+end
+
+local real_of = {}
+local function ro() error('Attempt to modify a readonly table', 2) end
+local function view(mt_shown)
+  local v = setmetatable({}, {__index = mt_shown, __newindex = ro, __metatable = false})
+  real_of[v] = mt_shown
+  return v
+end
+local function protect(t)
+  local p = {}
+  local mt = {__index = t, __newindex = ro, __metatable = view({__index = p, __newindex = ro})}
+  setmetatable(p, mt)
+  real_of[p] = t
+  return p, mt
+end
+for _, name in ipairs({'string', 'table', 'math', 'coroutine', 'redis', 'cjson', 'cmsgpack', 'bit', 'struct'}) do
+  G[name] = protect(G[name])
+end
+local smt = getmetatable('')
+smt.__index = G.string
+smt.__metatable = view({__index = G.string})
+
+G.rawset = function(t, k, v)
+  if real_of[t] then error('Attempt to modify a readonly table', 0) end
+  return rawset(t, k, v)
+end
+G.setmetatable = function(t, m)
+  if real_of[t] then error('Attempt to modify a readonly table', 0) end
+  return setmetatable(t, m)
+end
+G.rawget = function(t, k) return rawget(real_of[t] or t, k) end
+G.next = function(t, k) return next(real_of[t] or t, k) end
+G.pairs = function(t)
+  local r = real_of[t]
+  if r then return next, r, nil end
+  return pairs(t)
+end
+G.ipairs = function(t) return ipairs(real_of[t] or t) end
+
+local env, env_mt = protect(G)
+G._G = env
+local function nonexistent(_, k)
+  error("Script attempted to access nonexistent global variable '" .. tostring(k) .. "'", 2)
+end
+setmetatable(G, {__index = nonexistent})
+
+-- FUNCTION LOAD runs library code with only this API visible: globals
+-- resolve through it instead of G while loading.
+local load_redis = {register_function = R.register_function, log = R.redis.log,
+  LOG_DEBUG = 0, LOG_VERBOSE = 1, LOG_NOTICE = 2, LOG_WARNING = 3,
+  REDIS_VERSION = R.redis.REDIS_VERSION, REDIS_VERSION_NUM = R.redis.REDIS_VERSION_NUM}
+setmetatable(load_redis, {__index = nonexistent, __newindex = ro})
+local load_api = setmetatable({redis = load_redis}, {__index = nonexistent})
+local function set_loading(on)
+  if on then env_mt.__index = load_api else env_mt.__index = G end
+end
+
+local function run_script(f, h) return xpcall(f, h) end
+local function run_function(f, h, keys, args)
+  return xpcall(function() return f(keys, args) end, h)
+end
+return env, run_script, run_function, set_loading
+"#;
+
+/// An error raised from Rust the way Redis raises its `{err=...}` tables:
+/// the text is final (code included) and gets no position prefix.
+#[derive(Debug)]
+pub(crate) enum Raise {
+    /// An error reply (from a command or the `redis` API).
+    Reply(String),
+    /// SCRIPT KILL / FUNCTION KILL.
+    Killed(&'static str),
+}
+
+impl std::fmt::Display for Raise {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Raise::Reply(s) => f.write_str(s),
+            Raise::Killed(by) => write!(f, "ERR Script killed by user with {by}..."),
+        }
+    }
+}
+
+impl std::error::Error for Raise {}
+
+/// Raises an error reply (`ERR ...` text included) from a Rust function.
+pub(crate) fn raise(msg: impl Into<String>) -> mlua::Error {
+    mlua::Error::external(Raise::Reply(msg.into()))
+}
+
+/// A Lua error as `luaL_error` makes it: the caller's position, then `msg`.
+pub(crate) fn lua_error(lua: &Lua, msg: impl std::fmt::Display) -> mlua::Error {
+    mlua::Error::RuntimeError(format!("{}{msg}", where_(lua, 1)))
+}
+
+/// `bad argument #n to 'name' (msg)`, as `luaL_argerror` words it.
+pub(crate) fn arg_error(lua: &Lua, n: usize, msg: impl std::fmt::Display) -> mlua::Error {
+    let name = lua
+        .inspect_stack(0, |d| d.names().name.map(|n| n.into_owned()))
+        .flatten()
+        .unwrap_or_else(|| "?".to_owned());
+    lua_error(lua, format!("bad argument #{n} to '{name}' ({msg})"))
+}
+
+/// `luaL_typename` of an argument (`no value` when it is missing).
+pub(crate) fn type_name(v: Option<&Value>) -> &'static str {
+    match v {
+        None => "no value",
+        Some(Value::Nil) => "nil",
+        Some(Value::Boolean(_)) => "boolean",
+        Some(Value::Integer(_) | Value::Number(_)) => "number",
+        Some(Value::String(_)) => "string",
+        Some(Value::Table(_)) => "table",
+        Some(Value::Function(_)) => "function",
+        Some(Value::Thread(_)) => "thread",
+        Some(_) => "userdata",
+    }
+}
+
+/// `luaL_where`: "source:line: " for a Lua function at `level`, else "".
+fn where_(lua: &Lua, level: usize) -> String {
+    lua.inspect_stack(level, |d| match d.current_line() {
+        Some(line) if line > 0 => {
+            let src = d
+                .source()
+                .short_src
+                .map(|s| s.into_owned())
+                .unwrap_or_default();
+            format!("{src}:{line}: ")
+        }
+        _ => String::new(),
+    })
+    .unwrap_or_default()
+}
+
+/// The root of an mlua error chain (callback errors wrap their cause).
+fn root(e: &mlua::Error) -> &mlua::Error {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => root(cause),
+        e => e,
+    }
+}
+
+/// The text a Lua-visible error carries (no "runtime error:" decoration).
+fn error_message(e: &mlua::Error) -> String {
+    match root(e) {
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::ExternalError(x) => x.to_string(),
+        e => e.to_string(),
+    }
+}
+
+fn raised(e: &mlua::Error) -> Option<&Raise> {
+    match root(e) {
+        mlua::Error::ExternalError(x) => x.downcast_ref::<Raise>(),
+        _ => None,
+    }
+}
+
+/// The server's host, valid only while `run` executes (see `HostGuard`).
+struct HostPtr(*mut (dyn Host + 'static));
+
+// SAFETY: the pointer is only dereferenced by redis.call on the thread that
+// is inside `ScriptVm::run`, which holds the `&mut dyn Host` it came from.
+unsafe impl Send for HostPtr {}
+
+/// State of the script that runs now, shared with the Rust callbacks.
+#[derive(Default)]
+pub(crate) struct RunState {
+    host: Option<HostPtr>,
+    /// `redis.setresp(3)` was called.
+    pub(crate) resp3: bool,
+    /// Writes are refused (EVAL_RO, FCALL_RO, `no-writes`).
+    ro: bool,
+    /// Where the error handler located the error: (text, source, line).
+    pub(crate) error: Option<(String, String, i64)>,
+    /// Functions registered so far by the library being loaded.
+    pub(crate) loading: Option<Vec<super::functions::Registered>>,
+}
+
+/// Clears the host pointer and the running flag however `run` ends.
+struct HostGuard<'a> {
+    run: &'a Mutex<RunState>,
+    kill: &'a KillState,
+}
+
+impl Drop for HostGuard<'_> {
+    fn drop(&mut self) {
+        self.run.lock().host = None;
+        self.kill.running.store(false, Ordering::Release);
+        *self.kill.started.lock() = None;
+    }
+}
+
+pub(crate) struct Script {
+    func: Function,
+    flags: ScriptFlags,
+}
+
+#[derive(Default)]
+pub(crate) struct Inner {
+    scripts: HashMap<String, Script>,
+    /// FUNCTION libraries by name.
+    pub(crate) libraries: HashMap<String, super::functions::Library>,
+    /// Function name -> its library's name.
+    pub(crate) functions: HashMap<String, String>,
+}
+
+/// One Lua state, sandboxed as Redis does, with its script cache and
+/// function libraries. Thread-safe; entry points serialize on a lock.
+pub struct ScriptVm {
+    pub(crate) lua: Lua,
+    pub(crate) inner: Mutex<Inner>,
+    pub(crate) run: Arc<Mutex<RunState>>,
+    pub(crate) kill: Arc<KillState>,
+    /// The real global table, where KEYS and ARGV are set per run.
+    globals: Table,
+    pub(crate) handler: Function,
+    pub(crate) run_script: Function,
+    pub(crate) run_function: Function,
+    /// Switches global lookups to the FUNCTION LOAD API and back.
+    pub(crate) set_loading: Function,
+}
+
+impl ScriptVm {
+    /// A fresh VM with the Redis 7.0 sandbox and libraries.
+    pub fn new() -> mlua::Result<ScriptVm> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH,
+            LuaOptions::new(),
+        )?;
+        let run = Arc::new(Mutex::new(RunState::default()));
+        let kill = Arc::new(KillState::default());
+        let globals = lua.globals();
+
+        let helpers = lua.create_table()?;
+        helpers.set("redis", redis_table(&lua, &run)?)?;
+        helpers.set("cjson", super::cjson::create(&lua)?)?;
+        helpers.set("cmsgpack", super::cmsgpack::create(&lua)?)?;
+        helpers.set("bit", super::bit::create(&lua)?)?;
+        helpers.set("struct", super::structlib::create(&lua)?)?;
+        let (random, randomseed) = random_functions(&lua)?;
+        helpers.set("random", random)?;
+        helpers.set("randomseed", randomseed)?;
+        let handler = error_handler(&lua, &run)?;
+        helpers.set("handler", handler.clone())?;
+        let k = kill.clone();
+        helpers.set(
+            "fix_err",
+            lua.create_function(move |lua, e: Value| {
+                check_kill(&k)?;
+                pcall_error(lua, e)
+            })?,
+        )?;
+        let k = kill.clone();
+        helpers.set(
+            "xp_err",
+            lua.create_function(move |lua, e: Value| {
+                check_kill(&k)?;
+                Ok(match e {
+                    Value::Error(err) => match raised(&err) {
+                        Some(Raise::Reply(m)) => convert::error_table(lua, m)?,
+                        _ => Value::String(lua.create_string(error_message(&err))?),
+                    },
+                    other => other,
+                })
+            })?,
+        )?;
+        let k = kill.clone();
+        helpers.set(
+            "check_kill",
+            lua.create_function(move |_, ()| check_kill(&k))?,
+        )?;
+
+        helpers.set(
+            "register_function",
+            super::functions::register_function(&lua, &run)?,
+        )?;
+        let (env, run_script, run_function, set_loading): (Table, Function, Function, Function) =
+            lua.load(SETUP)
+                .set_name(INTERNAL)
+                .set_mode(ChunkMode::Text)
+                .call((globals.clone(), helpers))?;
+        lua.set_globals(env)?;
+
+        let k = kill.clone();
+        lua.set_global_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+            move |_, _| {
+                check_kill(&k)?;
+                if k.loading.load(Ordering::Acquire)
+                    && k.started.lock().is_some_and(|t| t.elapsed() > LOAD_TIMEOUT)
+                {
+                    return Err(raise("ERR FUNCTION LOAD timeout"));
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
+
+        Ok(ScriptVm {
+            lua,
+            inner: Mutex::new(Inner::default()),
+            run,
+            kill,
+            globals,
+            handler,
+            run_script,
+            run_function,
+            set_loading,
+        })
+    }
+
+    /// Parses shebang flags and compiles the body as a function; returns its
+    /// sha1 hex (lowercase) or the exact Redis error reply. Loading a script
+    /// that is already cached only returns its id.
+    pub fn load(&self, body: &[u8]) -> Result<String, Reply> {
+        let sha = sha1_hex(body);
+        let mut inner = self.inner.lock();
+        if inner.scripts.contains_key(&sha) {
+            return Ok(sha);
+        }
+        let (flags, code) = match shebang::parse(body, false)? {
+            Some(s) => (s.flags, &body[s.code_start..]),
+            None => (
+                ScriptFlags {
+                    eval_compat: true,
+                    ..ScriptFlags::default()
+                },
+                body,
+            ),
+        };
+        let func = self
+            .compile(code, "@user_script")
+            .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
+        inner.scripts.insert(sha.clone(), Script { func, flags });
+        Ok(sha)
+    }
+
+    /// Compiles `code` as text (never bytecode) under `name`; the error is
+    /// Lua's message, e.g. `user_script:1: '=' expected near 'end'`.
+    pub(crate) fn compile(&self, code: &[u8], name: &str) -> Result<Function, String> {
+        self.lua
+            .load(code)
+            .set_name(name)
+            .set_mode(ChunkMode::Text)
+            .into_function()
+            .map_err(|e| match e {
+                mlua::Error::SyntaxError { message, .. } => message,
+                e => error_message(&e),
+            })
+    }
+
+    /// The flags of a cached script (`eval_compat` when it has no shebang).
+    pub fn flags(&self, sha: &str) -> Option<ScriptFlags> {
+        let sha = sha.to_ascii_lowercase();
+        self.inner.lock().scripts.get(&sha).map(|s| s.flags)
+    }
+
+    /// Whether a script is cached (SCRIPT EXISTS; case-insensitive).
+    pub fn exists(&self, sha: &str) -> bool {
+        let sha = sha.to_ascii_lowercase();
+        self.inner.lock().scripts.contains_key(&sha)
+    }
+
+    /// Drops every cached script (SCRIPT FLUSH).
+    pub fn flush(&self) {
+        self.inner.lock().scripts.clear();
+        let _ = self.lua.gc_collect();
+    }
+
+    /// A handle for SCRIPT KILL / FUNCTION KILL and BUSY decisions.
+    pub fn kill_handle(&self) -> KillHandle {
+        KillHandle {
+            state: self.kill.clone(),
+        }
+    }
+
+    /// Runs a cached script with KEYS/ARGV and returns its reply. `ro` is set
+    /// for EVAL_RO/EVALSHA_RO; a `no-writes` script is read-only anyway, and
+    /// a script with a shebang but without `no-writes` is refused under
+    /// `ro` as Redis refuses it. Unknown sha: the NOSCRIPT error.
+    pub fn run(
+        &self,
+        sha: &str,
+        keys: Vec<Bytes>,
+        argv: Vec<Bytes>,
+        ro: bool,
+        host: &mut dyn Host,
+    ) -> Reply {
+        let sha = sha.to_ascii_lowercase();
+        let inner = self.inner.lock();
+        let Some(script) = inner.scripts.get(&sha) else {
+            return Reply::Error("NOSCRIPT No matching script. Please use EVAL.".to_owned());
+        };
+        if ro && !script.flags.eval_compat && !script.flags.no_writes {
+            return Reply::err("Can not execute a script with write flag using *_ro command.");
+        }
+        let ro = ro || script.flags.no_writes;
+        let set = |name: &str, items: Vec<Bytes>| -> mlua::Result<()> {
+            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
+            for (i, item) in items.iter().enumerate() {
+                t.raw_set(i + 1, self.lua.create_string(item)?)?;
+            }
+            self.globals.raw_set(name, t)
+        };
+        if let Err(e) = set("KEYS", keys).and_then(|_| set("ARGV", argv)) {
+            return Reply::err(error_message(&e));
+        }
+        let func = script.func.clone();
+        self.execute(&sha, false, ro, host, |h| {
+            self.run_script.call::<(bool, Value)>((func, h))
+        })
+    }
+
+    /// Runs Lua under the error handler with `host` installed; `name` goes
+    /// into error texts ("script: <name>, on ...").
+    pub(crate) fn execute(
+        &self,
+        name: &str,
+        is_function: bool,
+        ro: bool,
+        host: &mut dyn Host,
+        call: impl FnOnce(Function) -> mlua::Result<(bool, Value)>,
+    ) -> Reply {
+        // SAFETY: the lifetime is erased only to park the pointer in
+        // RunState; HostGuard clears it before this function returns, and
+        // only this thread runs Lua meanwhile (the caller holds `inner`).
+        let ptr: *mut (dyn Host + '_) = host;
+        let ptr: *mut (dyn Host + 'static) = unsafe { std::mem::transmute(ptr) };
+        {
+            let mut st = self.run.lock();
+            st.host = Some(HostPtr(ptr));
+            st.resp3 = false;
+            st.ro = ro;
+            st.error = None;
+        }
+        self.kill.kill.store(false, Ordering::Release);
+        self.kill.is_function.store(is_function, Ordering::Release);
+        *self.kill.started.lock() = Some(Instant::now());
+        self.kill.running.store(true, Ordering::Release);
+        let _guard = HostGuard {
+            run: &self.run,
+            kill: &self.kill,
+        };
+        let result = call(self.handler.clone());
+        let mut st = self.run.lock();
+        match result {
+            Ok((true, v)) => convert::lua_to_reply(&v, st.resp3),
+            Ok((false, _)) => match st.error.take() {
+                Some((msg, source, line)) => {
+                    Reply::Error(format!("{msg} script: {name}, on {source}:{line}."))
+                }
+                None => Reply::err("Error running script"),
+            },
+            Err(e) => Reply::err(error_message(&e)),
+        }
+    }
+}
+
+fn check_kill(kill: &KillState) -> mlua::Result<()> {
+    if kill.kill.load(Ordering::Acquire) {
+        let by = if kill.is_function.load(Ordering::Acquire) {
+            "FUNCTION KILL"
+        } else {
+            "SCRIPT KILL"
+        };
+        return Err(mlua::Error::external(Raise::Killed(by)));
+    }
+    Ok(())
+}
+
+/// What the script's `pcall` returns for a caught error: Redis replaces an
+/// error table by its `err` field; Rust errors become their text.
+fn pcall_error(lua: &Lua, e: Value) -> mlua::Result<Value> {
+    Ok(match e {
+        Value::Error(err) => Value::String(lua.create_string(match raised(&err) {
+            Some(r) => r.to_string(),
+            None => error_message(&err),
+        })?),
+        Value::Table(t) => match t.get::<Value>("err")? {
+            v @ (Value::String(_) | Value::Integer(_) | Value::Number(_)) => v,
+            _ => Value::Table(t),
+        },
+        other => other,
+    })
+}
+
+/// The handler every script runs under: records the error's text and the
+/// user-code position Redis reports ("on @user_script:1.").
+fn error_handler(lua: &Lua, run: &Arc<Mutex<RunState>>) -> mlua::Result<Function> {
+    let run = run.clone();
+    lua.create_function(move |lua, e: Value| {
+        let msg = match &e {
+            Value::Error(err) => match raised(err) {
+                Some(r) => r.to_string(),
+                None => format!("ERR {}", error_message(err)),
+            },
+            Value::Table(t) => match t.get::<Value>("err")? {
+                Value::String(s) => s.to_string_lossy(),
+                v @ (Value::Integer(_) | Value::Number(_)) => {
+                    convert::lua_number_string(as_number(&v).unwrap_or(0.0))
+                }
+                _ => "ERR unknown error".to_owned(),
+            },
+            Value::String(s) => format!("ERR {}", s.to_string_lossy()),
+            Value::Nil => "ERR nil".to_owned(),
+            Value::Boolean(b) => format!("ERR {b}"),
+            v @ (Value::Integer(_) | Value::Number(_)) => {
+                format!(
+                    "ERR {}",
+                    convert::lua_number_string(as_number(v).unwrap_or(0.0))
+                )
+            }
+            other => format!("ERR {}", type_name(Some(other))),
+        };
+        let mut found = (String::from("?"), 0i64);
+        for level in 0.. {
+            let frame = lua.inspect_stack(level, |d| {
+                let src = d.source();
+                let source = src.source.map(|s| s.into_owned()).unwrap_or_default();
+                let line = d.current_line().map_or(-1, |l| l as i64);
+                (src.what, source, line)
+            });
+            match frame {
+                None => break,
+                Some((what, source, line)) if what != "C" && source != INTERNAL => {
+                    found = (source, line);
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        run.lock().error = Some((msg, found.0, found.1));
+        Ok(())
+    })
+}
+
+/// Converts `redis.call` arguments: strings as they are, numbers as `%.17g`
+/// (what Redis sends for `redis.call('set', k, 0.1)`), anything else refused.
+fn command_args(args: &MultiValue) -> Result<Vec<Bytes>, String> {
+    if args.is_empty() {
+        return Err("ERR Please specify at least one argument for this redis lib call".to_owned());
+    }
+    args.iter()
+        .map(|v| match v {
+            Value::String(s) => Ok(Bytes::copy_from_slice(&s.as_bytes())),
+            Value::Integer(_) | Value::Number(_) => {
+                Ok(Bytes::from(fmt_g(as_number(v).unwrap_or(0.0), 17)))
+            }
+            _ => Err("ERR Lua redis lib command arguments must be strings or integers".to_owned()),
+        })
+        .collect()
+}
+
+/// The command-table row a script call names (a subcommand's row for
+/// container commands), or Redis's error when there is none.
+fn command_spec(argv: &[Bytes]) -> Option<&'static crate::command::table::CommandSpec> {
+    use crate::command::table;
+    let spec = table::lookup(&argv[0])?;
+    if argv.len() >= 2 && table::is_container(spec) {
+        return table::subcommand_of(spec, &argv[1].to_ascii_lowercase());
+    }
+    Some(spec)
+}
+
+/// Runs one `redis.call`/`redis.pcall`: checks as Redis does, then asks the
+/// host. An error comes back as its reply text.
+fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool), String> {
+    let argv = command_args(args)?;
+    let spec = command_spec(&argv)
+        .ok_or_else(|| "ERR Unknown Redis command called from script".to_owned())?;
+    if !spec.arity_ok(argv.len()) {
+        return Err("ERR Wrong number of args calling Redis command from script".to_owned());
+    }
+    if spec.has_flag("noscript") {
+        return Err("ERR This Redis command is not allowed from script".to_owned());
+    }
+    let (ptr, resp3) = {
+        let st = run.lock();
+        if st.ro && spec.has_flag("write") {
+            return Err("ERR Write commands are not allowed from read-only scripts.".to_owned());
+        }
+        match &st.host {
+            Some(h) => (h.0, st.resp3),
+            None => return Err("ERR redis.call is not available here".to_owned()),
+        }
+    };
+    // SAFETY: see HostPtr; the RunState lock is released so the host may
+    // take as long as it needs.
+    let reply = unsafe { (*ptr).call(argv, resp3) };
+    Ok((reply, resp3))
+}
+
+/// Builds the `redis` table.
+fn redis_table(lua: &Lua, run: &Arc<Mutex<RunState>>) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    let r = run.clone();
+    t.set(
+        "call",
+        lua.create_function(move |lua, args: MultiValue| match script_call(&r, &args) {
+            Ok((Reply::Error(e), _)) => Err(raise(e)),
+            Ok((reply, resp3)) => reply_to_lua(lua, &reply, resp3),
+            Err(e) => Err(raise(e)),
+        })?,
+    )?;
+    let r = run.clone();
+    t.set(
+        "pcall",
+        lua.create_function(move |lua, args: MultiValue| match script_call(&r, &args) {
+            Ok((reply, resp3)) => reply_to_lua(lua, &reply, resp3),
+            Err(e) => convert::error_table(lua, &e),
+        })?,
+    )?;
+    t.set(
+        "sha1hex",
+        lua.create_function(|lua, args: MultiValue| {
+            if args.len() != 1 {
+                return Err(raise("ERR wrong number of arguments"));
+            }
+            let data = match lua.coerce_string(args[0].clone()) {
+                Ok(Some(s)) => s.as_bytes().to_vec(),
+                _ => Vec::new(),
+            };
+            Ok(sha1_hex(&data))
+        })?,
+    )?;
+    t.set(
+        "error_reply",
+        lua.create_function(|lua, args: MultiValue| match (args.len(), args.front()) {
+            (1, Some(Value::String(s))) => {
+                let s = s.to_string_lossy();
+                let s = s.strip_prefix('-').unwrap_or(&s);
+                // Without a space there is no error code: Redis adds ERR.
+                let text = if s.contains(' ') {
+                    s.to_owned()
+                } else {
+                    format!("ERR {s}")
+                };
+                convert::error_table(lua, &text)
+            }
+            _ => convert::error_table(lua, "ERR wrong number or type of arguments"),
+        })?,
+    )?;
+    t.set(
+        "status_reply",
+        lua.create_function(|lua, args: MultiValue| match (args.len(), args.front()) {
+            (1, Some(Value::String(s))) => {
+                let t = lua.create_table()?;
+                t.raw_set("ok", s.clone())?;
+                Ok(Value::Table(t))
+            }
+            _ => convert::error_table(lua, "ERR wrong number or type of arguments"),
+        })?,
+    )?;
+    t.set(
+        "log",
+        lua.create_function(|lua, args: MultiValue| {
+            if args.len() < 2 {
+                return Err(raise("ERR redis.log() requires two arguments or more."));
+            }
+            let level = match lua.coerce_number(args[0].clone()) {
+                Ok(Some(n)) => n,
+                _ => return Err(raise("ERR First argument must be a number (log level).")),
+            };
+            if !(0.0..=3.0).contains(&level) || level.fract() != 0.0 {
+                return Err(raise("ERR Invalid debug level."));
+            }
+            let parts: Vec<String> = args
+                .iter()
+                .skip(1)
+                .map(|v| match v {
+                    Value::String(s) => s.to_string_lossy(),
+                    Value::Integer(_) | Value::Number(_) => {
+                        convert::lua_number_string(as_number(v).unwrap_or(0.0))
+                    }
+                    _ => String::new(),
+                })
+                .collect();
+            let msg = parts.join(" ");
+            match level as i64 {
+                0 => tracing::debug!(target: "lua", "{msg}"),
+                1 => tracing::info!(target: "lua", "{msg}"),
+                2 => tracing::info!(target: "lua", "{msg}"),
+                _ => tracing::warn!(target: "lua", "{msg}"),
+            }
+            Ok(())
+        })?,
+    )?;
+    let r = run.clone();
+    t.set(
+        "setresp",
+        lua.create_function(move |lua, args: MultiValue| {
+            if args.len() != 1 {
+                return Err(raise("ERR redis.setresp() requires one argument."));
+            }
+            match lua.coerce_number(args[0].clone()) {
+                Ok(Some(n)) if n == 2.0 || n == 3.0 => {
+                    r.lock().resp3 = n == 3.0;
+                    Ok(())
+                }
+                _ => Err(raise("ERR RESP version must be 2 or 3.")),
+            }
+        })?,
+    )?;
+    t.set(
+        "set_repl",
+        lua.create_function(|lua, args: MultiValue| {
+            if args.len() != 1 {
+                return Err(raise("ERR redis.set_repl() requires two arguments."));
+            }
+            let flags = lua.coerce_number(args[0].clone()).ok().flatten().unwrap_or(0.0) as i64;
+            if flags & !3 != 0 {
+                return Err(raise(
+                    "ERR Invalid replication flags. Use REPL_AOF, REPL_REPLICA, REPL_ALL or REPL_NONE.",
+                ));
+            }
+            // Effects replication is all cairn has: the flags change nothing.
+            Ok(())
+        })?,
+    )?;
+    t.set(
+        "replicate_commands",
+        lua.create_function(|_, _: MultiValue| Ok(true))?,
+    )?;
+    t.set(
+        "breakpoint",
+        lua.create_function(|_, _: MultiValue| Ok(false))?,
+    )?;
+    t.set("debug", lua.create_function(|_, _: MultiValue| Ok(()))?)?;
+    let r = run.clone();
+    t.set(
+        "acl_check_cmd",
+        lua.create_function(move |_, args: MultiValue| {
+            let argv = command_args(&args).map_err(raise)?;
+            if command_spec(&argv).is_none() {
+                return Err(raise("ERR Invalid command passed to redis.acl_check_cmd()"));
+            }
+            let ptr = r.lock().host.as_ref().map(|h| h.0);
+            Ok(match ptr {
+                // SAFETY: see HostPtr.
+                Some(p) => unsafe { (*p).acl_check(&argv) },
+                None => true,
+            })
+        })?,
+    )?;
+    t.set("REDIS_VERSION", "7.0.15")?;
+    t.set("REDIS_VERSION_NUM", 0x07000f)?;
+    for (name, v) in [
+        ("LOG_DEBUG", 0),
+        ("LOG_VERBOSE", 1),
+        ("LOG_NOTICE", 2),
+        ("LOG_WARNING", 3),
+        ("REPL_NONE", 0),
+        ("REPL_AOF", 1),
+        ("REPL_SLAVE", 2),
+        ("REPL_REPLICA", 2),
+        ("REPL_ALL", 3),
+    ] {
+        t.set(name, v)?;
+    }
+    Ok(t)
+}
+
+/// `math.random` / `math.randomseed` on Redis's generator (the 48-bit
+/// linear congruential one of `drand48`), so seeded sequences match Redis.
+fn random_functions(lua: &Lua) -> mlua::Result<(Function, Function)> {
+    const A: u64 = 0x5DEECE66D;
+    const MASK: u64 = (1 << 48) - 1;
+    let seed = |s: i32| (((s as u32 as u64) << 16) | 0x330E) & MASK;
+    let state = Arc::new(Mutex::new(seed(0)));
+    let st = state.clone();
+    let random = lua.create_function(move |lua, args: MultiValue| {
+        let next = {
+            let mut x = st.lock();
+            *x = (x.wrapping_mul(A).wrapping_add(0xB)) & MASK;
+            (*x >> 17) as i64
+        };
+        let max = i32::MAX as i64;
+        let r = (next % max) as f64 / max as f64;
+        let int_arg = |i: usize| -> mlua::Result<i64> {
+            match as_number(&args[i]).or_else(|| lua.coerce_number(args[i].clone()).ok().flatten())
+            {
+                Some(n) => Ok(n as i64),
+                None => Err(arg_error(
+                    lua,
+                    i + 1,
+                    format!("number expected, got {}", type_name(args.get(i))),
+                )),
+            }
+        };
+        match args.len() {
+            0 => Ok(r),
+            1 => {
+                let u = int_arg(0)?;
+                if u < 1 {
+                    return Err(arg_error(lua, 1, "interval is empty"));
+                }
+                Ok((r * u as f64).floor() + 1.0)
+            }
+            2 => {
+                let (l, u) = (int_arg(0)?, int_arg(1)?);
+                if l > u {
+                    return Err(arg_error(lua, 2, "interval is empty"));
+                }
+                Ok((r * (u - l + 1) as f64).floor() + l as f64)
+            }
+            _ => Err(lua_error(lua, "wrong number of arguments")),
+        }
+    })?;
+    let randomseed = lua.create_function(move |lua, args: MultiValue| {
+        let n = args
+            .front()
+            .and_then(as_number)
+            .or_else(|| {
+                args.front()
+                    .and_then(|v| lua.coerce_number(v.clone()).ok().flatten())
+            })
+            .ok_or_else(|| {
+                arg_error(
+                    lua,
+                    1,
+                    format!("number expected, got {}", type_name(args.front())),
+                )
+            })?;
+        *state.lock() = seed(n as i64 as i32);
+        Ok(())
+    })?;
+    Ok((random, randomseed))
+}
