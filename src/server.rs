@@ -125,11 +125,28 @@ pub struct Server {
     pub shutdown: tokio::sync::Notify,
     /// Set once shutdown has begun.
     pub stopping: AtomicBool,
+    /// The Lua engine: script cache, function libraries, the running
+    /// script's kill switch.
+    pub scripts: Arc<crate::scripting::ScriptVm>,
+    /// The running script has run a write command (SCRIPT KILL then
+    /// answers UNKILLABLE).
+    pub script_wrote: AtomicBool,
+    /// The running script was stopped by SHUTDOWN: its writes roll back.
+    pub script_abort: AtomicBool,
     /// Positions of HSCAN/SSCAN/ZSCAN cursors over big collections.
     pub scan_cursors: crate::families::collection::ScanCursors,
 }
 
 impl Server {
+    /// `busy-reply-threshold` (alias `lua-time-limit`) in milliseconds.
+    pub fn busy_reply_threshold_ms(&self) -> u64 {
+        let rt = self.runtime.read();
+        rt.passive
+            .get("busy-reply-threshold")
+            .and_then(|v| v.parse::<i64>().ok())
+            .map_or(5000, |v| v.max(0) as u64)
+    }
+
     /// Creates the shared state.
     pub fn new(config: Config, shards: Arc<ShardSet>) -> Server {
         let mut passive = HashMap::new();
@@ -144,6 +161,7 @@ impl Server {
             ("slowlog-log-slower-than", "10000"),
             ("slowlog-max-len", "128"),
             ("lua-time-limit", "5000"),
+            ("busy-reply-threshold", "5000"),
             ("cluster-enabled", "no"),
             ("notify-keyspace-events", ""),
         ] {
@@ -173,6 +191,9 @@ impl Server {
             last_save: AtomicU64::new(now),
             port: AtomicU64::new(0),
             shutdown: tokio::sync::Notify::new(),
+            scripts: Arc::new(crate::scripting::ScriptVm::new().expect("the Lua engine starts")),
+            script_wrote: AtomicBool::new(false),
+            script_abort: AtomicBool::new(false),
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),
         }
@@ -193,6 +214,9 @@ impl Server {
     /// Asks the server to stop.
     pub fn request_shutdown(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        // A running script holds every shard: it stops, and its writes
+        // roll back, so the shards can close.
+        crate::families::scripting::abort_for_shutdown(self);
         self.shutdown.notify_waiters();
         self.shutdown.notify_one();
     }

@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, generic, hash, list, server, set, stream, string, transaction, zset,
+    bits, blocking, generic, hash, list, scripting, server, set, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -257,6 +257,14 @@ commands! {
         "Discard all commands issued after MULTI.", "", "";
     "echo", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
         "Echo the given string.", "message", "";
+    "eval", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "2.6.0", scripting::eval,
+        "Execute a Lua script server side.", "script numkeys [key [key ...]] [arg [arg ...]]", "";
+    "eval_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "7.0.0", scripting::eval_ro,
+        "Execute a read-only Lua script server side.", "script numkeys [key [key ...]] [arg [arg ...]]", "";
+    "evalsha", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE", "@slow @scripting", "scripting", "2.6.0", scripting::evalsha,
+        "Execute a Lua script server side.", "sha1 numkeys [key [key ...]] [arg [arg ...]]", "";
+    "evalsha_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS", "@slow @scripting", "scripting", "7.0.0", scripting::evalsha_ro,
+        "Execute a read-only Lua script server side.", "sha1 numkeys [key [key ...]] [arg [arg ...]]", "";
     "exec", 1, "noscript loading stale skip_slowlog", (0, 0, 0), "", "@slow @transaction", "transactions", "1.2.0", transaction::exec,
         "Execute all commands issued after MULTI.", "", "";
     "exists", -2, "readonly fast", (1, -1, 1), "RO", "@keyspace @read @fast", "generic", "1.0.0", generic::exists,
@@ -405,6 +413,8 @@ commands! {
         "Incrementally iterate the keys space.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", "nondeterministic_output request_policy:special";
     "scard", 2, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::scard,
         "Get the number of members in a set.", "key", "";
+    "script", -2, "", (0, 0, 0), "", "@slow", "scripting", "2.6.0", scripting::script,
+        "A container for Lua scripts management commands.", "subcommand [arg ...]", "";
     "sdiff", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sdiff,
         "Subtract multiple sets.", "key [key ...]", "nondeterministic_output_order";
     "sdiffstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE; RO ACCESS", "@write @set @slow", "set", "1.0.0", set::sdiffstore,
@@ -655,6 +665,16 @@ commands! {
         "Rewrite the configuration file with the in memory configuration", "", "";
     "config|set", -4, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
         "Set configuration parameters to the given values", "", "request_policy:all_nodes response_policy:all_succeeded";
+    "script|exists", -3, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
+        "Check existence of scripts in the script cache.", "sha1 [sha1 ...]", "request_policy:all_shards response_policy:agg_logical_and";
+    "script|flush", -2, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
+        "Remove all the scripts from the script cache.", "[ASYNC|SYNC]", "request_policy:all_nodes response_policy:all_succeeded";
+    "script|help", 2, "loading stale", (0, 0, 0), "", "@slow @scripting", "scripting", "5.0.0", scripting::script,
+        "Show helpful text about the different subcommands", "", "";
+    "script|kill", 2, "noscript allow_busy", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
+        "Kill the script currently in execution.", "", "request_policy:all_shards response_policy:one_succeeded";
+    "script|load", 3, "noscript stale", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
+        "Load the specified Lua script into the script cache.", "script", "request_policy:all_nodes response_policy:all_succeeded";
     "xgroup|create", -5, "write denyoom", (2, 2, 1), "RW INSERT", "@write @stream @slow", "stream", "5.0.0", stream::group::xgroup,
         "Create a consumer group.", "", "";
     "xgroup|createconsumer", 5, "write denyoom", (2, 2, 1), "RW INSERT", "@write @stream @slow", "stream", "6.2.0", stream::group::xgroup,

@@ -10,6 +10,7 @@ pub mod generic;
 pub mod hash;
 pub mod info;
 pub mod list;
+pub mod scripting;
 pub mod server;
 pub mod set;
 pub mod stream;

@@ -693,6 +693,15 @@ const IMMUTABLE: &[&str] = &[
 ];
 
 /// Checks a value for one of the passive parameters.
+/// The other name of a setting Redis knows by two names.
+fn busy_aliases(name: &str) -> &'static [&'static str] {
+    match name {
+        "lua-time-limit" => &["busy-reply-threshold"],
+        "busy-reply-threshold" => &["lua-time-limit"],
+        _ => &[],
+    }
+}
+
 fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
     match name {
         "maxmemory" => {
@@ -716,7 +725,8 @@ fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
         | "tcp-keepalive"
         | "slowlog-log-slower-than"
         | "slowlog-max-len"
-        | "lua-time-limit" => value
+        | "lua-time-limit"
+        | "busy-reply-threshold" => value
             .parse::<i64>()
             .map(|_| ())
             .map_err(|_| "argument couldn't be parsed into an integer"),
@@ -769,6 +779,10 @@ fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
             n => {
                 if let Err(why) = validate_passive(n, &value) {
                     return bad(why);
+                }
+                // busy-reply-threshold and lua-time-limit are one setting.
+                for alias in busy_aliases(n) {
+                    staged.passive.insert(alias.to_string(), value.clone());
                 }
                 staged.passive.insert(n.to_string(), value);
             }

@@ -328,7 +328,9 @@ async fn execute(
     } else if session.multi.is_some() && checked.has_flag("no_multi") {
         Some(Reply::err("Command not allowed inside a transaction"))
     } else {
-        None
+        // A script past busy-reply-threshold holds every shard: only
+        // commands allowed then (SCRIPT KILL, SHUTDOWN...) are answered.
+        crate::families::scripting::busy(&server, checked)
     };
     if let Some(mut r) = refusal {
         refuse_in_multi(session);

@@ -210,6 +210,16 @@ impl Session {
         }
     }
 
+    /// The session a script's commands run in: the caller's client and
+    /// database, already authenticated, blocking commands not blocking.
+    pub fn for_script(server: Arc<Server>, entry: Arc<ClientEntry>, db: u8) -> Session {
+        let mut s = Session::new(server, entry);
+        s.db = db;
+        s.authenticated = true;
+        s.in_exec = true;
+        s
+    }
+
     /// The shard owning a key.
     pub fn shard_of(&self, key: &[u8]) -> usize {
         self.server.shards.shard_of_key(key)

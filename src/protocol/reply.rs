@@ -38,6 +38,9 @@ pub enum Reply {
     Bool(bool),
     /// A verbatim text string such as INFO's (RESP2: bulk string).
     Verbatim(String),
+    /// A big number, as its decimal digits (RESP2: bulk string); only
+    /// scripts make them.
+    BigNumber(String),
     /// Nested arrays of bulk strings already encoded (the bytes are the
     /// same in RESP2 and RESP3), built by [`Encoder`] straight from stored
     /// rows so a long range costs one buffer, not allocations per element.
@@ -162,6 +165,8 @@ impl Reply {
                 out.put_slice(b"\r\n");
             }
             Reply::Verbatim(text) => bulk(out, text.as_bytes()),
+            Reply::BigNumber(n) if resp3 => line(out, b'(', n.as_bytes()),
+            Reply::BigNumber(n) => bulk(out, n.as_bytes()),
         }
     }
 }

@@ -107,8 +107,7 @@ fn table_to_reply(t: &Table, resp3: bool, depth: usize) -> Reply {
         }
     }
     if let Ok(Value::String(s)) = t.raw_get::<Value>("big_number") {
-        // Reply has no big-number variant: a bulk string is its RESP2 form.
-        return Reply::Bulk(Bytes::copy_from_slice(&s.as_bytes()));
+        return Reply::BigNumber(s.to_string_lossy());
     }
     if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
         let mut pairs = Vec::new();
@@ -216,6 +215,12 @@ pub fn reply_to_lua(lua: &Lua, r: &Reply, resp3: bool) -> mlua::Result<Value> {
             wrap(lua, "verbatim_string", v)?
         }
         Reply::Verbatim(text) => Value::String(lua.create_string(text)?),
+        Reply::BigNumber(n) if resp3 => {
+            let t = lua.create_table()?;
+            t.raw_set("big_number", n.as_str())?;
+            Value::Table(t)
+        }
+        Reply::BigNumber(n) => Value::String(lua.create_string(n)?),
         Reply::Encoded(bytes) => {
             let mut pos = 0;
             let parsed = parse_resp(bytes, &mut pos).unwrap_or(Reply::Nil);

@@ -1,0 +1,278 @@
+//! Lua scripts: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT.
+//!
+//! The engine (`crate::scripting`) runs the Lua; this module decides where
+//! a script's commands run and keeps it atomic. A script runs as one
+//! coordinator plan holding every shard, since a script may touch keys it
+//! did not declare: a blocking thread runs the Lua, and each `redis.call`
+//! builds the command's action exactly as a client's command would and
+//! runs it inside the locked shards' open transactions (`net::atomic`), so
+//! the script reads its own writes and all of them commit together, or
+//! none if the script is stopped by SHUTDOWN.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::command::args::is;
+use crate::command::{self, Args};
+use crate::net::atomic::Atomic;
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::scripting::Host;
+use crate::server::{ClientEntry, Server};
+use crate::shard::coordinator::CoordError;
+use crate::storage::StoreError;
+
+/// EVAL script numkeys [key ...] [arg ...]
+pub fn eval(s: &mut Session, a: Args) -> Action {
+    eval_generic(s, a, false, false)
+}
+
+/// EVALSHA sha1 numkeys [key ...] [arg ...]
+pub fn evalsha(s: &mut Session, a: Args) -> Action {
+    eval_generic(s, a, true, false)
+}
+
+/// EVAL_RO script numkeys [key ...] [arg ...]
+pub fn eval_ro(s: &mut Session, a: Args) -> Action {
+    eval_generic(s, a, false, true)
+}
+
+/// EVALSHA_RO sha1 numkeys [key ...] [arg ...]
+pub fn evalsha_ro(s: &mut Session, a: Args) -> Action {
+    eval_generic(s, a, true, true)
+}
+
+/// The keys and arguments after `numkeys` at argv[2], with Redis's errors.
+fn keys_and_args(a: &Args) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
+    let numkeys = a.int(2)?;
+    if numkeys > (a.len() - 3) as i64 {
+        return Err(Reply::err(
+            "Number of keys can't be greater than number of args",
+        ));
+    }
+    if numkeys < 0 {
+        return Err(Reply::err("Number of keys can't be negative"));
+    }
+    let rest = a.from(3);
+    let (keys, args) = rest.split_at(numkeys as usize);
+    Ok((keys.to_vec(), args.to_vec()))
+}
+
+fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
+    let (keys, argv) = match keys_and_args(&a) {
+        Ok(p) => p,
+        Err(r) => return r.into(),
+    };
+    let vm = s.server.scripts.clone();
+    let sha = if by_sha {
+        String::from_utf8_lossy(a.get(1)).to_ascii_lowercase()
+    } else {
+        match vm.load(a.get(1)) {
+            Ok(sha) => sha,
+            Err(r) => return r.into(),
+        }
+    };
+    let server = s.server.clone();
+    let (entry, db) = (s.entry.clone(), s.db);
+    run_script(
+        server,
+        move |host| vm.run(&sha, keys, argv, ro, host),
+        entry,
+        db,
+    )
+}
+
+/// Runs `body` (which runs the Lua with a host) as one plan holding every
+/// shard, on a blocking thread.
+fn run_script(
+    server: Arc<Server>,
+    body: impl FnOnce(&mut dyn Host) -> Reply + Send + 'static,
+    entry: Arc<ClientEntry>,
+    db: u8,
+) -> Action {
+    let ids: Vec<usize> = (0..server.shards.len()).collect();
+    let lock_ids = ids.clone();
+    let rt = tokio::runtime::Handle::current();
+    Action::Plan {
+        ids,
+        blind: false,
+        plan: Box::new(move |locked| {
+            Box::pin(async move {
+                let run = tokio::task::spawn_blocking(move || {
+                    let at = Atomic::new(locked, rt);
+                    at.settle(&lock_ids)?;
+                    let mut host = ScriptHost {
+                        at: &at,
+                        session: Session::for_script(server.clone(), entry, db),
+                        failure: None,
+                    };
+                    server.script_wrote.store(false, Ordering::Release);
+                    let reply = body(&mut host);
+                    if let Some(e) = host.failure {
+                        return Err(e);
+                    }
+                    // Stopped by SHUTDOWN NOSAVE: none of it may stay.
+                    if server.script_abort.swap(false, Ordering::AcqRel) {
+                        return Err(CoordError::Store(StoreError::Internal(
+                            "script stopped by shutdown".into(),
+                        )));
+                    }
+                    Ok(Ok(reply))
+                });
+                run.await
+                    .map_err(|e| StoreError::Internal(format!("script panicked: {e}")))?
+            })
+        }),
+    }
+}
+
+/// What a script's `redis.call` runs through.
+struct ScriptHost<'a> {
+    at: &'a Atomic,
+    /// The script's own session: its database (SELECT inside a script does
+    /// not change the caller's) and protocol.
+    session: Session,
+    /// A storage failure: the whole script rolls back.
+    failure: Option<CoordError>,
+}
+
+impl Host for ScriptHost<'_> {
+    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
+        if self.failure.is_some() {
+            return Reply::err("storage failure earlier in this script");
+        }
+        let args = Args::new(argv);
+        let Some(spec) = command::lookup(args.get(0)) else {
+            return Reply::err("Unknown Redis command called from script");
+        };
+        let counted = if args.len() >= 2 && command::is_container(spec) {
+            command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
+        } else {
+            spec
+        };
+        let server = self.session.server.clone();
+        if counted.has_flag("write") {
+            server.script_wrote.store(true, Ordering::Release);
+        }
+        self.session.resp3 = resp3;
+        let action = (spec.handler)(&mut self.session, args);
+        server.record_call(counted, 0);
+        match self.at.run(action) {
+            Ok(r) => r,
+            Err(e) => {
+                let r = Reply::err(&e);
+                self.failure = Some(e);
+                r
+            }
+        }
+    }
+}
+
+/// SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP
+pub fn script(s: &mut Session, a: Args) -> Action {
+    let vm = &s.server.scripts;
+    let sub = a.get(1);
+    if is(sub, "load") {
+        return match vm.load(a.get(2)) {
+            Ok(sha) => Reply::bulk(sha),
+            Err(r) => r,
+        }
+        .into();
+    }
+    if is(sub, "exists") {
+        let found = a
+            .from(2)
+            .iter()
+            .map(|sha| Reply::Int(vm.exists(&String::from_utf8_lossy(sha)) as i64))
+            .collect();
+        return Reply::Array(found).into();
+    }
+    if is(sub, "flush") {
+        let ok = match a.from(2) {
+            [] => true,
+            [m] => is(m, "sync") || is(m, "async"),
+            _ => false,
+        };
+        if !ok {
+            return Reply::err("SCRIPT FLUSH only support SYNC|ASYNC option").into();
+        }
+        vm.flush();
+        return Reply::Ok.into();
+    }
+    if is(sub, "kill") {
+        return kill_script(&s.server).into();
+    }
+    super::help_reply(&[
+        "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "EXISTS <sha1> [<sha1> ...]",
+        "    Return information about the existence of the scripts in the script cache.",
+        "FLUSH [ASYNC|SYNC]",
+        "    Flush the Lua scripts cache. Very dangerous on replicas.",
+        "    When called without the optional mode argument, the behavior is determined by the",
+        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+        "    * ASYNC: Asynchronously flush the scripts cache.",
+        "    * SYNC: Synchronously flush the scripts cache.",
+        "KILL",
+        "    Kill the currently executing Lua script.",
+        "LOAD <script>",
+        "    Load a script into the scripts cache without executing it.",
+        "HELP",
+        "    Prints this help.",
+    ])
+    .into()
+}
+
+/// SCRIPT KILL: stops a running script that has not written.
+fn kill_script(server: &Server) -> Reply {
+    let handle = server.scripts.kill_handle();
+    if !handle.is_running() {
+        return Reply::Error("NOTBUSY No scripts in execution right now.".into());
+    }
+    if handle.is_function() {
+        return Reply::Error(
+            "BUSY Redis is busy running a function. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+                .into(),
+        );
+    }
+    if server.script_wrote.load(Ordering::Acquire) {
+        return Reply::Error(
+            "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command."
+                .into(),
+        );
+    }
+    handle.kill();
+    Reply::Ok
+}
+
+/// Stops a running script for SHUTDOWN, whatever it wrote: its writes are
+/// rolled back with it.
+pub fn abort_for_shutdown(server: &Server) {
+    let handle = server.scripts.kill_handle();
+    if handle.is_running() {
+        server.script_abort.store(true, Ordering::Release);
+        handle.kill();
+    }
+}
+
+/// The BUSY reply a command gets while a script has run longer than
+/// `busy-reply-threshold`, unless it is allowed then (`allow_busy`).
+pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
+    if spec.has_flag("allow_busy") {
+        return None;
+    }
+    let handle = server.scripts.kill_handle();
+    let elapsed = handle.elapsed()?;
+    let threshold = server.busy_reply_threshold_ms();
+    if elapsed.as_millis() < threshold as u128 {
+        return None;
+    }
+    Some(Reply::Error(if handle.is_function() {
+        "BUSY Redis is busy running a function. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
+            .into()
+    } else {
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+            .into()
+    }))
+}

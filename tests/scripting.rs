@@ -1,0 +1,119 @@
+//! Lua scripts with several clients: a script is atomic across shards, a
+//! long script makes other clients BUSY until SCRIPT KILL stops it, a
+//! script that wrote cannot be killed, and shutting down stops a script
+//! and rolls its writes back. Single-connection replies are pinned by the
+//! compatibility transcript `tests/compat/cases/scripting.txt`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::waiting::{keys_on_both_shards, Pending};
+use common::{cmd, err, int, ok, q, TestServer};
+use redis::{Connection, Value};
+
+const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+
+/// Waits until another client gets BUSY (the script has passed the
+/// threshold).
+fn wait_busy(c: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match cmd(&["GET", "probe"]).query::<Value>(c) {
+            Err(e) if common::error_line(&e) == BUSY => return,
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no BUSY reply while a script loops"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A script writing one key on each shard is seen whole or not at all, and
+/// reads its own writes.
+#[test]
+fn a_script_is_atomic_across_shards() {
+    let srv = TestServer::start();
+    let (a, b) = keys_on_both_shards("s");
+    let mut c = srv.client();
+    let script = "redis.call('incr', KEYS[1]) redis.call('incr', KEYS[2]) \
+                  return {redis.call('get', KEYS[1]), redis.call('get', KEYS[2])}";
+    let writer = {
+        let (a, b) = (a.clone(), b.clone());
+        let mut w = srv.client();
+        std::thread::spawn(move || {
+            for i in 1..=300 {
+                let r: Vec<i64> = cmd(&["EVAL", script, "2", &a, &b]).query(&mut w).unwrap();
+                assert_eq!(r, vec![i, i]);
+            }
+        })
+    };
+    for _ in 0..600 {
+        let (x, y): (Option<i64>, Option<i64>) = cmd(&["MGET", &a, &b]).query(&mut c).unwrap();
+        assert_eq!(x, y, "read {a}={x:?} but {b}={y:?}");
+    }
+    writer.join().unwrap();
+    assert_eq!(int(&mut c, &["GET", &a]), 300);
+}
+
+/// Past busy-reply-threshold other clients get BUSY; SCRIPT KILL stops a
+/// script that has not written, and the server serves again.
+#[test]
+fn a_busy_script_is_killed() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    ok(
+        &mut admin,
+        &["CONFIG", "SET", "busy-reply-threshold", "100"],
+    );
+    assert_eq!(
+        q(&mut admin, &["CONFIG", "GET", "lua-time-limit"]),
+        common::arr(&["lua-time-limit", "100"])
+    );
+    let looping = Pending::start(&srv, &["EVAL", "while true do end", "0"]);
+    wait_busy(&mut admin);
+    ok(&mut admin, &["SCRIPT", "KILL"]);
+    let e = looping.error();
+    assert!(
+        e.starts_with("ERR Script killed by user with SCRIPT KILL..."),
+        "{e}"
+    );
+    assert_eq!(
+        err(&mut admin, &["SCRIPT", "KILL"]),
+        "NOTBUSY No scripts in execution right now."
+    );
+    ok(&mut admin, &["SET", "after", "1"]);
+}
+
+/// A script that wrote cannot be killed; shutting the server down stops it
+/// and none of its writes stay.
+#[test]
+fn shutdown_stops_a_script_that_wrote_and_rolls_it_back() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    ok(
+        &mut admin,
+        &["CONFIG", "SET", "busy-reply-threshold", "100"],
+    );
+    let looping = Pending::start(
+        &srv,
+        &[
+            "EVAL",
+            "redis.call('set', 'written', 'x') while true do end",
+            "0",
+        ],
+    );
+    wait_busy(&mut admin);
+    assert!(err(&mut admin, &["SCRIPT", "KILL"]).starts_with("UNKILLABLE Sorry the script"));
+    let path = srv.path.clone();
+    let dir = srv.stop();
+    let _ = looping.error();
+    let again = TestServer::start_in(path, |_| {});
+    let mut c = again.client();
+    assert_eq!(q(&mut c, &["EXISTS", "written"]), Value::Int(0));
+    drop(again);
+    drop(dir);
+}
