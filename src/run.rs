@@ -49,6 +49,10 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .map_err(|source| StartError::Bind { addr, source })?;
     let shards = ShardSet::open(&config)?;
     let server = Arc::new(Server::new(config, shards));
+    // Function libraries persist; scripts do not (as in Redis).
+    if let Err(e) = crate::families::functions::load_stored(&server) {
+        tracing::error!(error = %e, "cannot read the stored function libraries");
+    }
     server
         .port
         .store(local.port() as u64, std::sync::atomic::Ordering::Relaxed);

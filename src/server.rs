@@ -133,6 +133,14 @@ pub struct Server {
     pub script_wrote: AtomicBool,
     /// The running script was stopped by SHUTDOWN: its writes roll back.
     pub script_abort: AtomicBool,
+    /// What runs now (FUNCTION STATS): its name, the command that called
+    /// it, and since when.
+    pub running_script: parking_lot::Mutex<Option<(String, Vec<bytes::Bytes>, Instant)>>,
+    /// Serializes changes of the function libraries with their storage.
+    pub functions_lock: tokio::sync::Mutex<()>,
+    /// Libraries and functions loaded (FUNCTION STATS without waiting for
+    /// a running script).
+    pub function_counts: (AtomicU64, AtomicU64),
     /// Positions of HSCAN/SSCAN/ZSCAN cursors over big collections.
     pub scan_cursors: crate::families::collection::ScanCursors,
 }
@@ -194,6 +202,9 @@ impl Server {
             scripts: Arc::new(crate::scripting::ScriptVm::new().expect("the Lua engine starts")),
             script_wrote: AtomicBool::new(false),
             script_abort: AtomicBool::new(false),
+            running_script: parking_lot::Mutex::new(None),
+            functions_lock: tokio::sync::Mutex::new(()),
+            function_counts: (AtomicU64::new(0), AtomicU64::new(0)),
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),
         }

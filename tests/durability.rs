@@ -327,6 +327,59 @@ fn cross_shard_exec_is_whole_after_sigkill() {
     }
 }
 
+// Pins: function libraries are stored: an acknowledged FUNCTION LOAD
+// survives a SIGKILL under `always`, FUNCTION DELETE and FLUSH too, and
+// scripts are not kept (as in Redis).
+#[test]
+fn functions_survive_sigkill_and_scripts_do_not() {
+    let root = tempfile::tempdir().unwrap();
+    let data: PathBuf = root.path().join("data");
+    let mut first = Proc::start(root.path(), &data);
+    let mut c = first.client();
+    let load = |c: &mut Connection, lib: &str, f: &str, v: i64| {
+        let code =
+            format!("#!lua name={lib}\nredis.register_function('{f}', function() return {v} end)");
+        let name: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg(code)
+            .query(c)
+            .unwrap();
+        assert_eq!(name, lib);
+    };
+    load(&mut c, "kept", "fk", 1);
+    load(&mut c, "gone", "fg", 2);
+    let _: () = redis::cmd("FUNCTION")
+        .arg("DELETE")
+        .arg("gone")
+        .query(&mut c)
+        .unwrap();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return 1")
+        .query(&mut c)
+        .unwrap();
+    first.kill();
+
+    let mut second = Proc::start(root.path(), &data);
+    let mut c = second.client();
+    assert_eq!(int(&mut c, &["FCALL", "fk", "0"]), 1);
+    let gone = redis::cmd("FCALL").arg("fg").arg(0).query::<i64>(&mut c);
+    assert!(gone.is_err(), "a deleted library came back");
+    let exists: Vec<i64> = redis::cmd("SCRIPT")
+        .arg("EXISTS")
+        .arg(&sha)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(exists, vec![0]);
+    let _: () = redis::cmd("FUNCTION").arg("FLUSH").query(&mut c).unwrap();
+    drop(c);
+    assert!(second.shutdown().success());
+    let third = Proc::start(root.path(), &data);
+    let mut c = third.client();
+    let libs: Vec<Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut c).unwrap();
+    assert!(libs.is_empty(), "FUNCTION FLUSH did not last: {libs:?}");
+}
+
 // Pins: under everysec a SIGKILL loses at most the last moments, never
 // consistency: on each shard, what one connection wrote comes back as a
 // prefix of what it wrote there (shards make their durable commits on their

@@ -117,3 +117,30 @@ fn shutdown_stops_a_script_that_wrote_and_rolls_it_back() {
     drop(again);
     drop(dir);
 }
+
+/// FUNCTION DUMP's payload restores the libraries, under each policy.
+#[test]
+fn function_dump_restores() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let lib =
+        "#!lua name=lib\nredis.register_function('f', function(keys, args) return args[1] end)";
+    assert_eq!(q(&mut c, &["FUNCTION", "LOAD", lib]), common::bulk("lib"));
+    let payload: Vec<u8> = cmd(&["FUNCTION", "DUMP"]).query(&mut c).unwrap();
+    ok(&mut c, &["FUNCTION", "FLUSH"]);
+    let restore = |c: &mut Connection, policy: &[&str]| -> redis::RedisResult<Value> {
+        let mut r = redis::cmd("FUNCTION");
+        r.arg("RESTORE").arg(&payload);
+        for p in policy {
+            r.arg(*p);
+        }
+        r.query(c)
+    };
+    assert_eq!(restore(&mut c, &[]).unwrap(), Value::Okay);
+    assert_eq!(q(&mut c, &["FCALL", "f", "0", "hi"]), common::bulk("hi"));
+    let again = restore(&mut c, &["APPEND"]).unwrap_err();
+    assert_eq!(common::error_line(&again), "ERR Library lib already exists");
+    assert_eq!(restore(&mut c, &["REPLACE"]).unwrap(), Value::Okay);
+    assert_eq!(restore(&mut c, &["FLUSH"]).unwrap(), Value::Okay);
+    assert_eq!(q(&mut c, &["FCALL", "f", "0", "x"]), common::bulk("x"));
+}

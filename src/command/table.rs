@@ -4,7 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, generic, hash, list, scripting, server, set, stream, string, transaction, zset,
+    bits, blocking, functions, generic, hash, list, scripting, server, set, stream, string,
+    transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -275,10 +276,16 @@ commands! {
         "Set the expiration for a key as a UNIX timestamp.", "key unix-time-seconds [NX|XX|GT|LT]", "";
     "expiretime", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "7.0.0", generic::expiretime,
         "Get the expiration Unix timestamp for a key.", "key", "";
+    "fcall", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "7.0.0", functions::fcall,
+        "Invoke a function.", "function numkeys [key [key ...]] [arg [arg ...]]", "";
+    "fcall_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "7.0.0", functions::fcall_ro,
+        "Invoke a read-only function.", "function numkeys [key [key ...]] [arg [arg ...]]", "";
     "flushall", -1, "write", (0, 0, 0), "", "@keyspace @write @slow @dangerous", "server", "1.0.0", generic::flushall,
         "Remove all keys from all databases.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
     "flushdb", -1, "write", (0, 0, 0), "", "@keyspace @write @slow @dangerous", "server", "1.0.0", generic::flushdb,
         "Remove all keys from the current database.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
+    "function", -2, "", (0, 0, 0), "", "@slow", "scripting", "7.0.0", functions::function,
+        "A container for function commands.", "subcommand [arg ...]", "";
     "get", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::get,
         "Get the value of a key.", "key", "";
     "getbit", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @bitmap @fast", "bitmap", "2.2.0", bits::getbit,
@@ -665,6 +672,24 @@ commands! {
         "Rewrite the configuration file with the in memory configuration", "", "";
     "config|set", -4, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.0.0", server::config,
         "Set configuration parameters to the given values", "", "request_policy:all_nodes response_policy:all_succeeded";
+    "function|delete", 3, "write noscript", (0, 0, 0), "", "@write @slow @scripting", "scripting", "7.0.0", functions::function,
+        "Delete a function by name.", "library-name", "request_policy:all_shards response_policy:all_succeeded";
+    "function|dump", 2, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
+        "Dump all functions into a serialized binary payload.", "", "";
+    "function|flush", -2, "write noscript", (0, 0, 0), "", "@write @slow @scripting", "scripting", "7.0.0", functions::function,
+        "Deleting all functions.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
+    "function|help", 2, "loading stale", (0, 0, 0), "", "@slow @scripting", "scripting", "5.0.0", functions::function,
+        "Show helpful text about the different subcommands", "", "";
+    "function|kill", 2, "noscript allow_busy", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
+        "Kill the function currently in execution.", "", "request_policy:all_shards response_policy:one_succeeded";
+    "function|list", -2, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
+        "List information about all the functions.", "[LIBRARYNAME library-name-pattern] [WITHCODE]", "nondeterministic_output_order";
+    "function|load", -3, "write denyoom noscript", (0, 0, 0), "", "@write @slow @scripting", "scripting", "7.0.0", functions::function,
+        "Create a function with the given arguments (name, code, description).", "[REPLACE] function-code", "request_policy:all_shards response_policy:all_succeeded";
+    "function|restore", -3, "write denyoom noscript", (0, 0, 0), "", "@write @slow @scripting", "scripting", "7.0.0", functions::function,
+        "Restore all the functions on the given payload.", "serialized-value [FLUSH|APPEND|REPLACE]", "request_policy:all_shards response_policy:all_succeeded";
+    "function|stats", 2, "noscript allow_busy", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
+        "Return information about the function currently running (name, description, duration).", "", "nondeterministic_output request_policy:all_shards response_policy:special";
     "script|exists", -3, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
         "Check existence of scripts in the script cache.", "sha1 [sha1 ...]", "request_policy:all_shards response_policy:agg_logical_and";
     "script|flush", -2, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,

@@ -6,6 +6,7 @@
 pub mod bits;
 pub mod blocking;
 pub mod collection;
+pub mod functions;
 pub mod generic;
 pub mod hash;
 pub mod info;
@@ -535,6 +536,16 @@ where
         blind,
         plan: Box::new(move |locked| Box::pin(plan(locked))),
     }
+}
+
+/// Reply for a subcommand with the wrong options (Redis's
+/// addReplySubcommandSyntaxError).
+pub fn subcommand_syntax(a: &crate::command::Args) -> Reply {
+    Reply::err(format!(
+        "unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
+        String::from_utf8_lossy(a.get(1)),
+        String::from_utf8_lossy(a.get(0)).to_uppercase()
+    ))
 }
 
 /// A HELP subcommand's reply (XINFO HELP, CONFIG HELP...): one status line

@@ -66,31 +66,41 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
         Err(r) => return r.into(),
     };
     let vm = s.server.scripts.clone();
-    let sha = if by_sha {
-        String::from_utf8_lossy(a.get(1)).to_ascii_lowercase()
-    } else {
-        match vm.load(a.get(1)) {
-            Ok(sha) => sha,
-            Err(r) => return r.into(),
-        }
-    };
+    let body = a.get(1).clone();
     let server = s.server.clone();
     let (entry, db) = (s.entry.clone(), s.db);
-    run_script(
-        server,
-        move |host| vm.run(&sha, keys, argv, ro, host),
-        entry,
-        db,
-    )
+    let label = (
+        if by_sha {
+            String::from_utf8_lossy(&body).to_ascii_lowercase()
+        } else {
+            crate::scripting::sha1_hex(&body)
+        },
+        a.all().to_vec(),
+    );
+    // The engine is only ever entered on a blocking thread: it is locked
+    // for as long as a script runs.
+    let run = move |host: &mut dyn Host| {
+        let sha = if by_sha {
+            String::from_utf8_lossy(&body).to_ascii_lowercase()
+        } else {
+            match vm.load(&body) {
+                Ok(sha) => sha,
+                Err(r) => return r,
+            }
+        };
+        vm.run(&sha, keys, argv, ro, host)
+    };
+    run_script(server, run, entry, db, label)
 }
 
 /// Runs `body` (which runs the Lua with a host) as one plan holding every
 /// shard, on a blocking thread.
-fn run_script(
+pub fn run_script(
     server: Arc<Server>,
     body: impl FnOnce(&mut dyn Host) -> Reply + Send + 'static,
     entry: Arc<ClientEntry>,
     db: u8,
+    label: (String, Vec<Bytes>),
 ) -> Action {
     let ids: Vec<usize> = (0..server.shards.len()).collect();
     let lock_ids = ids.clone();
@@ -109,7 +119,10 @@ fn run_script(
                         failure: None,
                     };
                     server.script_wrote.store(false, Ordering::Release);
+                    *server.running_script.lock() =
+                        Some((label.0, label.1, std::time::Instant::now()));
                     let reply = body(&mut host);
+                    *server.running_script.lock() = None;
                     if let Some(e) = host.failure {
                         return Err(e);
                     }
@@ -170,24 +183,40 @@ impl Host for ScriptHost<'_> {
     }
 }
 
+/// Runs `f` with the engine on a blocking thread (the engine's lock is
+/// held for as long as a script runs; a connection thread never waits on
+/// it).
+pub fn with_engine(
+    server: &Server,
+    f: impl FnOnce(&crate::scripting::ScriptVm) -> Reply + Send + 'static,
+) -> Action {
+    let vm = server.scripts.clone();
+    Action::Job(Box::pin(async move {
+        tokio::task::spawn_blocking(move || f(&vm))
+            .await
+            .unwrap_or_else(|e| Reply::err(format!("script engine failed: {e}")))
+    }))
+}
+
 /// SCRIPT LOAD|EXISTS|FLUSH|KILL|HELP
 pub fn script(s: &mut Session, a: Args) -> Action {
-    let vm = &s.server.scripts;
     let sub = a.get(1);
     if is(sub, "load") {
-        return match vm.load(a.get(2)) {
+        let body = a.get(2).clone();
+        return with_engine(&s.server, move |vm| match vm.load(&body) {
             Ok(sha) => Reply::bulk(sha),
             Err(r) => r,
-        }
-        .into();
+        });
     }
     if is(sub, "exists") {
-        let found = a
-            .from(2)
-            .iter()
-            .map(|sha| Reply::Int(vm.exists(&String::from_utf8_lossy(sha)) as i64))
-            .collect();
-        return Reply::Array(found).into();
+        let shas = a.from(2).to_vec();
+        return with_engine(&s.server, move |vm| {
+            let found = shas
+                .iter()
+                .map(|sha| Reply::Int(vm.exists(&String::from_utf8_lossy(sha)) as i64))
+                .collect();
+            Reply::Array(found)
+        });
     }
     if is(sub, "flush") {
         let ok = match a.from(2) {
@@ -198,11 +227,13 @@ pub fn script(s: &mut Session, a: Args) -> Action {
         if !ok {
             return Reply::err("SCRIPT FLUSH only support SYNC|ASYNC option").into();
         }
-        vm.flush();
-        return Reply::Ok.into();
+        return with_engine(&s.server, |vm| {
+            vm.flush();
+            Reply::Ok
+        });
     }
     if is(sub, "kill") {
-        return kill_script(&s.server).into();
+        return kill_running(&s.server, true).into();
     }
     super::help_reply(&[
         "SCRIPT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -224,23 +255,29 @@ pub fn script(s: &mut Session, a: Args) -> Action {
     .into()
 }
 
-/// SCRIPT KILL: stops a running script that has not written.
-fn kill_script(server: &Server) -> Reply {
+/// BUSY while a script runs (EVAL) and while a function runs (FCALL).
+const BUSY_SCRIPT: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+const BUSY_FUNCTION: &str =
+    "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
+
+/// SCRIPT KILL (`eval`) and FUNCTION KILL: stops what runs, unless it has
+/// written, or is of the other kind.
+pub fn kill_running(server: &Server, eval: bool) -> Reply {
     let handle = server.scripts.kill_handle();
     if !handle.is_running() {
         return Reply::Error("NOTBUSY No scripts in execution right now.".into());
-    }
-    if handle.is_function() {
-        return Reply::Error(
-            "BUSY Redis is busy running a function. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
-                .into(),
-        );
     }
     if server.script_wrote.load(Ordering::Acquire) {
         return Reply::Error(
             "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command."
                 .into(),
         );
+    }
+    match (eval, handle.is_function()) {
+        (true, true) => return Reply::Error(BUSY_FUNCTION.into()),
+        (false, false) => return Reply::Error(BUSY_SCRIPT.into()),
+        _ => {}
     }
     handle.kill();
     Reply::Ok
@@ -269,10 +306,8 @@ pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
         return None;
     }
     Some(Reply::Error(if handle.is_function() {
-        "BUSY Redis is busy running a function. You can only call FUNCTION KILL or SHUTDOWN NOSAVE."
-            .into()
+        BUSY_FUNCTION.into()
     } else {
-        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
-            .into()
+        BUSY_SCRIPT.into()
     }))
 }

@@ -475,15 +475,7 @@ const XINFO_HELP: &[&str] = &[
     "    Prints this help.",
 ];
 
-/// Reply for a subcommand with the wrong options (Redis's
-/// addReplySubcommandSyntaxError).
-pub fn subcommand_syntax(a: &Args) -> Reply {
-    Reply::err(format!(
-        "unknown subcommand or wrong number of arguments for '{}'. Try {} HELP.",
-        String::from_utf8_lossy(a.get(1)),
-        String::from_utf8_lossy(a.get(0)).to_uppercase()
-    ))
-}
+pub use crate::families::subcommand_syntax;
 
 /// XINFO STREAM key [FULL [COUNT count]] | GROUPS key | CONSUMERS key group | HELP
 pub fn xinfo(s: &mut Session, a: Args) -> Action {

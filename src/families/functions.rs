@@ -1,0 +1,430 @@
+//! Functions: FUNCTION LOAD / DELETE / FLUSH / LIST / DUMP / RESTORE /
+//! STATS / KILL / HELP, FCALL and FCALL_RO.
+//!
+//! Libraries live in the Lua engine and, to survive restarts, in shard 0's
+//! `sys` table (`function/<library>` -> code). Every change rewrites those
+//! rows from the engine's libraries in one write on shard 0, acknowledged
+//! after its commit (durable under `always`); changes are serialized by
+//! `Server::functions_lock`, so the rows always follow the last change.
+//! FCALL runs like EVAL (`scripting::run_script`).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::scripting::{kill_running, run_script, with_engine};
+use crate::command::args::{is, Args};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::scripting::{Host, LibraryInfo, ScriptVm};
+use crate::server::Server;
+use crate::storage::{KvRead, StoreError, Table, WriteCtx};
+use crate::util::rdb;
+
+/// Prefix of the `sys` rows that hold libraries.
+const ROW_PREFIX: &[u8] = b"function/";
+
+/// FCALL function numkeys [key ...] [arg ...]
+pub fn fcall(s: &mut Session, a: Args) -> Action {
+    fcall_generic(s, a, false)
+}
+
+/// FCALL_RO function numkeys [key ...] [arg ...]
+pub fn fcall_ro(s: &mut Session, a: Args) -> Action {
+    fcall_generic(s, a, true)
+}
+
+fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
+    let numkeys = match a.int(2) {
+        Ok(n) => n,
+        Err(_) => return Reply::err("Bad number of keys provided").into(),
+    };
+    if numkeys > (a.len() - 3) as i64 {
+        return Reply::err("Number of keys can't be greater than number of args").into();
+    }
+    if numkeys < 0 {
+        return Reply::err("Number of keys can't be negative").into();
+    }
+    let (keys, args) = a.from(3).split_at(numkeys as usize);
+    let (keys, args) = (keys.to_vec(), args.to_vec());
+    let name = String::from_utf8_lossy(a.get(1)).into_owned();
+    let vm = s.server.scripts.clone();
+    let label = (name.clone(), a.all().to_vec());
+    let run = move |host: &mut dyn Host| vm.call_function(&name, keys, args, ro, host);
+    run_script(s.server.clone(), run, s.entry.clone(), s.db, label)
+}
+
+/// FUNCTION subcommand [arg ...]
+pub fn function(s: &mut Session, a: Args) -> Action {
+    let sub = a.get(1).clone();
+    let server = s.server.clone();
+    match String::from_utf8_lossy(&sub).to_ascii_lowercase().as_str() {
+        "load" => load(server, &a),
+        "delete" => {
+            let name = String::from_utf8_lossy(a.get(2)).into_owned();
+            change(server, move |vm| {
+                if vm.delete_library(&name) {
+                    Ok(Reply::Ok)
+                } else {
+                    Err(Reply::err("Library not found"))
+                }
+            })
+        }
+        "flush" => {
+            if a.len() > 3 {
+                return super::subcommand_syntax(&a).into();
+            }
+            let ok = match a.from(2) {
+                [] => true,
+                [m] => is(m, "sync") || is(m, "async"),
+                _ => false,
+            };
+            if !ok {
+                return Reply::err("FUNCTION FLUSH only supports SYNC|ASYNC option").into();
+            }
+            change(server, |vm| {
+                vm.flush_functions();
+                Ok(Reply::Ok)
+            })
+        }
+        "list" => list(&server, &a),
+        "dump" => with_engine(&server, |vm| {
+            let mut body = Vec::new();
+            for lib in vm.libraries() {
+                body.push(rdb::OPCODE_FUNCTION2);
+                rdb::put_string(&mut body, &lib.code);
+            }
+            Reply::bulk(rdb::seal(body))
+        }),
+        "restore" => restore(server, &a),
+        "stats" => stats(&server).into(),
+        "kill" => kill_running(&server, false).into(),
+        _ => help(),
+    }
+}
+
+/// FUNCTION LOAD [REPLACE] code
+fn load(server: Arc<Server>, a: &Args) -> Action {
+    let mut replace = false;
+    let mut at = 2;
+    while at < a.len() - 1 {
+        if is(a.get(at), "replace") {
+            replace = true;
+            at += 1;
+            continue;
+        }
+        return Reply::err(format!(
+            "Unknown option given: {}",
+            String::from_utf8_lossy(a.get(at))
+        ))
+        .into();
+    }
+    if at >= a.len() {
+        return Reply::err("Function code is missing").into();
+    }
+    let code = a.get(at).clone();
+    change(server, move |vm| {
+        vm.load_library(&code, replace)
+            .map(|lib| Reply::bulk(lib.name))
+    })
+}
+
+/// Restore policies of FUNCTION RESTORE.
+#[derive(PartialEq, Eq)]
+enum Policy {
+    Flush,
+    Append,
+    Replace,
+}
+
+/// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]
+fn restore(server: Arc<Server>, a: &Args) -> Action {
+    if a.len() > 4 {
+        return super::subcommand_syntax(a).into();
+    }
+    let policy = match a.from(3) {
+        [] => Policy::Append,
+        [p] if is(p, "flush") => Policy::Flush,
+        [p] if is(p, "append") => Policy::Append,
+        [p] if is(p, "replace") => Policy::Replace,
+        _ => {
+            return Reply::err(
+                "Wrong restore policy given, value should be either FLUSH, APPEND or REPLACE.",
+            )
+            .into()
+        }
+    };
+    let payload = a.get(2).clone();
+    change(server, move |vm| {
+        let Some(body) = rdb::unseal(&payload) else {
+            return Err(Reply::err("DUMP payload version or checksum are wrong"));
+        };
+        let mut codes = Vec::new();
+        let mut r = rdb::Reader::new(body);
+        while !r.is_empty() {
+            if r.byte() != Some(rdb::OPCODE_FUNCTION2) {
+                return Err(Reply::err("given type is not a function"));
+            }
+            let code = r
+                .string()
+                .ok_or_else(|| Reply::err("failed loading the given functions payload"))?;
+            codes.push(code);
+        }
+        // All or nothing: on any failure the libraries are put back.
+        let before = vm.libraries();
+        if policy == Policy::Flush {
+            vm.flush_functions();
+        }
+        for code in &codes {
+            if let Err(e) = vm.load_library(code, policy == Policy::Replace) {
+                put_back(vm, &before);
+                let e = match e {
+                    // Redis names the library without quotes here.
+                    Reply::Error(t) if t.starts_with("ERR Library '") => {
+                        Reply::Error(t.replacen('\'', "", 2))
+                    }
+                    other => other,
+                };
+                return Err(e);
+            }
+        }
+        Ok(Reply::Ok)
+    })
+}
+
+/// Puts the engine's libraries back as they were.
+fn put_back(vm: &ScriptVm, libs: &[LibraryInfo]) {
+    vm.flush_functions();
+    for lib in libs {
+        if let Err(e) = vm.load_library(&lib.code, true) {
+            tracing::error!(library = %lib.name, error = ?e, "cannot put a library back");
+        }
+    }
+}
+
+/// Applies `f` to the engine (on a blocking thread) and, if it changed
+/// anything, stores the libraries on shard 0 before replying.
+fn change(
+    server: Arc<Server>,
+    f: impl FnOnce(&ScriptVm) -> Result<Reply, Reply> + Send + 'static,
+) -> Action {
+    Action::Job(Box::pin(async move {
+        let _serial = server.functions_lock.lock().await;
+        let vm = server.scripts.clone();
+        let done = tokio::task::spawn_blocking(move || f(&vm).map(|r| (r, vm.libraries()))).await;
+        let (reply, libs) = match done {
+            Ok(Ok(v)) => v,
+            Ok(Err(r)) => return r,
+            Err(e) => return Reply::err(format!("script engine failed: {e}")),
+        };
+        count(&server, &libs);
+        let rows: Vec<(Vec<u8>, Bytes)> = libs
+            .into_iter()
+            .map(|lib| ([ROW_PREFIX, lib.name.as_bytes()].concat(), lib.code))
+            .collect();
+        let stored = server.shards.submit(
+            0,
+            Box::new(move |w: &mut WriteCtx| {
+                store_rows(w, &rows)?;
+                Ok(Reply::Ok)
+            }),
+        );
+        match stored.await {
+            Ok(Reply::Ok) => reply,
+            Ok(other) => other,
+            Err(_) => Reply::err("shard unavailable"),
+        }
+    }))
+}
+
+/// Replaces the stored libraries by `rows`.
+fn store_rows(w: &mut WriteCtx, rows: &[(Vec<u8>, Bytes)]) -> Result<(), StoreError> {
+    let end = crate::storage::encoding::prefix_successor(ROW_PREFIX);
+    w.del_range(Table::Sys, ROW_PREFIX, end.as_deref(), usize::MAX)?;
+    for (k, code) in rows {
+        w.put(Table::Sys, k, code)?;
+    }
+    Ok(())
+}
+
+/// Loads the libraries stored on shard 0 into the engine (at start).
+pub fn load_stored(server: &Server) -> Result<(), StoreError> {
+    let snap = server.shards.shard(0).snapshot()?;
+    let end = crate::storage::encoding::prefix_successor(ROW_PREFIX);
+    let mut codes = Vec::new();
+    snap.scan(
+        Table::Sys,
+        ROW_PREFIX,
+        end.as_deref(),
+        false,
+        &mut |_, v| {
+            codes.push(v.to_vec());
+            true
+        },
+    )?;
+    for code in codes {
+        if let Err(e) = server.scripts.load_library(&code, true) {
+            tracing::error!(error = ?e, "cannot load a stored function library");
+        }
+    }
+    count(server, &server.scripts.libraries());
+    Ok(())
+}
+
+/// Publishes the library and function counts for FUNCTION STATS.
+fn count(server: &Server, libs: &[LibraryInfo]) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let functions: usize = libs.iter().map(|l| l.functions.len()).sum();
+    server.function_counts.0.store(libs.len() as u64, Relaxed);
+    server.function_counts.1.store(functions as u64, Relaxed);
+}
+
+/// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]
+fn list(server: &Server, a: &Args) -> Action {
+    let (mut with_code, mut pattern) = (false, None);
+    let rest = a.from(2);
+    let mut i = 0;
+    while i < rest.len() {
+        if !with_code && is(&rest[i], "withcode") {
+            with_code = true;
+        } else if pattern.is_none() && is(&rest[i], "libraryname") {
+            if i + 1 >= rest.len() {
+                return Reply::err("library name argument was not given").into();
+            }
+            i += 1;
+            pattern = Some(rest[i].clone());
+        } else {
+            return Reply::err(format!(
+                "Unknown argument {}",
+                String::from_utf8_lossy(&rest[i])
+            ))
+            .into();
+        }
+        i += 1;
+    }
+    with_engine(server, move |vm| {
+        let libs = vm
+            .libraries()
+            .into_iter()
+            .filter(|lib| {
+                pattern
+                    .as_ref()
+                    .is_none_or(|p| crate::util::glob::string_match(p, lib.name.as_bytes(), true))
+            })
+            .map(|lib| {
+                let functions = lib
+                    .functions
+                    .iter()
+                    .map(|f| {
+                        Reply::Map(vec![
+                            (Reply::bulk("name"), Reply::bulk(f.name.clone())),
+                            (
+                                Reply::bulk("description"),
+                                f.description.clone().map_or(Reply::Nil, Reply::bulk),
+                            ),
+                            (
+                                Reply::bulk("flags"),
+                                Reply::Set(
+                                    f.flags.names().into_iter().map(Reply::Simple).collect(),
+                                ),
+                            ),
+                        ])
+                    })
+                    .collect();
+                let mut fields = vec![
+                    (Reply::bulk("library_name"), Reply::bulk(lib.name.clone())),
+                    (Reply::bulk("engine"), Reply::bulk("LUA")),
+                    (Reply::bulk("functions"), Reply::Array(functions)),
+                ];
+                if with_code {
+                    fields.push((Reply::bulk("library_code"), Reply::bulk(lib.code.clone())));
+                }
+                Reply::Map(fields)
+            })
+            .collect();
+        Reply::Array(libs)
+    })
+}
+
+/// FUNCTION STATS: answered without the engine, which a running script
+/// holds.
+fn stats(server: &Server) -> Reply {
+    use std::sync::atomic::Ordering::Relaxed;
+    let running = match &*server.running_script.lock() {
+        Some((name, argv, since)) => Reply::Map(vec![
+            (Reply::bulk("name"), Reply::bulk(name.clone())),
+            (
+                Reply::bulk("command"),
+                Reply::Array(argv.iter().map(|a| Reply::bulk(a.clone())).collect()),
+            ),
+            (
+                Reply::bulk("duration_ms"),
+                Reply::Int(since.elapsed().as_millis() as i64),
+            ),
+        ]),
+        None => Reply::Nil,
+    };
+    let (libs, functions) = (
+        server.function_counts.0.load(Relaxed),
+        server.function_counts.1.load(Relaxed),
+    );
+    Reply::Map(vec![
+        (Reply::bulk("running_script"), running),
+        (
+            Reply::bulk("engines"),
+            Reply::Map(vec![(
+                Reply::bulk("LUA"),
+                Reply::Map(vec![
+                    (Reply::bulk("libraries_count"), Reply::Int(libs as i64)),
+                    (Reply::bulk("functions_count"), Reply::Int(functions as i64)),
+                ]),
+            )]),
+        ),
+    ])
+}
+
+fn help() -> Action {
+    super::help_reply(&[
+        "FUNCTION <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "LOAD [REPLACE] <FUNCTION CODE>",
+        "    Create a new library with the given library name and code.",
+        "DELETE <LIBRARY NAME>",
+        "    Delete the given library.",
+        "LIST [LIBRARYNAME PATTERN] [WITHCODE]",
+        "    Return general information on all the libraries:",
+        "    * Library name",
+        "    * The engine used to run the Library",
+        "    * Library description",
+        "    * Functions list",
+        "    * Library code (if WITHCODE is given)",
+        "    It also possible to get only function that matches a pattern using LIBRARYNAME argument.",
+        "STATS",
+        "    Return information about the current function running:",
+        "    * Function name",
+        "    * Command used to run the function",
+        "    * Duration in MS that the function is running",
+        "    If no function is running, return nil",
+        "    In addition, returns a list of available engines.",
+        "KILL",
+        "    Kill the current running function.",
+        "FLUSH [ASYNC|SYNC]",
+        "    Delete all the libraries.",
+        "    When called without the optional mode argument, the behavior is determined by the",
+        "    lazyfree-lazy-user-flush configuration directive. Valid modes are:",
+        "    * ASYNC: Asynchronously flush the libraries.",
+        "    * SYNC: Synchronously flush the libraries.",
+        "DUMP",
+        "    Return a serialized payload representing the current libraries, can be restored using FUNCTION RESTORE command",
+        "RESTORE <PAYLOAD> [FLUSH|APPEND|REPLACE]",
+        "    Restore the libraries represented by the given payload, it is possible to give a restore policy to",
+        "    control how to handle existing libraries (default APPEND):",
+        "    * FLUSH: delete all existing libraries.",
+        "    * APPEND: appends the restored libraries to the existing libraries. On collision, abort.",
+        "    * REPLACE: appends the restored libraries to the existing libraries, On collision, replace the old",
+        "      libraries with the new libraries (notice that even on this option there is a chance of failure",
+        "      in case of functions name collision with another library).",
+        "HELP",
+        "    Prints this help.",
+    ])
+    .into()
+}
