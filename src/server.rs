@@ -136,6 +136,10 @@ pub struct Server {
     /// What runs now (FUNCTION STATS): its name, the command that called
     /// it, and since when.
     pub running_script: parking_lot::Mutex<Option<(String, Vec<bytes::Bytes>, Instant)>>,
+    /// Scripts (by sha) and functions (`function:<name>`) seen to reach
+    /// beyond the shard of their declared keys: they run holding every
+    /// shard from then on.
+    pub nonlocal_scripts: DashMap<String, ()>,
     /// Serializes changes of the function libraries with their storage.
     pub functions_lock: tokio::sync::Mutex<()>,
     /// Libraries and functions loaded (FUNCTION STATS without waiting for
@@ -204,6 +208,7 @@ impl Server {
             script_abort: AtomicBool::new(false),
             running_script: parking_lot::Mutex::new(None),
             functions_lock: tokio::sync::Mutex::new(()),
+            nonlocal_scripts: DashMap::new(),
             function_counts: (AtomicU64::new(0), AtomicU64::new(0)),
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),

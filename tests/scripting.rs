@@ -144,3 +144,27 @@ fn function_dump_restores() {
     assert_eq!(restore(&mut c, &["FLUSH"]).unwrap(), Value::Okay);
     assert_eq!(q(&mut c, &["FCALL", "f", "0", "x"]), common::bulk("x"));
 }
+
+/// A script whose declared key is on one shard runs inside that shard; one
+/// that reaches a key on another shard has its first attempt taken back and
+/// runs holding every shard: each of its writes happens exactly once.
+#[test]
+fn a_script_reaching_another_shard_runs_once_and_whole() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let (a, b) = keys_on_both_shards("reach");
+    let script = "redis.call('incr', KEYS[1]) redis.call('incr', ARGV[1]) \
+                  return redis.call('get', KEYS[1])";
+    for i in 1..=3 {
+        let v: i64 = cmd(&["EVAL", script, "1", &a, &b]).query(&mut c).unwrap();
+        assert_eq!(v, i);
+        assert_eq!(int(&mut c, &["GET", &b]), i);
+    }
+    // Local-only scripts stay exact too, pipelined.
+    let mut p = redis::pipe();
+    for _ in 0..50 {
+        p.cmd("EVAL").arg("return redis.call('incr', KEYS[1])").arg(1).arg(&a);
+    }
+    let out: Vec<i64> = p.query(&mut c).unwrap();
+    assert_eq!(out, (4..=53).collect::<Vec<i64>>());
+}

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::scripting::{kill_running, run_script, with_engine};
+use super::scripting::{dispatch, kill_running, with_engine};
 use crate::command::args::{is, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
@@ -50,8 +50,19 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
     let name = String::from_utf8_lossy(a.get(1)).into_owned();
     let vm = s.server.scripts.clone();
     let label = (name.clone(), a.all().to_vec());
-    let run = move |host: &mut dyn Host| vm.call_function(&name, keys, args, ro, host);
-    run_script(s.server.clone(), run, s.entry.clone(), s.db, label)
+    let declared = keys.clone();
+    let id = format!("function:{name}");
+    let run =
+        move |host: &mut dyn Host| vm.call_function(&name, keys.clone(), args.clone(), ro, host);
+    dispatch(
+        s.server.clone(),
+        &declared,
+        id,
+        run,
+        s.entry.clone(),
+        s.db,
+        label,
+    )
 }
 
 /// FUNCTION subcommand [arg ...]

@@ -77,8 +77,9 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
         },
         a.all().to_vec(),
     );
-    // The engine is only ever entered on a blocking thread: it is locked
-    // for as long as a script runs.
+    let declared = keys.clone();
+    // The engine is entered on a shard thread or a blocking thread, never
+    // on a connection thread: it is locked for as long as a script runs.
     let run = move |host: &mut dyn Host| {
         let sha = if by_sha {
             String::from_utf8_lossy(&body).to_ascii_lowercase()
@@ -88,14 +89,138 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
                 Err(r) => return r,
             }
         };
-        vm.run(&sha, keys, argv, ro, host)
+        vm.run(&sha, keys.clone(), argv.clone(), ro, host)
     };
-    run_script(server, run, entry, db, label)
+    let id = label.0.clone();
+    dispatch(server, &declared, id, run, entry, db, label)
+}
+
+/// Where a script runs: inside the shard of its declared keys when they
+/// are all on one shard (and the script has not been seen to reach other
+/// shards), else as a plan holding every shard (see `Action::Script`).
+pub fn dispatch(
+    server: Arc<Server>,
+    declared: &[Bytes],
+    id: String,
+    body: impl Fn(&mut dyn Host) -> Reply + Clone + Send + 'static,
+    entry: Arc<ClientEntry>,
+    db: u8,
+    label: (String, Vec<Bytes>),
+) -> Action {
+    let shards: Vec<usize> = declared
+        .iter()
+        .map(|k| server.shards.shard_of_key(k))
+        .collect();
+    let one = shards
+        .first()
+        .copied()
+        .filter(|s| shards.iter().all(|x| x == s));
+    let slow = run_script(
+        server.clone(),
+        body.clone(),
+        entry.clone(),
+        db,
+        label.clone(),
+    );
+    let Some(shard) = one else {
+        return slow;
+    };
+    if server.nonlocal_scripts.contains_key(&id) {
+        return slow;
+    }
+    let fell_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = fell_back.clone();
+    let f: crate::shard::WriteFn = Box::new(move |w| {
+        w.begin_undo();
+        let mut host = LocalHost {
+            w,
+            shard,
+            session: Session::for_script(server.clone(), entry, db),
+            nonlocal: false,
+        };
+        server.script_wrote.store(false, Ordering::Release);
+        *server.running_script.lock() = Some((label.0, label.1, std::time::Instant::now()));
+        let reply = body(&mut host);
+        *server.running_script.lock() = None;
+        let nonlocal = host.nonlocal;
+        let aborted = server.script_abort.swap(false, Ordering::AcqRel);
+        if nonlocal || aborted {
+            // Nothing of this attempt may stay.
+            w.rollback()?;
+            if nonlocal {
+                server.nonlocal_scripts.insert(id, ());
+                flag.store(true, Ordering::Release);
+            }
+            return Ok(Reply::err("script stopped by shutdown"));
+        }
+        w.end_undo();
+        Ok(reply)
+    });
+    Action::Script {
+        shard,
+        f,
+        fell_back,
+        slow: Box::new(slow),
+    }
+}
+
+/// What a script's `redis.call` runs through inside one shard's batch.
+struct LocalHost<'a, 'w> {
+    w: &'a mut crate::storage::WriteCtx<'w>,
+    shard: usize,
+    session: Session,
+    /// A command needed another shard: the attempt is given up.
+    nonlocal: bool,
+}
+
+impl Host for LocalHost<'_, '_> {
+    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
+        let args = Args::new(argv);
+        let Some(spec) = command::lookup(args.get(0)) else {
+            return Reply::err("Unknown Redis command called from script");
+        };
+        let counted = if args.len() >= 2 && command::is_container(spec) {
+            command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
+        } else {
+            spec
+        };
+        let server = self.session.server.clone();
+        if counted.has_flag("write") {
+            server.script_wrote.store(true, Ordering::Release);
+        }
+        self.session.resp3 = resp3;
+        let action = (spec.handler)(&mut self.session, args);
+        server.record_call(counted, 0);
+        let local = |s: usize| s == self.shard;
+        let out = match action {
+            Action::Reply(r) => Ok(r),
+            Action::Read { shard, f } if local(shard) => f(&*self.w),
+            Action::Write { shard, f } if local(shard) => f(self.w),
+            Action::ReadMany { ids, f } if ids.len() == 1 && local(ids[0]) => {
+                Ok(f(&[&*self.w as &dyn crate::storage::KvRead]))
+            }
+            _ => {
+                // Give up at once, whatever the script does with the
+                // error: the attempt is taken back and run holding every
+                // shard.
+                self.nonlocal = true;
+                server.scripts.kill_handle().kill();
+                return Reply::err("script needs other shards");
+            }
+        };
+        out.unwrap_or_else(|e| {
+            // A storage failure: the attempt is given up too; the plan
+            // form will meet it again and report it.
+            self.nonlocal = true;
+            server.scripts.kill_handle().kill();
+            Reply::err(e)
+        })
+    }
 }
 
 /// Runs `body` (which runs the Lua with a host) as one plan holding every
 /// shard, on a blocking thread.
-pub fn run_script(
+fn run_script(
     server: Arc<Server>,
     body: impl FnOnce(&mut dyn Host) -> Reply + Send + 'static,
     entry: Arc<ClientEntry>,

@@ -194,6 +194,12 @@ pub fn run_unit(
                 shards.extend(ids.iter().copied());
                 one_shard_ops = false;
             }
+            Action::Script { slow, .. } => {
+                if let Action::Plan { ids, .. } = &**slow {
+                    shards.extend(ids.iter().copied());
+                }
+                one_shard_ops = false;
+            }
             Action::Job(_) | Action::Block(_) | Action::Silent | Action::Close(_) => {
                 one_shard_ops = false;
             }

@@ -30,6 +30,12 @@ enum Slot {
     /// The replies of a squashed group of writes: an array with one reply per
     /// write, each going out as its own `ReplyTo` says.
     Group(tokio::sync::oneshot::Receiver<Reply>, Vec<ReplyTo>),
+    /// A script run in one shard, and what runs instead if it fell back.
+    Script(
+        tokio::sync::oneshot::Receiver<Reply>,
+        Arc<std::sync::atomic::AtomicBool>,
+        Box<Action>,
+    ),
 }
 
 /// How a reply goes out: its protocol, whether CLIENT REPLY silences it,
@@ -146,6 +152,14 @@ impl Outbox {
             let reply = match slot {
                 Slot::Ready(r) => r,
                 Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
+                Slot::Script(rx, fell_back, slow) => {
+                    let r = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
+                    if fell_back.load(Ordering::Acquire) {
+                        crate::families::blocking::run(&self.server.shards, *slow).await
+                    } else {
+                        r
+                    }
+                }
                 Slot::Group(rx, flags) => {
                     let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
                     match got {
@@ -400,6 +414,23 @@ async fn execute(
             let rx = server.shards.coordinator().submit(ids, blind, plan);
             outbox.push_slot(Slot::Waiting(rx), to);
             outbox.inflight = Inflight::Coordinator;
+        }
+        Action::Script {
+            shard,
+            f,
+            fell_back,
+            slow,
+        } => {
+            // Not squashed: its reply decides whether `slow` must run.
+            outbox.flush_squash();
+            if !matches!(outbox.inflight, Inflight::None)
+                && outbox.inflight != Inflight::Shard(shard)
+            {
+                outbox.drain().await;
+            }
+            let rx = server.shards.submit(shard, f);
+            outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
+            outbox.inflight = Inflight::Shard(shard);
         }
         Action::Read { shard, f } => {
             outbox.flush_squash();

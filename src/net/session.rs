@@ -67,6 +67,20 @@ pub enum Action {
         /// Its body.
         plan: Plan,
     },
+    /// A script run inside one shard (its declared keys are there). If it
+    /// turns out to touch another shard, it takes its changes back, sets
+    /// `fell_back`, and `slow` (a plan holding every shard) runs it
+    /// instead.
+    Script {
+        /// The shard of its declared keys.
+        shard: usize,
+        /// The script, run in that shard's batch.
+        f: WriteFn,
+        /// Set when the script had to give up on running in the shard.
+        fell_back: Arc<std::sync::atomic::AtomicBool>,
+        /// The same script holding every shard.
+        slow: Box<Action>,
+    },
     /// No reply at all (CLIENT REPLY OFF|SKIP).
     Silent,
     /// Reply (if any), then close the connection.
@@ -112,6 +126,17 @@ impl Action {
                         })
                     })
                 }),
+            },
+            Action::Script {
+                shard,
+                f,
+                fell_back,
+                slow,
+            } => Action::Script {
+                shard,
+                f: Box::new(move |w| f(w).map(g)),
+                fell_back,
+                slow: Box::new(slow.map(g)),
             },
             Action::Silent => Action::Silent,
             Action::Close(r) => Action::Close(r.map(g)),

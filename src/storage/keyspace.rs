@@ -85,8 +85,7 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
 /// and retires the old collection version if `new` does not reuse it.
 pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Result<(), StoreError> {
     settle_replaced(w, key, old, new)?;
-    w.put_meta(&key.meta_key(), new.encode());
-    Ok(())
+    w.put_meta(&key.meta_key(), new.encode())
 }
 
 /// Stores `new` as the key's metadata whatever it held before (SET, MSET):

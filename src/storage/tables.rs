@@ -429,6 +429,18 @@ pub struct WriteCtx<'t> {
     /// The transaction's changes, kept when it takes part in a multi-shard
     /// commit (see [`RowOp`]).
     pub capture: Option<Vec<RowOp>>,
+    /// Before-images of the rows changed since [`WriteCtx::begin_undo`], so
+    /// that a part of the batch can be taken back (a script that turned
+    /// out to need other shards).
+    undo: Option<Undo>,
+}
+
+/// What [`WriteCtx::rollback`] needs.
+struct Undo {
+    rows: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
+    counts: [DbCounts; NAMESPACES],
+    /// A whole table was cleared: too much to keep.
+    lost: bool,
 }
 
 impl<'t> WriteCtx<'t> {
@@ -458,7 +470,57 @@ impl<'t> WriteCtx<'t> {
             observer: None,
             quiet: false,
             capture: None,
+            undo: None,
         })
+    }
+
+    /// Starts keeping before-images (see [`WriteCtx::rollback`]).
+    pub fn begin_undo(&mut self) {
+        self.undo = Some(Undo {
+            rows: Vec::new(),
+            counts: self.state.counts,
+            lost: false,
+        });
+    }
+
+    /// Stops keeping before-images; the changes since `begin_undo` stand.
+    pub fn end_undo(&mut self) {
+        self.undo = None;
+    }
+
+    /// Takes back every change since [`WriteCtx::begin_undo`], newest first.
+    pub fn rollback(&mut self) -> Result<(), StoreError> {
+        let Some(undo) = self.undo.take() else {
+            return Ok(());
+        };
+        if undo.lost {
+            return Err(StoreError::Internal(
+                "cannot take back a cleared table".into(),
+            ));
+        }
+        for (table, key, old) in undo.rows.into_iter().rev() {
+            match old {
+                Some(v) => self.put(table, &key, &v)?,
+                None => {
+                    self.del(table, &key)?;
+                }
+            }
+        }
+        self.state.counts = undo.counts;
+        self.state.counts_dirty = true;
+        Ok(())
+    }
+
+    /// Keeps a row's before-image while changes may be taken back.
+    #[inline]
+    fn remember(&mut self, table: Table, key: &[u8]) -> Result<(), StoreError> {
+        if self.undo.is_some() {
+            let old = self.get(table, key)?;
+            if let Some(u) = &mut self.undo {
+                u.rows.push((table, key.to_vec(), old));
+            }
+        }
+        Ok(())
     }
 
     /// Keeps a change if this transaction's changes are being captured.
@@ -527,6 +589,7 @@ impl<'t> WriteCtx<'t> {
 
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.remember(table, key)?;
         self.changed(table, key, false);
         self.record(|| RowOp::Put(table, key.to_vec(), value.to_vec()));
         if table == Table::Meta {
@@ -539,10 +602,12 @@ impl<'t> WriteCtx<'t> {
 
     /// Writes a `meta` row the caller has just encoded: the batch cache
     /// keeps that buffer rather than a copy (a string value can be 512 MB).
-    pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) {
+    pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) -> Result<(), StoreError> {
+        self.remember(Table::Meta, key)?;
         self.changed(Table::Meta, key, false);
         self.record(|| RowOp::Put(Table::Meta, key.to_vec(), row.clone()));
         self.cache_meta(key, Some(row), true);
+        Ok(())
     }
 
     /// Writes a row and returns the value it replaced, in one tree walk.
@@ -552,6 +617,7 @@ impl<'t> WriteCtx<'t> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.remember(table, key)?;
         self.changed(table, key, false);
         self.record(|| RowOp::Put(table, key.to_vec(), value.to_vec()));
         // A row already pending is replaced in the cache; any other goes
@@ -577,6 +643,7 @@ impl<'t> WriteCtx<'t> {
 
     /// Removes a row; true if it existed.
     pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
+        self.remember(table, key)?;
         // As `swap`: one tree walk unless the row is pending.
         if table == Table::Meta {
             if let Some((cached, _)) = self.meta_cache.get(key) {
@@ -604,6 +671,7 @@ impl<'t> WriteCtx<'t> {
     /// one tree walk (a pop: read the element, then drop it).
     pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         debug_assert!(table != Table::Meta, "meta rows go through the batch cache");
+        self.remember(table, key)?;
         let old = self
             .table_mut(table)
             .remove(key)?
@@ -624,6 +692,7 @@ impl<'t> WriteCtx<'t> {
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, T),
     ) -> Result<T, StoreError> {
+        self.remember(Table::Meta, key)?;
         if let Some((cached, _)) = self.meta_cache.get(key) {
             let (new, out) = f(cached.as_deref());
             if let Some(new) = new {
@@ -742,6 +811,9 @@ impl<'t> WriteCtx<'t> {
             self.meta_dirty = 0;
         }
         self.record(|| RowOp::Clear(table));
+        if let Some(u) = &mut self.undo {
+            u.lost = true;
+        }
         self.table_mut(table).retain(|_, _| false)?;
         Ok(())
     }
@@ -1066,7 +1138,7 @@ mod tests {
             assert!(w.del(Table::Meta, b"m3").unwrap());
             assert!(!w.del(Table::Meta, b"absent").unwrap());
             w.swap(Table::Meta, b"m4", b"new").unwrap();
-            w.put_meta(b"m5", b"encoded".to_vec());
+            w.put_meta(b"m5", b"encoded".to_vec()).unwrap();
             assert_eq!(w.take(Table::Sub, b"m1").unwrap(), Some(b"s".to_vec()));
             w.del_range(Table::Sub, b"m2", None, usize::MAX).unwrap();
             w.clear(Table::Ttl).unwrap();
