@@ -144,7 +144,7 @@ pub struct Server {
     pub functions_lock: tokio::sync::Mutex<()>,
     /// Libraries and functions loaded (FUNCTION STATS without waiting for
     /// a running script).
-    pub function_counts: (AtomicU64, AtomicU64),
+    pub function_counts: (AtomicU64, AtomicU64, AtomicU64),
     /// Positions of HSCAN/SSCAN/ZSCAN cursors over big collections.
     pub scan_cursors: crate::families::collection::ScanCursors,
 }
@@ -209,7 +209,7 @@ impl Server {
             running_script: parking_lot::Mutex::new(None),
             functions_lock: tokio::sync::Mutex::new(()),
             nonlocal_scripts: DashMap::new(),
-            function_counts: (AtomicU64::new(0), AtomicU64::new(0)),
+            function_counts: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),
         }

@@ -163,8 +163,49 @@ fn a_script_reaching_another_shard_runs_once_and_whole() {
     // Local-only scripts stay exact too, pipelined.
     let mut p = redis::pipe();
     for _ in 0..50 {
-        p.cmd("EVAL").arg("return redis.call('incr', KEYS[1])").arg(1).arg(&a);
+        p.cmd("EVAL")
+            .arg("return redis.call('incr', KEYS[1])")
+            .arg(1)
+            .arg(&a);
     }
     let out: Vec<i64> = p.query(&mut c).unwrap();
     assert_eq!(out, (4..=53).collect::<Vec<i64>>());
+}
+
+/// INFO counts cached scripts, functions and libraries, and commandstats
+/// counts the commands scripts run, as Redis does.
+#[test]
+fn info_reports_scripts_and_functions() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let field = |c: &mut Connection, section: &str, name: &str| -> String {
+        let text: String = cmd(&["INFO", section]).query(c).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}:")))
+            .unwrap_or_else(|| panic!("INFO {section} has no {name}"))
+            .trim()
+            .to_string()
+    };
+    assert_eq!(field(&mut c, "memory", "number_of_cached_scripts"), "0");
+    let _: String = cmd(&["SCRIPT", "LOAD", "return 1"]).query(&mut c).unwrap();
+    let _: i64 = cmd(&["EVAL", "return redis.call('incr', KEYS[1])", "1", "n"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(field(&mut c, "memory", "number_of_cached_scripts"), "2");
+    assert!(
+        field(&mut c, "memory", "used_memory_lua")
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    let lib = "#!lua name=l\nredis.register_function('a', function() return 1 end)\nredis.register_function('b', function() return 2 end)";
+    let _: String = cmd(&["FUNCTION", "LOAD", lib]).query(&mut c).unwrap();
+    assert_eq!(field(&mut c, "memory", "number_of_functions"), "2");
+    assert_eq!(field(&mut c, "memory", "number_of_libraries"), "1");
+    ok(&mut c, &["SCRIPT", "FLUSH"]);
+    assert_eq!(field(&mut c, "memory", "number_of_cached_scripts"), "0");
+    let incr = field(&mut c, "commandstats", "cmdstat_incr");
+    assert!(incr.starts_with("calls=1,"), "{incr}");
+    let eval = field(&mut c, "commandstats", "cmdstat_eval");
+    assert!(eval.starts_with("calls=1,"), "{eval}");
 }

@@ -288,6 +288,8 @@ fn count(server: &Server, libs: &[LibraryInfo]) {
     let functions: usize = libs.iter().map(|l| l.functions.len()).sum();
     server.function_counts.0.store(libs.len() as u64, Relaxed);
     server.function_counts.1.store(functions as u64, Relaxed);
+    let code: usize = libs.iter().map(|l| l.code.len()).sum();
+    server.function_counts.2.store(code as u64, Relaxed);
 }
 
 /// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]

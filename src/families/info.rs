@@ -81,11 +81,26 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             );
         }
         "memory" => {
+            use std::sync::atomic::Ordering::Relaxed;
             let rss = rss_bytes();
+            let lua = srv.scripts.memory_stats();
+            let (libraries, functions, code) = (
+                srv.function_counts.0.load(Relaxed),
+                srv.function_counts.1.load(Relaxed),
+                srv.function_counts.2.load(Relaxed),
+            );
+            // One Lua state runs both scripts and functions here: its
+            // memory is reported as the eval VM's.
+            let scripts_total = lua.script_bytes as u64 + code;
             let _ = write!(
                 out,
-                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_peak:{rss}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
-                rss as f64 / 1048576.0
+                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_peak:{rss}\r\nused_memory_lua:{l}\r\nused_memory_vm_eval:{l}\r\nused_memory_lua_human:{lh}\r\nused_memory_scripts_eval:{se}\r\nnumber_of_cached_scripts:{ns}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{l}\r\nused_memory_vm_total_human:{lh}\r\nused_memory_functions:{code}\r\nused_memory_scripts:{scripts_total}\r\nused_memory_scripts_human:{sh}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
+                rss as f64 / 1048576.0,
+                l = lua.lua_bytes,
+                lh = bytes_to_human(lua.lua_bytes as u64),
+                se = lua.script_bytes,
+                ns = lua.scripts,
+                sh = bytes_to_human(scripts_total),
             );
         }
         "persistence" => {
@@ -236,4 +251,25 @@ fn cpu_seconds() -> (f64, f64) {
     let tick = 100.0;
     let get = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / tick;
     (get(11), get(12))
+}
+
+/// Redis's human form of a byte count (`280B`, `32.00K`, `1.50M`).
+fn bytes_to_human(n: u64) -> String {
+    const UNITS: [(f64, &str); 5] = [
+        (1024.0, "K"),
+        (1048576.0, "M"),
+        (1073741824.0, "G"),
+        (1099511627776.0, "T"),
+        (1125899906842624.0, "P"),
+    ];
+    if n < 1024 {
+        return format!("{n}B");
+    }
+    let v = n as f64;
+    for (i, (size, unit)) in UNITS.iter().enumerate() {
+        if i + 1 == UNITS.len() || v < UNITS[i + 1].0 {
+            return format!("{:.2}{unit}", v / size);
+        }
+    }
+    unreachable!("the last unit takes every size")
 }

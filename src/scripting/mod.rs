@@ -35,7 +35,7 @@ use crate::protocol::reply::Reply;
 
 pub use functions::{FunctionInfo, LibraryInfo};
 pub use sha1::sha1_hex;
-pub use vm::ScriptVm;
+pub use vm::{MemoryStats, ScriptVm};
 
 /// Runs commands on behalf of a script (implemented by the server).
 pub trait Host {

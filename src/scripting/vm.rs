@@ -305,6 +305,27 @@ pub struct ScriptVm {
     pub(crate) run_function: Function,
     /// Switches global lookups to the FUNCTION LOAD API and back.
     pub(crate) set_loading: Function,
+    /// Figures INFO reads without waiting for a running script.
+    stats: VmStats,
+}
+
+/// INFO's scripting figures, kept current by the engine.
+#[derive(Default)]
+struct VmStats {
+    lua_bytes: std::sync::atomic::AtomicUsize,
+    scripts: std::sync::atomic::AtomicUsize,
+    script_bytes: std::sync::atomic::AtomicUsize,
+}
+
+/// What INFO reports of the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryStats {
+    /// Bytes the Lua state uses (`used_memory_lua`).
+    pub lua_bytes: usize,
+    /// Cached scripts (`number_of_cached_scripts`).
+    pub scripts: usize,
+    /// Bytes of their bodies (`used_memory_scripts_eval`).
+    pub script_bytes: usize,
 }
 
 impl ScriptVm {
@@ -392,7 +413,25 @@ impl ScriptVm {
             run_script,
             run_function,
             set_loading,
+            stats: VmStats::default(),
         })
+        .inspect(|vm| vm.note_memory())
+    }
+
+    /// INFO's figures for the engine, as of the last script or change.
+    pub fn memory_stats(&self) -> MemoryStats {
+        use std::sync::atomic::Ordering::Relaxed;
+        MemoryStats {
+            lua_bytes: self.stats.lua_bytes.load(Relaxed),
+            scripts: self.stats.scripts.load(Relaxed),
+            script_bytes: self.stats.script_bytes.load(Relaxed),
+        }
+    }
+
+    fn note_memory(&self) {
+        self.stats
+            .lua_bytes
+            .store(self.lua.used_memory(), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Parses shebang flags and compiles the body as a function; returns its
@@ -418,6 +457,10 @@ impl ScriptVm {
             .compile(code, "@user_script")
             .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
         inner.scripts.insert(sha.clone(), Script { func, flags });
+        use std::sync::atomic::Ordering::Relaxed;
+        self.stats.scripts.store(inner.scripts.len(), Relaxed);
+        self.stats.script_bytes.fetch_add(body.len(), Relaxed);
+        self.note_memory();
         Ok(sha)
     }
 
@@ -450,7 +493,14 @@ impl ScriptVm {
     /// Drops every cached script (SCRIPT FLUSH).
     pub fn flush(&self) {
         self.inner.lock().scripts.clear();
+        self.stats
+            .scripts
+            .store(0, std::sync::atomic::Ordering::Relaxed);
+        self.stats
+            .script_bytes
+            .store(0, std::sync::atomic::Ordering::Relaxed);
         let _ = self.lua.gc_collect();
+        self.note_memory();
     }
 
     /// A handle for SCRIPT KILL / FUNCTION KILL and BUSY decisions.
@@ -528,6 +578,7 @@ impl ScriptVm {
             kill: &self.kill,
         };
         let result = call(self.handler.clone());
+        self.note_memory();
         let mut st = self.run.lock();
         match result {
             Ok((true, v)) => convert::lua_to_reply(&v, st.resp3),
