@@ -45,6 +45,10 @@ pub struct ClientInfo {
     pub last_active: Option<Instant>,
     /// CLIENT NO-EVICT.
     pub no_evict: bool,
+    /// Commands queued since MULTI, or -1 outside a transaction.
+    pub multi: i64,
+    /// The client's WATCH flag while it watches keys (CLIENT LIST's `d`).
+    pub watch_dirty: Option<Arc<AtomicBool>>,
 }
 
 /// Per-command call counts for INFO commandstats.

@@ -203,3 +203,46 @@ fn a_killed_client_in_multi_leaves_nothing_behind() {
     assert_eq!(q(&mut admin, &["EXEC"]), Value::Array(vec![Value::Okay]));
     assert_eq!(q(&mut admin, &["GET", "k"]), common::bulk("v"));
 }
+
+/// CLIENT LIST shows a client in MULTI (`x`, and how many commands it has
+/// queued) and a client whose watched key changed (`d`), as Redis does.
+#[test]
+fn client_list_shows_transactions() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let mut other = srv.client();
+    let id = int(&mut c, &["CLIENT", "ID"]).to_string();
+    let line = |other: &mut Connection| -> String {
+        cmd(&["CLIENT", "LIST", "ID", &id]).query(other).unwrap()
+    };
+    let field = |line: &str, name: &str| -> String {
+        line.split(' ')
+            .find_map(|f| f.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let l = line(&mut other);
+    assert_eq!(
+        (field(&l, "flags"), field(&l, "multi")),
+        ("N".into(), "-1".into())
+    );
+    ok(&mut c, &["WATCH", "k"]);
+    ok(&mut c, &["MULTI"]);
+    q(&mut c, &["GET", "k"]);
+    q(&mut c, &["GET", "k"]);
+    let l = line(&mut other);
+    assert_eq!(
+        (field(&l, "flags"), field(&l, "multi")),
+        ("x".into(), "2".into())
+    );
+    ok(&mut other, &["SET", "k", "1"]);
+    let l = line(&mut other);
+    assert_eq!(field(&l, "flags"), "xd");
+    assert_eq!(q(&mut c, &["EXEC"]), Value::Nil);
+    let l = line(&mut other);
+    assert_eq!(
+        (field(&l, "flags"), field(&l, "multi")),
+        ("N".into(), "-1".into())
+    );
+}

@@ -214,10 +214,27 @@ fn valid_name(n: &[u8]) -> Result<(), Reply> {
 fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
-    let flags = if info.no_evict { "e" } else { "N" };
+    // In Redis's order: x (MULTI), d (a watched key changed), e (NO-EVICT).
+    let mut flags = String::new();
+    if info.multi >= 0 {
+        flags.push('x');
+    }
+    if info
+        .watch_dirty
+        .as_ref()
+        .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
+    {
+        flags.push('d');
+    }
+    if info.no_evict {
+        flags.push('e');
+    }
+    if flags.is_empty() {
+        flags.push('N');
+    }
     let me = e.id == s.entry.id;
     format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
         e.id,
         e.addr,
         e.laddr,
@@ -226,6 +243,7 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         if me { 0 } else { idle },
         flags,
         info.db,
+        info.multi,
         if info.last_cmd.is_empty() { "NULL" } else if me { "client|list" } else { info.last_cmd },
         info.resp,
     )

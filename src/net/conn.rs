@@ -198,6 +198,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
         created: Instant::now(),
         info: parking_lot::Mutex::new(ClientInfo {
             resp: 2,
+            multi: -1,
             ..ClientInfo::default()
         }),
         kill: tokio::sync::Notify::new(),
@@ -363,6 +364,7 @@ async fn execute(
             .rejected
             .fetch_add(1, Ordering::Relaxed);
         outbox.push_ready(r, refused);
+        show_transaction(session);
         return false;
     }
     {
@@ -384,6 +386,7 @@ async fn execute(
                 cmd: Some(checked),
             };
             outbox.push_ready(Reply::Simple("QUEUED"), to);
+            show_transaction(session);
             return false;
         }
     }
@@ -479,7 +482,19 @@ async fn execute(
         }
     }
     server.record_call(checked, started.elapsed().as_micros() as u64);
+    show_transaction(session);
     close
+}
+
+/// Keeps what CLIENT LIST shows of the client's transaction current.
+fn show_transaction(session: &Session) {
+    let multi = session.multi.as_ref().map_or(-1, |m| m.queue.len() as i64);
+    let watching = !session.watching.keys.is_empty();
+    let mut info = session.entry.info.lock();
+    if info.multi != multi || info.watch_dirty.is_some() != watching {
+        info.multi = multi;
+        info.watch_dirty = watching.then(|| session.watching.dirty.clone());
+    }
 }
 
 /// A command refused while a transaction is being queued makes its EXEC
