@@ -85,12 +85,7 @@ pub fn function(s: &mut Session, a: Args) -> Action {
             if a.len() > 3 {
                 return super::subcommand_syntax(&a).into();
             }
-            let ok = match a.from(2) {
-                [] => true,
-                [m] => is(m, "sync") || is(m, "async"),
-                _ => false,
-            };
-            if !ok {
+            if !super::sync_or_async(a.from(2)) {
                 return Reply::err("FUNCTION FLUSH only supports SYNC|ASYNC option").into();
             }
             change(server, |vm| {

@@ -517,10 +517,10 @@ pub fn dbsize(s: &mut Session, _a: Args) -> Action {
 
 /// Parses FLUSHDB/FLUSHALL's optional ASYNC|SYNC.
 fn flush_mode(a: &Args) -> Result<(), Reply> {
-    match a.from(1) {
-        [] => Ok(()),
-        [m] if is(m, "async") || is(m, "sync") => Ok(()),
-        _ => Err(error(SYNTAX)),
+    if super::sync_or_async(a.from(1)) {
+        Ok(())
+    } else {
+        Err(error(SYNTAX))
     }
 }
 

@@ -548,6 +548,17 @@ pub fn subcommand_syntax(a: &crate::command::Args) -> Reply {
     ))
 }
 
+/// Whether the optional mode of a flush (FLUSHALL, SCRIPT FLUSH, FUNCTION
+/// FLUSH) is absent, SYNC or ASYNC.
+pub fn sync_or_async(rest: &[Bytes]) -> bool {
+    use crate::command::args::is;
+    match rest {
+        [] => true,
+        [m] => is(m, "sync") || is(m, "async"),
+        _ => false,
+    }
+}
+
 /// A HELP subcommand's reply (XINFO HELP, CONFIG HELP...): one status line
 /// per entry.
 pub fn help_reply(lines: &[&'static str]) -> Reply {

@@ -175,22 +175,8 @@ struct LocalHost<'a, 'w> {
 
 impl Host for LocalHost<'_, '_> {
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
-        let args = Args::new(argv);
-        let Some(spec) = command::lookup(args.get(0)) else {
-            return Reply::err("Unknown Redis command called from script");
-        };
-        let counted = if args.len() >= 2 && command::is_container(spec) {
-            command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
-        } else {
-            spec
-        };
+        let action = script_action(&mut self.session, argv, resp3);
         let server = self.session.server.clone();
-        if counted.has_flag("write") {
-            server.script_wrote.store(true, Ordering::Release);
-        }
-        self.session.resp3 = resp3;
-        let action = (spec.handler)(&mut self.session, args);
-        server.record_call(counted, 0);
         let local = |s: usize| s == self.shard;
         let out = match action {
             Action::Reply(r) => Ok(r),
@@ -228,42 +214,27 @@ fn run_script(
     label: (String, Vec<Bytes>),
 ) -> Action {
     let ids: Vec<usize> = (0..server.shards.len()).collect();
-    let lock_ids = ids.clone();
-    let rt = tokio::runtime::Handle::current();
-    Action::Plan {
-        ids,
-        blind: false,
-        plan: Box::new(move |locked| {
-            Box::pin(async move {
-                let run = tokio::task::spawn_blocking(move || {
-                    let at = Atomic::new(locked, rt);
-                    at.settle(&lock_ids)?;
-                    let mut host = ScriptHost {
-                        at: &at,
-                        session: Session::for_script(server.clone(), entry, db),
-                        failure: None,
-                    };
-                    server.script_wrote.store(false, Ordering::Release);
-                    *server.running_script.lock() =
-                        Some((label.0, label.1, std::time::Instant::now()));
-                    let reply = body(&mut host);
-                    *server.running_script.lock() = None;
-                    if let Some(e) = host.failure {
-                        return Err(e);
-                    }
-                    // Stopped by SHUTDOWN NOSAVE: none of it may stay.
-                    if server.script_abort.swap(false, Ordering::AcqRel) {
-                        return Err(CoordError::Store(StoreError::Internal(
-                            "script stopped by shutdown".into(),
-                        )));
-                    }
-                    Ok(Ok(reply))
-                });
-                run.await
-                    .map_err(|e| StoreError::Internal(format!("script panicked: {e}")))?
-            })
-        }),
-    }
+    crate::net::atomic::blocking_plan(ids, "script", move |at| {
+        let mut host = ScriptHost {
+            at,
+            session: Session::for_script(server.clone(), entry, db),
+            failure: None,
+        };
+        server.script_wrote.store(false, Ordering::Release);
+        *server.running_script.lock() = Some((label.0, label.1, std::time::Instant::now()));
+        let reply = body(&mut host);
+        *server.running_script.lock() = None;
+        if let Some(e) = host.failure {
+            return Err(e);
+        }
+        // Stopped by SHUTDOWN NOSAVE: none of it may stay.
+        if server.script_abort.swap(false, Ordering::AcqRel) {
+            return Err(CoordError::Store(StoreError::Internal(
+                "script stopped by shutdown".into(),
+            )));
+        }
+        Ok(Ok(reply))
+    })
 }
 
 /// What a script's `redis.call` runs through.
@@ -276,27 +247,35 @@ struct ScriptHost<'a> {
     failure: Option<CoordError>,
 }
 
+/// The action of a command a script calls, built as a client's command
+/// would be, in the script's session; the call is counted (commandstats)
+/// and a write marks the script as having written (UNKILLABLE).
+fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action {
+    let args = Args::new(argv);
+    let Some(spec) = command::lookup(args.get(0)) else {
+        return Reply::err("Unknown Redis command called from script").into();
+    };
+    let counted = if args.len() >= 2 && command::is_container(spec) {
+        command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
+    } else {
+        spec
+    };
+    let server = session.server.clone();
+    if counted.has_flag("write") {
+        server.script_wrote.store(true, Ordering::Release);
+    }
+    session.resp3 = resp3;
+    let action = (spec.handler)(session, args);
+    server.record_call(counted, 0);
+    action
+}
+
 impl Host for ScriptHost<'_> {
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         if self.failure.is_some() {
             return Reply::err("storage failure earlier in this script");
         }
-        let args = Args::new(argv);
-        let Some(spec) = command::lookup(args.get(0)) else {
-            return Reply::err("Unknown Redis command called from script");
-        };
-        let counted = if args.len() >= 2 && command::is_container(spec) {
-            command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
-        } else {
-            spec
-        };
-        let server = self.session.server.clone();
-        if counted.has_flag("write") {
-            server.script_wrote.store(true, Ordering::Release);
-        }
-        self.session.resp3 = resp3;
-        let action = (spec.handler)(&mut self.session, args);
-        server.record_call(counted, 0);
+        let action = script_action(&mut self.session, argv, resp3);
         match self.at.run(action) {
             Ok(r) => r,
             Err(e) => {
@@ -344,12 +323,7 @@ pub fn script(s: &mut Session, a: Args) -> Action {
         });
     }
     if is(sub, "flush") {
-        let ok = match a.from(2) {
-            [] => true,
-            [m] => is(m, "sync") || is(m, "async"),
-            _ => false,
-        };
-        if !ok {
+        if !super::sync_or_async(a.from(2)) {
             return Reply::err("SCRIPT FLUSH only support SYNC|ASYNC option").into();
         }
         return with_engine(&s.server, |vm| {

@@ -15,7 +15,6 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::command::{self, Args, CommandSpec};
-use crate::net::atomic::Atomic;
 use crate::net::session::{Action, Multi, Session, Watching};
 use crate::protocol::Reply;
 use crate::server::Server;
@@ -256,32 +255,18 @@ pub fn run_unit(
             Reply::Array(replies)
         }));
     }
-    let lock_ids = ids.clone();
-    let rt = tokio::runtime::Handle::current();
-    Action::Plan {
-        ids,
-        blind: false,
-        plan: Box::new(move |locked| {
-            Box::pin(async move {
-                let run = tokio::task::spawn_blocking(move || {
-                    let at = Atomic::new(locked, rt);
-                    at.settle(&lock_ids)?;
-                    if watching.failed(crate::shard::now_ms()) {
-                        return Ok(Err(Reply::NilArray));
-                    }
-                    let mut replies = Vec::with_capacity(actions.len());
-                    for a in actions {
-                        replies.push(at.run(a)?);
-                    }
-                    drop(watching);
-                    account(&server, &specs, &replies);
-                    Ok(Ok(Reply::Array(replies)))
-                });
-                run.await
-                    .map_err(|e| StoreError::Internal(format!("transaction panicked: {e}")))?
-            })
-        }),
-    }
+    crate::net::atomic::blocking_plan(ids, "transaction", move |at| {
+        if watching.failed(crate::shard::now_ms()) {
+            return Ok(Err(Reply::NilArray));
+        }
+        let mut replies = Vec::with_capacity(actions.len());
+        for a in actions {
+            replies.push(at.run(a)?);
+        }
+        drop(watching);
+        account(&server, &specs, &replies);
+        Ok(Ok(Reply::Array(replies)))
+    })
 }
 
 /// A unit of one-shard commands over several shards, with no watched key

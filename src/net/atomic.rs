@@ -95,6 +95,34 @@ impl Atomic {
     }
 }
 
+/// A plan over `ids` whose body runs on a blocking thread with an
+/// [`Atomic`] over those shards, once every one of them has settled (see
+/// [`Atomic::settle`]). EXEC and scripts that need several shards are such
+/// plans.
+pub fn blocking_plan(
+    ids: Vec<usize>,
+    what: &'static str,
+    body: impl FnOnce(&Atomic) -> crate::shard::coordinator::PlanResult + Send + 'static,
+) -> Action {
+    let lock_ids = ids.clone();
+    let rt = tokio::runtime::Handle::current();
+    Action::Plan {
+        ids,
+        blind: false,
+        plan: Box::new(move |locked| {
+            Box::pin(async move {
+                let run = tokio::task::spawn_blocking(move || {
+                    let at = Atomic::new(locked, rt);
+                    at.settle(&lock_ids)?;
+                    body(&at)
+                });
+                run.await
+                    .map_err(|e| StoreError::Internal(format!("{what} panicked: {e}")))?
+            })
+        }),
+    }
+}
+
 /// Rows fetched per step when a remote reader scans.
 const SCAN_CHUNK: usize = 256;
 
