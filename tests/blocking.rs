@@ -1053,3 +1053,22 @@ fn swapdb_wakes_blocked_clients() {
     assert_eq!(q(&mut admin, &["SWAPDB", "0", "1"]), Value::Okay);
     assert_eq!(p.reply(), arr(&["sw", "v"]));
 }
+
+// Pins: a blocked client that pipelined another command and then closed
+// the connection is seen to leave: it takes no element (Redis keeps
+// reading a blocked client's input, so it notices the close).
+#[test]
+fn a_blocked_client_that_sent_more_and_left_takes_nothing() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    let mut raw = srv.tcp();
+    raw.write_all(b"*3\r\n$5\r\nBLPOP\r\n$4\r\ngone\r\n$1\r\n0\r\n")
+        .unwrap();
+    wait_blocked(&mut admin, 1);
+    raw.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    drop(raw);
+    wait_blocked(&mut admin, 0);
+    assert_eq!(int(&mut admin, &["RPUSH", "gone", "a"]), 1);
+    assert_eq!(q(&mut admin, &["LRANGE", "gone", "0", "-1"]), arr(&["a"]));
+}

@@ -235,7 +235,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             match parser.next(&mut buf) {
                 Ok(Some(argv)) if argv.is_empty() => continue,
                 Ok(Some(argv)) => {
-                    if execute(session, &mut outbox, Args::new(argv), stream).await {
+                    if execute(session, &mut outbox, Args::new(argv), stream, &mut buf).await {
                         close = true;
                         break;
                     }
@@ -291,6 +291,7 @@ async fn execute(
     outbox: &mut Outbox,
     args: Args,
     stream: &TcpStream,
+    buf: &mut BytesMut,
 ) -> bool {
     let server = session.server.clone();
     server.stats.commands.fetch_add(1, Ordering::Relaxed);
@@ -467,7 +468,7 @@ async fn execute(
                 r = job => outbox.push_ready(r, to),
                 // A blocked client that leaves (or is killed) leaves nothing
                 // behind: dropping the job drops its registration.
-                _ = peer_gone(stream) => return true,
+                _ = peer_gone(stream, buf, &server) => return true,
                 _ = session.entry.kill.notified() => return true,
                 _ = server.shutdown.notified() => return true,
             }
@@ -505,14 +506,28 @@ fn refuse_in_multi(session: &mut Session) {
     }
 }
 
-/// Resolves when the peer has closed the connection. If the client has
-/// sent more requests meanwhile, they wait their turn and nothing can be
-/// learned without reading them, so this never resolves.
-async fn peer_gone(stream: &TcpStream) {
-    let mut b = [0u8; 1];
-    match stream.peek(&mut b).await {
-        Ok(0) | Err(_) => {}
-        Ok(_) => std::future::pending::<()>().await,
+/// Most bytes of requests read ahead while the client is blocked; past
+/// it, a close can no longer be seen until the blocked command ends.
+const READ_AHEAD_WHILE_BLOCKED: usize = 64 << 20;
+
+/// Resolves when the peer has closed the connection. Requests the client
+/// sends meanwhile are read into `buf`, to be served after the blocked
+/// command (Redis too keeps reading a blocked client), so a client that
+/// pipelined more commands and then left is still seen to leave.
+async fn peer_gone(stream: &TcpStream, buf: &mut BytesMut, server: &Server) {
+    loop {
+        if buf.len() >= READ_AHEAD_WHILE_BLOCKED || stream.readable().await.is_err() {
+            return std::future::pending::<()>().await;
+        }
+        buf.reserve(16 * 1024);
+        match stream.try_read_buf(buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
     }
 }
 
