@@ -1072,3 +1072,29 @@ fn a_blocked_client_that_sent_more_and_left_takes_nothing() {
     assert_eq!(int(&mut admin, &["RPUSH", "gone", "a"]), 1);
     assert_eq!(q(&mut admin, &["LRANGE", "gone", "0", "-1"]), arr(&["a"]));
 }
+
+// Pins: in a pipeline of blocking pops each reply goes out as soon as its
+// pop is served, while the next one waits (a worker pipelining BRPOPLPUSH
+// waited forever for a job it had been given).
+#[test]
+fn pipelined_blocking_pops_reply_one_by_one() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    let mut raw = srv.tcp();
+    raw.write_all(
+        b"*3\r\n$5\r\nBLPOP\r\n$2\r\np1\r\n$1\r\n0\r\n*3\r\n$5\r\nBLPOP\r\n$2\r\np2\r\n$1\r\n0\r\n",
+    )
+    .unwrap();
+    wait_blocked(&mut admin, 1);
+    assert_eq!(int(&mut admin, &["RPUSH", "p1", "x"]), 1);
+    let mut got = Vec::new();
+    let want = b"*2\r\n$2\r\np1\r\n$1\r\nx\r\n";
+    let mut chunk = [0u8; 64];
+    while got.len() < want.len() {
+        let n = raw.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed");
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(got, want);
+    wait_blocked(&mut admin, 1);
+}

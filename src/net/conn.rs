@@ -464,6 +464,11 @@ async fn execute(
         }
         Action::Block(job) => {
             outbox.drain().await;
+            // Earlier replies go out before the client waits: a pipeline
+            // of blocking pops gets each reply as it is served.
+            if write_out(stream, &mut outbox.out, &server).await.is_err() {
+                return true;
+            }
             tokio::select! {
                 r = job => outbox.push_ready(r, to),
                 // A blocked client that leaves (or is killed) leaves nothing
@@ -504,6 +509,22 @@ fn refuse_in_multi(session: &mut Session) {
     if let Some(multi) = &mut session.multi {
         multi.failed = true;
     }
+}
+
+/// Writes (and empties) `out` on a stream the caller only shares.
+async fn write_out(stream: &TcpStream, out: &mut BytesMut, server: &Server) -> std::io::Result<()> {
+    let mut at = 0;
+    while at < out.len() {
+        stream.writable().await?;
+        match stream.try_write(&out[at..]) {
+            Ok(n) => at += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    server.stats.net_out.fetch_add(at as u64, Ordering::Relaxed);
+    out.clear();
+    Ok(())
 }
 
 /// Most bytes of requests read ahead while the client is blocked; past
