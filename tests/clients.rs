@@ -228,14 +228,19 @@ fn redis_py_pipeline_watch_lock_and_scripts() {
     run_script("redis-py", cmd, &server, Duration::from_secs(60));
 }
 
-#[test]
-fn bullmq_adds_and_processes_jobs() {
+/// Runs one of the Node.js job-queue scripts against a fresh server.
+fn run_node_queue(name: &str, script: &str) {
     let deps = node_deps();
     let server = TestServer::start();
     let mut cmd = Command::new("node");
-    cmd.arg(clients_dir().join("node_queue/bullmq_e2e.js"))
+    cmd.arg(clients_dir().join("node_queue").join(script))
         .env("NODE_PATH", deps.join("node_modules"));
-    run_script("BullMQ", cmd, &server, Duration::from_secs(60));
+    run_script(name, cmd, &server, Duration::from_secs(60));
+}
+
+#[test]
+fn bullmq_adds_and_processes_jobs() {
+    run_node_queue("BullMQ", "bullmq_e2e.js");
 }
 
 /// bee-queue with its pub/sub features off (cairn has no SUBSCRIBE or
@@ -243,10 +248,5 @@ fn bullmq_adds_and_processes_jobs() {
 /// back behind the next blocking pop, and a worker that left taking jobs.
 #[test]
 fn bee_queue_adds_and_processes_jobs() {
-    let deps = node_deps();
-    let server = TestServer::start();
-    let mut cmd = Command::new("node");
-    cmd.arg(clients_dir().join("node_queue/bee_queue_e2e.js"))
-        .env("NODE_PATH", deps.join("node_modules"));
-    run_script("bee-queue", cmd, &server, Duration::from_secs(60));
+    run_node_queue("bee-queue", "bee_queue_e2e.js");
 }

@@ -16,14 +16,7 @@ const Queue = require('bee-queue');
 const port = Number(process.argv[2] || 6379);
 const pubsub = process.env.BEE_PUBSUB === '1';
 
-function fail(msg) {
-  console.error(`MISMATCH: ${msg}`);
-  process.exit(1);
-}
-function eq(what, got, want) {
-  const g = JSON.stringify(got), w = JSON.stringify(want);
-  if (g !== w) fail(`${what}: got ${g}, expected ${w}`);
-}
+const { fail, eq } = require('./check');
 
 async function main() {
   const settings = {

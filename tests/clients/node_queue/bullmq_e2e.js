@@ -13,17 +13,7 @@ const { Queue, Worker, QueueEvents, FlowProducer } = require('bullmq');
 const port = Number(process.argv[2] || 6379);
 const connection = { host: '127.0.0.1', port, maxRetriesPerRequest: null };
 
-function fail(msg) {
-  console.error(`MISMATCH: ${msg}`);
-  process.exit(1);
-}
-function eq(what, got, want) {
-  const g = JSON.stringify(got), w = JSON.stringify(want);
-  if (g !== w) fail(`${what}: got ${g}, expected ${w}`);
-}
-function ok(what, cond, detail) {
-  if (!cond) fail(detail ? `${what}: ${detail}` : what);
-}
+const { fail, eq, ok } = require('./check');
 function withTimeout(p, ms, what) {
   let t;
   return Promise.race([
