@@ -109,6 +109,10 @@ fn require_tool(program: &str, args: &[&str], why: &str) {
 /// directory, which then replaces the old one; `stamp` (the pinned
 /// versions) is written last, so a partial install is never reused.
 fn ensure_installed(name: &str, stamp: &str, install: impl FnOnce(&Path)) -> PathBuf {
+    // Tests run on parallel threads of one process: one installs, the
+    // others wait for it and reuse its install.
+    static INSTALLING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one_at_a_time = INSTALLING.lock().unwrap_or_else(|e| e.into_inner());
     let deps = deps_dir();
     let dest = deps.join(name);
     let stamp_file = dest.join(".installed");
