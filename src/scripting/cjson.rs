@@ -8,7 +8,7 @@ use mlua::{LightUserData, Lua, MultiValue, Table, Value};
 use parking_lot::Mutex;
 
 use super::convert::{as_number, fmt_g};
-use super::vm::{arg_error, lua_error, type_name};
+use super::vm::{arg_error, check_string, lua_error, type_name};
 
 /// Settings a script can change through `cjson.encode_max_depth` and
 /// friends. They live as long as the VM, as in Redis.
@@ -70,19 +70,7 @@ pub fn create(lua: &Lua) -> mlua::Result<Table> {
             if args.len() != 1 {
                 return Err(arg_error(lua, 1, "expected 1 argument"));
             }
-            let text = match &args[0] {
-                Value::String(s) => s.as_bytes().to_vec(),
-                v @ (Value::Integer(_) | Value::Number(_)) => {
-                    fmt_g(as_number(v).unwrap_or(0.0), 14).into_bytes()
-                }
-                v => {
-                    return Err(arg_error(
-                        lua,
-                        1,
-                        format!("string expected, got {}", type_name(Some(v))),
-                    ))
-                }
-            };
+            let text = check_string(lua, args.front(), 1)?;
             let cfg = *c.lock();
             decode(lua, &cfg, &text)
         })?,

@@ -4,8 +4,8 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::convert::{as_number, lua_number_string};
-use super::vm::{arg_error, lua_error, type_name};
+use super::convert::as_number;
+use super::vm::{arg_error, check_string, lua_error, type_name};
 
 /// Tables nested deeper than this are packed as nil, as lua-cmsgpack does.
 const MAX_NESTING: usize = 16;
@@ -62,17 +62,7 @@ pub fn create(lua: &Lua) -> mlua::Result<Table> {
 }
 
 fn data_arg(lua: &Lua, args: &MultiValue) -> mlua::Result<Vec<u8>> {
-    match args.front() {
-        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(v @ (Value::Integer(_) | Value::Number(_))) => {
-            Ok(lua_number_string(as_number(v).unwrap_or(0.0)).into_bytes())
-        }
-        v => Err(arg_error(
-            lua,
-            1,
-            format!("string expected, got {}", type_name(v)),
-        )),
-    }
+    check_string(lua, args.front(), 1)
 }
 
 /// Optional integer argument `i` (0-based), 0 when absent.

@@ -9,8 +9,8 @@
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::convert::{as_number, lua_number_string};
-use super::vm::{arg_error, lua_error, type_name};
+use super::convert::as_number;
+use super::vm::{arg_error, check_string, lua_error, type_name};
 
 /// Alignment `!` sets without a number (the native maximum).
 const MAX_ALIGN: usize = 8;
@@ -140,17 +140,7 @@ fn padding(len: usize, size: usize, max_align: usize) -> usize {
 }
 
 fn format_arg(lua: &Lua, args: &MultiValue) -> mlua::Result<Vec<u8>> {
-    match args.front() {
-        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(v @ (Value::Integer(_) | Value::Number(_))) => {
-            Ok(lua_number_string(as_number(v).unwrap_or(0.0)).into_bytes())
-        }
-        v => Err(arg_error(
-            lua,
-            1,
-            format!("string expected, got {}", type_name(v)),
-        )),
-    }
+    check_string(lua, args.front(), 1)
 }
 
 fn put_int(out: &mut Vec<u8>, value: u64, size: usize, little: bool) {
@@ -185,22 +175,8 @@ fn pack(lua: &Lua, args: MultiValue) -> mlua::Result<mlua::LuaString> {
                 )
             })
     };
-    let string = |i: usize| -> mlua::Result<Vec<u8>> {
-        match args.get(i) {
-            Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
-            Some(v @ (Value::Integer(_) | Value::Number(_))) => {
-                Ok(lua_number_string(as_number(v).unwrap_or(0.0)).into_bytes())
-            }
-            v => Err(arg_error(
-                lua,
-                i + 1,
-                format!(
-                    "string expected, got {}",
-                    type_name(Some(v.unwrap_or(&Value::Nil)))
-                ),
-            )),
-        }
-    };
+    // A missing argument reads as nil here, not "no value".
+    let string = |i: usize| check_string(lua, Some(args.get(i).unwrap_or(&Value::Nil)), i + 1);
     while let Some(opt) = f.next(lua, 1)? {
         let pad = padding(out.len(), align_size(&opt), max_align);
         out.resize(out.len() + pad, 0);
@@ -264,19 +240,7 @@ fn pack(lua: &Lua, args: MultiValue) -> mlua::Result<mlua::LuaString> {
 
 fn unpack(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
     let fmt = format_arg(lua, &args)?;
-    let data = match args.get(1) {
-        Some(Value::String(s)) => s.as_bytes().to_vec(),
-        Some(v @ (Value::Integer(_) | Value::Number(_))) => {
-            lua_number_string(as_number(v).unwrap_or(0.0)).into_bytes()
-        }
-        v => {
-            return Err(arg_error(
-                lua,
-                2,
-                format!("string expected, got {}", type_name(v)),
-            ))
-        }
-    };
+    let data = check_string(lua, args.get(1), 2)?;
     let init = match args.get(2) {
         None | Some(Value::Nil) => 1,
         Some(v) => as_number(v).map(|n| n as i64).ok_or_else(|| {

@@ -187,6 +187,24 @@ pub(crate) fn arg_error(lua: &Lua, n: usize, msg: impl std::fmt::Display) -> mlu
     lua_error(lua, format!("bad argument #{n} to '{name}' ({msg})"))
 }
 
+/// Argument `n` as a string, as `luaL_checklstring` takes it: a string, or
+/// a number in its `tostring` form; anything else is the "string expected"
+/// argument error.
+pub(crate) fn check_string(lua: &Lua, v: Option<&Value>, n: usize) -> mlua::Result<Vec<u8>> {
+    match v {
+        Some(Value::String(s)) => Ok(s.as_bytes().to_vec()),
+        Some(v @ (Value::Integer(_) | Value::Number(_))) => Ok(super::convert::lua_number_string(
+            super::convert::as_number(v).unwrap_or(0.0),
+        )
+        .into_bytes()),
+        v => Err(arg_error(
+            lua,
+            n,
+            format!("string expected, got {}", type_name(v)),
+        )),
+    }
+}
+
 /// `luaL_typename` of an argument (`no value` when it is missing).
 pub(crate) fn type_name(v: Option<&Value>) -> &'static str {
     match v {
