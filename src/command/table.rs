@@ -613,6 +613,17 @@ pub fn is_container(spec: &'static CommandSpec) -> bool {
     CONTAINERS.get(index_of(spec)).copied().unwrap_or(false)
 }
 
+/// The row a call is checked and counted against: for a container with a
+/// subcommand argument, the subcommand's row (`None` if it has no such
+/// subcommand); otherwise the command's own.
+pub fn call_spec(spec: &'static CommandSpec, args: &Args) -> Option<&'static CommandSpec> {
+    if args.len() >= 2 && is_container(spec) {
+        subcommand_of(spec, args.get(1))
+    } else {
+        Some(spec)
+    }
+}
+
 /// The subcommand of `container` named `sub` (`CONFIG GET` is
 /// `config|get`), or `None` if cairn does not have it. Redis counts a call,
 /// and checks its arity, against the subcommand.

@@ -177,14 +177,9 @@ impl Host for LocalHost<'_, '_> {
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         let action = script_action(&mut self.session, argv, resp3);
         let server = self.session.server.clone();
-        let local = |s: usize| s == self.shard;
-        let out = match action {
-            Action::Reply(r) => Ok(r),
-            Action::Read { shard, f } if local(shard) => f(&*self.w),
-            Action::Write { shard, f } if local(shard) => f(self.w),
-            Action::ReadMany { ids, f } if ids.len() == 1 && local(ids[0]) => {
-                Ok(f(&[&*self.w as &dyn crate::storage::KvRead]))
-            }
+        let out = match action.into_shard_op() {
+            Ok((shard, f)) if shard == self.shard => f(self.w),
+            Err(Action::Reply(r)) => Ok(r),
             _ => {
                 // Give up at once, whatever the script does with the
                 // error: the attempt is taken back and run holding every
@@ -255,11 +250,7 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
     let Some(spec) = command::lookup(args.get(0)) else {
         return Reply::err("Unknown Redis command called from script").into();
     };
-    let counted = if args.len() >= 2 && command::is_container(spec) {
-        command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
-    } else {
-        spec
-    };
+    let counted = command::call_spec(spec, &args).unwrap_or(spec);
     let server = session.server.clone();
     if counted.has_flag("write") {
         server.script_wrote.store(true, Ordering::Release);

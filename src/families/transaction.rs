@@ -20,7 +20,7 @@ use crate::protocol::Reply;
 use crate::server::Server;
 use crate::shard::watch::Watch;
 use crate::storage::keyspace::Key;
-use crate::storage::{KvRead, Meta, StoreError, Table, WriteCtx};
+use crate::storage::{KvRead, Meta, Table, WriteCtx};
 
 /// Redis's reply to EXEC after a command was refused while queueing.
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -141,21 +141,13 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
         .queue
         .into_iter()
         .map(|(spec, args)| {
-            let counted = counted_spec(spec, &args);
+            // Dispatch refused unknown subcommands while queueing.
+            let counted = command::call_spec(spec, &args).unwrap_or(spec);
             (counted, (spec.handler)(s, args))
         })
         .collect();
     s.in_exec = false;
     run_unit(s.server.clone(), commands, watching)
-}
-
-/// The table row a call counts under: a container's subcommand.
-fn counted_spec(spec: &'static CommandSpec, args: &Args) -> &'static CommandSpec {
-    if args.len() >= 2 && command::is_container(spec) {
-        command::subcommand_of(spec, args.get(1)).unwrap_or(spec)
-    } else {
-        spec
-    }
 }
 
 /// Counts the calls of a unit's commands and their error replies, as Redis
@@ -177,44 +169,33 @@ pub fn run_unit(
     commands: Vec<(&'static CommandSpec, Action)>,
     watching: Watching,
 ) -> Action {
+    let (specs, actions): (Vec<_>, Vec<_>) = commands.into_iter().unzip();
+    let steps: Vec<Step> = actions.into_iter().map(Action::into_shard_op).collect();
     let mut shards = BTreeSet::new();
     let mut one_shard_ops = true;
-    for (_, a) in &commands {
-        match a {
-            Action::Reply(_) => {}
-            Action::Read { shard, .. } | Action::Write { shard, .. } => {
+    for step in &steps {
+        match step {
+            Ok((shard, _)) => {
                 shards.insert(*shard);
             }
-            Action::ReadMany { ids, .. } => {
-                shards.extend(ids.iter().copied());
-                one_shard_ops &= ids.len() == 1;
-            }
-            Action::Plan { ids, .. } => {
+            Err(Action::Reply(_)) => {}
+            Err(Action::ReadMany { ids, .. } | Action::Plan { ids, .. }) => {
                 shards.extend(ids.iter().copied());
                 one_shard_ops = false;
             }
-            Action::Script { slow, .. } => {
+            Err(Action::Script { slow, .. }) => {
                 if let Action::Plan { ids, .. } = &**slow {
                     shards.extend(ids.iter().copied());
                 }
                 one_shard_ops = false;
             }
-            Action::Job(_) | Action::Block(_) | Action::Silent | Action::Close(_) => {
-                one_shard_ops = false;
-            }
+            Err(_) => one_shard_ops = false,
         }
     }
-    let (specs, actions): (Vec<_>, Vec<_>) = commands.into_iter().unzip();
     if shards.len() <= 1 && one_shard_ops {
         let Some(&shard) = shards.iter().next() else {
             // Nothing touches a key: the replies are all there already.
-            let replies: Vec<Reply> = actions
-                .into_iter()
-                .map(|a| match a {
-                    Action::Reply(r) => r,
-                    _ => unreachable!("only immediate replies here"),
-                })
-                .collect();
+            let replies: Vec<Reply> = steps.into_iter().map(ready).collect();
             account(&server, &specs, &replies);
             return Reply::Array(replies).into();
         };
@@ -224,9 +205,12 @@ pub fn run_unit(
                 if watching.failed(w.now_ms()) {
                     return Ok(Reply::NilArray);
                 }
-                let mut replies = Vec::with_capacity(actions.len());
-                for a in actions {
-                    replies.push(run_local(w, a)?);
+                let mut replies = Vec::with_capacity(steps.len());
+                for step in steps {
+                    replies.push(match step {
+                        Ok((_, f)) => f(w)?,
+                        ready_reply => ready(ready_reply),
+                    });
                 }
                 drop(watching);
                 account(&server, &specs, &replies);
@@ -236,8 +220,12 @@ pub fn run_unit(
     }
     let ids: Vec<usize> = shards.into_iter().collect();
     if one_shard_ops && watching.keys.is_empty() {
-        return spread_unit(server, ids, specs, actions);
+        return spread_unit(server, ids, specs, steps);
     }
+    let actions: Vec<Action> = steps
+        .into_iter()
+        .map(|step| step.map_or_else(|a| a, |(shard, f)| Action::Write { shard, f }))
+        .collect();
     if ids.is_empty() {
         // Commands that need no shard but are not immediate (a job).
         return Action::Job(Box::pin(async move {
@@ -269,6 +257,17 @@ pub fn run_unit(
     })
 }
 
+/// A queued command's action: an op on one shard, or anything else.
+type Step = Result<(usize, crate::shard::WriteFn), Action>;
+
+/// The reply of a step that is an immediate reply.
+fn ready(step: Step) -> Reply {
+    match step {
+        Err(Action::Reply(r)) => r,
+        _ => unreachable!("only immediate replies are ready"),
+    }
+}
+
 /// A unit of one-shard commands over several shards, with no watched key
 /// to check: a blind plan that sends each shard its commands at once (see
 /// `coordinator::spread`), so the coordinator can take the next command
@@ -277,34 +276,17 @@ fn spread_unit(
     server: Arc<Server>,
     ids: Vec<usize>,
     specs: Vec<&'static CommandSpec>,
-    actions: Vec<Action>,
+    steps: Vec<Step>,
 ) -> Action {
-    let mut replies: Vec<Option<Reply>> = Vec::with_capacity(actions.len());
+    let mut replies: Vec<Option<Reply>> = Vec::with_capacity(steps.len());
     let mut writes = Vec::new();
-    for a in actions {
-        match a {
-            Action::Reply(r) => replies.push(Some(r)),
-            Action::Write { shard, f } => {
+    for step in steps {
+        match step {
+            Ok(op) => {
                 replies.push(None);
-                writes.push((shard, f));
+                writes.push(op);
             }
-            Action::Read { shard, f } => {
-                replies.push(None);
-                writes.push((
-                    shard,
-                    Box::new(move |w: &mut WriteCtx| f(&*w)) as crate::shard::WriteFn,
-                ));
-            }
-            Action::ReadMany { ids, f } => {
-                replies.push(None);
-                let shard = ids[0];
-                writes.push((
-                    shard,
-                    Box::new(move |w: &mut WriteCtx| Ok(f(&[&*w as &dyn KvRead])))
-                        as crate::shard::WriteFn,
-                ));
-            }
-            _ => unreachable!("only one-shard actions are spread"),
+            ready_reply => replies.push(Some(ready(ready_reply))),
         }
     }
     let inner = crate::shard::coordinator::spread(writes);
@@ -326,17 +308,5 @@ fn spread_unit(
                 Ok(Ok(Reply::Array(replies)))
             })
         }),
-    }
-}
-
-/// Runs one action of a single-shard unit inside that shard's open
-/// transaction.
-fn run_local(w: &mut WriteCtx, a: Action) -> Result<Reply, StoreError> {
-    match a {
-        Action::Reply(r) => Ok(r),
-        Action::Read { f, .. } => f(&*w),
-        Action::Write { f, .. } => f(w),
-        Action::ReadMany { f, .. } => Ok(f(&[&*w as &dyn KvRead])),
-        _ => unreachable!("a single-shard unit holds only one-shard actions"),
     }
 }

@@ -58,10 +58,13 @@ impl Atomic {
     /// Runs one command's action and returns its reply. A storage failure
     /// is returned as an error: the whole unit must then roll back.
     pub fn run(&self, action: Action) -> Result<Reply, CoordError> {
+        let action = match action.into_shard_op() {
+            Ok((shard, f)) => return self.rt.block_on(self.locked.run(shard, f)),
+            Err(other) => other,
+        };
         match action {
             Action::Reply(r) | Action::Close(Some(r)) => Ok(r),
-            Action::Read { shard, f } => self.rt.block_on(self.locked.run(shard, move |w| f(&*w))),
-            Action::Write { shard, f } => self.rt.block_on(self.locked.run(shard, f)),
+            Action::Read { .. } | Action::Write { .. } => unreachable!("shard ops run above"),
             Action::ReadMany { ids, f } => {
                 let remotes: Vec<Remote> = ids
                     .iter()

@@ -318,21 +318,14 @@ async fn execute(
     // container's arguments name (`config|get`). Redis refuses an unknown
     // subcommand first, then a wrong argument count, then a client that
     // has not authenticated.
-    let checked = if args.len() >= 2 && command::is_container(spec) {
-        match command::subcommand_of(spec, args.get(1)) {
-            Some(sub) => sub,
-            None => {
-                let r = crate::families::server::unknown_subcommand_reply(
-                    args.get(1),
-                    &spec.name.to_uppercase(),
-                );
-                refuse_in_multi(session);
-                outbox.push_ready(r, refused);
-                return false;
-            }
-        }
-    } else {
-        spec
+    let Some(checked) = command::call_spec(spec, &args) else {
+        let r = crate::families::server::unknown_subcommand_reply(
+            args.get(1),
+            &spec.name.to_uppercase(),
+        );
+        refuse_in_multi(session);
+        outbox.push_ready(r, refused);
+        return false;
     };
     let refusal = if !checked.arity_ok(args.len()) {
         Some(Reply::err(format!(

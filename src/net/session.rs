@@ -94,6 +94,20 @@ impl From<Reply> for Action {
 }
 
 impl Action {
+    /// The action as an op on the one shard it reads or writes (a read runs
+    /// as well in a write transaction), or the action itself when it is not
+    /// that: an immediate reply, several shards, a job.
+    pub fn into_shard_op(self) -> Result<(usize, WriteFn), Action> {
+        match self {
+            Action::Write { shard, f } => Ok((shard, f)),
+            Action::Read { shard, f } => Ok((shard, Box::new(move |w| f(&*w)))),
+            Action::ReadMany { ids, f } if ids.len() == 1 => {
+                Ok((ids[0], Box::new(move |w| Ok(f(&[&*w as &dyn KvRead])))))
+            }
+            other => Err(other),
+        }
+    }
+
     /// The same action with `g` applied to its reply (a blocking command
     /// inside a transaction runs its non-blocking attempt and shapes the
     /// reply as the blocking form would).
