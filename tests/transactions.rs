@@ -246,3 +246,28 @@ fn client_list_shows_transactions() {
         ("N".into(), "-1".into())
     );
 }
+
+/// A client's own write pipelined just before its WATCH of keys on two
+/// shards happens before the watch: it does not fail the EXEC.
+#[test]
+fn a_write_pipelined_before_watch_does_not_mark_it() {
+    use std::io::{Read, Write};
+    let srv = TestServer::start();
+    let (a, b) = keys_on_both_shards("pw");
+    let mut raw = srv.tcp();
+    let req = format!("SET {a} 1\r\nWATCH {a} {b}\r\nMULTI\r\nSET {a} 2\r\nEXEC\r\n");
+    raw.write_all(req.as_bytes()).unwrap();
+    let want = b"+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n";
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 256];
+    while got.len() < want.len() {
+        let n = raw.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+}

@@ -104,11 +104,17 @@ pub fn watch(s: &mut Session, a: Args) -> Action {
             }
         }
         _ => {
-            let waits: Vec<_> = per_shard
+            let ops: Vec<_> = per_shard
                 .into_iter()
-                .map(|(shard, list)| shards.submit(shard, register(shard, list)))
+                .map(|(shard, list)| (shard, register(shard, list)))
                 .collect();
+            // Sent when the job runs, after this client's earlier writes
+            // (a job waits for them), so they cannot mark the watch.
             Action::Job(Box::pin(async move {
+                let waits: Vec<_> = ops
+                    .into_iter()
+                    .map(|(shard, f)| shards.submit(shard, f))
+                    .collect();
                 for w in waits {
                     match w.await {
                         Ok(Reply::Ok) => {}
