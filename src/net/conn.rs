@@ -485,15 +485,20 @@ async fn execute(
     close
 }
 
-/// Keeps what CLIENT LIST shows of the client's transaction current.
-fn show_transaction(session: &Session) {
-    let multi = session.multi.as_ref().map_or(-1, |m| m.queue.len() as i64);
-    let watching = !session.watching.keys.is_empty();
-    let mut info = session.entry.info.lock();
-    if info.multi != multi || info.watch_dirty.is_some() != watching {
-        info.multi = multi;
-        info.watch_dirty = watching.then(|| session.watching.dirty.clone());
+/// Keeps what CLIENT LIST shows of the client's transaction current. The
+/// shared entry is locked only when that changed, not on every command.
+fn show_transaction(session: &mut Session) {
+    let now = (
+        session.multi.as_ref().map_or(-1, |m| m.queue.len() as i64),
+        !session.watching.keys.is_empty(),
+    );
+    if session.shown_transaction == now {
+        return;
     }
+    session.shown_transaction = now;
+    let mut info = session.entry.info.lock();
+    info.multi = now.0;
+    info.watch_dirty = now.1.then(|| session.watching.dirty.clone());
 }
 
 /// A command refused while a transaction is being queued makes its EXEC

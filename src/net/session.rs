@@ -190,6 +190,9 @@ pub struct Session {
     /// Set while EXEC or a script builds its commands: blocking commands
     /// then act as their non-blocking forms, as in Redis.
     pub in_exec: bool,
+    /// What CLIENT LIST last got told of the transaction: (queued commands
+    /// or -1, whether keys are watched).
+    pub shown_transaction: (i64, bool),
 }
 
 /// A transaction being queued.
@@ -246,6 +249,7 @@ impl Session {
             multi: None,
             watching: Watching::default(),
             in_exec: false,
+            shown_transaction: (-1, false),
         }
     }
 
