@@ -23,6 +23,7 @@ pub mod config;
 pub mod families;
 pub mod net;
 pub mod protocol;
+pub mod rdb;
 pub mod run;
 pub mod scripting;
 pub mod server;

@@ -163,6 +163,27 @@ impl Server {
             .map_or(5000, |v| v.max(0) as u64)
     }
 
+    /// The compact-encoding thresholds of the `*-max-listpack-*` family,
+    /// which decide the encoding DUMP writes a value in.
+    pub fn encoding_limits(&self) -> crate::rdb::object::Limits {
+        let rt = self.runtime.read();
+        let num = |name: &str, default: i64| {
+            rt.passive
+                .get(name)
+                .and_then(|v| v.parse::<i64>().ok())
+                .unwrap_or(default)
+        };
+        let size = |name: &str, default: i64| num(name, default).max(0) as usize;
+        crate::rdb::object::Limits {
+            hash_entries: size("hash-max-listpack-entries", 128),
+            hash_value: size("hash-max-listpack-value", 64),
+            set_intset_entries: size("set-max-intset-entries", 512),
+            zset_entries: size("zset-max-listpack-entries", 128),
+            zset_value: size("zset-max-listpack-value", 64),
+            list_fill: num("list-max-listpack-size", -2),
+        }
+    }
+
     /// Creates the shared state.
     pub fn new(config: Config, shards: Arc<ShardSet>) -> Server {
         let mut passive = HashMap::new();
@@ -180,6 +201,17 @@ impl Server {
             ("busy-reply-threshold", "5000"),
             ("cluster-enabled", "no"),
             ("notify-keyspace-events", ""),
+            ("hash-max-listpack-entries", "128"),
+            ("hash-max-ziplist-entries", "128"),
+            ("hash-max-listpack-value", "64"),
+            ("hash-max-ziplist-value", "64"),
+            ("set-max-intset-entries", "512"),
+            ("zset-max-listpack-entries", "128"),
+            ("zset-max-ziplist-entries", "128"),
+            ("zset-max-listpack-value", "64"),
+            ("zset-max-ziplist-value", "64"),
+            ("list-max-listpack-size", "-2"),
+            ("list-max-ziplist-size", "-2"),
         ] {
             passive.insert(k.to_string(), v.to_string());
         }

@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, functions, generic, hash, list, scripting, server, set, stream, string,
+    bits, blocking, dump, functions, generic, hash, list, scripting, server, set, stream, string,
     transaction, zset,
 };
 use crate::net::session::{Action, Session};
@@ -256,6 +256,8 @@ commands! {
         "Delete a key.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
     "discard", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "2.0.0", transaction::discard,
         "Discard all commands issued after MULTI.", "", "";
+    "dump", 2, "readonly", (1, 1, 1), "RO ACCESS", "@keyspace @read @slow", "generic", "2.6.0", dump::dump,
+        "Return a serialized version of the value stored at the specified key.", "key", "nondeterministic_output";
     "echo", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
         "Echo the given string.", "message", "";
     "eval", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "2.6.0", scripting::eval,
@@ -406,6 +408,8 @@ commands! {
         "Rename a key, only if the new key does not exist.", "key newkey", "";
     "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
         "Reset the connection.", "", "";
+    "restore", -4, "write denyoom", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::restore,
+        "Create a key using the provided serialized value, previously obtained using DUMP.", "key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]", "";
     "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,
         "Remove and get the last elements in a list.", "key [count]", "";
     "rpoplpush", 3, "write denyoom", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @list @slow", "list", "1.2.0", list::rpoplpush,

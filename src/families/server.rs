@@ -710,26 +710,59 @@ const IMMUTABLE: &[&str] = &[
     "appendfsync",
 ];
 
-/// Checks a value for one of the passive parameters.
-/// The other name of a setting Redis knows by two names.
-fn busy_aliases(name: &str) -> &'static [&'static str] {
-    match name {
-        "lua-time-limit" => &["busy-reply-threshold"],
-        "busy-reply-threshold" => &["lua-time-limit"],
-        _ => &[],
+/// A memory amount as Redis's config reads one: digits, then optionally
+/// b, k (1000), kb (1024), m, mb, g or gb in any case.
+fn memory_value(value: &str) -> Option<u64> {
+    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
     }
+    let unit: u64 = match value[digits.len()..].to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => return None,
+    };
+    digits.parse::<u64>().ok()?.checked_mul(unit)
 }
 
+/// Settings Redis knows by two names (the old name stays an alias).
+const ALIASES: &[(&str, &str)] = &[
+    ("lua-time-limit", "busy-reply-threshold"),
+    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
+    ("hash-max-ziplist-value", "hash-max-listpack-value"),
+    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
+    ("zset-max-ziplist-value", "zset-max-listpack-value"),
+    ("list-max-ziplist-size", "list-max-listpack-size"),
+];
+
+/// The other name of a setting Redis knows by two names.
+fn aliases(name: &str) -> impl Iterator<Item = &'static str> + '_ {
+    ALIASES.iter().filter_map(move |&(a, b)| {
+        if a == name {
+            Some(b)
+        } else if b == name {
+            Some(a)
+        } else {
+            None
+        }
+    })
+}
+
+/// Checks a value for one of the passive parameters.
 fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
     match name {
-        "maxmemory" => {
-            let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-            let unit = &value[digits.len()..].to_ascii_lowercase();
-            let ok = !digits.is_empty()
-                && digits.bytes().all(|c| c.is_ascii_digit())
-                && ["", "k", "kb", "m", "mb", "g", "gb"].contains(&unit.as_str());
-            ok.then_some(()).ok_or("argument must be a memory value")
-        }
+        "maxmemory"
+        | "hash-max-listpack-value"
+        | "hash-max-ziplist-value"
+        | "zset-max-listpack-value"
+        | "zset-max-ziplist-value" => memory_value(value)
+            .map(|_| ())
+            .ok_or("argument must be a memory value"),
         "appendonly" => matches!(value.to_ascii_lowercase().as_str(), "yes" | "no")
             .then_some(())
             .ok_or("argument must be 'yes' or 'no'"),
@@ -744,10 +777,21 @@ fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
         | "slowlog-log-slower-than"
         | "slowlog-max-len"
         | "lua-time-limit"
-        | "busy-reply-threshold" => value
+        | "busy-reply-threshold"
+        | "list-max-listpack-size"
+        | "list-max-ziplist-size" => value
             .parse::<i64>()
             .map(|_| ())
             .map_err(|_| "argument couldn't be parsed into an integer"),
+        "hash-max-listpack-entries"
+        | "hash-max-ziplist-entries"
+        | "set-max-intset-entries"
+        | "zset-max-listpack-entries"
+        | "zset-max-ziplist-entries" => match value.parse::<i64>() {
+            Ok(v) if v >= 0 => Ok(()),
+            Ok(_) => Err("argument must be between 0 and 9223372036854775807 inclusive"),
+            Err(_) => Err("argument couldn't be parsed into an integer"),
+        },
         _ => Ok(()),
     }
 }
@@ -798,8 +842,18 @@ fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
                 if let Err(why) = validate_passive(n, &value) {
                     return bad(why);
                 }
-                // busy-reply-threshold and lua-time-limit are one setting.
-                for alias in busy_aliases(n) {
+                // Sizes are kept (and shown) in bytes.
+                let value = match n {
+                    "hash-max-listpack-value"
+                    | "hash-max-ziplist-value"
+                    | "zset-max-listpack-value"
+                    | "zset-max-ziplist-value" => {
+                        memory_value(&value).map_or(value, |v| v.to_string())
+                    }
+                    _ => value,
+                };
+                // An old name and its new one are one setting.
+                for alias in aliases(n) {
                     staged.passive.insert(alias.to_string(), value.clone());
                 }
                 staged.passive.insert(n.to_string(), value);

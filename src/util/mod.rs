@@ -2,5 +2,8 @@
 pub mod bits;
 pub mod glob;
 pub mod lcs;
+pub mod listpack;
+pub mod lzf;
 pub mod num;
 pub mod rdb;
+pub mod ziplist;

@@ -1,6 +1,7 @@
-//! Pieces of Redis's RDB serialization that payloads exchanged with Redis
-//! need (FUNCTION DUMP / RESTORE): the CRC-64 Redis appends, length and
-//! string encodings, and LZF decompression of strings Redis compressed.
+//! The primitives of Redis's RDB serialization shared by everything that
+//! exchanges data with Redis (DUMP / RESTORE, FUNCTION DUMP / RESTORE, RDB
+//! files): the CRC-64 Redis appends, lengths, strings in each of their
+//! encodings (integer, LZF, plain) and doubles.
 
 /// The RDB version Redis 7.0 writes (payload trailers carry it).
 pub const RDB_VERSION: u16 = 10;
@@ -44,10 +45,55 @@ pub fn put_len(out: &mut Vec<u8>, len: u64) {
     }
 }
 
-/// Appends an RDB string, uncompressed (Redis reads it either way).
+/// Appends an RDB string encoded as Redis chooses: short strings that read
+/// as a 32-bit integer in canonical form are stored as that integer,
+/// strings over 20 bytes are LZF-compressed when that saves at least 4
+/// bytes, and everything else is stored as it is.
 pub fn put_string(out: &mut Vec<u8>, s: &[u8]) {
+    if s.len() <= 11 {
+        if let Some(v) = super::listpack::strict_int(s) {
+            if let Ok(v) = i32::try_from(v) {
+                put_int(out, v);
+                return;
+            }
+        }
+    }
+    if s.len() > 20 {
+        if let Some(packed) = super::lzf::compress(s, s.len() - 4) {
+            out.push(0xC0 | ENC_LZF);
+            put_len(out, packed.len() as u64);
+            put_len(out, s.len() as u64);
+            out.extend_from_slice(&packed);
+            return;
+        }
+    }
     put_len(out, s.len() as u64);
     out.extend_from_slice(s);
+}
+
+/// The special string encodings (after a 0b11 length prefix).
+const ENC_INT8: u8 = 0;
+const ENC_INT16: u8 = 1;
+const ENC_INT32: u8 = 2;
+const ENC_LZF: u8 = 3;
+
+/// Appends an integer string in the narrowest integer encoding.
+fn put_int(out: &mut Vec<u8>, v: i32) {
+    if let Ok(b) = i8::try_from(v) {
+        out.extend_from_slice(&[0xC0 | ENC_INT8, b as u8]);
+    } else if let Ok(h) = i16::try_from(v) {
+        out.push(0xC0 | ENC_INT16);
+        out.extend_from_slice(&h.to_le_bytes());
+    } else {
+        out.push(0xC0 | ENC_INT32);
+        out.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// Appends a double in the binary form (8 bytes, little-endian) of
+/// sorted-set scores in RDB version 8 and later.
+pub fn put_binary_double(out: &mut Vec<u8>, v: f64) {
+    out.extend_from_slice(&v.to_le_bytes());
 }
 
 /// Appends the trailer of a DUMP-style payload: RDB version and CRC-64 of
@@ -95,7 +141,13 @@ impl<'a> Reader<'a> {
         self.data.is_empty()
     }
 
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+    /// Bytes left to read.
+    pub fn remaining(&self) -> usize {
+        self.data.len()
+    }
+
+    /// The next `n` bytes as they are.
+    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
         if self.data.len() < n {
             return None;
         }
@@ -121,6 +173,33 @@ impl<'a> Reader<'a> {
         })
     }
 
+    /// An RDB length (a count or a size), not a string encoding.
+    pub fn length(&mut self) -> Option<u64> {
+        match self.len()? {
+            Len::Plain(n) => Some(n),
+            Len::Encoded(_) => None,
+        }
+    }
+
+    /// A double in the binary form (8 bytes, little-endian).
+    pub fn binary_double(&mut self) -> Option<f64> {
+        Some(f64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
+    /// A double in the text form of old sorted sets: a length byte (253
+    /// NaN, 254 +inf, 255 -inf) and that many ASCII characters.
+    pub fn text_double(&mut self) -> Option<f64> {
+        match self.byte()? {
+            253 => Some(f64::NAN),
+            254 => Some(f64::INFINITY),
+            255 => Some(f64::NEG_INFINITY),
+            n => {
+                let text = std::str::from_utf8(self.take(n as usize)?).ok()?;
+                text.trim().parse().ok()
+            }
+        }
+    }
+
     fn plain_len(&mut self) -> Option<usize> {
         match self.len()? {
             Len::Plain(n) => usize::try_from(n).ok(),
@@ -132,58 +211,23 @@ impl<'a> Reader<'a> {
     pub fn string(&mut self) -> Option<Vec<u8>> {
         match self.len()? {
             Len::Plain(n) => self.take(usize::try_from(n).ok()?).map(<[u8]>::to_vec),
-            Len::Encoded(0) => Some((self.take(1)?[0] as i8).to_string().into_bytes()),
-            Len::Encoded(1) => {
+            Len::Encoded(ENC_INT8) => Some((self.take(1)?[0] as i8).to_string().into_bytes()),
+            Len::Encoded(ENC_INT16) => {
                 let v = i16::from_le_bytes(self.take(2)?.try_into().ok()?);
                 Some(v.to_string().into_bytes())
             }
-            Len::Encoded(2) => {
+            Len::Encoded(ENC_INT32) => {
                 let v = i32::from_le_bytes(self.take(4)?.try_into().ok()?);
                 Some(v.to_string().into_bytes())
             }
-            Len::Encoded(3) => {
+            Len::Encoded(ENC_LZF) => {
                 let clen = self.plain_len()?;
                 let len = self.plain_len()?;
-                lzf_decompress(self.take(clen)?, len)
+                super::lzf::decompress(self.take(clen)?, len)
             }
             Len::Encoded(_) => None,
         }
     }
-}
-
-/// Decompresses LZF data (as Redis writes it) into exactly `len` bytes.
-pub fn lzf_decompress(input: &[u8], len: usize) -> Option<Vec<u8>> {
-    let mut out = Vec::with_capacity(len);
-    let mut i = 0;
-    while i < input.len() {
-        let ctrl = input[i] as usize;
-        i += 1;
-        if ctrl < 32 {
-            // A run of ctrl + 1 literal bytes.
-            let run = ctrl + 1;
-            out.extend_from_slice(input.get(i..i + run)?);
-            i += run;
-        } else {
-            // A back reference: length in the top 3 bits (7 = one more
-            // byte), offset in the low 5 bits and the next byte.
-            let mut n = ctrl >> 5;
-            if n == 7 {
-                n += *input.get(i)? as usize;
-                i += 1;
-            }
-            let back = ((ctrl & 0x1f) << 8) + *input.get(i)? as usize + 1;
-            i += 1;
-            let start = out.len().checked_sub(back)?;
-            for k in 0..n + 2 {
-                let b = out[start + k];
-                out.push(b);
-            }
-        }
-        if out.len() > len {
-            return None;
-        }
-    }
-    (out.len() == len).then_some(out)
 }
 
 #[cfg(test)]
@@ -219,20 +263,11 @@ mod tests {
         let mut body = vec![OPCODE_FUNCTION2];
         put_string(&mut body, code.as_bytes());
         let sealed = seal(body.clone());
+        // Same compression, same bytes as Redis.
+        assert_eq!(sealed, payload);
         assert_eq!(unseal(&sealed), Some(&body[..]));
         let mut bad = sealed.clone();
         bad[3] ^= 1;
         assert_eq!(unseal(&bad), None);
-    }
-
-    #[test]
-    fn lzf_back_references_expand() {
-        // "abcabcabcabc": 3 literals, then a reference 3 back, 9 long.
-        let packed = [2, b'a', b'b', b'c', (7 << 5), 0, 2];
-        assert_eq!(
-            lzf_decompress(&packed, 12).as_deref(),
-            Some(&b"abcabcabcabc"[..])
-        );
-        assert_eq!(lzf_decompress(&packed, 11), None);
     }
 }
