@@ -181,6 +181,10 @@ impl Server {
             zset_entries: size("zset-max-listpack-entries", 128),
             zset_value: size("zset-max-listpack-value", 64),
             list_fill: num("list-max-listpack-size", -2),
+            stream: crate::rdb::stream::NodeLimits {
+                max_bytes: size("stream-node-max-bytes", 4096),
+                max_entries: size("stream-node-max-entries", 100),
+            },
         }
     }
 
@@ -212,6 +216,8 @@ impl Server {
             ("zset-max-ziplist-value", "64"),
             ("list-max-listpack-size", "-2"),
             ("list-max-ziplist-size", "-2"),
+            ("stream-node-max-bytes", "4096"),
+            ("stream-node-max-entries", "100"),
         ] {
             passive.insert(k.to_string(), v.to_string());
         }

@@ -760,7 +760,8 @@ fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
         | "hash-max-listpack-value"
         | "hash-max-ziplist-value"
         | "zset-max-listpack-value"
-        | "zset-max-ziplist-value" => memory_value(value)
+        | "zset-max-ziplist-value"
+        | "stream-node-max-bytes" => memory_value(value)
             .map(|_| ())
             .ok_or("argument must be a memory value"),
         "appendonly" => matches!(value.to_ascii_lowercase().as_str(), "yes" | "no")
@@ -787,7 +788,8 @@ fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
         | "hash-max-ziplist-entries"
         | "set-max-intset-entries"
         | "zset-max-listpack-entries"
-        | "zset-max-ziplist-entries" => match value.parse::<i64>() {
+        | "zset-max-ziplist-entries"
+        | "stream-node-max-entries" => match value.parse::<i64>() {
             Ok(v) if v >= 0 => Ok(()),
             Ok(_) => Err("argument must be between 0 and 9223372036854775807 inclusive"),
             Err(_) => Err("argument couldn't be parsed into an integer"),
@@ -847,7 +849,8 @@ fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
                     "hash-max-listpack-value"
                     | "hash-max-ziplist-value"
                     | "zset-max-listpack-value"
-                    | "zset-max-ziplist-value" => {
+                    | "zset-max-ziplist-value"
+                    | "stream-node-max-bytes" => {
                         memory_value(&value).map_or(value, |v| v.to_string())
                     }
                     _ => value,

@@ -2,8 +2,13 @@
 //! and writing a value as a fresh key (new collection version, rows, then
 //! the metadata row), as DUMP / RESTORE and RDB import need.
 
+use bytes::Bytes;
+
 use super::object::Value;
+use super::stream::{GroupValue, StreamValue};
 use crate::families::collection::View;
+use crate::families::stream::id::StreamId;
+use crate::families::stream::store::{self, Consumer, Group, Nack};
 use crate::families::Fail;
 use crate::storage::encoding::{self, Meta, MetaBody, LIST_INITIAL_INDEX};
 use crate::storage::keyspace::{self, Key};
@@ -29,7 +34,7 @@ pub fn read(r: &dyn KvRead, key: Key) -> Result<Option<Stored>, Fail> {
             MetaBody::String(s) => Value::String(s),
             MetaBody::Collection { .. } => unreachable!("strings are inline"),
         },
-        KeyType::Stream => return Err(Fail::Reply(stream_unsupported())),
+        KeyType::Stream => Value::Stream(Box::new(read_stream(r, key)?)),
         t => {
             let view = View::load(r, key, t)?.expect("live key");
             let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(view.size as usize);
@@ -55,15 +60,120 @@ pub fn read(r: &dyn KvRead, key: Key) -> Result<Option<Stored>, Fail> {
     Ok(Some(Stored { value, expire_ms }))
 }
 
-/// The reply for a stream until streams travel too.
-fn stream_unsupported() -> crate::protocol::Reply {
-    crate::protocol::Reply::err("DUMP/RESTORE of streams is not supported by this server yet")
+fn pair(id: StreamId) -> (u64, u64) {
+    (id.ms, id.seq)
+}
+
+fn stream_id((ms, seq): (u64, u64)) -> StreamId {
+    StreamId::new(ms, seq)
+}
+
+/// A live stream with its groups, consumers and pending entries.
+fn read_stream(r: &dyn KvRead, key: Key) -> Result<StreamValue, Fail> {
+    let st = store::load(r, key)?.expect("live stream");
+    let entries = st.range(r, StreamId::MIN, StreamId::MAX, false, 0)?;
+    let mut out = StreamValue {
+        first_id: entries.first().map_or((0, 0), |e| pair(e.0)),
+        entries: entries
+            .into_iter()
+            .map(|(id, fields)| {
+                let fields = fields.into_iter().map(|(f, v)| (f.to_vec(), v.to_vec()));
+                (pair(id), fields.collect())
+            })
+            .collect(),
+        last_id: pair(st.c.last_id),
+        max_deleted: pair(st.c.max_deleted),
+        entries_added: st.c.entries_added,
+        groups: Vec::new(),
+    };
+    for (name, g) in st.groups(r)? {
+        let mut pending = Vec::new();
+        st.pending(
+            r,
+            &name,
+            StreamId::MIN,
+            StreamId::MAX,
+            false,
+            &mut |id, n| {
+                pending.push((pair(id), n.delivery_ms, n.deliveries));
+                true
+            },
+        )?;
+        let mut consumers = Vec::new();
+        for (cname, c) in st.consumers(r, &name)? {
+            let ids = st.consumer_pending(r, &name, &cname, StreamId::MIN, StreamId::MAX, 0)?;
+            consumers.push((cname, c.seen_ms, ids.into_iter().map(pair).collect()));
+        }
+        out.groups.push(GroupValue {
+            name,
+            last_id: pair(g.last_id),
+            entries_read: g.entries_read,
+            pending,
+            consumers,
+        });
+    }
+    Ok(out)
+}
+
+/// Writes a stream as a new key (whatever was there is gone).
+fn write_stream(
+    w: &mut WriteCtx,
+    key: Key,
+    s: &StreamValue,
+    expire_ms: u64,
+) -> Result<(), StoreError> {
+    keyspace::delete_if_live(w, key)?;
+    let mut st = store::create(w, key);
+    for (id, fields) in &s.entries {
+        let fields: Vec<(Bytes, Bytes)> = fields
+            .iter()
+            .map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v)))
+            .collect();
+        st.append(w, stream_id(*id), &fields)?;
+    }
+    st.c.last_id = stream_id(s.last_id);
+    st.c.max_deleted = stream_id(s.max_deleted);
+    st.c.entries_added = s.entries_added;
+    for g in &s.groups {
+        let group = Group {
+            last_id: stream_id(g.last_id),
+            entries_read: g.entries_read,
+            pending: g.pending.len() as u64,
+            consumers: g.consumers.len() as u64,
+        };
+        st.create_group(w, &g.name, &group)?;
+        for (name, seen, ids) in &g.consumers {
+            let c = Consumer {
+                seen_ms: *seen,
+                pending: ids.len() as u64,
+            };
+            st.put_consumer(w, &g.name, name, &c)?;
+            for id in ids {
+                let i = g.pending.binary_search_by(|p| p.0.cmp(id));
+                let (_, delivery_ms, deliveries) = g.pending[i.expect("checked on decode")];
+                let nack = Nack {
+                    delivery_ms,
+                    deliveries,
+                    consumer: name.clone(),
+                };
+                st.put_nack(w, &g.name, stream_id(*id), &nack)?;
+            }
+        }
+    }
+    st.set_expire(expire_ms);
+    st.save(w, key)?;
+    // Readers blocked on the key (XREAD, XREADGROUP) see it arrive.
+    w.broadcasts.push((key.db, key.name.to_vec()));
+    Ok(())
 }
 
 /// Writes `value` as `key` with `expire_ms`, replacing whatever is there
 /// (the caller decides whether replacing is allowed). Lists and sorted
 /// sets arriving wake clients blocked on the key.
 pub fn write(w: &mut WriteCtx, key: Key, value: &Value, expire_ms: u64) -> Result<(), StoreError> {
+    if let Value::Stream(s) = value {
+        return write_stream(w, key, s, expire_ms);
+    }
     let old = keyspace::lookup_for_write(w, key)?;
     let meta = match value {
         Value::String(s) => Meta::string(s.clone(), expire_ms),
@@ -72,7 +182,7 @@ pub fn write(w: &mut WriteCtx, key: Key, value: &Value, expire_ms: u64) -> Resul
             let prefix = encoding::version_prefix(key.db, key.slot, key.name, version);
             let sub = |suffix: &[u8]| encoding::sub_key(&prefix, suffix);
             let (ktype, size, extra) = match value {
-                Value::String(_) => unreachable!("handled above"),
+                Value::String(_) | Value::Stream(_) => unreachable!("handled above"),
                 Value::Hash(pairs) => {
                     for (f, v) in pairs {
                         w.put(Table::Sub, &sub(f), v)?;

@@ -4,3 +4,4 @@
 
 pub mod keys;
 pub mod object;
+pub mod stream;

@@ -9,6 +9,7 @@
 //! payload may hold, including those older versions wrote (ziplist, zipmap,
 //! text scores, linked lists).
 
+use super::stream::{self, NodeLimits, StreamValue};
 use crate::util::listpack::{self, Item};
 use crate::util::num::format_double;
 use crate::util::rdb::{put_binary_double, put_len, put_string, Reader};
@@ -67,6 +68,8 @@ pub enum Value {
     ZSet(Vec<(Vec<u8>, f64)>),
     /// Hash fields and values.
     Hash(Pairs),
+    /// A stream with its groups.
+    Stream(Box<StreamValue>),
 }
 
 /// The thresholds under which Redis keeps a value in its compact
@@ -87,6 +90,8 @@ pub struct Limits {
     /// list-max-listpack-size: negative = a byte limit per node (-1 4 KiB
     /// ... -5 64 KiB), positive = entries per node.
     pub list_fill: i64,
+    /// stream-node-max-bytes and stream-node-max-entries.
+    pub stream: NodeLimits,
 }
 
 impl Default for Limits {
@@ -98,6 +103,7 @@ impl Default for Limits {
             zset_entries: 128,
             zset_value: 64,
             list_fill: -2,
+            stream: NodeLimits::default(),
         }
     }
 }
@@ -198,6 +204,10 @@ pub fn encode(out: &mut Vec<u8>, v: &Value, limits: &Limits) {
                     put_string(out, v);
                 }
             }
+        }
+        Value::Stream(s) => {
+            out.push(types::STREAM_LISTPACKS_2);
+            stream::encode(out, s, &limits.stream);
         }
     }
 }
@@ -348,6 +358,9 @@ pub fn decode(ty: u8, r: &mut Reader) -> Result<Value, BadData> {
             }
             Value::List(all)
         }
+        types::STREAM_LISTPACKS | types::STREAM_LISTPACKS_2 => Value::Stream(Box::new(
+            stream::decode(r, ty == types::STREAM_LISTPACKS_2)?,
+        )),
         _ => return Err(BadData("unsupported value type")),
     };
     check(value)
@@ -405,7 +418,7 @@ fn check(v: Value) -> Result<Value, BadData> {
         Ok(())
     }
     match &v {
-        Value::String(_) => {}
+        Value::String(_) | Value::Stream(_) => {}
         Value::List(items) if items.is_empty() => return Err(BadData("empty collection")),
         Value::List(_) => {}
         Value::Set(m) => unique(m.iter().map(|m| &m[..]))?,

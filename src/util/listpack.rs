@@ -171,6 +171,12 @@ impl Builder {
         self.count += 1;
     }
 
+    /// Appends every element of `other` after this one's.
+    pub fn append(&mut self, other: Builder) {
+        self.buf.extend_from_slice(&other.buf[6..]);
+        self.count += other.count;
+    }
+
     /// The finished listpack.
     pub fn finish(mut self) -> Vec<u8> {
         self.buf.push(0xFF);

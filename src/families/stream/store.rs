@@ -347,6 +347,11 @@ pub fn create(w: &mut WriteCtx, key: Key) -> Stream {
 }
 
 impl Stream {
+    /// Sets the expiry `save` will store (RESTORE of a stream with a TTL).
+    pub fn set_expire(&mut self, expire_ms: u64) {
+        self.meta.expire_ms = expire_ms;
+    }
+
     /// Writes the metadata back. Unlike other collections a stream may be
     /// empty and still exist (XDEL of every entry, XGROUP CREATE MKSTREAM).
     pub fn save(mut self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
