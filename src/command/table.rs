@@ -119,6 +119,15 @@ impl CommandSpec {
     /// The indexes of the keys in `argv`.
     pub fn key_positions(&self, argv: &[bytes::Bytes]) -> Vec<usize> {
         let argc = argv.len();
+        if self.name == "migrate" {
+            // The key at 3, or (when it is empty) those after KEYS.
+            let keys = (6..argc).find(|&i| argv[i].eq_ignore_ascii_case(b"keys"));
+            return match keys {
+                Some(k) if argv.get(3).is_some_and(|a| a.is_empty()) => (k + 1..argc).collect(),
+                _ if argc > 3 => vec![3],
+                _ => Vec::new(),
+            };
+        }
         match self.keys {
             KeySpec::None => Vec::new(),
             KeySpec::Streams { from } => match argv
@@ -376,6 +385,8 @@ commands! {
         "Trim a list to the specified range.", "key start stop", "";
     "mget", -2, "readonly fast", (1, -1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::mget,
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
+    "migrate", -6, "write movablekeys", (3, 3, 1), "RW ACCESS DELETE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::migrate,
+        "Atomically transfer a key from a Redis instance to another one.", "host port key|\"\" destination-db timeout [COPY] [REPLACE] [AUTH password] [AUTH2 username password] [KEYS key [key ...]]", "nondeterministic_output";
     "move", 3, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
         "Move a key to another database.", "key db", "";
     "mset", -3, "write denyoom", (1, -1, 2), "OW UPDATE", "@write @string @slow", "string", "1.0.1", string::mset,

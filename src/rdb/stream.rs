@@ -340,11 +340,7 @@ fn estimate_entries_read(s: &StreamValue, last: Id) -> i64 {
 }
 
 /// Reads one node's live entries.
-fn read_node(
-    master: Id,
-    items: Vec<Item>,
-    out: &mut Vec<StreamEntry>,
-) -> Result<(), BadData> {
+fn read_node(master: Id, items: Vec<Item>, out: &mut Vec<StreamEntry>) -> Result<(), BadData> {
     let bad = || BadData("bad stream node");
     let mut it = items.into_iter();
     let int = |it: &mut std::vec::IntoIter<Item>| -> Result<i64, BadData> {

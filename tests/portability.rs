@@ -1,0 +1,346 @@
+//! Moving data between cairn and Redis: DUMP / RESTORE round trips through
+//! a real redis-server (every type, compact and big encodings), and MIGRATE
+//! between two cairns, from cairn to Redis and from Redis to cairn.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{bulk, cmd, err, int, ok, q, TestServer};
+use redis::{Connection, Value};
+
+/// A redis-server 7.0 on a free loopback port, without persistence,
+/// killed on drop. It is installed with apt-get when missing, as the
+/// compatibility recorder does.
+struct RealRedis {
+    port: u16,
+    child: Child,
+    _dir: tempfile::TempDir,
+}
+
+impl RealRedis {
+    fn start() -> RealRedis {
+        if Command::new("redis-server")
+            .arg("--version")
+            .output()
+            .is_err()
+        {
+            let _ = Command::new("apt-get")
+                .args(["install", "-y", "-qq", "redis-server"])
+                .stdout(Stdio::null())
+                .status();
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--dir"])
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian package redis-server) must be installed");
+        let r = RealRedis {
+            port,
+            child,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "redis-server did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    fn client(&self) -> Connection {
+        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
+        c.get_connection_with_timeout(Duration::from_secs(5))
+            .unwrap()
+    }
+}
+
+impl Drop for RealRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Builds one value of every type and encoding under `prefix` (the same
+/// commands on either server).
+fn build_values(c: &mut Connection, prefix: &str) -> Vec<String> {
+    let k = |n: &str| format!("{prefix}{n}");
+    ok(c, &["SET", &k("str"), "hello"]);
+    ok(c, &["SET", &k("int"), "12345"]);
+    ok(c, &["SET", &k("long"), &"compressible ".repeat(50)]);
+    q(c, &["RPUSH", &k("list"), "a", "1", "-1", "b"]);
+    let mut big = vec!["RPUSH".to_string(), k("biglist")];
+    big.extend((0..400).map(|i| format!("element-{i}-{}", "x".repeat(i % 50))));
+    q(c, &big.iter().map(String::as_str).collect::<Vec<_>>());
+    q(c, &["SADD", &k("intset"), "1", "2", "-300", "70000"]);
+    let mut set = vec!["SADD".to_string(), k("set")];
+    set.extend((0..700).map(|i| format!("m{i}")));
+    q(c, &set.iter().map(String::as_str).collect::<Vec<_>>());
+    q(c, &["ZADD", &k("zset"), "1.5", "a", "-2", "b", "inf", "c"]);
+    let mut z = vec!["ZADD".to_string(), k("bigzset")];
+    for i in 0..300 {
+        z.push(format!("{}", i as f64 / 3.0));
+        z.push(format!("member-{i}"));
+    }
+    q(c, &z.iter().map(String::as_str).collect::<Vec<_>>());
+    q(c, &["HSET", &k("hash"), "a", "1", "b", "two"]);
+    let mut h = vec!["HSET".to_string(), k("bighash")];
+    for i in 0..200 {
+        h.push(format!("field{i}"));
+        h.push("v".repeat(i));
+    }
+    q(c, &h.iter().map(String::as_str).collect::<Vec<_>>());
+    for i in 1..=150 {
+        q(
+            c,
+            &["XADD", &k("stream"), &format!("{i}-1"), "f", &i.to_string()],
+        );
+    }
+    q(c, &["XDEL", &k("stream"), "7-1"]);
+    ok(c, &["XGROUP", "CREATE", &k("stream"), "g", "0"]);
+    q(
+        c,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "alice",
+            "COUNT",
+            "3",
+            "STREAMS",
+            &k("stream"),
+            ">",
+        ],
+    );
+    q(c, &["XACK", &k("stream"), "g", "2-1"]);
+    [
+        "str", "int", "long", "list", "biglist", "intset", "set", "zset", "bigzset", "hash",
+    ]
+    .iter()
+    .chain(&["bighash", "stream"])
+    .map(|n| k(n))
+    .collect()
+}
+
+/// A value in a form that compares equal whatever the encoding and the
+/// order a server enumerates it in.
+fn contents(c: &mut Connection, key: &str) -> Value {
+    let t = match q(c, &["TYPE", key]) {
+        Value::SimpleString(t) => t,
+        other => panic!("TYPE {key}: {other:?}"),
+    };
+    let sorted = |v: Value| match v {
+        Value::Array(mut items) => {
+            items.sort_by_key(|i| format!("{i:?}"));
+            Value::Array(items)
+        }
+        other => other,
+    };
+    let body = match t.as_str() {
+        "string" => q(c, &["GET", key]),
+        "list" => q(c, &["LRANGE", key, "0", "-1"]),
+        "set" => sorted(q(c, &["SMEMBERS", key])),
+        "zset" => q(c, &["ZRANGE", key, "0", "-1", "WITHSCORES"]),
+        "hash" => sorted(q(c, &["HGETALL", key])),
+        "stream" => Value::Array(vec![
+            q(c, &["XRANGE", key, "-", "+"]),
+            q(c, &["XINFO", "GROUPS", key]),
+            q(c, &["XPENDING", key, "g"]),
+        ]),
+        other => panic!("unexpected type {other}"),
+    };
+    Value::Array(vec![Value::SimpleString(t), body])
+}
+
+fn dump(c: &mut Connection, key: &str) -> Vec<u8> {
+    match q(c, &["DUMP", key]) {
+        Value::BulkString(b) => b,
+        other => panic!("DUMP {key}: {other:?}"),
+    }
+}
+
+fn restore(c: &mut Connection, key: &str, payload: &[u8]) {
+    let r: Value = cmd(&["RESTORE", key, "0"])
+        .arg(payload)
+        .query(c)
+        .unwrap_or_else(|e| panic!("RESTORE {key}: {e}"));
+    assert_eq!(r, Value::Okay);
+}
+
+/// DUMP in Redis, RESTORE in cairn, DUMP in cairn, RESTORE in Redis: the
+/// value survives both hops, for every type and encoding.
+#[test]
+fn dump_restore_round_trips_through_redis() {
+    let redis = RealRedis::start();
+    let cairn = TestServer::start();
+    let (mut r, mut c) = (redis.client(), cairn.client());
+    for key in build_values(&mut r, "v:") {
+        let want = contents(&mut r, &key);
+        restore(&mut c, &key, &dump(&mut r, &key));
+        assert_eq!(contents(&mut c, &key), want, "{key} in cairn");
+        let back = format!("back:{key}");
+        restore(&mut r, &back, &dump(&mut c, &key));
+        assert_eq!(contents(&mut r, &back), want, "{key} back in Redis");
+    }
+}
+
+/// Values built in cairn dump to payloads Redis restores to the same
+/// contents.
+#[test]
+fn cairn_payloads_restore_in_redis() {
+    let redis = RealRedis::start();
+    let cairn = TestServer::start();
+    let (mut r, mut c) = (redis.client(), cairn.client());
+    for key in build_values(&mut c, "c:") {
+        restore(&mut r, &key, &dump(&mut c, &key));
+        assert_eq!(contents(&mut r, &key), contents(&mut c, &key), "{key}");
+    }
+}
+
+/// MIGRATE from cairn to Redis and from Redis to cairn moves every type,
+/// keeps TTLs, and removes the source keys.
+#[test]
+fn migrate_between_cairn_and_redis() {
+    let redis = RealRedis::start();
+    let cairn = TestServer::start();
+    let (mut r, mut c) = (redis.client(), cairn.client());
+    let keys = build_values(&mut c, "m:");
+    let want: Vec<Value> = keys.iter().map(|k| contents(&mut c, k)).collect();
+    q(&mut c, &["PEXPIRE", &keys[0], "100000"]);
+    let mut args = vec!["MIGRATE", "127.0.0.1"];
+    let rport = redis.port.to_string();
+    args.extend([rport.as_str(), "", "0", "5000", "KEYS"]);
+    args.extend(keys.iter().map(String::as_str));
+    ok(&mut c, &args);
+    assert_eq!(int(&mut c, &["EXISTS", &keys[0], &keys[5]]), 0);
+    for (k, w) in keys.iter().zip(&want) {
+        assert_eq!(contents(&mut r, k), *w, "{k} in Redis");
+    }
+    assert!(int(&mut r, &["PTTL", &keys[0]]) > 90_000);
+
+    // And back: Redis's own MIGRATE speaks to cairn.
+    let cport = cairn.port.to_string();
+    let mut back = vec![
+        "MIGRATE",
+        "127.0.0.1",
+        cport.as_str(),
+        "",
+        "0",
+        "5000",
+        "KEYS",
+    ];
+    back.extend(keys.iter().map(String::as_str));
+    ok(&mut r, &back);
+    for (k, w) in keys.iter().zip(&want) {
+        assert_eq!(contents(&mut c, k), *w, "{k} back in cairn");
+    }
+    assert!(int(&mut c, &["PTTL", &keys[0]]) > 80_000);
+}
+
+/// MIGRATE between two cairns: COPY, REPLACE, AUTH, the target's errors,
+/// NOKEY, and an unreachable target.
+#[test]
+fn migrate_options_and_errors() {
+    let a = TestServer::start();
+    let b = TestServer::start_with(|cfg| cfg.requirepass = "pw".into());
+    let (mut ca, mut cb) = (a.client(), b.client());
+    ok(&mut cb, &["AUTH", "pw"]);
+    let port = b.port.to_string();
+    let migrate = |c: &mut Connection, extra: &[&str]| -> Value {
+        let mut args = vec!["MIGRATE", "127.0.0.1", port.as_str()];
+        args.extend(extra);
+        q(c, &args)
+    };
+    ok(&mut ca, &["SET", "k1", "v1"]);
+    ok(&mut ca, &["SET", "k2", "v2"]);
+    q(&mut ca, &["RPUSH", "k3", "x", "y"]);
+
+    // Without the password the target refuses, and nothing moves.
+    let e = err(&mut ca, &["MIGRATE", "127.0.0.1", &port, "k1", "0", "1000"]);
+    assert_eq!(
+        e,
+        "ERR Target instance replied with error: NOAUTH Authentication required."
+    );
+    assert_eq!(int(&mut ca, &["EXISTS", "k1"]), 1);
+    let e = err(
+        &mut ca,
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &port,
+            "k1",
+            "0",
+            "1000",
+            "AUTH",
+            "bad",
+        ],
+    );
+    assert!(
+        e.starts_with("ERR Target instance replied with error: WRONGPASS"),
+        "{e}"
+    );
+
+    assert_eq!(
+        migrate(&mut ca, &["k1", "0", "1000", "COPY", "AUTH", "pw"]),
+        Value::Okay
+    );
+    assert_eq!(q(&mut cb, &["GET", "k1"]), bulk("v1"));
+    assert_eq!(q(&mut ca, &["GET", "k1"]), bulk("v1"));
+    let e = err(
+        &mut ca,
+        &[
+            "MIGRATE",
+            "127.0.0.1",
+            &port,
+            "k1",
+            "0",
+            "1000",
+            "AUTH2",
+            "default",
+            "pw",
+        ],
+    );
+    assert_eq!(
+        e,
+        "ERR Target instance replied with error: BUSYKEY Target key name already exists."
+    );
+    assert_eq!(int(&mut ca, &["EXISTS", "k1"]), 1);
+    ok(&mut ca, &["SET", "k1", "newer"]);
+    let r = migrate(
+        &mut ca,
+        &[
+            "", "3", "1000", "REPLACE", "AUTH", "pw", "KEYS", "k1", "k2", "k3", "nokey",
+        ],
+    );
+    assert_eq!(r, Value::Okay);
+    assert_eq!(int(&mut ca, &["EXISTS", "k1", "k2", "k3"]), 0);
+    ok(&mut cb, &["SELECT", "3"]);
+    assert_eq!(q(&mut cb, &["GET", "k1"]), bulk("newer"));
+    assert_eq!(
+        q(&mut cb, &["LRANGE", "k3", "0", "-1"]),
+        common::arr(&["x", "y"])
+    );
+    assert_eq!(
+        migrate(&mut ca, &["", "0", "1000", "KEYS", "gone1", "gone2"]),
+        Value::SimpleString("NOKEY".into())
+    );
+
+    // A port nobody listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    ok(&mut ca, &["SET", "k4", "v"]);
+    let e = err(&mut ca, &["MIGRATE", "127.0.0.1", &dead, "k4", "0", "500"]);
+    assert_eq!(e, "IOERR error or timeout writing to target instance");
+    assert_eq!(int(&mut ca, &["EXISTS", "k4"]), 1);
+}
