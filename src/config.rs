@@ -122,6 +122,10 @@ pub struct Flags {
     /// always | everysec | no.
     #[arg(long)]
     pub durability: Option<String>,
+    /// Load this RDB file (written by Redis or by cairn's SAVE) into the
+    /// data directory, then exit instead of serving.
+    #[arg(long, value_name = "FILE.rdb")]
+    pub import: Option<PathBuf>,
 }
 
 impl Config {

@@ -27,6 +27,27 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    if let Some(path) = flags.import.clone() {
+        runtime.block_on(async move {
+            match cairn::rdb::import::import(config, &path).await {
+                Ok(st) => eprintln!(
+                    "cairn: imported {} keys ({} already expired, skipped) and {} function libraries from {} ({} bytes) in {:.1}s, {:.1} MB/s",
+                    st.keys,
+                    st.expired,
+                    st.functions,
+                    path.display(),
+                    st.bytes,
+                    st.secs,
+                    st.bytes as f64 / 1e6 / st.secs.max(1e-9)
+                ),
+                Err(e) => {
+                    eprintln!("cairn: import failed: {e}");
+                    std::process::exit(1);
+                }
+            }
+        });
+        return;
+    }
     runtime.block_on(async move {
         let running = match cairn::run::start(config).await {
             Ok(r) => r,

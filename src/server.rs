@@ -151,6 +151,8 @@ pub struct Server {
     pub function_counts: (AtomicU64, AtomicU64, AtomicU64),
     /// Positions of HSCAN/SSCAN/ZSCAN cursors over big collections.
     pub scan_cursors: crate::families::collection::ScanCursors,
+    /// SAVE / BGSAVE state for INFO persistence.
+    pub persistence: crate::families::persistence::SaveState,
 }
 
 impl Server {
@@ -218,6 +220,7 @@ impl Server {
             ("list-max-ziplist-size", "-2"),
             ("stream-node-max-bytes", "4096"),
             ("stream-node-max-entries", "100"),
+            ("dbfilename", "dump.rdb"),
         ] {
             passive.insert(k.to_string(), v.to_string());
         }
@@ -254,6 +257,7 @@ impl Server {
             function_counts: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),
+            persistence: Default::default(),
         }
     }
 

@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, dump, functions, generic, hash, list, scripting, server, set, stream, string,
-    transaction, zset,
+    bits, blocking, dump, functions, generic, hash, list, persistence, scripting, server, set,
+    stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -221,6 +221,8 @@ commands! {
         "Append a value to a key.", "key value", "";
     "auth", -2, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::auth,
         "Authenticate to the server.", "[username] password", "";
+    "bgsave", -1, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::bgsave,
+        "Asynchronously save the dataset to disk", "[SCHEDULE]", "";
     "bitcount", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.6.0", bits::bitcount,
         "Count set bits in a string.", "key [start end [BYTE|BIT]]", "";
     "bitfield", -2, "write denyoom", (1, 1, 1), "RW ACCESS UPDATE VARIABLE_FLAGS | This command allows both access and modification of the key", "@write @bitmap @slow", "bitmap", "3.2.0", bits::bitfield,
@@ -407,6 +409,8 @@ commands! {
         "Ping the server.", "[message]", "request_policy:all_shards response_policy:all_succeeded";
     "psetex", 4, "write denyoom", (1, 1, 1), "OW UPDATE", "@write @string @slow", "string", "2.6.0", string::psetex,
         "Set the value and expiration in milliseconds of a key.", "key milliseconds value", "";
+    "psync", -3, "admin noscript no_async_loading no_multi", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.0", persistence::sync,
+        "Internal command used for replication", "replicationid offset", "";
     "pttl", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "2.6.0", generic::pttl,
         "Get the time to live for a key in milliseconds.", "key", "nondeterministic_output";
     "quit", -1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::quit,
@@ -417,6 +421,8 @@ commands! {
         "Rename a key.", "key newkey", "";
     "renamenx", 3, "write fast", (1, 2, 1), "RW ACCESS DELETE; OW INSERT", "@keyspace @write @fast", "generic", "1.0.0", generic::renamenx,
         "Rename a key, only if the new key does not exist.", "key newkey", "";
+    "replconf", -1, "admin noscript loading stale allow_busy", (0, 0, 0), "", "@admin @slow @dangerous", "server", "3.0.0", persistence::replconf,
+        "An internal command for configuring the replication stream", "", "";
     "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
         "Reset the connection.", "", "";
     "restore", -4, "write denyoom", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::restore,
@@ -431,6 +437,8 @@ commands! {
         "Append an element to a list, only if the list exists.", "key element [element ...]", "";
     "sadd", -3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @set @fast", "set", "1.0.0", set::sadd,
         "Add one or more members to a set.", "key member [member ...]", "";
+    "save", 1, "admin noscript no_async_loading no_multi", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::save,
+        "Synchronously save the dataset to disk", "", "";
     "scan", -2, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "2.8.0", generic::scan,
         "Incrementally iterate the keys space.", "cursor [MATCH pattern] [COUNT count] [TYPE type]", "nondeterministic_output request_policy:special";
     "scard", 2, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::scard,
@@ -487,6 +495,8 @@ commands! {
         "Add multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "swapdb", 3, "write fast", (0, 0, 0), "", "@keyspace @write @fast @dangerous", "server", "4.0.0", generic::swapdb,
         "Swaps two Redis databases.", "index1 index2", "";
+    "sync", 1, "admin noscript no_async_loading no_multi", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::sync,
+        "Internal command used for replication", "", "";
     "time", 1, "loading stale fast", (0, 0, 0), "", "@fast", "server", "2.6.0", server::time,
         "Return the current server time.", "", "nondeterministic_output";
     "touch", -2, "readonly fast", (1, -1, 1), "RO", "@keyspace @read @fast", "generic", "2.3.4", generic::touch,

@@ -167,7 +167,7 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
         };
         let mut codes = Vec::new();
         let mut r = rdb::Reader::new(body);
-        while !r.is_empty() {
+        while !r.at_end() {
             if r.byte() != Some(rdb::OPCODE_FUNCTION2) {
                 return Err(Reply::err("given type is not a function"));
             }
@@ -435,4 +435,19 @@ fn help() -> Action {
         "    Prints this help.",
     ])
     .into()
+}
+
+/// Loads function libraries (replacing libraries of the same name) and
+/// stores them, as loading an RDB file does with the libraries it holds.
+pub async fn import_libraries(server: Arc<Server>, codes: Vec<Vec<u8>>) -> Reply {
+    let job = change(server, move |vm| {
+        for code in &codes {
+            vm.load_library(code, true)?;
+        }
+        Ok(Reply::Ok)
+    });
+    match job {
+        Action::Job(j) => j.await,
+        _ => unreachable!("change always returns a job"),
+    }
 }

@@ -104,10 +104,25 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             );
         }
         "persistence" => {
+            let ps = &srv.persistence;
+            let started = ps.started_ms.load(Relaxed);
+            let current = if started == 0 {
+                -1
+            } else {
+                (crate::shard::now_ms().saturating_sub(started) / 1000) as i64
+            };
+            let changes = crate::families::persistence::write_ops(srv)
+                .saturating_sub(ps.ops_at_save.load(Relaxed));
             let _ = write!(
                 out,
-                "# Persistence\r\nloading:0\r\nrdb_changes_since_last_save:0\r\nrdb_bgsave_in_progress:0\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:ok\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\ncairn_durability:{}\r\n",
+                "# Persistence\r\nloading:0\r\nasync_loading:0\r\nrdb_changes_since_last_save:{}\r\nrdb_bgsave_in_progress:{}\r\nrdb_last_save_time:{}\r\nrdb_last_bgsave_status:{}\r\nrdb_last_bgsave_time_sec:{}\r\nrdb_current_bgsave_time_sec:{}\r\nrdb_saves:{}\r\naof_enabled:0\r\naof_rewrite_in_progress:0\r\ncairn_durability:{}\r\n",
+                changes,
+                ps.in_progress.load(Relaxed) as u8,
                 srv.last_save_time(),
+                if ps.last_ok.load(Relaxed) { "ok" } else { "err" },
+                ps.last_secs.load(Relaxed),
+                current,
+                ps.saves.load(Relaxed),
                 srv.shards.durability.name()
             );
         }

@@ -12,6 +12,7 @@ pub mod generic;
 pub mod hash;
 pub mod info;
 pub mod list;
+pub mod persistence;
 pub mod scripting;
 pub mod server;
 pub mod set;

@@ -264,19 +264,15 @@ fn encode_quicklist(out: &mut Vec<u8>, items: &[Vec<u8>], fill: i64) {
 
 /// Reads a value of RDB type `ty` from `r`. Empty collections, repeated
 /// members and NaN scores are refused, as Redis refuses them.
-pub fn decode(ty: u8, r: &mut Reader) -> Result<Value, BadData> {
+pub fn decode<R: std::io::Read>(ty: u8, r: &mut Reader<R>) -> Result<Value, BadData> {
     let bad = |what| move || BadData(what);
-    let string = |r: &mut Reader| r.string().ok_or(BadData("truncated string"));
-    let count = |r: &mut Reader| {
+    let string = |r: &mut Reader<R>| r.string().ok_or(BadData("truncated string"));
+    let count = |r: &mut Reader<R>| {
         let n = r.length().ok_or(BadData("truncated length"))?;
         if n == 0 {
             return Err(BadData("empty collection"));
         }
-        // Guard the allocation: every element takes at least one byte.
-        usize::try_from(n)
-            .ok()
-            .filter(|&n| n <= r.remaining())
-            .ok_or(BadData("length beyond the payload"))
+        usize::try_from(n).map_err(|_| BadData("length beyond memory"))
     };
     let value = match ty {
         types::STRING => Value::String(string(r)?),
@@ -290,7 +286,8 @@ pub fn decode(ty: u8, r: &mut Reader) -> Result<Value, BadData> {
         }
         types::ZSET | types::ZSET_2 => {
             let n = count(r)?;
-            let mut pairs = Vec::with_capacity(n);
+            // Capacity follows what is read, not what the length claims.
+            let mut pairs = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
                 let m = string(r)?;
                 let score = if ty == types::ZSET_2 {
@@ -305,7 +302,7 @@ pub fn decode(ty: u8, r: &mut Reader) -> Result<Value, BadData> {
         }
         types::HASH => {
             let n = count(r)?;
-            let mut pairs = Vec::with_capacity(n);
+            let mut pairs = Vec::with_capacity(n.min(1024));
             for _ in 0..n {
                 pairs.push((string(r)?, string(r)?));
             }
@@ -449,7 +446,7 @@ mod tests {
         let mut r = Reader::new(body);
         let ty = r.byte().ok_or(BadData("empty"))?;
         let v = decode(ty, &mut r)?;
-        if !r.is_empty() {
+        if !r.at_end() {
             return Err(BadData("trailing bytes"));
         }
         Ok(v)

@@ -206,11 +206,11 @@ fn put_id(out: &mut Vec<u8>, id: Id) {
 
 /// Reads a stream body; `v2` is Redis 7.0's format (type 19), otherwise
 /// the one before (type 15).
-pub fn decode(r: &mut Reader, v2: bool) -> Result<StreamValue, BadData> {
-    let len = |r: &mut Reader| r.length().ok_or(BadData("truncated stream"));
-    let id = |r: &mut Reader| -> Result<Id, BadData> { Ok((len(r)?, len(r)?)) };
-    let raw_id = |r: &mut Reader| -> Result<Id, BadData> {
-        let b = r.take(16).ok_or(BadData("truncated stream id"))?;
+pub fn decode<R: std::io::Read>(r: &mut Reader<R>, v2: bool) -> Result<StreamValue, BadData> {
+    let len = |r: &mut Reader<R>| r.length().ok_or(BadData("truncated stream"));
+    let id = |r: &mut Reader<R>| -> Result<Id, BadData> { Ok((len(r)?, len(r)?)) };
+    let raw_id = |r: &mut Reader<R>| -> Result<Id, BadData> {
+        let b = r.array::<16>().ok_or(BadData("truncated stream id"))?;
         Ok((
             u64::from_be_bytes(b[..8].try_into().expect("8 bytes")),
             u64::from_be_bytes(b[8..].try_into().expect("8 bytes")),
@@ -268,8 +268,8 @@ pub fn decode(r: &mut Reader, v2: bool) -> Result<StreamValue, BadData> {
         let pel = len(r)?;
         for _ in 0..pel {
             let pid = raw_id(r)?;
-            let t = r.take(8).ok_or(BadData("truncated pending entry"))?;
-            let delivered = u64::from_le_bytes(t.try_into().expect("8 bytes"));
+            let t = r.array::<8>().ok_or(BadData("truncated pending entry"))?;
+            let delivered = u64::from_le_bytes(t);
             let count = len(r)?;
             if g.pending.last().is_some_and(|p| p.0 >= pid) {
                 return Err(BadData("pending entries out of order"));
@@ -280,8 +280,8 @@ pub fn decode(r: &mut Reader, v2: bool) -> Result<StreamValue, BadData> {
         let mut owned = 0;
         for _ in 0..consumers {
             let name = r.string().ok_or(BadData("truncated consumer"))?;
-            let t = r.take(8).ok_or(BadData("truncated consumer"))?;
-            let seen = u64::from_le_bytes(t.try_into().expect("8 bytes"));
+            let t = r.array::<8>().ok_or(BadData("truncated consumer"))?;
+            let seen = u64::from_le_bytes(t);
             let n = len(r)?;
             let mut ids = Vec::new();
             for _ in 0..n {
@@ -440,7 +440,7 @@ mod tests {
         let s = sample();
         let mut out = Vec::new();
         encode(&mut out, &s, &NodeLimits::default());
-        let back = decode(&mut Reader::new(&out), true).unwrap();
+        let back = decode(&mut Reader::new(&out[..]), true).unwrap();
         assert_eq!(back, s);
     }
 
@@ -452,7 +452,7 @@ mod tests {
         let mut v2 = Vec::new();
         encode(&mut v2, &s, &NodeLimits::default());
         // Re-read the v2 body's node part, then write the v1 tail.
-        let mut r = Reader::new(&v2);
+        let mut r = Reader::new(&v2[..]);
         let nodes = r.length().unwrap();
         let mut v1 = Vec::new();
         put_len(&mut v1, nodes);
@@ -467,7 +467,7 @@ mod tests {
         put_id(&mut v1, (230, 0));
         put_len(&mut v1, 0);
         put_len(&mut v1, 0);
-        let back = decode(&mut Reader::new(&v1), false).unwrap();
+        let back = decode(&mut Reader::new(&v1[..]), false).unwrap();
         assert_eq!(back.entries, s.entries);
         assert_eq!(back.first_id, (1, 0));
         assert_eq!(back.entries_added, 230);
@@ -480,6 +480,6 @@ mod tests {
         s.groups[0].consumers[1].2.clear();
         let mut out = Vec::new();
         encode(&mut out, &s, &NodeLimits::default());
-        assert!(decode(&mut Reader::new(&out), true).is_err());
+        assert!(decode(&mut Reader::new(&out[..]), true).is_err());
     }
 }

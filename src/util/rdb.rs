@@ -11,6 +11,11 @@ pub const OPCODE_FUNCTION2: u8 = 245;
 
 /// CRC-64 as Redis computes it (Jones polynomial, reflected, initial 0).
 pub fn crc64(data: &[u8]) -> u64 {
+    crc64_update(0, data)
+}
+
+/// Continues a CRC-64 over more data (for files read or written in parts).
+pub fn crc64_update(crc: u64, data: &[u8]) -> u64 {
     static TABLE: std::sync::OnceLock<[u64; 256]> = std::sync::OnceLock::new();
     let table = TABLE.get_or_init(|| {
         // 0xad93d23594c935a9 bit-reversed, for the reflected algorithm.
@@ -25,7 +30,7 @@ pub fn crc64(data: &[u8]) -> u64 {
         }
         t
     });
-    data.iter().fold(0u64, |crc, &b| {
+    data.iter().fold(crc, |crc, &b| {
         table[((crc ^ b as u64) & 0xff) as usize] ^ (crc >> 8)
     })
 }
@@ -119,9 +124,16 @@ pub fn unseal(payload: &[u8]) -> Option<&[u8]> {
     Some(&body[..body.len() - 2])
 }
 
-/// Reads RDB values from a byte slice.
-pub struct Reader<'a> {
-    data: &'a [u8],
+/// Reads RDB values from a payload (a byte slice) or a file (any
+/// `Read`, read as it goes, so a file of any size takes bounded memory).
+pub struct Reader<R> {
+    src: R,
+    /// A byte read ahead by [`Reader::at_end`].
+    peeked: Option<u8>,
+    /// The CRC-64 of everything consumed, when asked for.
+    crc: Option<u64>,
+    /// Bytes consumed.
+    consumed: u64,
 }
 
 /// An RDB length, or a special string encoding.
@@ -130,35 +142,88 @@ enum Len {
     Encoded(u8),
 }
 
-impl<'a> Reader<'a> {
-    /// A reader over `data`.
-    pub fn new(data: &'a [u8]) -> Reader<'a> {
-        Reader { data }
+/// Bytes read at a time for long strings, so that a damaged length cannot
+/// make the reader allocate more than the input holds.
+const READ_CHUNK: usize = 1 << 20;
+
+impl<R: std::io::Read> Reader<R> {
+    /// A reader over `src`.
+    pub fn new(src: R) -> Reader<R> {
+        Reader {
+            src,
+            peeked: None,
+            crc: None,
+            consumed: 0,
+        }
     }
 
-    /// Whether everything has been read.
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
+    /// Starts a CRC-64 of what is read from now on.
+    pub fn track_crc(&mut self) {
+        self.crc = Some(0);
     }
 
-    /// Bytes left to read.
-    pub fn remaining(&self) -> usize {
-        self.data.len()
+    /// The CRC-64 of what was read since [`Reader::track_crc`].
+    pub fn crc(&self) -> Option<u64> {
+        self.crc
+    }
+
+    /// Bytes read so far.
+    pub fn consumed(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Whether the input is exhausted.
+    pub fn at_end(&mut self) -> bool {
+        if self.peeked.is_some() {
+            return false;
+        }
+        let mut b = [0u8];
+        match self.src.read(&mut b) {
+            Ok(1) => {
+                self.peeked = Some(b[0]);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    fn fill(&mut self, out: &mut [u8]) -> Option<()> {
+        let mut from = 0;
+        if let (Some(p), Some(first)) = (self.peeked, out.first_mut()) {
+            *first = p;
+            self.peeked = None;
+            from = 1;
+        }
+        self.src.read_exact(&mut out[from..]).ok()?;
+        self.consumed += out.len() as u64;
+        if let Some(c) = self.crc {
+            self.crc = Some(crc64_update(c, out));
+        }
+        Some(())
     }
 
     /// The next `n` bytes as they are.
-    pub fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.data.len() < n {
-            return None;
+    pub fn take(&mut self, n: usize) -> Option<Vec<u8>> {
+        let mut out = Vec::with_capacity(n.min(READ_CHUNK));
+        while out.len() < n {
+            let start = out.len();
+            let step = (n - start).min(READ_CHUNK);
+            out.resize(start + step, 0);
+            self.fill(&mut out[start..])?;
         }
-        let (head, rest) = self.data.split_at(n);
-        self.data = rest;
-        Some(head)
+        Some(out)
+    }
+
+    /// The next `N` bytes as an array.
+    pub fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let mut out = [0u8; N];
+        self.fill(&mut out)?;
+        Some(out)
     }
 
     /// One byte (an opcode or a type).
     pub fn byte(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
+        self.array::<1>().map(|b| b[0])
     }
 
     fn len(&mut self) -> Option<Len> {
@@ -166,8 +231,8 @@ impl<'a> Reader<'a> {
         Some(match b >> 6 {
             0 => Len::Plain((b & 0x3f) as u64),
             1 => Len::Plain((((b & 0x3f) as u64) << 8) | self.byte()? as u64),
-            2 if b == 0x80 => Len::Plain(u32::from_be_bytes(self.take(4)?.try_into().ok()?) as u64),
-            2 if b == 0x81 => Len::Plain(u64::from_be_bytes(self.take(8)?.try_into().ok()?)),
+            2 if b == 0x80 => Len::Plain(u32::from_be_bytes(self.array()?) as u64),
+            2 if b == 0x81 => Len::Plain(u64::from_be_bytes(self.array()?)),
             2 => return None,
             _ => Len::Encoded(b & 0x3f),
         })
@@ -183,7 +248,7 @@ impl<'a> Reader<'a> {
 
     /// A double in the binary form (8 bytes, little-endian).
     pub fn binary_double(&mut self) -> Option<f64> {
-        Some(f64::from_le_bytes(self.take(8)?.try_into().ok()?))
+        Some(f64::from_le_bytes(self.array()?))
     }
 
     /// A double in the text form of old sorted sets: a length byte (253
@@ -194,7 +259,7 @@ impl<'a> Reader<'a> {
             254 => Some(f64::INFINITY),
             255 => Some(f64::NEG_INFINITY),
             n => {
-                let text = std::str::from_utf8(self.take(n as usize)?).ok()?;
+                let text = String::from_utf8(self.take(n as usize)?).ok()?;
                 text.trim().parse().ok()
             }
         }
@@ -210,20 +275,25 @@ impl<'a> Reader<'a> {
     /// An RDB string in any of its encodings (plain, integer, LZF).
     pub fn string(&mut self) -> Option<Vec<u8>> {
         match self.len()? {
-            Len::Plain(n) => self.take(usize::try_from(n).ok()?).map(<[u8]>::to_vec),
-            Len::Encoded(ENC_INT8) => Some((self.take(1)?[0] as i8).to_string().into_bytes()),
+            Len::Plain(n) => self.take(usize::try_from(n).ok()?),
+            Len::Encoded(ENC_INT8) => Some((self.byte()? as i8).to_string().into_bytes()),
             Len::Encoded(ENC_INT16) => {
-                let v = i16::from_le_bytes(self.take(2)?.try_into().ok()?);
+                let v = i16::from_le_bytes(self.array()?);
                 Some(v.to_string().into_bytes())
             }
             Len::Encoded(ENC_INT32) => {
-                let v = i32::from_le_bytes(self.take(4)?.try_into().ok()?);
+                let v = i32::from_le_bytes(self.array()?);
                 Some(v.to_string().into_bytes())
             }
             Len::Encoded(ENC_LZF) => {
                 let clen = self.plain_len()?;
                 let len = self.plain_len()?;
-                super::lzf::decompress(self.take(clen)?, len)
+                // The compressed data is never longer than the original
+                // (Redis only keeps compression that saves space).
+                if clen > len {
+                    return None;
+                }
+                super::lzf::decompress(&self.take(clen)?, len)
             }
             Len::Encoded(_) => None,
         }
@@ -258,7 +328,7 @@ mod tests {
         let mut r = Reader::new(unseal(&payload).expect("Redis's checksum"));
         assert_eq!(r.byte(), Some(OPCODE_FUNCTION2));
         assert_eq!(r.string().as_deref(), Some(code.as_bytes()));
-        assert!(r.is_empty());
+        assert!(r.at_end());
 
         let mut body = vec![OPCODE_FUNCTION2];
         put_string(&mut body, code.as_bytes());

@@ -1,0 +1,253 @@
+//! SAVE, BGSAVE and SYNC/PSYNC: a point-in-time snapshot of every shard
+//! written as an RDB file Redis 7.0 loads (`<dir>/<dbfilename>`), or sent
+//! to a client that asks for it the way a replica does (`redis-cli --rdb`).
+//!
+//! The snapshot is one consistent read view of all shards (taken like a
+//! multi-shard read, between coordinated commits), so writers never wait
+//! for a save: the file is written from the views on a blocking thread.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::command::args::{error, is, Args, SYNTAX};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::rdb::file::{self, SaveError, SaveStats};
+use crate::server::Server;
+use crate::storage::KvRead;
+
+/// What INFO persistence reports about saves.
+#[derive(Debug)]
+pub struct SaveState {
+    /// A BGSAVE is running.
+    pub in_progress: AtomicBool,
+    /// Another BGSAVE was asked for (SCHEDULE) while one ran.
+    pub scheduled: AtomicBool,
+    /// The last save succeeded.
+    pub last_ok: AtomicBool,
+    /// Seconds the last BGSAVE took (-1 before the first).
+    pub last_secs: AtomicI64,
+    /// When the running BGSAVE started (Unix ms, 0 = none).
+    pub started_ms: AtomicU64,
+    /// Write ops counted at the last save (for changes since).
+    pub ops_at_save: AtomicU64,
+    /// Saves completed.
+    pub saves: AtomicU64,
+}
+
+impl Default for SaveState {
+    fn default() -> Self {
+        SaveState {
+            in_progress: AtomicBool::new(false),
+            scheduled: AtomicBool::new(false),
+            last_ok: AtomicBool::new(true),
+            last_secs: AtomicI64::new(-1),
+            started_ms: AtomicU64::new(0),
+            ops_at_save: AtomicU64::new(0),
+            saves: AtomicU64::new(0),
+        }
+    }
+}
+
+/// Write ops applied by every shard so far.
+pub fn write_ops(server: &Server) -> u64 {
+    server
+        .shards
+        .shards()
+        .iter()
+        .map(|s| s.stats.batch_ops.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// The file SAVE and BGSAVE write.
+fn target_path(server: &Server) -> PathBuf {
+    let name = server
+        .runtime
+        .read()
+        .passive
+        .get("dbfilename")
+        .cloned()
+        .unwrap_or_else(|| "dump.rdb".into());
+    server.config.dir.join(name)
+}
+
+/// Takes one consistent view of every shard and writes it to `w` on a
+/// blocking thread.
+async fn snapshot_into<W: std::io::Write + Send + 'static>(
+    server: &Arc<Server>,
+    w: W,
+) -> Result<(SaveStats, W), SaveError> {
+    let ids: Vec<usize> = (0..server.shards.len()).collect();
+    let views = server.shards.snapshots(&ids).await?;
+    let functions: Vec<Vec<u8>> = server
+        .scripts
+        .libraries()
+        .into_iter()
+        .map(|l| l.code.to_vec())
+        .collect();
+    let limits = server.encoding_limits();
+    tokio::task::spawn_blocking(move || {
+        let readers: Vec<&dyn KvRead> = views.iter().map(|v| v as &dyn KvRead).collect();
+        let mut w = w;
+        let stats = file::write_snapshot(&readers, &functions, &limits, &mut w)?;
+        Ok((stats, w))
+    })
+    .await
+    .map_err(|e| SaveError::Io(std::io::Error::other(e.to_string())))?
+}
+
+/// Writes the snapshot to a temporary file, syncs it and renames it over
+/// the target, so a crash mid-save leaves the previous file whole.
+async fn save_to_disk(server: &Arc<Server>) -> Result<SaveStats, SaveError> {
+    let path = target_path(server);
+    let tmp = server
+        .config
+        .dir
+        .join(format!("temp-{}.rdb", std::process::id()));
+    let f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
+    let result = snapshot_into(server, f).await;
+    let (stats, w) = match result {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(e);
+        }
+    };
+    let f = w.into_inner().map_err(|e| SaveError::Io(e.into_error()))?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    Ok(stats)
+}
+
+/// Records a finished save.
+fn finished(server: &Server, ok: bool, ops_before: u64) {
+    let st = &server.persistence;
+    st.last_ok.store(ok, Ordering::Relaxed);
+    if ok {
+        st.ops_at_save.store(ops_before, Ordering::Relaxed);
+        st.saves.fetch_add(1, Ordering::Relaxed);
+        let now = crate::shard::now_ms() / 1000;
+        server.last_save.store(now, Ordering::Relaxed);
+    }
+}
+
+/// SAVE
+pub fn save(s: &mut Session, _a: Args) -> Action {
+    if s.server.persistence.in_progress.load(Ordering::Relaxed) {
+        return Reply::err("Background save already in progress").into();
+    }
+    let server = s.server.clone();
+    Action::Job(Box::pin(async move {
+        let ops = write_ops(&server);
+        match save_to_disk(&server).await {
+            Ok(stats) => {
+                tracing::info!(keys = stats.keys, bytes = stats.bytes, "DB saved on disk");
+                finished(&server, true, ops);
+                Reply::Ok
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "SAVE failed");
+                finished(&server, false, ops);
+                Reply::Error("ERR".into())
+            }
+        }
+    }))
+}
+
+/// Runs BGSAVEs until none is scheduled.
+async fn background(server: Arc<Server>) {
+    let st = &server.persistence;
+    loop {
+        let started = Instant::now();
+        st.started_ms
+            .store(crate::shard::now_ms(), Ordering::Relaxed);
+        let ops = write_ops(&server);
+        let ok = match save_to_disk(&server).await {
+            Ok(stats) => {
+                tracing::info!(
+                    keys = stats.keys,
+                    bytes = stats.bytes,
+                    "Background saving terminated with success"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "Background saving error");
+                false
+            }
+        };
+        finished(&server, ok, ops);
+        st.last_secs
+            .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
+        st.started_ms.store(0, Ordering::Relaxed);
+        if !st.scheduled.swap(false, Ordering::AcqRel) {
+            break;
+        }
+    }
+    st.in_progress.store(false, Ordering::Release);
+}
+
+/// BGSAVE [SCHEDULE]
+pub fn bgsave(s: &mut Session, a: Args) -> Action {
+    let schedule = match a.len() {
+        1 => false,
+        2 if is(a.get(1), "schedule") => true,
+        _ => return error(SYNTAX).into(),
+    };
+    let st = &s.server.persistence;
+    if st.in_progress.swap(true, Ordering::AcqRel) {
+        if schedule {
+            st.scheduled.store(true, Ordering::Release);
+            return Reply::Status("Background saving scheduled".into()).into();
+        }
+        return Reply::err("Background save already in progress").into();
+    }
+    tokio::spawn(background(s.server.clone()));
+    Reply::Status("Background saving started".into()).into()
+}
+
+/// SYNC / PSYNC replid offset: the snapshot as a replica's full
+/// resynchronisation receives it (`$<len>` then the RDB bytes), then the
+/// connection closes: cairn serves the snapshot (for `redis-cli --rdb`
+/// and the like) but does not stream commands to replicas.
+pub fn sync(s: &mut Session, a: Args) -> Action {
+    let server = s.server.clone();
+    let psync = is(a.get(0), "psync");
+    // Generating the file blocks this connection only (SYNC is not allowed
+    // in MULTI or scripts), not the runtime's other tasks.
+    let payload = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current()
+            .block_on(async { snapshot_into(&server, Vec::new()).await })
+    });
+    match payload {
+        Ok((_, rdb)) => {
+            let mut out = Vec::with_capacity(rdb.len() + 64);
+            if psync {
+                use rand::Rng;
+                let mut rng = rand::thread_rng();
+                let replid: String = (0..40)
+                    .map(|_| char::from_digit(rng.gen_range(0..16), 16).expect("hex digit"))
+                    .collect();
+                out.extend_from_slice(format!("+FULLRESYNC {replid} 0\r\n").as_bytes());
+            }
+            out.extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());
+            out.extend_from_slice(&rdb);
+            Action::Close(Some(Reply::Encoded(out.into())))
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "SYNC snapshot failed");
+            Action::Close(Some(Reply::err("failed to produce the snapshot")))
+        }
+    }
+}
+
+/// REPLCONF option value ...: accepted (what a replica or `redis-cli
+/// --rdb` announces before SYNC).
+pub fn replconf(_s: &mut Session, a: Args) -> Action {
+    if a.len().is_multiple_of(2) {
+        return error(SYNTAX).into();
+    }
+    Reply::Ok.into()
+}
