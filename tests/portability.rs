@@ -21,6 +21,15 @@ struct RealRedis {
 
 impl RealRedis {
     fn start() -> RealRedis {
+        Self::start_from(None)
+    }
+
+    /// A redis-server that loads `file` at start.
+    fn start_with_file(file: &std::path::Path) -> RealRedis {
+        Self::start_from(Some(file))
+    }
+
+    fn start_from(file: Option<&std::path::Path>) -> RealRedis {
         if Command::new("redis-server")
             .arg("--version")
             .output()
@@ -37,6 +46,9 @@ impl RealRedis {
             .unwrap()
             .port();
         let dir = tempfile::tempdir().unwrap();
+        if let Some(f) = file {
+            std::fs::copy(f, dir.path().join("dump.rdb")).unwrap();
+        }
         let child = Command::new("redis-server")
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--dir"])
@@ -50,8 +62,16 @@ impl RealRedis {
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        // Up and done loading.
+        loop {
             assert!(Instant::now() < deadline, "redis-server did not start");
+            if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) {
+                if let Ok(mut conn) = c.get_connection() {
+                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
+                        break;
+                    }
+                }
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
         r
@@ -343,4 +363,169 @@ fn migrate_options_and_errors() {
     let e = err(&mut ca, &["MIGRATE", "127.0.0.1", &dead, "k4", "0", "500"]);
     assert_eq!(e, "IOERR error or timeout writing to target instance");
     assert_eq!(int(&mut ca, &["EXISTS", "k4"]), 1);
+}
+
+/// Every key of databases 0 and 5 of a server, with its contents and
+/// whether it has a TTL.
+fn everything(c: &mut Connection) -> Vec<(u8, String, Value, bool)> {
+    let mut out = Vec::new();
+    for db in [0u8, 5] {
+        ok(c, &["SELECT", &db.to_string()]);
+        let mut names: Vec<String> = redis::cmd("KEYS").arg("*").query(c).unwrap();
+        names.sort();
+        for k in names {
+            let ttl = int(c, &["PTTL", &k]) > 0;
+            out.push((db, k.clone(), contents(c, &k), ttl));
+        }
+    }
+    ok(c, &["SELECT", "0"]);
+    out
+}
+
+/// Fills databases 0 and 5 with every type, some keys with TTLs, and a
+/// function library.
+fn fill(c: &mut Connection) {
+    build_values(c, "d0:");
+    q(c, &["PEXPIRE", "d0:str", "500000"]);
+    q(c, &["PEXPIRE", "d0:bigzset", "500000"]);
+    ok(c, &["SELECT", "5"]);
+    build_values(c, "d5:");
+    q(c, &["EXPIRE", "d5:hash", "900"]);
+    ok(c, &["SELECT", "0"]);
+    q(
+        c,
+        &[
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=lib1\nredis.register_function('f1', function() return 1 end)",
+        ],
+    );
+}
+
+fn wait_bgsave(c: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        if info.contains("rdb_bgsave_in_progress:0") {
+            assert!(info.contains("rdb_last_bgsave_status:ok"), "{info}");
+            return;
+        }
+        assert!(Instant::now() < deadline, "BGSAVE did not finish");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// cairn's BGSAVE file loads in redis-server with every key, value, TTL
+/// and function library.
+#[test]
+fn bgsave_file_loads_in_redis() {
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    fill(&mut c);
+    assert_eq!(
+        q(&mut c, &["BGSAVE"]),
+        Value::SimpleString("Background saving started".into())
+    );
+    wait_bgsave(&mut c);
+    let redis = RealRedis::start_with_file(&cairn.path.join("dump.rdb"));
+    let mut r = redis.client();
+    assert_eq!(everything(&mut r), everything(&mut c));
+    assert_eq!(q(&mut r, &["FCALL", "f1", "0"]), Value::Int(1));
+}
+
+/// An RDB file saved by redis-server imports into a cairn data directory
+/// (`cairn --import`) with every key, value, TTL and library; expired keys
+/// stay out.
+#[test]
+fn redis_rdb_imports_into_cairn() {
+    let redis = RealRedis::start();
+    let mut r = redis.client();
+    fill(&mut r);
+    ok(&mut r, &["SET", "short", "lived", "PX", "300"]);
+    ok(&mut r, &["SAVE"]);
+    std::thread::sleep(Duration::from_millis(400));
+    let file = redis._dir.path().join("dump.rdb");
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = cairn::config::Config::defaults();
+    cfg.dir = data.path().to_path_buf();
+    cfg.shards = 2;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let st = rt
+        .block_on(cairn::rdb::import::import(cfg, &file))
+        .expect("import");
+    assert_eq!((st.keys, st.expired, st.functions), (24, 1, 1));
+    drop(rt);
+    let cairn = TestServer::start_in(data.path().to_path_buf(), |_| {});
+    let mut c = cairn.client();
+    q(&mut r, &["DEL", "short"]);
+    assert_eq!(everything(&mut c), everything(&mut r));
+    assert_eq!(q(&mut c, &["FCALL", "f1", "0"]), Value::Int(1));
+}
+
+/// `redis-cli --rdb` fetches cairn's snapshot through SYNC.
+#[test]
+fn redis_cli_rdb_fetches_a_snapshot() {
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    fill(&mut c);
+    let out = tempfile::tempdir().unwrap();
+    let file = out.path().join("fetched.rdb");
+    let status = Command::new("redis-cli")
+        .args(["-p", &cairn.port.to_string(), "--rdb"])
+        .arg(&file)
+        .stderr(Stdio::null())
+        .status()
+        .expect("redis-cli (Debian package redis-tools) must be installed");
+    assert!(status.success());
+    let redis = RealRedis::start_with_file(&file);
+    let mut r = redis.client();
+    assert_eq!(everything(&mut r), everything(&mut c));
+}
+
+/// Truncated and corrupted files are refused with an error (never a
+/// panic), before anything is written.
+#[test]
+fn damaged_rdb_files_are_refused_whole() {
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    fill(&mut c);
+    ok(&mut c, &["SAVE"]);
+    let good = std::fs::read(cairn.path.join("dump.rdb")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.rdb");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut refused = 0;
+    for i in 0..300 {
+        let mut bad = good.clone();
+        if i % 2 == 0 {
+            bad.truncate((next() % good.len() as u64) as usize);
+        } else {
+            for _ in 0..1 + next() % 3 {
+                let at = (next() % bad.len() as u64) as usize;
+                bad[at] ^= 1 << (next() % 8);
+            }
+        }
+        std::fs::write(&path, &bad).unwrap();
+        if cairn::rdb::import::check(&path).is_err() {
+            refused += 1;
+        }
+    }
+    // Every truncation and every flip is caught (by the structure or the
+    // checksum).
+    assert_eq!(refused, 300);
+    let data = tempfile::tempdir().unwrap();
+    let mut cfg = cairn::config::Config::defaults();
+    cfg.dir = data.path().to_path_buf();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    std::fs::write(&path, &good[..good.len() - 20]).unwrap();
+    assert!(rt.block_on(cairn::rdb::import::import(cfg, &path)).is_err());
+    drop(rt);
+    let empty = TestServer::start_in(data.path().to_path_buf(), |_| {});
+    assert_eq!(int(&mut empty.client(), &["DBSIZE"]), 0);
 }
