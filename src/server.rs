@@ -153,6 +153,8 @@ pub struct Server {
     pub scan_cursors: crate::families::collection::ScanCursors,
     /// SAVE / BGSAVE state for INFO persistence.
     pub persistence: crate::families::persistence::SaveState,
+    /// Keys' last access and LFU counters (OBJECT IDLETIME / FREQ).
+    pub access: crate::families::object::AccessClock,
 }
 
 impl Server {
@@ -258,6 +260,7 @@ impl Server {
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),
             persistence: Default::default(),
+            access: Default::default(),
         }
     }
 

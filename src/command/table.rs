@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, dump, functions, generic, hash, list, persistence, scripting, server, set,
-    stream, string, transaction, zset,
+    bits, blocking, dump, functions, generic, hash, list, object, persistence, scripting, server,
+    set, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -397,6 +397,8 @@ commands! {
         "Set multiple keys to multiple values, only if none of the keys exist.", "key value [key value ...]", "request_policy:multi_shard response_policy:agg_min";
     "multi", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "1.2.0", transaction::multi,
         "Mark the start of a transaction block.", "", "";
+    "object", -2, "", (0, 0, 0), "", "@slow", "generic", "2.2.3", object::object,
+        "A container for object introspection commands", "subcommand [arg ...]", "";
     "persist", 2, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.2.0", generic::persist,
         "Remove the expiration from a key.", "key", "";
     "pexpire", -3, "write fast", (1, 1, 1), "RW UPDATE", "@keyspace @write @fast", "generic", "2.6.0", generic::pexpire,
@@ -726,6 +728,16 @@ commands! {
         "Restore all the functions on the given payload.", "serialized-value [FLUSH|APPEND|REPLACE]", "request_policy:all_shards response_policy:all_succeeded";
     "function|stats", 2, "noscript allow_busy", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
         "Return information about the function currently running (name, description, duration).", "", "nondeterministic_output request_policy:all_shards response_policy:special";
+    "object|encoding", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "2.2.3", object::object,
+        "Inspect the internal encoding of a Redis object", "key", "nondeterministic_output";
+    "object|freq", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "4.0.0", object::object,
+        "Get the logarithmic access frequency counter of a Redis object", "key", "nondeterministic_output";
+    "object|help", 2, "loading stale", (0, 0, 0), "", "@keyspace @slow", "generic", "6.2.0", object::object,
+        "Show helpful text about the different subcommands", "", "";
+    "object|idletime", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "2.2.3", object::object,
+        "Get the time since a Redis object was last accessed", "key", "nondeterministic_output";
+    "object|refcount", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "2.2.3", object::object,
+        "Get the number of references to the value of the key", "key", "nondeterministic_output";
     "script|exists", -3, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
         "Check existence of scripts in the script cache.", "sha1 [sha1 ...]", "request_policy:all_shards response_policy:agg_logical_and";
     "script|flush", -2, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,

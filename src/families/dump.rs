@@ -48,17 +48,20 @@ pub fn dump(s: &mut Session, a: Args) -> Action {
 struct RestoreOpts {
     replace: bool,
     absttl: bool,
+    /// IDLETIME seconds.
+    idle: Option<u64>,
+    /// FREQ counter.
+    freq: Option<u64>,
 }
 
 /// Parses RESTORE's options after the payload, with Redis's errors.
-/// IDLETIME and FREQ are validated; neither changes the value (cairn keeps
-/// no LRU clock or LFU counter per key yet).
 fn parse_opts(a: &Args) -> Result<RestoreOpts, Reply> {
     let mut o = RestoreOpts {
         replace: false,
         absttl: false,
+        idle: None,
+        freq: None,
     };
-    let (mut idle, mut freq) = (false, false);
     let mut i = 4;
     while i < a.len() {
         let more = i + 1 < a.len();
@@ -67,19 +70,19 @@ fn parse_opts(a: &Args) -> Result<RestoreOpts, Reply> {
             o.replace = true;
         } else if is(opt, "absttl") {
             o.absttl = true;
-        } else if is(opt, "idletime") && more && !freq {
+        } else if is(opt, "idletime") && more && o.freq.is_none() {
             let v = args::int(a.get(i + 1))?;
             if v < 0 {
                 return Err(Reply::err("Invalid IDLETIME value, must be >= 0"));
             }
-            idle = true;
+            o.idle = Some(v as u64);
             i += 1;
-        } else if is(opt, "freq") && more && !idle {
+        } else if is(opt, "freq") && more && o.idle.is_none() {
             let v = args::int(a.get(i + 1))?;
             if !(0..=255).contains(&v) {
                 return Err(Reply::err("Invalid FREQ value, must be >= 0 and <= 255"));
             }
-            freq = true;
+            o.freq = Some(v as u64);
             i += 1;
         } else {
             return Err(error(SYNTAX));
@@ -107,6 +110,7 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
         }
     });
     let value = parse_payload(a.get(3));
+    let server = s.server.clone();
     s.write(a.get(1), move |w, k| {
         if !o.replace && keyspace::lookup_for_write(w, k)?.is_some() {
             return Ok(Reply::Error(
@@ -133,6 +137,9 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
         }
         let expire_ms = expire_ms as u64;
         keys::write(w, k, &value, expire_ms)?;
+        if o.idle.is_some() || o.freq.is_some() {
+            server.access.set(k.db, k.name, o.idle, o.freq);
+        }
         Ok(Reply::Ok)
     })
 }

@@ -63,7 +63,7 @@ pub fn touch(s: &mut Session, a: Args) -> Action {
 
 /// TYPE key
 pub fn type_(s: &mut Session, a: Args) -> Action {
-    s.read(a.get(1), |r, k| {
+    s.read_untouched(a.get(1), |r, k| {
         let name = keyspace::lookup_header(r, k)?.map_or("none", |(t, _)| t.name());
         Ok(Reply::Simple(name))
     })
@@ -785,7 +785,7 @@ pub fn pexpireat(s: &mut Session, a: Args) -> Action {
 
 /// TTL-style replies: -2 missing, -1 no expiry, else the (rounded) value.
 fn ttl_generic(s: &mut Session, a: Args, ms: bool, absolute: bool) -> Action {
-    s.read(a.get(1), move |r, k| {
+    s.read_untouched(a.get(1), move |r, k| {
         let Some((_, expire)) = keyspace::lookup_header(r, k)? else {
             return Ok(Reply::Int(-2));
         };

@@ -12,6 +12,7 @@ pub mod generic;
 pub mod hash;
 pub mod info;
 pub mod list;
+pub mod object;
 pub mod persistence;
 pub mod scripting;
 pub mod server;
@@ -271,9 +272,29 @@ impl KvRead for Counted<'_> {
 
 impl Session {
     /// A read of one key on its shard; `f` gets the snapshot and the key.
+    /// The read counts as an access to the key (OBJECT IDLETIME / FREQ).
     pub fn read(
         &self,
         key: &Bytes,
+        f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
+    ) -> Action {
+        self.read_with(key, true, f)
+    }
+
+    /// A read that leaves the key's access time alone (Redis's
+    /// LOOKUP_NOTOUCH: OBJECT, TYPE, TTL).
+    pub fn read_untouched(
+        &self,
+        key: &Bytes,
+        f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
+    ) -> Action {
+        self.read_with(key, false, f)
+    }
+
+    fn read_with(
+        &self,
+        key: &Bytes,
+        touch: bool,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
         let (db, name) = (self.db, key.clone());
@@ -281,6 +302,9 @@ impl Session {
         Action::Read {
             shard: self.shard_of(key),
             f: Box::new(move |r| {
+                if touch {
+                    server.access.touch(db, &name);
+                }
                 let r = Counted {
                     inner: r,
                     stats: &server.stats,
@@ -298,9 +322,13 @@ impl Session {
         f: impl FnOnce(&mut WriteCtx, Key) -> OpResult + Send + 'static,
     ) -> Action {
         let (db, name) = (self.db, key.clone());
+        let server = self.server.clone();
         Action::Write {
             shard: self.shard_of(key),
-            f: Box::new(move |w| settle(f(w, Key::new(db, &name)))),
+            f: Box::new(move |w| {
+                server.access.touch(db, &name);
+                settle(f(w, Key::new(db, &name)))
+            }),
         }
     }
 
@@ -315,6 +343,9 @@ impl Session {
         let shards = self.server.shards.clone();
         let server = self.server.clone();
         let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+        for k in &keys {
+            server.access.touch(db, k);
+        }
         if ids.windows(2).all(|w| w[0] == w[1]) {
             let shard = ids.first().copied().unwrap_or(0);
             return Action::Read {
@@ -362,6 +393,9 @@ impl Session {
         let db = self.db;
         let shards = self.server.shards.clone();
         let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+        for k in &keys {
+            self.server.access.touch(db, k);
+        }
         if ids.windows(2).all(|w| w[0] == w[1]) {
             return Action::Write {
                 shard: ids[0],

@@ -1,0 +1,264 @@
+//! OBJECT ENCODING / FREQ / IDLETIME / REFCOUNT / HELP, and the access
+//! clock behind IDLETIME and FREQ.
+//!
+//! ENCODING names the representation Redis 7.0 would use for the same
+//! value under the current `*-max-listpack-*` thresholds (cairn stores
+//! every value the same way on disk; what matters to clients is what Redis
+//! would say). Redis keeps a collection in its big encoding once it has
+//! grown past a threshold even if it shrinks again; cairn answers from the
+//! value as it is now.
+//!
+//! The access clock is a fixed table in memory, not a field per key: a
+//! disk-backed store cannot afford a write for every read, nor memory per
+//! key. Each key hashes to a slot holding a tag of its hash, its LFU
+//! counter and its last access time; a key whose slot another key took
+//! (or that was not touched since the server started) reads as idle since
+//! the start, with the initial frequency.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::command::args::Args;
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+use crate::rdb::keys;
+use crate::rdb::object::{Limits, Value};
+use crate::util::listpack::strict_int;
+
+/// log2 of the access table's slots (1M slots, 8 MiB).
+const SLOTS_LOG2: u32 = 20;
+/// Redis's counter for a new key (LFU_INIT_VAL).
+const LFU_INIT: u64 = 5;
+
+/// Last access time and LFU counter per key, approximately (see the
+/// module comment).
+pub struct AccessClock {
+    slots: Box<[AtomicU64]>,
+    /// Server start, Unix seconds.
+    started: u64,
+}
+
+impl Default for AccessClock {
+    fn default() -> Self {
+        AccessClock {
+            slots: (0..1usize << SLOTS_LOG2)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            started: now_secs(),
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    crate::shard::now_ms() / 1000
+}
+
+/// A slot packs a 24-bit tag, the 8-bit counter and 32-bit seconds.
+fn pack(tag: u64, counter: u64, secs: u64) -> u64 {
+    (tag << 40) | (counter << 32) | (secs & 0xFFFF_FFFF)
+}
+
+impl AccessClock {
+    fn locate(db: u8, key: &[u8]) -> (usize, u64) {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        db.hash(&mut h);
+        key.hash(&mut h);
+        let h = h.finish();
+        ((h & ((1 << SLOTS_LOG2) - 1)) as usize, (h >> 40) | 1)
+    }
+
+    /// The slot's (counter, seconds) if it belongs to the key.
+    fn read(&self, db: u8, key: &[u8]) -> Option<(u64, u64)> {
+        let (i, tag) = Self::locate(db, key);
+        let v = self.slots[i].load(Ordering::Relaxed);
+        (v >> 40 == tag).then_some(((v >> 32) & 0xFF, v & 0xFFFF_FFFF))
+    }
+
+    /// Records an access now: the time, and the counter grown the way
+    /// Redis grows it (logarithmically, `lfu-log-factor` 10) after its
+    /// decay (one per `lfu-decay-time` minute).
+    pub fn touch(&self, db: u8, key: &[u8]) {
+        let now = now_secs();
+        let counter = match self.read(db, key) {
+            Some((c, at)) => grow(decay(c, now.saturating_sub(at))),
+            None => LFU_INIT,
+        };
+        let (i, tag) = Self::locate(db, key);
+        self.slots[i].store(pack(tag, counter, now), Ordering::Relaxed);
+    }
+
+    /// Sets a key's idle time or frequency (RESTORE IDLETIME / FREQ).
+    pub fn set(&self, db: u8, key: &[u8], idle_secs: Option<u64>, freq: Option<u64>) {
+        let now = now_secs();
+        let (i, tag) = Self::locate(db, key);
+        let at = now.saturating_sub(idle_secs.unwrap_or(0));
+        let counter = freq.unwrap_or(LFU_INIT).min(255);
+        self.slots[i].store(pack(tag, counter, at), Ordering::Relaxed);
+    }
+
+    /// Seconds since the key was last read or written.
+    pub fn idle_secs(&self, db: u8, key: &[u8]) -> u64 {
+        let now = now_secs();
+        let at = self.read(db, key).map_or(self.started, |(_, at)| at);
+        now.saturating_sub(at)
+    }
+
+    /// The key's LFU counter, decayed to now.
+    pub fn freq(&self, db: u8, key: &[u8]) -> u64 {
+        let now = now_secs();
+        let (c, at) = self.read(db, key).unwrap_or((LFU_INIT, self.started));
+        decay(c, now.saturating_sub(at))
+    }
+}
+
+/// One decrement per minute idle (`lfu-decay-time` 1).
+fn decay(counter: u64, idle_secs: u64) -> u64 {
+    counter.saturating_sub(idle_secs / 60)
+}
+
+/// Redis's logarithmic increment: likelier the smaller the counter.
+fn grow(counter: u64) -> u64 {
+    use rand::Rng;
+    if counter >= 255 {
+        return 255;
+    }
+    let base = counter.saturating_sub(LFU_INIT) as f64;
+    let p = 1.0 / (base * 10.0 + 1.0);
+    if rand::thread_rng().gen::<f64>() < p {
+        counter + 1
+    } else {
+        counter
+    }
+}
+
+/// The encoding Redis 7.0 would keep `v` in.
+pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
+    match v {
+        Value::String(s) => {
+            if s.len() <= 20 && strict_int(s).is_some() {
+                "int"
+            } else if s.len() <= 44 {
+                "embstr"
+            } else {
+                "raw"
+            }
+        }
+        Value::List(_) => "quicklist",
+        Value::Set(m) => {
+            let ints = m.len() <= l.set_intset_entries && m.iter().all(|x| strict_int(x).is_some());
+            if ints {
+                "intset"
+            } else {
+                "hashtable"
+            }
+        }
+        Value::ZSet(p) => {
+            if p.len() <= l.zset_entries && p.iter().all(|(m, _)| m.len() <= l.zset_value) {
+                "listpack"
+            } else {
+                "skiplist"
+            }
+        }
+        Value::Hash(p) => {
+            let small = p.len() <= l.hash_entries
+                && p.iter()
+                    .all(|(f, v)| f.len() <= l.hash_value && v.len() <= l.hash_value);
+            if small {
+                "listpack"
+            } else {
+                "hashtable"
+            }
+        }
+        Value::Stream(_) => "stream",
+    }
+}
+
+/// Whether the `maxmemory-policy` is an LFU one.
+fn lfu_policy(s: &Session) -> bool {
+    s.server
+        .runtime
+        .read()
+        .passive
+        .get("maxmemory-policy")
+        .is_some_and(|p| p.contains("lfu"))
+}
+
+const HELP: &[&str] = &[
+    "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "ENCODING <key>",
+    "    Return the kind of internal representation used in order to store the value",
+    "    associated with a <key>.",
+    "FREQ <key>",
+    "    Return the access frequency index of the <key>. The returned integer is",
+    "    proportional to the logarithm of the recent access frequency of the key.",
+    "IDLETIME <key>",
+    "    Return the idle time of the <key>, that is the approximated number of",
+    "    seconds elapsed since the last access to the key.",
+    "REFCOUNT <key>",
+    "    Return the number of references of the value associated with the specified",
+    "    <key>.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// The shared integers Redis hands out for small int strings (0..9999)
+/// report this reference count.
+const SHARED_REFCOUNT: i64 = i32::MAX as i64;
+
+/// OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key, OBJECT HELP
+pub fn object(s: &mut Session, a: Args) -> Action {
+    let sub = String::from_utf8_lossy(a.get(1)).to_ascii_lowercase();
+    if sub == "help" {
+        return super::help_reply(HELP).into();
+    }
+    let db = s.db;
+    let key = a.get(2).clone();
+    let clock = s.server.clone();
+    match sub.as_str() {
+        "encoding" => {
+            let limits = s.server.encoding_limits();
+            s.read_untouched(&key, move |r, k| {
+                Ok(match keys::read(r, k)? {
+                    None => Reply::Nil,
+                    Some(st) => Reply::bulk(encoding_of(&st.value, &limits)),
+                })
+            })
+        }
+        "refcount" => s.read_untouched(&key, move |r, k| {
+            Ok(match keys::read(r, k)? {
+                None => Reply::Nil,
+                Some(st) => match st.value {
+                    Value::String(v)
+                        if strict_int(&v).is_some_and(|i| (0..10_000).contains(&i)) =>
+                    {
+                        Reply::Int(SHARED_REFCOUNT)
+                    }
+                    _ => Reply::Int(1),
+                },
+            })
+        }),
+        "idletime" | "freq" => {
+            let lfu = lfu_policy(s);
+            let idle = sub == "idletime";
+            s.read_untouched(&key, move |r, k| {
+                // Redis looks the key up before it checks the policy.
+                if crate::storage::keyspace::lookup_header(r, k)?.is_none() {
+                    return Ok(Reply::Nil);
+                }
+                if idle && lfu {
+                    return Ok(Reply::err("An LFU maxmemory policy is selected, idle time not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."));
+                }
+                if !idle && !lfu {
+                    return Ok(Reply::err("An LFU maxmemory policy is not selected, access frequency not tracked. Please note that when switching between policies at runtime LRU and LFU data will take some time to adjust."));
+                }
+                let c = &clock.access;
+                Ok(Reply::Int(if idle {
+                    c.idle_secs(db, k.name) as i64
+                } else {
+                    c.freq(db, k.name) as i64
+                }))
+            })
+        }
+        _ => super::server::unknown_subcommand(a.get(1), "OBJECT"),
+    }
+}
