@@ -14,6 +14,7 @@ pub mod list;
 pub mod scripting;
 pub mod server;
 pub mod set;
+pub mod sort;
 pub mod stream;
 pub mod string;
 pub mod transaction;
