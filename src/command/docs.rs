@@ -27,10 +27,11 @@ pub fn info(c: &CommandSpec) -> Reply {
     };
     let flags = match c.keys {
         KeySpec::Keynum { .. } | KeySpec::Streams { .. } => format!("{} movablekeys", c.flags),
+        _ if super::table::has_unknown_keys(c.name) => format!("{} movablekeys", c.flags),
         _ => c.flags.to_string(),
     };
     let tips = Reply::Set(c.tips.split_whitespace().map(bulk_str).collect());
-    let key_specs = match c.keys {
+    let mut key_specs = match c.keys {
         KeySpec::None => Vec::new(),
         KeySpec::Streams { from } => vec![key_spec(
             c.key_flags,
@@ -93,6 +94,19 @@ pub fn info(c: &CommandSpec) -> Reply {
             }
         },
     };
+    if super::table::has_unknown_keys(c.name) {
+        let unknown = |flags| {
+            key_spec(
+                flags,
+                spec_map("unknown", vec![]),
+                spec_map("unknown", vec![]),
+            )
+        };
+        key_specs.push(unknown("RO ACCESS | For the optional BY/GET keyword. It is marked 'unknown' because the key names derive from the content of the key we sort"));
+        if c.name == "sort" {
+            key_specs.push(unknown("OW UPDATE | For the optional STORE keyword. It is marked 'unknown' because the keyword can appear anywhere in the argument array"));
+        }
+    }
     Reply::Array(vec![
         bulk_str(c.name),
         Reply::Int(c.arity as i64),

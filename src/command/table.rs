@@ -5,7 +5,7 @@
 use super::args::Args;
 use crate::families::{
     bits, blocking, dump, functions, generic, hash, list, object, persistence, scripting, server,
-    set, stream, string, transaction, zset,
+    set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -106,6 +106,7 @@ impl CommandSpec {
             ("set", _) => "OW UPDATE",
             ("bitfield", _) if has(&["set", "incrby"]) => "RW ACCESS UPDATE",
             ("bitfield", _) => "RO ACCESS",
+            ("sort", _) if pos != 1 => "OW UPDATE",
             (_, KeySpec::Keynum { dest: true, .. }) if pos != 1 => "RO ACCESS",
             (_, KeySpec::Range { first, .. }) => match self.key_flags.split_once("; ") {
                 Some((head, _)) if pos == first as usize => head,
@@ -118,6 +119,9 @@ impl CommandSpec {
 
     /// The indexes of the keys in `argv`.
     pub fn key_positions(&self, argv: &[bytes::Bytes]) -> Vec<usize> {
+        if self.name == "sort" {
+            return sort_key_positions(argv);
+        }
         let argc = argv.len();
         if self.name == "migrate" {
             // The key at 3, or (when it is empty) those after KEYS.
@@ -172,6 +176,34 @@ impl CommandSpec {
             }
         }
     }
+}
+
+/// SORT's keys as Redis's sortGetKeys finds them: the source, then the
+/// destination of the last STORE. LIMIT's two arguments and BY's and GET's
+/// one are skipped; any other word is taken alone (so `STORE STORE x`
+/// names `x`, unlike SORT itself).
+fn sort_key_positions(argv: &[bytes::Bytes]) -> Vec<usize> {
+    let word = |i: usize, w: &str| argv[i].eq_ignore_ascii_case(w.as_bytes());
+    let mut store = None;
+    let mut i = 2;
+    while i < argv.len() {
+        if word(i, "limit") {
+            i += 2;
+        } else if word(i, "get") || word(i, "by") {
+            i += 1;
+        } else if word(i, "store") && i + 1 < argv.len() {
+            store = Some(i + 1);
+        }
+        i += 1;
+    }
+    std::iter::once(1).chain(store).collect()
+}
+
+/// Whether a command's keys also hide in its options, where no key spec
+/// can place them (SORT's BY/GET patterns and STORE): Redis gives such
+/// commands key specs of unknown shape and reports them movable.
+pub fn has_unknown_keys(name: &str) -> bool {
+    matches!(name, "sort" | "sort_ro")
 }
 
 macro_rules! commands {
@@ -479,6 +511,10 @@ commands! {
         "Returns the membership associated with the given elements for a set.", "key member [member ...]", "";
     "smove", 4, "write fast", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @set @fast", "set", "1.0.0", set::smove,
         "Move a member from one set to another.", "source destination member", "";
+    "sort", -2, "write denyoom", (1, 1, 1), "RO ACCESS", "@write @set @sortedset @list @slow @dangerous", "generic", "1.0.0", sort::sort,
+        "Sort the elements in a list, set or sorted set", "key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC|DESC] [ALPHA] [STORE destination]", "";
+    "sort_ro", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @sortedset @list @slow @dangerous", "generic", "7.0.0", sort::sort_ro,
+        "Sort the elements in a list, set or sorted set. Read-only variant of SORT.", "key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC|DESC] [ALPHA]", "";
     "spop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @set @fast", "set", "1.0.0", set::spop,
         "Remove and return one or multiple random members from a set.", "key [count]", "nondeterministic_output";
     "srandmember", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::srandmember,

@@ -11,7 +11,7 @@ use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::encoding::{self, LIST_INITIAL_INDEX};
-use crate::storage::keyspace::Key;
+use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
 
 const LIST: KeyType = KeyType::List;
@@ -190,6 +190,30 @@ impl ListEdit {
         }
         self.e.save(w, key)
     }
+}
+
+/// Elements `start..=end` (0-based, in range) of a list seen as a
+/// [`View`] (SORT reads a window of its source this way).
+pub fn view_range(
+    r: &dyn KvRead,
+    v: &View,
+    start: u64,
+    end: u64,
+) -> Result<Vec<Vec<u8>>, StoreError> {
+    let (head, _) = decode_bounds(&v.extra);
+    read_range(r, &v.prefix, head, start, end)
+}
+
+/// Replaces `key` with a list of `items` in order, whatever it held; no
+/// items deletes it (SORT ... STORE).
+pub fn store_list(w: &mut WriteCtx, key: Key, items: &[Vec<u8>]) -> Result<(), Fail> {
+    keyspace::delete_if_live(w, key)?;
+    let mut l = ListEdit::load_or_create(w, key)?;
+    for v in items {
+        l.push_right(w, v)?;
+    }
+    l.save(w, key)?;
+    Ok(())
 }
 
 /// Redis's index clamping for LRANGE/LTRIM: `None` when empty.

@@ -17,6 +17,7 @@ pub mod persistence;
 pub mod scripting;
 pub mod server;
 pub mod set;
+pub mod sort;
 pub mod stream;
 pub mod string;
 pub mod transaction;

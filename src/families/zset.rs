@@ -30,7 +30,7 @@ fn decode_score(v: &[u8]) -> f64 {
 
 /// Walks the score index from the lowest (or highest) score; `visit` gets
 /// the member and score and returns false to stop.
-fn walk(
+pub fn walk(
     r: &dyn KvRead,
     prefix: &[u8],
     reverse: bool,

@@ -190,6 +190,9 @@ pub struct Session {
     /// Set while EXEC or a script builds its commands: blocking commands
     /// then act as their non-blocking forms, as in Redis.
     pub in_exec: bool,
+    /// Set in the session a script's commands run in (Redis's
+    /// CLIENT_SCRIPT: SORT of a set BY a constant sorts it there).
+    pub in_script: bool,
     /// What CLIENT LIST last got told of the transaction: (queued commands
     /// or -1, whether keys are watched).
     pub shown_transaction: (i64, bool),
@@ -249,6 +252,7 @@ impl Session {
             multi: None,
             watching: Watching::default(),
             in_exec: false,
+            in_script: false,
             shown_transaction: (-1, false),
         }
     }
@@ -260,6 +264,7 @@ impl Session {
         s.db = db;
         s.authenticated = true;
         s.in_exec = true;
+        s.in_script = true;
         s
     }
 
