@@ -8,6 +8,7 @@ pub mod blocking;
 pub mod collection;
 pub mod functions;
 pub mod generic;
+pub mod geo;
 pub mod hash;
 pub mod info;
 pub mod list;
