@@ -165,9 +165,7 @@ pub fn geohash(s: &mut Session, a: Args) -> Action {
                 Some(z) => z.get(r, m)?.map(|v| decode_score(&v)),
                 None => None,
             };
-            out.push(score.map_or(Reply::Nil, |sc| {
-                Reply::bulk(geohash::geohash_string(sc))
-            }));
+            out.push(score.map_or(Reply::Nil, |sc| Reply::bulk(geohash::geohash_string(sc))));
         }
         Ok(Reply::Array(out))
     })
@@ -321,7 +319,8 @@ fn find(r: &dyn KvRead, key: Key, a: &Args, v: Variant) -> Result<Option<Found>,
         }
     }
     let (mut with_dist, mut with_hash, mut with_coord) = (false, false, false);
-    let (mut from_member, mut from_lonlat, mut by_radius, mut by_box) = (false, false, false, false);
+    let (mut from_member, mut from_lonlat, mut by_radius, mut by_box) =
+        (false, false, false, false);
     let mut sort = Sort::None;
     let mut any = false;
     let mut count: i64 = 0;
@@ -449,12 +448,7 @@ fn find(r: &dyn KvRead, key: Key, a: &Args, v: Variant) -> Result<Option<Found>,
 /// Collects the members inside `shape` from the nine cells around its
 /// centre, cell by cell in score order; with `limit` (ANY) it stops once
 /// that many are found.
-fn scan_cells(
-    r: &dyn KvRead,
-    z: &View,
-    shape: &Shape,
-    limit: usize,
-) -> Result<Vec<Point>, Fail> {
+fn scan_cells(r: &dyn KvRead, z: &View, shape: &Shape, limit: usize) -> Result<Vec<Point>, Fail> {
     let cells = geohash::search_cells(shape);
     let mut points = Vec::new();
     let full = |points: &Vec<Point>| limit > 0 && points.len() >= limit;
@@ -546,9 +540,7 @@ fn search_cmd(s: &mut Session, a: Args, v: Variant) -> Action {
     };
     let Some(dest) = dest else {
         let resp3 = s.resp3;
-        return s.read(&src, move |r, k| {
-            Ok(found_reply(find(r, k, &a, v)?, resp3))
-        });
+        return s.read(&src, move |r, k| Ok(found_reply(find(r, k, &a, v)?, resp3)));
     };
     super::load_then_store(
         s,

@@ -425,10 +425,8 @@ pub fn search_cells(shape: &Shape) -> [Option<Hash>; 9] {
     // When the estimated cells are too small for the box at its edges, go
     // one step coarser.
     let [n, s, e, w] = [around[0], around[1], around[2], around[3]].map(decode);
-    let too_small = n.lat.max < max_lat
-        || s.lat.min > min_lat
-        || e.lon.max < max_lon
-        || w.lon.min > min_lon;
+    let too_small =
+        n.lat.max < max_lat || s.lat.min > min_lat || e.lon.max < max_lon || w.lon.min > min_lon;
     if steps > 1 && too_small {
         steps -= 1;
         hash = cell(steps);
@@ -509,7 +507,10 @@ mod tests {
         assert_eq!(geohash_string(p as f64), "sqc8b49rny0");
         assert_eq!(geohash_string(c as f64), "sqdtr74hyu0");
         let (clon, clat) = position_of(c as f64);
-        assert_eq!(format!("{:.4}", distance(lon, lat, clon, clat)), "166274.1516");
+        assert_eq!(
+            format!("{:.4}", distance(lon, lat, clon, clat)),
+            "166274.1516"
+        );
     }
 
     #[test]
