@@ -590,3 +590,64 @@ pub fn geosearch(s: &mut Session, a: Args) -> Action {
 pub fn geosearchstore(s: &mut Session, a: Args) -> Action {
     search_cmd(s, a, Variant::SearchStore)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(line: &str) -> Args {
+        Args::new(
+            line.split_whitespace()
+                .map(|w| Bytes::copy_from_slice(w.as_bytes()))
+                .collect(),
+        )
+    }
+
+    /// The destination is found the way the option parser walks: the last
+    /// STORE/STOREDIST wins, COUNT's value is skipped, a trailing keyword
+    /// has no key, and the read-only variants never store.
+    #[test]
+    fn store_key_prescan() {
+        let dest = |line: &str, v| store_key(&args(line), v);
+        let b = |s: &'static str| Some(Bytes::from_static(s.as_bytes()));
+        assert_eq!(dest("GEORADIUS k 0 0 1 km", Variant::Radius), None);
+        assert_eq!(
+            dest("GEORADIUS k 0 0 1 km STORE d", Variant::Radius),
+            b("d")
+        );
+        assert_eq!(
+            dest("GEORADIUS k 0 0 1 km store a storedist b", Variant::Radius),
+            b("b")
+        );
+        assert_eq!(
+            dest("GEORADIUS k 0 0 1 km COUNT store", Variant::Radius),
+            None
+        );
+        assert_eq!(dest("GEORADIUS k 0 0 1 km store", Variant::Radius), None);
+        assert_eq!(
+            dest("GEORADIUSBYMEMBER k m 1 km STOREDIST d", Variant::ByMember),
+            b("d")
+        );
+        assert_eq!(
+            dest("GEORADIUS_RO k 0 0 1 km STORE d", Variant::RadiusRo),
+            None
+        );
+        assert_eq!(dest("GEOSEARCH k STORE d", Variant::Search), None);
+    }
+
+    #[test]
+    fn units_and_coordinates() {
+        assert_eq!(unit(b"KM").unwrap(), 1000.0);
+        assert_eq!(unit(b"Mi").unwrap(), 1609.34);
+        assert!(unit(b"yd").is_err());
+        let a = args("x 181 10");
+        assert_eq!(
+            lon_lat(&a, 1).unwrap_err(),
+            Reply::err("invalid longitude,latitude pair 181.000000,10.000000")
+        );
+        assert_eq!(
+            coordinate(1.5, true),
+            Reply::Encoded(Bytes::from_static(b",1.5\r\n"))
+        );
+    }
+}
