@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, dump, functions, generic, hash, list, object, persistence, scripting, server,
-    set, sort, stream, string, transaction, zset,
+    bits, blocking, dump, functions, generic, geo, hash, list, object, persistence, scripting,
+    server, set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -331,6 +331,26 @@ commands! {
         "Remove all keys from the current database.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
     "function", -2, "", (0, 0, 0), "", "@slow", "scripting", "7.0.0", functions::function,
         "A container for function commands.", "subcommand [arg ...]", "";
+    "geoadd", -5, "write denyoom", (1, 1, 1), "RW UPDATE", "@write @geo @slow", "geo", "3.2.0", geo::geoadd,
+        "Add one or more geospatial items in the geospatial index represented using a sorted set", "key [NX|XX] [CH] longitude latitude member [longitude latitude member ...]", "";
+    "geodist", -4, "readonly", (1, 1, 1), "RO ACCESS", "@read @geo @slow", "geo", "3.2.0", geo::geodist,
+        "Returns the distance between two members of a geospatial index", "key member1 member2 [M|KM|FT|MI]", "";
+    "geohash", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @geo @slow", "geo", "3.2.0", geo::geohash,
+        "Returns members of a geospatial index as standard geohash strings", "key [member [member ...]]", "";
+    "geopos", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @geo @slow", "geo", "3.2.0", geo::geopos,
+        "Returns longitude and latitude of members of a geospatial index", "key [member [member ...]]", "";
+    "georadius", -6, "write denyoom movablekeys", (1, 1, 1), "RO ACCESS", "@write @geo @slow", "geo", "3.2.0", geo::georadius,
+        "Query a sorted set representing a geospatial index to fetch members matching a given maximum distance from a point", "key longitude latitude radius M|KM|FT|MI [WITHCOORD] [WITHDIST] [WITHHASH] [COUNT count [ANY]] [ASC|DESC] [STORE key] [STOREDIST key]", "";
+    "georadius_ro", -6, "readonly", (1, 1, 1), "RO ACCESS", "@read @geo @slow", "geo", "3.2.10", geo::georadius_ro,
+        "A read-only variant for GEORADIUS", "key longitude latitude radius M|KM|FT|MI [WITHCOORD] [WITHDIST] [WITHHASH] [COUNT count [ANY]] [ASC|DESC]", "";
+    "georadiusbymember", -5, "write denyoom movablekeys", (1, 1, 1), "RO ACCESS", "@write @geo @slow", "geo", "3.2.0", geo::georadiusbymember,
+        "Query a sorted set representing a geospatial index to fetch members matching a given maximum distance from a member", "key member radius M|KM|FT|MI [WITHCOORD] [WITHDIST] [WITHHASH] [COUNT count [ANY]] [ASC|DESC] [STORE key] [STOREDIST key]", "";
+    "georadiusbymember_ro", -5, "readonly", (1, 1, 1), "RO ACCESS", "@read @geo @slow", "geo", "3.2.10", geo::georadiusbymember_ro,
+        "A read-only variant for GEORADIUSBYMEMBER", "key member radius M|KM|FT|MI [WITHCOORD] [WITHDIST] [WITHHASH] [COUNT count [ANY]] [ASC|DESC]", "";
+    "geosearch", -7, "readonly", (1, 1, 1), "RO ACCESS", "@read @geo @slow", "geo", "6.2.0", geo::geosearch,
+        "Query a sorted set representing a geospatial index to fetch members inside an area of a box or a circle.", "key FROMMEMBER member|FROMLONLAT longitude latitude BYRADIUS radius M|KM|FT|MI|BYBOX width height M|KM|FT|MI [ASC|DESC] [COUNT count [ANY]] [WITHCOORD] [WITHDIST] [WITHHASH]", "";
+    "geosearchstore", -8, "write denyoom", (1, 2, 1), "OW UPDATE; RO ACCESS", "@write @geo @slow", "geo", "6.2.0", geo::geosearchstore,
+        "Query a sorted set representing a geospatial index to fetch members inside an area of a box or a circle, and store the result in another key.", "destination source FROMMEMBER member|FROMLONLAT longitude latitude BYRADIUS radius M|KM|FT|MI|BYBOX width height M|KM|FT|MI [ASC|DESC] [COUNT count [ANY]] [STOREDIST]", "";
     "get", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::get,
         "Get the value of a key.", "key", "";
     "getbit", 3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @bitmap @fast", "bitmap", "2.2.0", bits::getbit,

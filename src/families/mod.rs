@@ -9,6 +9,7 @@ pub mod collection;
 pub mod dump;
 pub mod functions;
 pub mod generic;
+pub mod geo;
 pub mod hash;
 pub mod info;
 pub mod list;

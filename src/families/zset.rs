@@ -24,7 +24,8 @@ const NOT_LEX_RANGE: &str = "ERR min or max not valid string range item";
 /// A member and its score.
 pub type Entry = (Vec<u8>, f64);
 
-fn decode_score(v: &[u8]) -> f64 {
+/// A score as stored in a member row.
+pub(crate) fn decode_score(v: &[u8]) -> f64 {
     v.try_into().map(f64::from_be_bytes).unwrap_or(0.0)
 }
 
@@ -41,7 +42,7 @@ pub fn walk(
 
 /// Like [`walk`], but only over scores in `[lo, hi]` (seeking straight to
 /// them in the index) when `bounds` is given.
-fn walk_scores(
+pub(crate) fn walk_scores(
     r: &dyn KvRead,
     prefix: &[u8],
     bounds: Option<(f64, f64)>,
@@ -806,7 +807,7 @@ pub fn zrangestore(s: &mut Session, a: Args) -> Action {
 }
 
 /// Replaces `dest` with a zset of `items` (deleting it when empty).
-fn store_entries(w: &mut WriteCtx, dest: Key, items: &[Entry]) -> Result<(), Fail> {
+pub(crate) fn store_entries(w: &mut WriteCtx, dest: Key, items: &[Entry]) -> Result<(), Fail> {
     keyspace::delete_if_live(w, dest)?;
     let mut z = ZEdit::load_or_create(w, dest)?;
     for (m, sc) in items {

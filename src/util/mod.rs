@@ -1,5 +1,6 @@
-//! Redis-exact helpers with no dependencies: glob matching, number parsing and formatting, bit operations, LCS, RDB payload pieces.
+//! Redis-exact helpers with no dependencies: geohash arithmetic, glob matching, number parsing and formatting, bit operations, LCS, RDB payload pieces.
 pub mod bits;
+pub mod geohash;
 pub mod glob;
 pub mod lcs;
 pub mod listpack;
