@@ -180,6 +180,7 @@ impl Server {
             ("busy-reply-threshold", "5000"),
             ("cluster-enabled", "no"),
             ("notify-keyspace-events", ""),
+            ("hll-sparse-max-bytes", "3000"),
         ] {
             passive.insert(k.to_string(), v.to_string());
         }

@@ -9,6 +9,7 @@ pub mod collection;
 pub mod functions;
 pub mod generic;
 pub mod hash;
+pub mod hll;
 pub mod info;
 pub mod list;
 pub mod scripting;

@@ -722,7 +722,7 @@ fn busy_aliases(name: &str) -> &'static [&'static str] {
 
 fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
     match name {
-        "maxmemory" => {
+        "maxmemory" | "hll-sparse-max-bytes" => {
             let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
             let unit = &value[digits.len()..].to_ascii_lowercase();
             let ok = !digits.is_empty()
@@ -750,6 +750,23 @@ fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
             .map_err(|_| "argument couldn't be parsed into an integer"),
         _ => Ok(()),
     }
+}
+
+/// The byte count of a memory value that `validate_passive` accepted
+/// (`3000`, `3kb`, `1m`...), with Redis's units: k/m/g are powers of 1000,
+/// kb/mb/gb powers of 1024.
+fn memory_bytes(value: &str) -> u64 {
+    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = match value[digits.len()..].to_ascii_lowercase().as_str() {
+        "k" => 1000,
+        "kb" => 1024,
+        "m" => 1000 * 1000,
+        "mb" => 1024 * 1024,
+        "g" => 1000 * 1000 * 1000,
+        "gb" => 1024 * 1024 * 1024,
+        _ => 1,
+    };
+    digits.parse::<u64>().unwrap_or(0).saturating_mul(unit)
 }
 
 fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
@@ -802,6 +819,11 @@ fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
                 for alias in busy_aliases(n) {
                     staged.passive.insert(alias.to_string(), value.clone());
                 }
+                // Redis reports a size setting in bytes, whatever unit set it.
+                let value = match n {
+                    "hll-sparse-max-bytes" => memory_bytes(&value).to_string(),
+                    _ => value,
+                };
                 staged.passive.insert(n.to_string(), value);
             }
         }
