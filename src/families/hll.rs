@@ -4,12 +4,12 @@
 
 use bytes::Bytes;
 
-use super::{read_string, string_bytes, string_for_write, Fail};
+use super::{read_string, string_for_write, Fail};
 use crate::command::args::{is, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::keyspace::{self, Key};
-use crate::storage::{Meta, WriteCtx};
+use crate::storage::{Meta, MetaBody, WriteCtx};
 use crate::util::hll;
 
 /// Redis's reply for a string that is not an HLL.
@@ -39,11 +39,15 @@ fn sparse_max(s: &Session) -> usize {
 
 /// Looks a key up for writing: its metadata and HLL bytes, or `None`;
 /// WRONGTYPE for another type or a string that is not an HLL.
+/// The bytes are moved out of the metadata, which is kept for its TTL.
 fn hll_for_write(w: &mut WriteCtx, k: Key) -> Result<Option<(Meta, Vec<u8>)>, Fail> {
-    let Some(meta) = string_for_write(w, k)? else {
+    let Some(mut meta) = string_for_write(w, k)? else {
         return Ok(None);
     };
-    let v = string_bytes(&meta).to_vec();
+    let v = match &mut meta.body {
+        MetaBody::String(v) => std::mem::take(v),
+        MetaBody::Collection { .. } => Vec::new(),
+    };
     if !hll::is_hll(&v) {
         return Err(not_hll());
     }

@@ -236,7 +236,12 @@ pub fn to_dense(v: &mut Vec<u8>) -> Result<(), Corrupt> {
 /// the opcodes in place as Redis does, or promoting the value to dense when
 /// the count does not fit a VAL opcode or the value would grow past
 /// `sparse_max` bytes. Returns whether a register changed.
-fn sparse_set(v: &mut Vec<u8>, index: usize, count: u8, sparse_max: usize) -> Result<bool, Corrupt> {
+fn sparse_set(
+    v: &mut Vec<u8>,
+    index: usize,
+    count: u8,
+    sparse_max: usize,
+) -> Result<bool, Corrupt> {
     if count > VAL_MAX_VALUE {
         return promote(v, index, count);
     }
@@ -671,7 +676,10 @@ mod tests {
         assert_eq!(set(&mut v, 7, 33, 3000), Ok(true));
         assert_eq!(v[4], DENSE);
         let regs = registers(&v);
-        assert_eq!((regs[0], regs[7], regs[1000], regs[1002], regs[1003]), (5, 33, 2, 2, 3));
+        assert_eq!(
+            (regs[0], regs[7], regs[1000], regs[1002], regs[1003]),
+            (5, 33, 2, 2, 3)
+        );
     }
 
     #[test]
@@ -681,7 +689,10 @@ mod tests {
         to_dense(&mut dense).unwrap();
         for i in 0..2000u32 {
             let e = format!("ele:{i}");
-            assert_eq!(add(&mut sparse, e.as_bytes(), usize::MAX), add(&mut dense, e.as_bytes(), 0));
+            assert_eq!(
+                add(&mut sparse, e.as_bytes(), usize::MAX),
+                add(&mut dense, e.as_bytes(), 0)
+            );
             if i % 97 == 0 {
                 assert_eq!(count(&sparse), count(&dense));
             }
