@@ -223,6 +223,7 @@ impl Server {
             ("stream-node-max-bytes", "4096"),
             ("stream-node-max-entries", "100"),
             ("dbfilename", "dump.rdb"),
+            ("hll-sparse-max-bytes", "3000"),
         ] {
             passive.insert(k.to_string(), v.to_string());
         }

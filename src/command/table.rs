@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, dump, functions, generic, geo, hash, list, object, persistence, scripting,
+    bits, blocking, dump, functions, generic, geo, hash, hll, list, object, persistence, scripting,
     server, set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
@@ -459,6 +459,16 @@ commands! {
         "Set the expiration for a key as a UNIX timestamp specified in milliseconds.", "key unix-time-milliseconds [NX|XX|GT|LT]", "";
     "pexpiretime", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "7.0.0", generic::pexpiretime,
         "Get the expiration Unix timestamp for a key in milliseconds.", "key", "";
+    "pfadd", -2, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @hyperloglog @fast", "hyperloglog", "2.8.9", hll::pfadd,
+        "Adds the specified elements to the specified HyperLogLog.", "key [element [element ...]]", "";
+    "pfcount", -2, "readonly", (1, -1, 1), "RW ACCESS | RW because it may change the internal representation of the key, and propagate to replicas", "@read @hyperloglog @slow", "hyperloglog", "2.8.9", hll::pfcount,
+        "Return the approximated cardinality of the set(s) observed by the HyperLogLog at key(s).", "key [key ...]", "";
+    "pfdebug", 3, "write denyoom admin", (2, 2, 1), "RW ACCESS", "@write @hyperloglog @admin @slow @dangerous", "hyperloglog", "2.8.9", hll::pfdebug,
+        "Internal commands for debugging HyperLogLog values", "subcommand key", "";
+    "pfmerge", -2, "write denyoom", (1, -1, 1), "RW ACCESS INSERT; RO ACCESS", "@write @hyperloglog @slow", "hyperloglog", "2.8.9", hll::pfmerge,
+        "Merge N different HyperLogLogs into a single one.", "destkey sourcekey [sourcekey ...]", "";
+    "pfselftest", 1, "admin", (0, 0, 0), "", "@hyperloglog @admin @slow @dangerous", "hyperloglog", "2.8.9", hll::pfselftest,
+        "An internal command for testing HyperLogLog values", "", "";
     "ping", -1, "fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::ping,
         "Ping the server.", "[message]", "request_policy:all_shards response_policy:all_succeeded";
     "psetex", 4, "write denyoom", (1, 1, 1), "OW UPDATE", "@write @string @slow", "string", "2.6.0", string::psetex,

@@ -11,6 +11,7 @@ pub mod functions;
 pub mod generic;
 pub mod geo;
 pub mod hash;
+pub mod hll;
 pub mod info;
 pub mod list;
 pub mod object;

@@ -135,7 +135,10 @@ fn grow(counter: u64) -> u64 {
 pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
     match v {
         Value::String(s) => {
-            if s.len() <= 20 && strict_int(s).is_some() {
+            // PFADD and PFMERGE build their values as raw strings.
+            if s.starts_with(b"HYLL") {
+                "raw"
+            } else if s.len() <= 20 && strict_int(s).is_some() {
                 "int"
             } else if s.len() <= 44 {
                 "embstr"

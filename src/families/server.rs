@@ -757,6 +757,7 @@ fn aliases(name: &str) -> impl Iterator<Item = &'static str> + '_ {
 fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
     match name {
         "maxmemory"
+        | "hll-sparse-max-bytes"
         | "hash-max-listpack-value"
         | "hash-max-ziplist-value"
         | "zset-max-listpack-value"
@@ -850,7 +851,8 @@ fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
                     | "hash-max-ziplist-value"
                     | "zset-max-listpack-value"
                     | "zset-max-ziplist-value"
-                    | "stream-node-max-bytes" => {
+                    | "stream-node-max-bytes"
+                    | "hll-sparse-max-bytes" => {
                         memory_value(&value).map_or(value, |v| v.to_string())
                     }
                     _ => value,

@@ -731,7 +731,10 @@ fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool)
     }
     let (ptr, resp3) = {
         let st = run.lock();
-        if st.ro && spec.has_flag("write") {
+        // PFCOUNT may write its cached cardinality: Redis flags it
+        // may_replicate (a flag COMMAND INFO does not list), and read-only
+        // scripts refuse such commands like writes.
+        if st.ro && (spec.has_flag("write") || spec.name == "pfcount") {
             return Err("ERR Write commands are not allowed from read-only scripts.".to_owned());
         }
         match &st.host {

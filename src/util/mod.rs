@@ -2,6 +2,7 @@
 pub mod bits;
 pub mod geohash;
 pub mod glob;
+pub mod hll;
 pub mod lcs;
 pub mod listpack;
 pub mod lzf;
