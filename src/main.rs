@@ -22,7 +22,17 @@ fn main() {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
-    tracing_subscriber::fmt().with_env_filter(filter).init();
+    // A log pipe that closes (`cairn 2>&1 | head`) must not take the server
+    // down with it: tracing-subscriber reports a failed write with
+    // eprintln!, which panics on a closed stderr, so that report is off and
+    // failed writes are dropped. Colour codes only go to a terminal.
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr)
+        .log_internal_errors(false)
+        .init();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -59,8 +69,8 @@ fn main() {
         let server = running.server.clone();
         tokio::spawn(async move {
             wait_for_signal().await;
-            tracing::info!("signal received, shutting down");
             server.request_shutdown();
+            tracing::info!("signal received, shutting down");
         });
         running.serve().await;
     });

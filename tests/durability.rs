@@ -643,3 +643,56 @@ fn expiry_survives_restart_and_is_reaped() {
     drop(srv.stop());
     drop(tmp);
 }
+
+/// A server whose log pipe has closed (`cairn 2>&1 | head -2`) still stops
+/// on SIGTERM and on SHUTDOWN, with its data committed.
+#[test]
+fn stops_after_its_log_pipe_closes() {
+    for how in ["SIGTERM", "SHUTDOWN"] {
+        let cwd = tempfile::tempdir().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .current_dir(cwd.path())
+            .args([
+                "--port",
+                &port.to_string(),
+                "--shards",
+                "2",
+                "--durability",
+                "always",
+            ])
+            .arg("--dir")
+            .arg(data.path())
+            // Info level: every stop logs, into the closed pipe.
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn cairn");
+        let (out, err) = (child.stdout.take(), child.stderr.take());
+        let mut p = Proc { child, port };
+        p.wait_ready();
+        drop((out, err));
+        let mut c = p.client();
+        let _: () = redis::cmd("SET").arg("k").arg(how).query(&mut c).unwrap();
+        if how == "SIGTERM" {
+            Command::new("kill")
+                .args(["-TERM", &p.child.id().to_string()])
+                .status()
+                .unwrap();
+        } else {
+            let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut c);
+        }
+        let status = wait_exit(&mut p.child, Duration::from_secs(10));
+        assert!(
+            status.is_some(),
+            "cairn ignored {how} after its log pipe closed"
+        );
+        let mut again = Proc::start(cwd.path(), data.path());
+        let mut c = again.client();
+        assert_eq!(get(&mut c, "k").as_deref(), Some(how));
+        again.shutdown();
+    }
+}

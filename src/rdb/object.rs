@@ -432,9 +432,9 @@ fn check(v: Value) -> Result<Value, BadData> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::stream::StreamValue;
     use super::*;
     use crate::util::rdb::{seal, unseal};
-    use super::super::stream::StreamValue;
 
     fn dump(v: &Value) -> Vec<u8> {
         let mut out = Vec::new();
@@ -548,7 +548,11 @@ mod tests {
             Value::String(b"the quick brown fox jumps over the lazy dog".repeat(3)),
             Value::List(many.clone()),
             Value::Set(many.clone()),
-            Value::Set((0..30).map(|i| (i * 1000).to_string().into_bytes()).collect()),
+            Value::Set(
+                (0..30)
+                    .map(|i| (i * 1000).to_string().into_bytes())
+                    .collect(),
+            ),
             Value::ZSet(many.iter().map(|m| (m.clone(), 1.5)).collect()),
             Value::Hash(many.iter().map(|m| (m.clone(), m.clone())).collect()),
             Value::Stream(Box::new(StreamValue {
