@@ -94,6 +94,40 @@ pub fn info(c: &CommandSpec) -> Reply {
             }
         },
     };
+    // Keys found after a keyword, besides the ones above (Redis 7.0's
+    // specs): GEORADIUS's STORE / STOREDIST destinations, MIGRATE's KEYS.
+    let keyword_specs: &[(&str, &str, i64, i64)] = match c.name {
+        "georadius" => &[
+            ("OW UPDATE", "STORE", 6, 0),
+            ("OW UPDATE", "STOREDIST", 6, 0),
+        ],
+        "georadiusbymember" => &[
+            ("OW UPDATE", "STORE", 5, 0),
+            ("OW UPDATE", "STOREDIST", 5, 0),
+        ],
+        "migrate" => &[("RW ACCESS DELETE INCOMPLETE", "KEYS", -2, -1)],
+        _ => &[],
+    };
+    for &(flags, keyword, startfrom, lastkey) in keyword_specs {
+        key_specs.push(key_spec(
+            flags,
+            spec_map(
+                "keyword",
+                vec![
+                    ("keyword", bulk_str(keyword)),
+                    ("startfrom", Reply::Int(startfrom)),
+                ],
+            ),
+            spec_map(
+                "range",
+                vec![
+                    ("lastkey", Reply::Int(lastkey)),
+                    ("keystep", Reply::Int(1)),
+                    ("limit", Reply::Int(0)),
+                ],
+            ),
+        ));
+    }
     if super::table::has_unknown_keys(c.name) {
         let unknown = |flags| {
             key_spec(

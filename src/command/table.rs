@@ -107,6 +107,7 @@ impl CommandSpec {
             ("bitfield", _) if has(&["set", "incrby"]) => "RW ACCESS UPDATE",
             ("bitfield", _) => "RO ACCESS",
             ("sort", _) if pos != 1 => "OW UPDATE",
+            ("georadius" | "georadiusbymember", _) if pos != 1 => "OW UPDATE",
             (_, KeySpec::Keynum { dest: true, .. }) if pos != 1 => "RO ACCESS",
             (_, KeySpec::Range { first, .. }) => match self.key_flags.split_once("; ") {
                 Some((head, _)) if pos == first as usize => head,
@@ -123,6 +124,22 @@ impl CommandSpec {
             return sort_key_positions(argv);
         }
         let argc = argv.len();
+        if let Some(from) = match self.name {
+            "georadius" => Some(6),
+            "georadiusbymember" => Some(5),
+            _ => None,
+        } {
+            // The source, then the argument after the first STORE and the
+            // first STOREDIST (Redis 7.0 finds them by its key specs).
+            let mut keys = vec![1];
+            for word in [&b"store"[..], b"storedist"] {
+                let at = (from..argc).find(|&i| argv[i].eq_ignore_ascii_case(word));
+                if let Some(i) = at.filter(|&i| i + 1 < argc) {
+                    keys.push(i + 1);
+                }
+            }
+            return keys;
+        }
         if self.name == "migrate" {
             // The key at 3, or (when it is empty) those after KEYS.
             let keys = (6..argc).find(|&i| argv[i].eq_ignore_ascii_case(b"keys"));
