@@ -205,7 +205,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
         killed: std::sync::atomic::AtomicBool::new(false),
     });
     server.stats.connections.fetch_add(1, Ordering::Relaxed);
-    if server.clients.len() >= server.runtime.read().maxclients {
+    if server.clients.len() >= server.runtime.read().maxclients() {
         server.stats.rejected.fetch_add(1, Ordering::Relaxed);
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
@@ -220,7 +220,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
 
 async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let server = session.server.clone();
-    let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len);
+    let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len());
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut outbox = Outbox {
         slots: VecDeque::new(),
