@@ -1148,7 +1148,9 @@ pub fn config_get(s: &Session, patterns: &[Bytes]) -> Action {
             }
             continue;
         }
-        for (i, p) in PARAMS.iter().enumerate() {
+        // cairn's own parameters answer only by name, so a glob lists
+        // what Redis lists.
+        for (i, p) in PARAMS.iter().enumerate().filter(|(_, p)| p.flags & CAIRN != CAIRN) {
             for name in std::iter::once(p.name).chain(p.alias) {
                 if crate::util::glob::string_match(pat, name.as_bytes(), true) {
                     emit(name.to_string(), i, &mut out);
@@ -1193,11 +1195,16 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
             .into();
         };
         let p = &PARAMS[i];
-        if p.immutable() {
+        // Redis checks immutability, then protection; a parameter only
+        // cairn cannot change (dir) answers as Redis would first.
+        if p.immutable() && !p.live() {
             return failed(&given, "can't set immutable config");
         }
         if p.flags & PROTECTED != 0 && !protected_allowed(s, &rt) {
             return failed(&given, "can't set protected config");
+        }
+        if p.live() {
+            return failed(&given, "can't set immutable config");
         }
         if !seen.insert(given.to_ascii_lowercase()) {
             return failed(&given, "duplicate parameter");
