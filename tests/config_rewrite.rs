@@ -107,7 +107,10 @@ fn rewrite_keeps_comments_and_restart_reads_values() {
     assert!(text.contains("notify-keyspace-events = \"AKE\""), "{text}");
     assert!(text.contains("save = \"100 10\""), "{text}");
     // Back at its default, but the file named it: it is kept, updated.
-    assert!(text.contains("hash-max-listpack-entries = \"512\""), "{text}");
+    assert!(
+        text.contains("hash-max-listpack-entries = \"512\""),
+        "{text}"
+    );
     // Unchanged defaults are not written.
     assert!(!text.lines().any(|l| l.starts_with("hz")), "{text}");
     // cairn's own keys stay where they were.
@@ -135,14 +138,26 @@ fn rewrite_adds_a_redis_table_when_the_file_has_none() {
     std::fs::create_dir(&data).unwrap();
     let server = start(&file, data);
     let mut c = server.client();
-    ok(&mut c, &["CONFIG", "SET", "maxmemory-policy", "volatile-lfu"]);
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "maxmemory-policy", "volatile-lfu"],
+    );
     ok(&mut c, &["CONFIG", "REWRITE"]);
     let text = std::fs::read_to_string(&file).unwrap();
-    assert!(text.starts_with("# Only a comment.\nlog_level = \"warn\"\n"), "{text}");
+    assert!(
+        text.starts_with("# Only a comment.\nlog_level = \"warn\"\n"),
+        "{text}"
+    );
     assert!(text.contains("[redis]"), "{text}");
-    assert!(text.contains("maxmemory-policy = \"volatile-lfu\""), "{text}");
+    assert!(
+        text.contains("maxmemory-policy = \"volatile-lfu\""),
+        "{text}"
+    );
     let parsed = Config::from_toml(&text, "test").unwrap();
-    assert_eq!(parsed.redis["maxmemory-policy"].as_str(), Some("volatile-lfu"));
+    assert_eq!(
+        parsed.redis["maxmemory-policy"].as_str(),
+        Some("volatile-lfu")
+    );
 }
 
 #[test]
@@ -168,4 +183,58 @@ fn bad_redis_values_refuse_to_start() {
     )
     .unwrap();
     assert_eq!(c.redis.len(), 3);
+}
+
+#[test]
+fn timeout_closes_idle_clients() {
+    use std::io::{Read, Write};
+    let server = TestServer::start();
+    let mut admin = server.client();
+    ok(&mut admin, &["CONFIG", "SET", "timeout", "1"]);
+    let mut idle = server.tcp();
+    idle.write_all(b"*1\r\n$4\r\nPING\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let n = idle.read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"+PONG\r\n");
+    std::thread::sleep(std::time::Duration::from_millis(1600));
+    // The server has closed the idle connection.
+    idle.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+        .unwrap();
+    assert_eq!(idle.read(&mut buf).unwrap_or(0), 0);
+    // So has the admin connection, idle as long; a new one is served.
+    drop(admin);
+    let mut admin = server.client();
+    ok(&mut admin, &["CONFIG", "SET", "timeout", "0"]);
+}
+
+#[test]
+fn resetstat_zeroes_info_stats() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    ok(&mut c, &["SET", "k", "v"]);
+    q(&mut c, &["GET", "k"]);
+    q(&mut c, &["GET", "missing"]);
+    let _ = err(&mut c, &["NOSUCHCOMMAND"]);
+    ok(&mut c, &["CONFIG", "RESETSTAT"]);
+    let info = match q(&mut c, &["INFO", "stats"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("{other:?}"),
+    };
+    for field in [
+        "total_connections_received:0",
+        "keyspace_hits:0",
+        "keyspace_misses:0",
+        "expired_keys:0",
+        "total_error_replies:0",
+        "rejected_connections:0",
+    ] {
+        assert!(info.contains(field), "{field} in {info}");
+    }
+    let errors = match q(&mut c, &["INFO", "errorstats"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("{other:?}"),
+    };
+    assert!(!errors.contains("errorstat_ERR"), "{errors}");
 }

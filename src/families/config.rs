@@ -160,7 +160,13 @@ const fn num(
 
 /// An unsigned integer (size_t, unsigned int and unsigned long long in
 /// Redis).
-const fn unum(name: &'static str, alias: Option<&'static str>, min: i64, max: i64, d: &'static str) -> Param {
+const fn unum(
+    name: &'static str,
+    alias: Option<&'static str>,
+    min: i64,
+    max: i64,
+    d: &'static str,
+) -> Param {
     p(
         name,
         alias,
@@ -197,7 +203,12 @@ const fn mem(
     )
 }
 
-const fn en(name: &'static str, flags: u8, values: &'static [&'static str], d: &'static str) -> Param {
+const fn en(
+    name: &'static str,
+    flags: u8,
+    values: &'static [&'static str],
+    d: &'static str,
+) -> Param {
     p(name, None, flags, Kind::Enum(values), d)
 }
 
@@ -244,11 +255,26 @@ pub static PARAMS: &[Param] = &[
     yn("aof-load-truncated", None, 0, "yes"),
     yn("aof-use-rdb-preamble", None, 0, "yes"),
     yn("aof-timestamp-enabled", None, 0, "no"),
-    yn("cluster-replica-no-failover", Some("cluster-slave-no-failover"), 0, "no"),
+    yn(
+        "cluster-replica-no-failover",
+        Some("cluster-slave-no-failover"),
+        0,
+        "no",
+    ),
     yn("replica-lazy-flush", Some("slave-lazy-flush"), 0, "no"),
-    yn("replica-serve-stale-data", Some("slave-serve-stale-data"), 0, "yes"),
+    yn(
+        "replica-serve-stale-data",
+        Some("slave-serve-stale-data"),
+        0,
+        "yes",
+    ),
     yn("replica-read-only", Some("slave-read-only"), 0, "yes"),
-    yn("replica-ignore-maxmemory", Some("slave-ignore-maxmemory"), 0, "yes"),
+    yn(
+        "replica-ignore-maxmemory",
+        Some("slave-ignore-maxmemory"),
+        0,
+        "yes",
+    ),
     yn("jemalloc-bg-thread", None, 0, "yes"),
     yn("activedefrag", None, 0, "no"),
     yn("syslog-enabled", None, IMMUTABLE, "no"),
@@ -322,7 +348,12 @@ pub static PARAMS: &[Param] = &[
     st("tls-ciphers", None, 0, ""),
     st("tls-ciphersuites", None, 0, ""),
     // Enums.
-    en("supervised", IMMUTABLE, &["upstart", "systemd", "auto", "no"], "no"),
+    en(
+        "supervised",
+        IMMUTABLE,
+        &["upstart", "systemd", "auto", "no"],
+        "no",
+    ),
     en(
         "syslog-facility",
         IMMUTABLE,
@@ -358,7 +389,12 @@ pub static PARAMS: &[Param] = &[
         ],
         "noeviction",
     ),
-    en("appendfsync", LIVE, &["everysec", "always", "no"], "everysec"),
+    en(
+        "appendfsync",
+        LIVE,
+        &["everysec", "always", "no"],
+        "everysec",
+    ),
     en(
         "oom-score-adj",
         0,
@@ -371,13 +407,13 @@ pub static PARAMS: &[Param] = &[
         &["allchannels", "resetchannels"],
         "resetchannels",
     ),
+    en("sanitize-dump-payload", 0, &["no", "yes", "clients"], "no"),
     en(
-        "sanitize-dump-payload",
-        0,
-        &["no", "yes", "clients"],
+        "enable-protected-configs",
+        IMMUTABLE,
+        PROTECTED_ACTION,
         "no",
     ),
-    en("enable-protected-configs", IMMUTABLE, PROTECTED_ACTION, "no"),
     en("enable-debug-command", IMMUTABLE, PROTECTED_ACTION, "no"),
     en("enable-module-command", IMMUTABLE, PROTECTED_ACTION, "no"),
     en(
@@ -393,8 +429,20 @@ pub static PARAMS: &[Param] = &[
         "ignore",
     ),
     en("tls-auth-clients", 0, &["no", "yes", "optional"], "yes"),
-    p("shutdown-on-sigint", None, 0, Kind::ShutdownFlags, "default"),
-    p("shutdown-on-sigterm", None, 0, Kind::ShutdownFlags, "default"),
+    p(
+        "shutdown-on-sigint",
+        None,
+        0,
+        Kind::ShutdownFlags,
+        "default",
+    ),
+    p(
+        "shutdown-on-sigterm",
+        None,
+        0,
+        Kind::ShutdownFlags,
+        "default",
+    ),
     // Integers.
     num("databases", None, LIVE, 1, INT_MAX, "16"),
     num("port", None, LIVE, 0, 65535, "6379"),
@@ -424,7 +472,14 @@ pub static PARAMS: &[Param] = &[
     num("active-defrag-threshold-upper", None, 0, 0, 1000, "100"),
     num("lfu-log-factor", None, 0, 0, INT_MAX, "10"),
     num("lfu-decay-time", None, 0, 0, INT_MAX, "1"),
-    num("replica-priority", Some("slave-priority"), 0, 0, INT_MAX, "100"),
+    num(
+        "replica-priority",
+        Some("slave-priority"),
+        0,
+        0,
+        INT_MAX,
+        "100",
+    ),
     num("repl-diskless-sync-delay", None, 0, 0, INT_MAX, "5"),
     num("maxmemory-samples", None, 0, 1, INT_MAX, "5"),
     num("maxmemory-eviction-tenacity", None, 0, 0, 100, "10"),
@@ -500,7 +555,14 @@ pub static PARAMS: &[Param] = &[
         },
         "0",
     ),
-    num("active-defrag-max-scan-fields", None, 0, 1, LONG_MAX, "1000"),
+    num(
+        "active-defrag-max-scan-fields",
+        None,
+        0,
+        1,
+        LONG_MAX,
+        "1000",
+    ),
     num("slowlog-max-len", None, 0, 0, LONG_MAX, "128"),
     num("acllog-max-len", None, 0, 0, LONG_MAX, "128"),
     num(
@@ -514,7 +576,14 @@ pub static PARAMS: &[Param] = &[
     num("cluster-node-timeout", None, 0, 0, LLONG_MAX, "15000"),
     num("slowlog-log-slower-than", None, 0, -1, LLONG_MAX, "10000"),
     num("latency-monitor-threshold", None, 0, 0, LLONG_MAX, "0"),
-    mem("proto-max-bulk-len", None, 1024 * 1024, LONG_MAX, false, "536870912"),
+    mem(
+        "proto-max-bulk-len",
+        None,
+        1024 * 1024,
+        LONG_MAX,
+        false,
+        "536870912",
+    ),
     num("stream-node-max-entries", None, 0, 0, LLONG_MAX, "100"),
     mem("repl-backlog-size", None, 1, LLONG_MAX, false, "1048576"),
     mem("maxmemory", None, 0, ULLONG_MAX, true, "0"),
@@ -534,7 +603,14 @@ pub static PARAMS: &[Param] = &[
         LONG_MAX,
         "128",
     ),
-    mem("active-defrag-ignore-bytes", None, 1, LLONG_MAX, true, "104857600"),
+    mem(
+        "active-defrag-ignore-bytes",
+        None,
+        1,
+        LLONG_MAX,
+        true,
+        "104857600",
+    ),
     mem(
         "hash-max-listpack-value",
         Some("hash-max-ziplist-value"),
@@ -752,7 +828,10 @@ pub fn memtoull(s: &str) -> Option<u64> {
     if s.starts_with('-') {
         return None;
     }
-    let end = s.bytes().position(|c| !c.is_ascii_digit()).unwrap_or(s.len());
+    let end = s
+        .bytes()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(s.len());
     let mul: u64 = match s[end..].to_ascii_lowercase().as_str() {
         "" | "b" => 1,
         "k" => 1000,
@@ -938,7 +1017,13 @@ fn parse(p: &Param, value: &str, current: &str) -> Result<String, String> {
     }
 }
 
-fn parse_num(value: &str, min: i64, max: i64, unsigned: bool, fmt: NumFmt) -> Result<String, String> {
+fn parse_num(
+    value: &str,
+    min: i64,
+    max: i64,
+    unsigned: bool,
+    fmt: NumFmt,
+) -> Result<String, String> {
     let ll: i64 = match fmt {
         NumFmt::Int => string2ll(value).ok_or("argument couldn't be parsed into an integer")?,
         NumFmt::Mem => memtoull(value).ok_or("argument must be a memory value")? as i64,
@@ -1019,7 +1104,7 @@ fn valid_proc_title(t: &str) -> bool {
 /// classes given replace theirs in `current`, the others stay.
 fn parse_obuf(value: &str, current: &str) -> Result<String, String> {
     const CLASSES: [&str; 3] = ["normal", "slave", "pubsub"];
-    let mut limits: Vec<[u64; 3]> = {
+    let limits: Vec<[u64; 3]> = {
         let nums: Vec<u64> = current
             .split(' ')
             .filter_map(|w| w.parse::<u64>().ok())
@@ -1031,7 +1116,7 @@ fn parse_obuf(value: &str, current: &str) -> Result<String, String> {
     } else {
         value.split(' ').collect()
     };
-    if parts.len() % 4 != 0 {
+    if !parts.len().is_multiple_of(4) {
         return Err("Wrong number of arguments in buffer limit configuration.".into());
     }
     let mut staged = limits.clone();
@@ -1041,9 +1126,7 @@ fn parse_obuf(value: &str, current: &str) -> Result<String, String> {
             "slave" | "replica" => 1,
             "pubsub" => 2,
             _ => {
-                return Err(
-                    "Invalid client class specified in buffer limit configuration.".into(),
-                )
+                return Err("Invalid client class specified in buffer limit configuration.".into())
             }
         };
         let hard = memtoull(g[1]);
@@ -1059,10 +1142,10 @@ fn parse_obuf(value: &str, current: &str) -> Result<String, String> {
             }
         }
     }
-    limits = staged;
+    // Only now, every group being valid, do the classes change.
     Ok(CLASSES
         .iter()
-        .zip(&limits)
+        .zip(&staged)
         .map(|(c, l)| format!("{c} {} {} {}", l[0], l[1], l[2]))
         .collect::<Vec<_>>()
         .join(" "))
@@ -1094,9 +1177,9 @@ fn parse_notify(value: &str) -> Result<String, String> {
             }
         }
     }
-    for i in 11..14 {
+    for (i, &l) in LETTERS.iter().enumerate().skip(11) {
         if flags & (1 << i) != 0 {
-            out.push(LETTERS[i] as char);
+            out.push(l as char);
         }
     }
     Ok(out)
@@ -1150,7 +1233,11 @@ pub fn config_get(s: &Session, patterns: &[Bytes]) -> Action {
         }
         // cairn's own parameters answer only by name, so a glob lists
         // what Redis lists.
-        for (i, p) in PARAMS.iter().enumerate().filter(|(_, p)| p.flags & CAIRN != CAIRN) {
+        for (i, p) in PARAMS
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.flags & CAIRN != CAIRN)
+        {
             for name in std::iter::once(p.name).chain(p.alias) {
                 if crate::util::glob::string_match(pat, name.as_bytes(), true) {
                     emit(name.to_string(), i, &mut out);
@@ -1276,9 +1363,8 @@ pub fn initial_values(cfg: &crate::config::Config) -> Result<Values, String> {
             .map_err(|e| format!("{key} = {v}: {e}"))?;
     }
     for (k, v) in &cfg.redis {
-        let text = toml_text(v).ok_or_else(|| {
-            format!("[redis] {k}: use a string, an integer or a boolean")
-        })?;
+        let text = toml_text(v)
+            .ok_or_else(|| format!("[redis] {k}: use a string, an integer or a boolean"))?;
         vals.load(k, &text)
             .map_err(|e| format!("[redis] {k} = {text:?}: {e}"))?;
     }
@@ -1407,7 +1493,12 @@ mod tests {
             }
             // Every default is accepted and canonical.
             if !p.live() {
-                assert_eq!(parse(p, p.default, p.default).as_deref(), Ok(p.default), "{}", p.name);
+                assert_eq!(
+                    parse(p, p.default, p.default).as_deref(),
+                    Ok(p.default),
+                    "{}",
+                    p.name
+                );
             }
         }
     }
@@ -1417,7 +1508,10 @@ mod tests {
         assert_eq!(set("maxmemory", "1gb").unwrap(), "1073741824");
         assert_eq!(set("maxmemory", "1K").unwrap(), "1000");
         assert_eq!(set("maxmemory", "").unwrap(), "0");
-        assert_eq!(set("maxmemory", "99999999999999999999").unwrap(), "18446744073709551615");
+        assert_eq!(
+            set("maxmemory", "99999999999999999999").unwrap(),
+            "18446744073709551615"
+        );
         assert!(set("maxmemory", "+5").is_err());
         assert!(set("maxmemory", "1.5gb").is_err());
         assert_eq!(
@@ -1443,7 +1537,10 @@ mod tests {
         assert_eq!(set("notify-keyspace-events", "KEA").unwrap(), "AKE");
         assert_eq!(set("notify-keyspace-events", "zhK").unwrap(), "hzK");
         assert_eq!(set("notify-keyspace-events", "Kn").unwrap(), "nK");
-        assert_eq!(set("notify-keyspace-events", "KEA$lshzxetmdn").unwrap(), "AKEm");
+        assert_eq!(
+            set("notify-keyspace-events", "KEA$lshzxetmdn").unwrap(),
+            "AKEm"
+        );
         assert_eq!(set("save", "010 5").unwrap(), "10 5");
         assert!(set("save", "0 5").is_err());
         assert_eq!(

@@ -1091,12 +1091,12 @@ mod tests {
                 let mut s = create(w, k);
                 for i in 1..=3 {
                     s.append(
-                    w,
-                    StreamId::new(i, 0),
-                    &fields(&[("f", "v")]),
-                    &Default::default(),
-                )
-                        .unwrap();
+                        w,
+                        StreamId::new(i, 0),
+                        &fields(&[("f", "v")]),
+                        &Default::default(),
+                    )
+                    .unwrap();
                 }
                 for g in [&b"g"[..], b"g1"] {
                     s.create_group(w, g, &Group::default()).unwrap();
@@ -1172,7 +1172,7 @@ mod tests {
                     &fields(&[("f", "v")]),
                     &Default::default(),
                 )
-                    .unwrap();
+                .unwrap();
             }
             assert_eq!(s.c.nodes, 3);
             assert_eq!(s.trim(w, Trim::MaxLen(180), true, 0).unwrap(), 0);
