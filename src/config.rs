@@ -70,6 +70,14 @@ pub struct Config {
     pub proto_max_bulk_len: u64,
     /// Connection limit.
     pub maxclients: usize,
+    /// Redis parameters by their CONFIG names (the `[redis]` table),
+    /// applied at start; CONFIG REWRITE writes changed ones back here.
+    #[serde(default)]
+    pub redis: toml::Table,
+    /// The file this configuration was read from (CONFIG REWRITE's target);
+    /// `None` for the built-in defaults.
+    #[serde(skip)]
+    pub file: Option<PathBuf>,
 }
 
 /// Errors loading the configuration.
@@ -162,7 +170,9 @@ impl Config {
                     path: path.clone(),
                     source,
                 })?;
-                Config::from_toml(&text, &path.display().to_string())?
+                let mut cfg = Config::from_toml(&text, &path.display().to_string())?;
+                cfg.file = Some(path);
+                cfg
             }
             None => Config::defaults(),
         };
@@ -197,6 +207,7 @@ impl Config {
         if self.cache_mb == 0 {
             return Err(ConfigError::Bounds("cache_mb must be at least 1".into()));
         }
+        crate::families::config::initial_values(self).map_err(ConfigError::Bounds)?;
         Ok(())
     }
 

@@ -1,7 +1,6 @@
 //! State shared by every connection: configuration that CONFIG SET can
 //! change, the shards, the client registry and server-wide statistics.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -85,19 +84,9 @@ pub struct ServerStats {
     pub errors: AtomicU64,
 }
 
-/// Run-time settable configuration (CONFIG SET).
-#[derive(Debug, Clone)]
-pub struct Runtime {
-    /// AUTH password; empty = none.
-    pub requirepass: String,
-    /// Largest bulk argument.
-    pub proto_max_bulk_len: u64,
-    /// Connection limit.
-    pub maxclients: usize,
-    /// Values CONFIG SET accepted for parameters cairn reports but does not
-    /// act on (save, appendonly, maxmemory...), so CONFIG GET returns them.
-    pub passive: HashMap<String, String>,
-}
+/// Run-time settable configuration (CONFIG SET): every Redis parameter's
+/// current value, from the registry in `families::config`.
+pub type Runtime = crate::families::config::Values;
 
 /// The server.
 pub struct Server {
@@ -160,79 +149,35 @@ pub struct Server {
 impl Server {
     /// `busy-reply-threshold` (alias `lua-time-limit`) in milliseconds.
     pub fn busy_reply_threshold_ms(&self) -> u64 {
-        let rt = self.runtime.read();
-        rt.passive
-            .get("busy-reply-threshold")
-            .and_then(|v| v.parse::<i64>().ok())
-            .map_or(5000, |v| v.max(0) as u64)
+        self.runtime.read().int("busy-reply-threshold").max(0) as u64
     }
 
     /// The compact-encoding thresholds of the `*-max-listpack-*` family,
     /// which decide the encoding DUMP writes a value in.
     pub fn encoding_limits(&self) -> crate::rdb::object::Limits {
         let rt = self.runtime.read();
-        let num = |name: &str, default: i64| {
-            rt.passive
-                .get(name)
-                .and_then(|v| v.parse::<i64>().ok())
-                .unwrap_or(default)
-        };
-        let size = |name: &str, default: i64| num(name, default).max(0) as usize;
         crate::rdb::object::Limits {
-            hash_entries: size("hash-max-listpack-entries", 128),
-            hash_value: size("hash-max-listpack-value", 64),
-            set_intset_entries: size("set-max-intset-entries", 512),
-            zset_entries: size("zset-max-listpack-entries", 128),
-            zset_value: size("zset-max-listpack-value", 64),
-            list_fill: num("list-max-listpack-size", -2),
+            hash_entries: rt.size("hash-max-listpack-entries"),
+            hash_value: rt.size("hash-max-listpack-value"),
+            set_intset_entries: rt.size("set-max-intset-entries"),
+            zset_entries: rt.size("zset-max-listpack-entries"),
+            zset_value: rt.size("zset-max-listpack-value"),
+            list_fill: rt.int("list-max-listpack-size"),
             stream: crate::rdb::stream::NodeLimits {
-                max_bytes: size("stream-node-max-bytes", 4096),
-                max_entries: size("stream-node-max-entries", 100),
+                max_bytes: rt.size("stream-node-max-bytes"),
+                max_entries: rt.size("stream-node-max-entries"),
             },
         }
     }
 
     /// Creates the shared state.
     pub fn new(config: Config, shards: Arc<ShardSet>) -> Server {
-        let mut passive = HashMap::new();
-        for (k, v) in [
-            ("save", ""),
-            ("appendonly", "no"),
-            ("maxmemory", "0"),
-            ("maxmemory-policy", "noeviction"),
-            ("timeout", "0"),
-            ("tcp-keepalive", "300"),
-            ("loglevel", "notice"),
-            ("slowlog-log-slower-than", "10000"),
-            ("slowlog-max-len", "128"),
-            ("lua-time-limit", "5000"),
-            ("busy-reply-threshold", "5000"),
-            ("cluster-enabled", "no"),
-            ("notify-keyspace-events", ""),
-            ("hash-max-listpack-entries", "128"),
-            ("hash-max-ziplist-entries", "128"),
-            ("hash-max-listpack-value", "64"),
-            ("hash-max-ziplist-value", "64"),
-            ("set-max-intset-entries", "512"),
-            ("zset-max-listpack-entries", "128"),
-            ("zset-max-ziplist-entries", "128"),
-            ("zset-max-listpack-value", "64"),
-            ("zset-max-ziplist-value", "64"),
-            ("list-max-listpack-size", "-2"),
-            ("list-max-ziplist-size", "-2"),
-            ("stream-node-max-bytes", "4096"),
-            ("stream-node-max-entries", "100"),
-            ("dbfilename", "dump.rdb"),
-            ("hll-sparse-max-bytes", "3000"),
-        ] {
-            passive.insert(k.to_string(), v.to_string());
-        }
-        let runtime = Runtime {
-            requirepass: config.requirepass.clone(),
-            proto_max_bulk_len: config.proto_max_bulk_len,
-            maxclients: config.maxclients,
-            passive,
-        };
+        // Config::load has validated the values; a Config built in code
+        // with a bad one falls back to the defaults, with a warning.
+        let runtime = crate::families::config::initial_values(&config).unwrap_or_else(|e| {
+            tracing::warn!("config: {e}; using Redis's defaults");
+            Runtime::default()
+        });
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());

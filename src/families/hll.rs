@@ -28,13 +28,7 @@ fn corrupt() -> Reply {
 /// The `hll-sparse-max-bytes` setting now (read on the connection, so the
 /// shard-side closure needs no lock).
 fn sparse_max(s: &Session) -> usize {
-    s.server
-        .runtime
-        .read()
-        .passive
-        .get("hll-sparse-max-bytes")
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(hll::DEFAULT_SPARSE_MAX)
+    s.server.runtime.read().size("hll-sparse-max-bytes")
 }
 
 /// Looks a key up for writing: its metadata and HLL bytes, or `None`;

@@ -76,7 +76,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 out,
                 "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\n",
                 srv.clients.len(),
-                srv.runtime.read().maxclients,
+                srv.runtime.read().maxclients(),
                 srv.shards.blocked.blocked_clients()
             );
         }

@@ -6,6 +6,7 @@
 pub mod bits;
 pub mod blocking;
 pub mod collection;
+pub mod config;
 pub mod dump;
 pub mod functions;
 pub mod generic;

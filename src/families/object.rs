@@ -181,9 +181,8 @@ fn lfu_policy(s: &Session) -> bool {
     s.server
         .runtime
         .read()
-        .passive
         .get("maxmemory-policy")
-        .is_some_and(|p| p.contains("lfu"))
+        .contains("lfu")
 }
 
 const HELP: &[&str] = &[

@@ -63,13 +63,7 @@ pub fn write_ops(server: &Server) -> u64 {
 
 /// The file SAVE and BGSAVE write.
 fn target_path(server: &Server) -> PathBuf {
-    let name = server
-        .runtime
-        .read()
-        .passive
-        .get("dbfilename")
-        .cloned()
-        .unwrap_or_else(|| "dump.rdb".into());
+    let name = server.runtime.read().get("dbfilename").to_string();
     server.config.dir.join(name)
 }
 

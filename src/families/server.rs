@@ -63,7 +63,7 @@ pub fn reset(s: &mut Session, _a: Args) -> Action {
     s.db = 0;
     s.resp3 = false;
     s.reply_mode = ReplyMode::On;
-    s.authenticated = s.server.runtime.read().requirepass.is_empty();
+    s.authenticated = s.server.runtime.read().requirepass().is_empty();
     let mut info = s.entry.info.lock();
     info.db = 0;
     info.resp = 2;
@@ -91,7 +91,7 @@ pub fn lastsave(s: &mut Session, _a: Args) -> Action {
 
 /// Checks a password (and user) against requirepass.
 fn check_auth(s: &mut Session, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Reply> {
-    let required = s.server.runtime.read().requirepass.clone();
+    let required = s.server.runtime.read().requirepass().to_string();
     if required.is_empty() && user.is_none() {
         return Err(Reply::err(
             "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
@@ -591,282 +591,30 @@ fn command_list(a: &Args) -> Action {
     Reply::Array(names.into_iter().map(Reply::bulk).collect()).into()
 }
 
-/// The parameters CONFIG GET knows, with their current values.
-fn config_params(s: &Session) -> Vec<(String, String)> {
-    let rt = s.server.runtime.read();
-    let cfg = &s.server.config;
-    let mut v = vec![
-        ("bind".to_string(), cfg.bind.clone()),
-        ("port".into(), s.server.port.load(Relaxed).to_string()),
-        (
-            "dir".into(),
-            std::fs::canonicalize(&cfg.dir)
-                .unwrap_or(cfg.dir.clone())
-                .display()
-                .to_string(),
-        ),
-        ("databases".into(), DATABASES.to_string()),
-        ("requirepass".into(), rt.requirepass.clone()),
-        (
-            "proto-max-bulk-len".into(),
-            rt.proto_max_bulk_len.to_string(),
-        ),
-        ("maxclients".into(), rt.maxclients.to_string()),
-        (
-            "appendfsync".into(),
-            s.server.shards.durability.name().to_string(),
-        ),
-        ("shards".into(), s.server.shards.len().to_string()),
-        (
-            "durability".into(),
-            s.server.shards.durability.name().to_string(),
-        ),
-    ];
-    for (k, val) in &rt.passive {
-        v.push((k.clone(), val.clone()));
-    }
-    v.sort();
-    v
-}
-
 /// CONFIG GET pattern... | SET param value... | RESETSTAT | REWRITE
 pub fn config(s: &mut Session, a: Args) -> Action {
+    use crate::families::config as cfg;
     let sub = String::from_utf8_lossy(&a.get(1).to_ascii_lowercase()).into_owned();
     // Dispatch has refused unknown subcommands and wrong argument counts.
     match sub.as_str() {
-        "get" => config_get(s, a.from(2)),
+        "get" => cfg::config_get(s, a.from(2)),
         "set" => {
             if !a.len().is_multiple_of(2) {
                 return error(SYNTAX).into();
             }
-            config_set(s, a.from(2))
+            cfg::config_set(s, a.from(2))
         }
         "resetstat" => {
-            for stat in &s.server.command_stats {
-                for c in [&stat.calls, &stat.usec, &stat.failed, &stat.rejected] {
-                    c.store(0, Relaxed);
-                }
-            }
-            let st = &s.server.stats;
-            for c in [
-                &st.commands,
-                &st.net_in,
-                &st.net_out,
-                &st.hits,
-                &st.misses,
-                &st.errors,
-                &st.rejected,
-            ] {
-                c.store(0, Relaxed);
-            }
-            for sh in s.server.shards.shards() {
-                sh.stats.hits.store(0, Relaxed);
-                sh.stats.misses.store(0, Relaxed);
-            }
-            s.server.error_stats.lock().clear();
+            cfg::resetstat(&s.server);
             Reply::Ok.into()
         }
-        "rewrite" => Reply::err("The server is running without a config file").into(),
+        "rewrite" => match cfg::rewrite(&s.server) {
+            Ok(()) => Reply::Ok.into(),
+            Err(e) => Reply::err(e).into(),
+        },
         "help" => super::help_reply(CONFIG_HELP).into(),
         _ => unknown_subcommand(a.get(1), "CONFIG"),
     }
-}
-
-/// CONFIG GET: a pattern without glob characters names one parameter and
-/// is echoed as given (Redis does the same); a glob lists every match.
-fn config_get(s: &Session, patterns: &[bytes::Bytes]) -> Action {
-    let params = config_params(s);
-    let mut out: Vec<(Reply, Reply)> = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for p in patterns {
-        let is_glob = p.iter().any(|c| matches!(c, b'*' | b'?' | b'['));
-        for (k, v) in &params {
-            let hit = if is_glob {
-                crate::util::glob::string_match(p, k.as_bytes(), true)
-            } else {
-                p.eq_ignore_ascii_case(k.as_bytes())
-            };
-            if hit && seen.insert(k.clone()) {
-                let name = if is_glob {
-                    Reply::bulk(k.clone())
-                } else {
-                    Reply::Bulk(p.clone())
-                };
-                out.push((name, Reply::bulk(v.clone())));
-            }
-        }
-    }
-    Reply::Map(out).into()
-}
-
-/// Parameters that exist but cannot change while the server runs.
-const IMMUTABLE: &[&str] = &[
-    "bind",
-    "port",
-    "dir",
-    "databases",
-    "shards",
-    "durability",
-    "appendfsync",
-];
-
-/// A memory amount as Redis's config reads one: digits, then optionally
-/// b, k (1000), kb (1024), m, mb, g or gb in any case.
-fn memory_value(value: &str) -> Option<u64> {
-    let digits = value.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
-        return None;
-    }
-    let unit: u64 = match value[digits.len()..].to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" => 1000,
-        "kb" => 1024,
-        "m" => 1000 * 1000,
-        "mb" => 1024 * 1024,
-        "g" => 1000 * 1000 * 1000,
-        "gb" => 1024 * 1024 * 1024,
-        _ => return None,
-    };
-    digits.parse::<u64>().ok()?.checked_mul(unit)
-}
-
-/// Settings Redis knows by two names (the old name stays an alias).
-const ALIASES: &[(&str, &str)] = &[
-    ("lua-time-limit", "busy-reply-threshold"),
-    ("hash-max-ziplist-entries", "hash-max-listpack-entries"),
-    ("hash-max-ziplist-value", "hash-max-listpack-value"),
-    ("zset-max-ziplist-entries", "zset-max-listpack-entries"),
-    ("zset-max-ziplist-value", "zset-max-listpack-value"),
-    ("list-max-ziplist-size", "list-max-listpack-size"),
-];
-
-/// The other name of a setting Redis knows by two names.
-fn aliases(name: &str) -> impl Iterator<Item = &'static str> + '_ {
-    ALIASES.iter().filter_map(move |&(a, b)| {
-        if a == name {
-            Some(b)
-        } else if b == name {
-            Some(a)
-        } else {
-            None
-        }
-    })
-}
-
-/// Checks a value for one of the passive parameters.
-fn validate_passive(name: &str, value: &str) -> Result<(), &'static str> {
-    match name {
-        "maxmemory"
-        | "hll-sparse-max-bytes"
-        | "hash-max-listpack-value"
-        | "hash-max-ziplist-value"
-        | "zset-max-listpack-value"
-        | "zset-max-ziplist-value"
-        | "stream-node-max-bytes" => memory_value(value)
-            .map(|_| ())
-            .ok_or("argument must be a memory value"),
-        "appendonly" => matches!(value.to_ascii_lowercase().as_str(), "yes" | "no")
-            .then_some(())
-            .ok_or("argument must be 'yes' or 'no'"),
-        "save" => {
-            let parts: Vec<&str> = value.split_whitespace().collect();
-            let ok =
-                parts.len().is_multiple_of(2) && parts.iter().all(|p| p.parse::<u64>().is_ok());
-            ok.then_some(()).ok_or("Invalid save parameters")
-        }
-        "timeout"
-        | "tcp-keepalive"
-        | "slowlog-log-slower-than"
-        | "slowlog-max-len"
-        | "lua-time-limit"
-        | "busy-reply-threshold"
-        | "list-max-listpack-size"
-        | "list-max-ziplist-size" => value
-            .parse::<i64>()
-            .map(|_| ())
-            .map_err(|_| "argument couldn't be parsed into an integer"),
-        "hash-max-listpack-entries"
-        | "hash-max-ziplist-entries"
-        | "set-max-intset-entries"
-        | "zset-max-listpack-entries"
-        | "zset-max-ziplist-entries"
-        | "stream-node-max-entries" => match value.parse::<i64>() {
-            Ok(v) if v >= 0 => Ok(()),
-            Ok(_) => Err("argument must be between 0 and 9223372036854775807 inclusive"),
-            Err(_) => Err("argument couldn't be parsed into an integer"),
-        },
-        _ => Ok(()),
-    }
-}
-
-fn config_set(s: &Session, pairs: &[bytes::Bytes]) -> Action {
-    let mut rt = s.server.runtime.write();
-    let mut staged = rt.clone();
-    let mut seen = std::collections::HashSet::new();
-    for p in pairs.chunks(2) {
-        let name = String::from_utf8_lossy(&p[0]).to_lowercase();
-        let value = String::from_utf8_lossy(&p[1]).into_owned();
-        let bad = |why: &str| -> Action {
-            Reply::err(format!(
-                "CONFIG SET failed (possibly related to argument '{name}') - {why}"
-            ))
-            .into()
-        };
-        let known = IMMUTABLE.contains(&name.as_str())
-            || staged.passive.contains_key(&name)
-            || matches!(
-                name.as_str(),
-                "requirepass" | "proto-max-bulk-len" | "maxclients"
-            );
-        if !known {
-            return Reply::err(format!(
-                "Unknown option or number of arguments for CONFIG SET - '{}'",
-                String::from_utf8_lossy(&p[0])
-            ))
-            .into();
-        }
-        if !seen.insert(name.clone()) {
-            return bad("duplicate parameter");
-        }
-        if IMMUTABLE.contains(&name.as_str()) {
-            return bad("can't set immutable config");
-        }
-        match name.as_str() {
-            "requirepass" => staged.requirepass = value,
-            "proto-max-bulk-len" => match value.parse::<u64>() {
-                Ok(v) if v >= 1024 * 1024 => staged.proto_max_bulk_len = v,
-                _ => return bad("argument must be a memory value"),
-            },
-            "maxclients" => match value.parse::<usize>() {
-                Ok(v) if v >= 1 => staged.maxclients = v,
-                _ => return bad("argument couldn't be parsed into an integer"),
-            },
-            n => {
-                if let Err(why) = validate_passive(n, &value) {
-                    return bad(why);
-                }
-                // Sizes are kept (and shown) in bytes.
-                let value = match n {
-                    "hash-max-listpack-value"
-                    | "hash-max-ziplist-value"
-                    | "zset-max-listpack-value"
-                    | "zset-max-ziplist-value"
-                    | "stream-node-max-bytes"
-                    | "hll-sparse-max-bytes" => {
-                        memory_value(&value).map_or(value, |v| v.to_string())
-                    }
-                    _ => value,
-                };
-                // An old name and its new one are one setting.
-                for alias in aliases(n) {
-                    staged.passive.insert(alias.to_string(), value.clone());
-                }
-                staged.passive.insert(n.to_string(), value);
-            }
-        }
-    }
-    *rt = staged;
-    Reply::Ok.into()
 }
 
 /// INFO [section ...]

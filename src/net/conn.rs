@@ -205,7 +205,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
         killed: std::sync::atomic::AtomicBool::new(false),
     });
     server.stats.connections.fetch_add(1, Ordering::Relaxed);
-    if server.clients.len() >= server.runtime.read().maxclients {
+    if server.clients.len() >= server.runtime.read().maxclients() {
         server.stats.rejected.fetch_add(1, Ordering::Relaxed);
         let _ = stream
             .write_all(b"-ERR max number of clients reached\r\n")
@@ -220,7 +220,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
 
 async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let server = session.server.clone();
-    let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len);
+    let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len());
     let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut outbox = Outbox {
         slots: VecDeque::new(),
@@ -274,6 +274,17 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(16 * 1024);
         }
+        // CONFIG `timeout`: a client idle this many seconds is closed, as
+        // Redis does (0 = never). Blocked commands wait inside `execute`,
+        // so they are not idle here.
+        let idle_secs = server.runtime.read().int("timeout");
+        let idle = async {
+            if idle_secs > 0 {
+                tokio::time::sleep(std::time::Duration::from_secs(idle_secs as u64)).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         tokio::select! {
             n = stream.read_buf(&mut buf) => match n {
                 Ok(0) | Err(_) => return,
@@ -281,6 +292,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             },
             _ = session.entry.kill.notified() => return,
             _ = server.shutdown.notified() => return,
+            _ = idle => return,
         }
     }
 }

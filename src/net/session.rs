@@ -241,7 +241,7 @@ impl Drop for Watching {
 impl Session {
     /// A new session for a registered client.
     pub fn new(server: Arc<Server>, entry: Arc<ClientEntry>) -> Session {
-        let authenticated = server.runtime.read().requirepass.is_empty();
+        let authenticated = server.runtime.read().requirepass().is_empty();
         Session {
             server,
             entry,

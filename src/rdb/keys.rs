@@ -129,7 +129,9 @@ fn write_stream(
             .iter()
             .map(|(f, v)| (Bytes::copy_from_slice(f), Bytes::copy_from_slice(v)))
             .collect();
-        st.append(w, stream_id(*id), &fields)?;
+        // Redis keeps a restored stream's nodes as they were dumped; cairn
+        // rebuilds them, with Redis's default node limits.
+        st.append(w, stream_id(*id), &fields, &Default::default())?;
     }
     st.c.last_id = stream_id(s.last_id);
     st.c.max_deleted = stream_id(s.max_deleted);

@@ -97,7 +97,7 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            hash_entries: 128,
+            hash_entries: 512,
             hash_value: 64,
             set_intset_entries: 512,
             zset_entries: 128,

@@ -162,6 +162,7 @@ pub fn xadd(s: &mut Session, a: Args) -> Action {
         .chunks(2)
         .map(|p| (p[0].clone(), p[1].clone()))
         .collect();
+    let limits = s.server.encoding_limits().stream;
     s.write(a.get(1), move |w, k| {
         let mut st = match store::load_for_write(w, k)? {
             Some(st) => st,
@@ -200,7 +201,7 @@ pub fn xadd(s: &mut Session, a: Args) -> Action {
         if id <= last {
             return Err(too_small());
         }
-        st.append(w, id, &fields)?;
+        st.append(w, id, &fields, &limits)?;
         if let Some(how) = opts.trim {
             st.trim(w, how, opts.approx, opts.limit)?;
         }

@@ -38,10 +38,9 @@ const PEL: u8 = 0x02;
 const CONSUMER: u8 = 0x03;
 const CONSUMER_PEL: u8 = 0x04;
 
-/// Redis's stream-node-max-entries default.
-const NODE_MAX_ENTRIES: u64 = 100;
-/// Redis's stream-node-max-bytes default.
-const NODE_MAX_BYTES: u64 = 4096;
+/// The largest node Redis builds whatever stream-node-max-bytes says
+/// (STREAM_LISTPACK_MAX_SIZE), also its limit when the setting is 0.
+const NODE_BYTES_CAP: u64 = 1 << 30;
 
 /// `entries_read` of a group whose position in the stream is unknown.
 pub const ENTRIES_READ_UNKNOWN: i64 = -1;
@@ -524,17 +523,27 @@ impl Stream {
         Ok(())
     }
 
-    /// Appends an entry with id `id` (greater than every id so far).
+    /// Appends an entry with id `id` (greater than every id so far). The
+    /// tail node takes it unless it is full by `limits`
+    /// (stream-node-max-bytes and stream-node-max-entries, 0 = no limit,
+    /// as Redis reads them when it appends).
     pub fn append(
         &mut self,
         w: &mut WriteCtx,
         id: StreamId,
         fields: &[(Bytes, Bytes)],
+        limits: &crate::rdb::stream::NodeLimits,
     ) -> Result<(), StoreError> {
         let payload: u64 = fields.iter().map(|(f, v)| (f.len() + v.len()) as u64).sum();
+        let max_bytes = match limits.max_bytes as u64 {
+            0 => NODE_BYTES_CAP,
+            b => b.min(NODE_BYTES_CAP),
+        };
+        let max_entries = limits.max_entries as u64;
         let (master, mut node) = match self.c.tail {
             Some((m, n))
-                if n.bytes + payload < NODE_MAX_BYTES && n.live + n.dead < NODE_MAX_ENTRIES =>
+                if n.bytes + payload < max_bytes
+                    && (max_entries == 0 || n.live + n.dead < max_entries) =>
             {
                 (m, n)
             }
@@ -1081,8 +1090,13 @@ mod tests {
                 let k = Key::new(0, name);
                 let mut s = create(w, k);
                 for i in 1..=3 {
-                    s.append(w, StreamId::new(i, 0), &fields(&[("f", "v")]))
-                        .unwrap();
+                    s.append(
+                        w,
+                        StreamId::new(i, 0),
+                        &fields(&[("f", "v")]),
+                        &Default::default(),
+                    )
+                    .unwrap();
                 }
                 for g in [&b"g"[..], b"g1"] {
                     s.create_group(w, g, &Group::default()).unwrap();
@@ -1152,8 +1166,13 @@ mod tests {
             let k = Key::new(0, b"s");
             let mut s = create(w, k);
             for i in 1..=250 {
-                s.append(w, StreamId::new(i, 0), &fields(&[("f", "v")]))
-                    .unwrap();
+                s.append(
+                    w,
+                    StreamId::new(i, 0),
+                    &fields(&[("f", "v")]),
+                    &Default::default(),
+                )
+                .unwrap();
             }
             assert_eq!(s.c.nodes, 3);
             assert_eq!(s.trim(w, Trim::MaxLen(180), true, 0).unwrap(), 0);
