@@ -234,9 +234,11 @@ pub fn string_bytes(meta: &Meta) -> &[u8] {
 
 /// A reader that counts a read command's key lookups into the server's
 /// keyspace_hits / keyspace_misses (Redis counts reads, not writes).
-struct Counted<'a> {
-    inner: &'a dyn KvRead,
-    stats: &'a crate::server::ServerStats,
+pub(crate) struct Counted<'a> {
+    /// The reader it passes through to.
+    pub(crate) inner: &'a dyn KvRead,
+    /// Where the hits and misses go.
+    pub(crate) stats: &'a crate::server::ServerStats,
 }
 
 impl KvRead for Counted<'_> {

@@ -203,9 +203,9 @@ fn read_everywhere(s: &Session, src: Bytes, opts: Arc<Opts>) -> Action {
     Action::ReadMany {
         ids: (0..shards.len()).collect(),
         f: Box::new(move |readers| {
-            let counted: Vec<Counting> = readers
+            let counted: Vec<super::Counted> = readers
                 .iter()
-                .map(|&inner| Counting {
+                .map(|&inner| super::Counted {
                     inner,
                     stats: &server.stats,
                 })
@@ -681,48 +681,6 @@ fn strtod_whole(t: &[u8]) -> Option<f64> {
 
 fn is_c_space(c: u8) -> bool {
     matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
-}
-
-/// A reader that counts lookups into INFO's keyspace hits / misses, as
-/// Redis counts SORT's reads of its source and of pattern keys.
-struct Counting<'a> {
-    inner: &'a dyn KvRead,
-    stats: &'a crate::server::ServerStats,
-}
-
-impl KvRead for Counting<'_> {
-    fn now_ms(&self) -> u64 {
-        self.inner.now_ms()
-    }
-
-    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.inner.get(table, key)
-    }
-
-    fn scan(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.inner.scan(table, start, end, reverse, visit)
-    }
-
-    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
-        self.inner.key_count(db)
-    }
-
-    fn note_lookup(&self, hit: bool) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let counter = if hit {
-            &self.stats.hits
-        } else {
-            &self.stats.misses
-        };
-        counter.fetch_add(1, Relaxed);
-    }
 }
 
 #[cfg(test)]

@@ -25,6 +25,43 @@ fn slot(h: u32) -> usize {
     ((h >> (3 * 8 - HLOG)).wrapping_sub(h.wrapping_mul(5)) & ((1 << HLOG) - 1)) as usize
 }
 
+/// The compressed bytes with the literal run being filled.
+struct Output {
+    out: Vec<u8>,
+    /// Index of the open run's control byte.
+    run: usize,
+    /// Literals in the open run.
+    lit: usize,
+}
+
+impl Output {
+    /// Opens a literal run (its control byte is written when it closes).
+    fn start_run(&mut self) {
+        self.run = self.out.len();
+        self.lit = 0;
+        self.out.push(0);
+    }
+
+    /// Adds a literal byte; a full run is closed and a new one opened.
+    fn literal(&mut self, b: u8) {
+        self.lit += 1;
+        self.out.push(b);
+        if self.lit == MAX_LIT {
+            self.out[self.run] = (MAX_LIT - 1) as u8;
+            self.start_run();
+        }
+    }
+
+    /// Closes the open run, or takes back its control byte if it is empty.
+    fn close_run(&mut self) {
+        if self.lit > 0 {
+            self.out[self.run] = (self.lit - 1) as u8;
+        } else {
+            self.out.pop();
+        }
+    }
+}
+
 /// Compresses `input` into at most `max_out` bytes, or `None` when the
 /// result would not fit (Redis then stores the string as it is).
 pub fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
@@ -35,11 +72,12 @@ pub fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
     // Positions are stored plus one so that 0 means "never seen"; liblzf
     // refuses references to position 0 anyway.
     let mut table = vec![0u32; 1 << HLOG];
-    let mut out: Vec<u8> = Vec::with_capacity(max_out.min(n + n / 16 + 8));
-    // `run` is the index of the current literal run's control byte.
-    let mut run = 0usize;
-    let mut lit = 0usize;
-    out.push(0);
+    let mut o = Output {
+        out: Vec::with_capacity(max_out.min(n + n / 16 + 8)),
+        run: 0,
+        lit: 0,
+    };
+    o.start_run();
     let mut ip = 0usize;
     let mut h: u32 = if n >= 2 {
         ((input[0] as u32) << 8) | input[1] as u32
@@ -60,33 +98,22 @@ pub fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
                 && input[r + 1] == input[ip + 1]
         });
         let Some(r) = reference else {
-            if out.len() >= max_out {
+            if o.out.len() >= max_out {
                 return None;
             }
-            lit += 1;
-            out.push(input[ip]);
+            o.literal(input[ip]);
             ip += 1;
-            if lit == MAX_LIT {
-                out[run] = (MAX_LIT - 1) as u8;
-                lit = 0;
-                run = out.len();
-                out.push(0);
-            }
             continue;
         };
         let off = ip - r - 1;
         let maxlen = (n - ip - 2).min(MAX_REF);
         // liblzf checks the room for a reference (and a new run byte)
         // conservatively before it knows the length.
-        if out.len() + 3 + 1 >= max_out && out.len() - usize::from(lit == 0) + 3 + 1 >= max_out {
+        let used = o.out.len();
+        if used + 3 + 1 >= max_out && used - usize::from(o.lit == 0) + 3 + 1 >= max_out {
             return None;
         }
-        // Close the literal run, or take back its unused control byte.
-        if lit > 0 {
-            out[run] = (lit - 1) as u8;
-        } else {
-            out.pop();
-        }
+        o.close_run();
         // liblzf compares the first 16 further bytes without looking at
         // `maxlen` (it was computed with a bias of 2, so they are always in
         // the input), then one at a time up to it: a long match may end
@@ -113,15 +140,13 @@ pub fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
         let len = len - 2;
         ip += 1;
         if len < 7 {
-            out.push(((off >> 8) + (len << 5)) as u8);
+            o.out.push(((off >> 8) + (len << 5)) as u8);
         } else {
-            out.push(((off >> 8) + (7 << 5)) as u8);
-            out.push((len - 7) as u8);
+            o.out.push(((off >> 8) + (7 << 5)) as u8);
+            o.out.push((len - 7) as u8);
         }
-        out.push(off as u8);
-        lit = 0;
-        run = out.len();
-        out.push(0);
+        o.out.push(off as u8);
+        o.start_run();
         ip += len + 1;
         if ip >= n - 2 {
             break;
@@ -136,26 +161,14 @@ pub fn compress(input: &[u8], max_out: usize) -> Option<Vec<u8>> {
             ip += 1;
         }
     }
-    if out.len() + 3 > max_out {
+    if o.out.len() + 3 > max_out {
         return None;
     }
-    while ip < n {
-        lit += 1;
-        out.push(input[ip]);
-        ip += 1;
-        if lit == MAX_LIT {
-            out[run] = (MAX_LIT - 1) as u8;
-            lit = 0;
-            run = out.len();
-            out.push(0);
-        }
+    for &b in &input[ip..] {
+        o.literal(b);
     }
-    if lit > 0 {
-        out[run] = (lit - 1) as u8;
-    } else {
-        out.pop();
-    }
-    Some(out)
+    o.close_run();
+    Some(o.out)
 }
 
 /// Decompresses LZF data into exactly `len` bytes; `None` if the data is
