@@ -23,7 +23,7 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::rdb::keys;
 use crate::rdb::object::{Limits, Value};
-use crate::util::listpack::strict_int;
+use crate::util::num::parse_i64;
 
 /// log2 of the access table's slots (1M slots, 8 MiB).
 const SLOTS_LOG2: u32 = 20;
@@ -138,7 +138,7 @@ pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
             // PFADD and PFMERGE build their values as raw strings.
             if s.starts_with(b"HYLL") {
                 "raw"
-            } else if s.len() <= 20 && strict_int(s).is_some() {
+            } else if s.len() <= 20 && parse_i64(s).is_some() {
                 "int"
             } else if s.len() <= 44 {
                 "embstr"
@@ -148,7 +148,7 @@ pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
         }
         Value::List(_) => "quicklist",
         Value::Set(m) => {
-            let ints = m.len() <= l.set_intset_entries && m.iter().all(|x| strict_int(x).is_some());
+            let ints = m.len() <= l.set_intset_entries && m.iter().all(|x| parse_i64(x).is_some());
             if ints {
                 "intset"
             } else {
@@ -230,9 +230,7 @@ pub fn object(s: &mut Session, a: Args) -> Action {
             Ok(match keys::read(r, k)? {
                 None => Reply::Nil,
                 Some(st) => match st.value {
-                    Value::String(v)
-                        if strict_int(&v).is_some_and(|i| (0..10_000).contains(&i)) =>
-                    {
+                    Value::String(v) if parse_i64(&v).is_some_and(|i| (0..10_000).contains(&i)) => {
                         Reply::Int(SHARED_REFCOUNT)
                     }
                     _ => Reply::Int(1),

@@ -11,7 +11,7 @@
 
 use super::stream::{self, NodeLimits, StreamValue};
 use crate::util::listpack::{self, Item};
-use crate::util::num::format_double;
+use crate::util::num::{format_double, parse_i64};
 use crate::util::rdb::{put_binary_double, put_len, put_string, Reader};
 use crate::util::ziplist;
 
@@ -141,7 +141,7 @@ pub fn encode(out: &mut Vec<u8>, v: &Value, limits: &Limits) {
         }
         Value::Set(members) => {
             let ints: Option<Vec<i64>> = if members.len() <= limits.set_intset_entries {
-                members.iter().map(|m| listpack::strict_int(m)).collect()
+                members.iter().map(|m| parse_i64(m)).collect()
             } else {
                 None
             };

@@ -346,7 +346,7 @@ fn read_node(master: Id, items: Vec<Item>, out: &mut Vec<StreamEntry>) -> Result
     let int = |it: &mut std::vec::IntoIter<Item>| -> Result<i64, BadData> {
         match it.next().ok_or_else(bad)? {
             Item::Int(v) => Ok(v),
-            Item::Str(s) => listpack::strict_int(&s).ok_or_else(bad),
+            Item::Str(s) => crate::util::num::parse_i64(&s).ok_or_else(bad),
         }
     };
     let text = |it: &mut std::vec::IntoIter<Item>| -> Result<Vec<u8>, BadData> {

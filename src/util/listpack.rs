@@ -9,6 +9,8 @@
 //! length or value packed into it), its data, and its own size written
 //! backwards so the array can be walked from the end.
 
+use super::num::parse_i64;
+
 /// The largest integer the one-byte encoding holds.
 const INT_7BIT_MAX: i64 = 127;
 
@@ -29,40 +31,6 @@ impl Item {
             Item::Str(s) => s,
             Item::Int(i) => i.to_string().into_bytes(),
         }
-    }
-}
-
-/// Parses `s` as Redis's `string2ll` does: optional '-', no leading zeros,
-/// no '+', no spaces, within i64. Strings that pass are stored as integers
-/// by listpacks and intsets.
-pub fn strict_int(s: &[u8]) -> Option<i64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    if s == b"0" {
-        return Some(0);
-    }
-    let (neg, digits) = match s[0] {
-        b'-' => (true, &s[1..]),
-        _ => (false, s),
-    };
-    if digits.is_empty() || !(b'1'..=b'9').contains(&digits[0]) {
-        return None;
-    }
-    let mut v: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        v = v.checked_mul(10)?.checked_add((d - b'0') as u64)?;
-    }
-    if neg {
-        if v > i64::MAX as u64 + 1 {
-            return None;
-        }
-        Some((v as i64).wrapping_neg())
-    } else {
-        i64::try_from(v).ok()
     }
 }
 
@@ -105,7 +73,7 @@ impl Builder {
 
     /// Appends an element, as an integer when it reads as one.
     pub fn push(&mut self, s: &[u8]) {
-        match strict_int(s) {
+        match parse_i64(s) {
             Some(v) => self.push_int(v),
             None => self.push_str(s),
         }
@@ -276,26 +244,6 @@ pub fn parse(lp: &[u8]) -> Option<Vec<Item>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn strict_int_follows_string2ll() {
-        assert_eq!(strict_int(b"0"), Some(0));
-        assert_eq!(strict_int(b"-1"), Some(-1));
-        assert_eq!(strict_int(b"9223372036854775807"), Some(i64::MAX));
-        assert_eq!(strict_int(b"-9223372036854775808"), Some(i64::MIN));
-        for bad in [
-            &b"-0"[..],
-            b"01",
-            b"+1",
-            b" 1",
-            b"1 ",
-            b"",
-            b"9223372036854775808",
-            b"1a",
-        ] {
-            assert_eq!(strict_int(bad), None, "{:?}", bad);
-        }
-    }
 
     /// Every encoding round-trips, and the bytes of a small listpack are
     /// the ones Redis writes (`RPUSH l a 1 -1 1000` DUMPs this node).

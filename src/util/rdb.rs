@@ -56,7 +56,7 @@ pub fn put_len(out: &mut Vec<u8>, len: u64) {
 /// bytes, and everything else is stored as it is.
 pub fn put_string(out: &mut Vec<u8>, s: &[u8]) {
     if s.len() <= 11 {
-        if let Some(v) = super::listpack::strict_int(s) {
+        if let Some(v) = super::num::parse_i64(s) {
             if let Ok(v) = i32::try_from(v) {
                 put_int(out, v);
                 return;
