@@ -508,6 +508,8 @@ commands! {
         "Reset the connection.", "", "";
     "restore", -4, "write denyoom", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::restore,
         "Create a key using the provided serialized value, previously obtained using DUMP.", "key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]", "";
+    "role", 1, "noscript loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "2.8.12", persistence::role,
+        "Return the role of the instance in the context of replication", "", "";
     "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,
         "Remove and get the last elements in a list.", "key [count]", "";
     "rpoplpush", 3, "write denyoom", (1, 2, 1), "RW ACCESS DELETE; RW INSERT", "@write @list @slow", "list", "1.2.0", list::rpoplpush,
@@ -594,6 +596,8 @@ commands! {
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
     "unwatch", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "2.2.0", transaction::unwatch,
         "Forget about all watched keys.", "", "";
+    "wait", 3, "noscript", (0, 0, 0), "", "@slow @connection", "generic", "3.0.0", persistence::wait,
+        "Wait for the synchronous replication of all the write commands sent in the context of the current connection", "numreplicas timeout", "request_policy:all_shards response_policy:agg_min";
     "watch", -2, "noscript loading stale fast allow_busy", (1, -1, 1), "RO", "@fast @transaction", "transactions", "2.2.0", transaction::watch,
         "Watch the given keys to determine execution of the MULTI/EXEC block.", "key [key ...]", "";
     "xack", -4, "write fast", (1, 1, 1), "RW UPDATE", "@write @stream @fast", "stream", "5.0.0", stream::group::xack,

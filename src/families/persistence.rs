@@ -245,3 +245,39 @@ pub fn replconf(_s: &mut Session, a: Args) -> Action {
     }
     Reply::Ok.into()
 }
+
+/// ROLE: cairn is always a primary, with no replicas.
+pub fn role(_s: &mut Session, _a: Args) -> Action {
+    Reply::Array(vec![
+        Reply::bulk("master"),
+        Reply::Int(0),
+        Reply::Array(Vec::new()),
+    ])
+    .into()
+}
+
+/// WAIT numreplicas timeout: no replica ever acknowledges, so the answer
+/// is 0, at once when none was asked for (or inside EXEC, where Redis
+/// cannot block), otherwise after the timeout (0 = never, as in Redis).
+pub fn wait(s: &mut Session, a: Args) -> Action {
+    let wanted = match crate::command::args::int(a.get(1)) {
+        Ok(n) => n,
+        Err(r) => return r.into(),
+    };
+    let timeout = match crate::util::num::parse_i64(a.get(2)) {
+        None => return Reply::err("timeout is not an integer or out of range").into(),
+        Some(t) if t < 0 => return Reply::err("timeout is negative").into(),
+        Some(t) => std::time::Duration::from_millis(t as u64),
+    };
+    if wanted <= 0 || s.in_exec {
+        return Reply::Int(0).into();
+    }
+    Action::Block(Box::pin(async move {
+        // 0, or a deadline past what the clock can hold: wait for ever.
+        match tokio::time::Instant::now().checked_add(timeout) {
+            Some(deadline) if !timeout.is_zero() => tokio::time::sleep_until(deadline).await,
+            _ => std::future::pending::<()>().await,
+        }
+        Reply::Int(0)
+    }))
+}
