@@ -245,11 +245,17 @@ impl View {
         match keyspace::lookup(r, key)? {
             None => Ok(None),
             Some(m) if m.ktype != ktype => Err(wrongtype()),
-            Some(m) => Ok(Some(View {
-                prefix: prefix_of(key, &m),
-                size: size_of(&m),
-                extra: extra_of(&m),
-            })),
+            Some(m) => Ok(Some(View::from_meta(key, &m))),
+        }
+    }
+
+    /// The collection described by `m`, the live metadata of `key` that
+    /// the caller already read.
+    pub fn from_meta(key: Key, m: &Meta) -> View {
+        View {
+            prefix: prefix_of(key, m),
+            size: size_of(m),
+            extra: extra_of(m),
         }
     }
 

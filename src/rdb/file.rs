@@ -119,13 +119,13 @@ pub fn write_snapshot<W: Write>(
                     let Some((_, _, name)) = encoding::decode_meta_key(k) else {
                         return Ok(());
                     };
-                    let (_, expire) = Meta::peek_header(v).map_err(StoreError::from)?;
-                    if expire != 0 && expire <= now {
+                    let meta = Meta::decode(v).map_err(StoreError::from)?;
+                    if meta.is_expired(now) {
                         return Ok(());
                     }
-                    let stored = match keys::read(*view, Key::new(db, name)) {
-                        Ok(Some(s)) => s,
-                        Ok(None) => return Ok(()),
+                    // The scanned row is the key's metadata: no second lookup.
+                    let stored = match keys::read_meta(*view, Key::new(db, name), meta) {
+                        Ok(s) => s,
                         Err(Fail::Store(e)) => return Err(e.into()),
                         Err(Fail::Reply(_)) => return Ok(()),
                     };

@@ -25,18 +25,24 @@ pub struct Stored {
 
 /// Reads the live key `key` whole, or `None` if it does not exist.
 pub fn read(r: &dyn KvRead, key: Key) -> Result<Option<Stored>, Fail> {
-    let Some(meta) = keyspace::lookup(r, key)? else {
-        return Ok(None);
-    };
+    match keyspace::lookup(r, key)? {
+        None => Ok(None),
+        Some(meta) => read_meta(r, key, meta).map(Some),
+    }
+}
+
+/// Reads a key whole given its live metadata, already read by the caller
+/// (a scan of every key need not look each one up again).
+pub fn read_meta(r: &dyn KvRead, key: Key, meta: Meta) -> Result<Stored, Fail> {
     let expire_ms = meta.expire_ms;
     let value = match meta.ktype {
         KeyType::String => match meta.body {
             MetaBody::String(s) => Value::String(s),
             MetaBody::Collection { .. } => unreachable!("strings are inline"),
         },
-        KeyType::Stream => Value::Stream(Box::new(read_stream(r, key)?)),
+        KeyType::Stream => Value::Stream(Box::new(read_stream(r, key, meta)?)),
         t => {
-            let view = View::load(r, key, t)?.expect("live key");
+            let view = View::from_meta(key, &meta);
             let mut rows: Vec<(Vec<u8>, Vec<u8>)> = Vec::with_capacity(view.size as usize);
             view.scan(r, &mut |m, v| {
                 rows.push((m.to_vec(), v.to_vec()));
@@ -57,7 +63,7 @@ pub fn read(r: &dyn KvRead, key: Key) -> Result<Option<Stored>, Fail> {
             }
         }
     };
-    Ok(Some(Stored { value, expire_ms }))
+    Ok(Stored { value, expire_ms })
 }
 
 fn pair(id: StreamId) -> (u64, u64) {
@@ -69,8 +75,8 @@ fn stream_id((ms, seq): (u64, u64)) -> StreamId {
 }
 
 /// A live stream with its groups, consumers and pending entries.
-fn read_stream(r: &dyn KvRead, key: Key) -> Result<StreamValue, Fail> {
-    let st = store::load(r, key)?.expect("live stream");
+fn read_stream(r: &dyn KvRead, key: Key, meta: Meta) -> Result<StreamValue, Fail> {
+    let st = store::from_meta(Some(meta), key)?.expect("live stream");
     let entries = st.range(r, StreamId::MIN, StreamId::MAX, false, 0)?;
     let mut out = StreamValue {
         first_id: entries.first().map_or((0, 0), |e| pair(e.0)),

@@ -302,7 +302,9 @@ pub fn load_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Stream>, Fail
     from_meta(keyspace::lookup_for_write(w, key)?, key)
 }
 
-fn from_meta(m: Option<Meta>, key: Key) -> Result<Option<Stream>, Fail> {
+/// The stream described by `m`, the live metadata of `key` already read
+/// (`None` if there is no key; WRONGTYPE for another type).
+pub fn from_meta(m: Option<Meta>, key: Key) -> Result<Option<Stream>, Fail> {
     let Some(m) = m else { return Ok(None) };
     if m.ktype != KeyType::Stream {
         return Err(wrongtype());
