@@ -67,11 +67,16 @@ impl AccessClock {
         ((h & ((1 << SLOTS_LOG2) - 1)) as usize, (h >> 40) | 1)
     }
 
-    /// The slot's (counter, seconds) if it belongs to the key.
-    fn read(&self, db: u8, key: &[u8]) -> Option<(u64, u64)> {
-        let (i, tag) = Self::locate(db, key);
+    /// Slot `i`'s (counter, seconds) if it holds `tag`.
+    fn read_slot(&self, i: usize, tag: u64) -> Option<(u64, u64)> {
         let v = self.slots[i].load(Ordering::Relaxed);
         (v >> 40 == tag).then_some(((v >> 32) & 0xFF, v & 0xFFFF_FFFF))
+    }
+
+    /// The key's slot's (counter, seconds) if the slot belongs to it.
+    fn read(&self, db: u8, key: &[u8]) -> Option<(u64, u64)> {
+        let (i, tag) = Self::locate(db, key);
+        self.read_slot(i, tag)
     }
 
     /// Records an access now: the time, and the counter grown the way
@@ -79,11 +84,11 @@ impl AccessClock {
     /// decay (one per `lfu-decay-time` minute).
     pub fn touch(&self, db: u8, key: &[u8]) {
         let now = now_secs();
-        let counter = match self.read(db, key) {
+        let (i, tag) = Self::locate(db, key);
+        let counter = match self.read_slot(i, tag) {
             Some((c, at)) => grow(decay(c, now.saturating_sub(at))),
             None => LFU_INIT,
         };
-        let (i, tag) = Self::locate(db, key);
         self.slots[i].store(pack(tag, counter, now), Ordering::Relaxed);
     }
 

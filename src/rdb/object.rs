@@ -316,24 +316,12 @@ pub fn decode<R: std::io::Read>(ty: u8, r: &mut Reader<R>) -> Result<Value, BadD
             let ints = ziplist::parse_intset(&string(r)?).ok_or_else(bad("bad intset"))?;
             Value::Set(ints.iter().map(|i| i.to_string().into_bytes()).collect())
         }
-        types::ZSET_ZIPLIST | types::ZSET_LISTPACK => {
-            let blob = string(r)?;
-            let flat = if ty == types::ZSET_ZIPLIST {
-                ziplist::parse_ziplist(&blob)
-            } else {
-                listpack::parse(&blob)
-            };
-            Value::ZSet(score_pairs(items(flat)?)?)
+        types::ZSET_ZIPLIST => {
+            Value::ZSet(score_pairs(items(ziplist::parse_ziplist(&string(r)?))?)?)
         }
-        types::HASH_ZIPLIST | types::HASH_LISTPACK => {
-            let blob = string(r)?;
-            let flat = if ty == types::HASH_ZIPLIST {
-                ziplist::parse_ziplist(&blob)
-            } else {
-                listpack::parse(&blob)
-            };
-            Value::Hash(pairs(items(flat)?)?)
-        }
+        types::ZSET_LISTPACK => Value::ZSet(score_pairs(items(listpack::parse(&string(r)?))?)?),
+        types::HASH_ZIPLIST => Value::Hash(pairs(items(ziplist::parse_ziplist(&string(r)?))?)?),
+        types::HASH_LISTPACK => Value::Hash(pairs(items(listpack::parse(&string(r)?))?)?),
         types::LIST_QUICKLIST | types::LIST_QUICKLIST_2 => {
             let nodes = count(r)?;
             let mut all = Vec::new();
