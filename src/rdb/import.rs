@@ -108,6 +108,7 @@ async fn load(
     let mut pending: VecDeque<(String, tokio::sync::oneshot::Receiver<Reply>)> = VecDeque::new();
     let mut functions = Vec::new();
     let now = crate::shard::now_ms();
+    let nodes = server.encoding_limits().stream;
     while let Some(item) = l.next()? {
         match item {
             Item::Function(code) => functions.push(code),
@@ -130,7 +131,7 @@ async fn load(
                 let rx = shards.submit(
                     shard,
                     Box::new(move |w| {
-                        keys::write(w, Key::new(db, &key), &value, expire_ms)?;
+                        keys::write(w, Key::new(db, &key), &value, expire_ms, &nodes)?;
                         Ok(Reply::Ok)
                     }),
                 );

@@ -5,7 +5,7 @@
 use bytes::Bytes;
 
 use super::object::Value;
-use super::stream::{GroupValue, StreamValue};
+use super::stream::{GroupValue, NodeLimits, StreamValue};
 use crate::families::collection::View;
 use crate::families::stream::id::StreamId;
 use crate::families::stream::store::{self, Consumer, Group, Nack};
@@ -127,6 +127,7 @@ fn write_stream(
     key: Key,
     s: &StreamValue,
     expire_ms: u64,
+    limits: &NodeLimits,
 ) -> Result<(), StoreError> {
     keyspace::delete_if_live(w, key)?;
     let mut st = store::create(w, key);
@@ -137,7 +138,7 @@ fn write_stream(
             .collect();
         // Redis keeps a restored stream's nodes as they were dumped; cairn
         // rebuilds them, with Redis's default node limits.
-        st.append(w, stream_id(*id), &fields, &Default::default())?;
+        st.append(w, stream_id(*id), &fields, limits)?;
     }
     st.c.last_id = stream_id(s.last_id);
     st.c.max_deleted = stream_id(s.max_deleted);
@@ -178,9 +179,17 @@ fn write_stream(
 /// Writes `value` as `key` with `expire_ms`, replacing whatever is there
 /// (the caller decides whether replacing is allowed). Lists and sorted
 /// sets arriving wake clients blocked on the key.
-pub fn write(w: &mut WriteCtx, key: Key, value: &Value, expire_ms: u64) -> Result<(), StoreError> {
+/// A stream's entries are packed into nodes by `stream_nodes`
+/// (`stream-node-max-*`), as XADD would pack them.
+pub fn write(
+    w: &mut WriteCtx,
+    key: Key,
+    value: &Value,
+    expire_ms: u64,
+    stream_nodes: &NodeLimits,
+) -> Result<(), StoreError> {
     if let Value::Stream(s) = value {
-        return write_stream(w, key, s, expire_ms);
+        return write_stream(w, key, s, expire_ms, stream_nodes);
     }
     let old = keyspace::lookup_for_write(w, key)?;
     let meta = match value {
