@@ -74,10 +74,33 @@ pub struct Config {
     /// applied at start; CONFIG REWRITE writes changed ones back here.
     #[serde(default)]
     pub redis: toml::Table,
+    /// Cluster mode (the `[cluster]` table).
+    pub cluster: ClusterConfig,
     /// The file this configuration was read from (CONFIG REWRITE's target);
     /// `None` for the built-in defaults.
     #[serde(skip)]
     pub file: Option<PathBuf>,
+}
+
+/// The `[cluster]` table: Redis Cluster mode, its topology kept in etcd.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Serve as a Redis Cluster node (Redis's `cluster-enabled`).
+    pub enabled: bool,
+    /// etcd client endpoints (`host:port`) holding the topology; empty = a
+    /// cluster of this node alone, its topology kept in the data directory.
+    pub etcd_endpoints: Vec<String>,
+    /// Prefix of this cluster's keys in etcd, so clusters can share one.
+    pub name: String,
+    /// Address other nodes and clients are told to use; empty = the bind
+    /// address (Redis's `cluster-announce-ip`).
+    pub announce_ip: String,
+    /// Client port announced; 0 = the listening port.
+    pub announce_port: u16,
+    /// Cluster bus port announced; 0 = the client port + 10000. cairn has no
+    /// bus of its own (etcd carries the topology): the port is only shown.
+    pub announce_bus_port: u16,
 }
 
 /// Errors loading the configuration.
@@ -134,6 +157,9 @@ pub struct Flags {
     /// data directory, then exit instead of serving.
     #[arg(long, value_name = "FILE.rdb")]
     pub import: Option<PathBuf>,
+    /// yes | no: serve as a Redis Cluster node (as Redis's flag).
+    #[arg(long, value_name = "yes|no")]
+    pub cluster_enabled: Option<String>,
 }
 
 impl Config {
@@ -151,7 +177,16 @@ impl Config {
         let mut base: toml::Table = DEFAULT_TOML.parse().map_err(parse_err)?;
         let over: toml::Table = text.parse().map_err(parse_err)?;
         for (k, v) in over {
-            base.insert(k, v);
+            // A partial [cluster] table keeps the defaults of the fields it
+            // leaves out.
+            match (base.get_mut(&k), v) {
+                (Some(toml::Value::Table(b)), toml::Value::Table(o)) if k == "cluster" => {
+                    b.extend(o);
+                }
+                (_, v) => {
+                    base.insert(k, v);
+                }
+            }
         }
         let cfg: Config = toml::Value::Table(base).try_into().map_err(parse_err)?;
         cfg.validate()?;
@@ -192,6 +227,17 @@ impl Config {
             cfg.durability = Durability::parse(d).ok_or_else(|| {
                 ConfigError::Bounds(format!("durability '{d}' (always|everysec|no)"))
             })?;
+        }
+        if let Some(v) = &flags.cluster_enabled {
+            cfg.cluster.enabled = match v.to_ascii_lowercase().as_str() {
+                "yes" | "true" => true,
+                "no" | "false" => false,
+                _ => {
+                    return Err(ConfigError::Bounds(format!(
+                        "cluster-enabled '{v}' (yes|no)"
+                    )))
+                }
+            };
         }
         cfg.validate()?;
         Ok(cfg)
@@ -236,5 +282,9 @@ mod tests {
         assert_eq!(c.bind, "127.0.0.1");
         assert!(Config::from_toml("nosuch = 1", "test").is_err());
         assert!(Config::from_toml("durability = \"sometimes\"", "test").is_err());
+        assert!(!d.cluster.enabled);
+        let c = Config::from_toml("[cluster]\nenabled = true", "test").unwrap();
+        assert!(c.cluster.enabled);
+        assert_eq!(c.cluster.name, "cairn");
     }
 }

@@ -278,7 +278,7 @@ pub static PARAMS: &[Param] = &[
     yn("jemalloc-bg-thread", None, 0, "yes"),
     yn("activedefrag", None, 0, "no"),
     yn("syslog-enabled", None, IMMUTABLE, "no"),
-    yn("cluster-enabled", None, IMMUTABLE, "no"),
+    yn("cluster-enabled", None, LIVE, "no"),
     yn("appendonly", None, 0, "no"),
     yn("cluster-allow-reads-when-down", None, 0, "no"),
     yn("cluster-allow-pubsubshard-when-down", None, 0, "yes"),
@@ -1202,6 +1202,7 @@ pub fn get_value(server: &Server, vals: &Values, i: usize) -> String {
         "databases" => crate::storage::tables::DATABASES.to_string(),
         "appendfsync" | "durability" => server.shards.durability.name().to_string(),
         "shards" => server.shards.len().to_string(),
+        "cluster-enabled" => if cfg.cluster.enabled { "yes" } else { "no" }.to_string(),
         _ => vals.vals[i].clone(),
     }
 }
@@ -1361,6 +1362,17 @@ pub fn initial_values(cfg: &crate::config::Config) -> Result<Values, String> {
         };
         vals.load(param, &v)
             .map_err(|e| format!("{key} = {v}: {e}"))?;
+    }
+    // [cluster]'s announce fields seed Redis's parameters of the same
+    // meaning, which CONFIG SET can change later.
+    let c = &cfg.cluster;
+    for (param, v) in [
+        ("cluster-announce-ip", c.announce_ip.clone()),
+        ("cluster-announce-port", c.announce_port.to_string()),
+        ("cluster-announce-bus-port", c.announce_bus_port.to_string()),
+    ] {
+        vals.load(param, &v)
+            .map_err(|e| format!("[cluster] {param} = {v}: {e}"))?;
     }
     for (k, v) in &cfg.redis {
         let text = toml_text(v)
