@@ -378,6 +378,28 @@ async fn execute(
         info.last_cmd = checked.name;
         info.last_active = Some(started);
     }
+    // ASKING covers the one command after it (or a whole transaction).
+    let asking = std::mem::take(&mut session.asking);
+    if spec.name == "asking" || (asking && session.multi.is_some()) {
+        session.asking = asking;
+    }
+    if let Some(cluster) = server.cluster.clone() {
+        if let Some(r) = route(session, outbox, &cluster, spec, &args, asking).await {
+            if spec.name == "exec" {
+                session.multi = None;
+                session.watching = Default::default();
+            } else {
+                refuse_in_multi(session);
+            }
+            server
+                .command_stat(checked)
+                .rejected
+                .fetch_add(1, Ordering::Relaxed);
+            outbox.push_ready(r, refused);
+            show_transaction(session);
+            return false;
+        }
+    }
     if let Some(multi) = &mut session.multi {
         // Between MULTI and EXEC, commands other than the transaction's
         // own are queued, to be parsed and run by EXEC.
@@ -495,6 +517,43 @@ async fn execute(
     server.record_call(checked, started.elapsed().as_micros() as u64);
     show_transaction(session);
     close
+}
+
+/// Cluster mode: the redirection or error for a command whose keys (or,
+/// for EXEC, whose transaction's keys) are not all in one slot this node
+/// serves, or `None` to run it here.
+async fn route(
+    session: &Session,
+    outbox: &mut Outbox,
+    cluster: &crate::cluster::node::Cluster,
+    spec: &'static command::CommandSpec,
+    args: &Args,
+    asking: bool,
+) -> Option<Reply> {
+    use crate::cluster::routing;
+    if !routing::routes(spec) {
+        return None;
+    }
+    // Whether keys exist decides the route of a slot being migrated: the
+    // client's own writes in flight must be seen.
+    if routing::has_open_slots(cluster) {
+        outbox.drain().await;
+    }
+    let server = &session.server;
+    // Keys are where the subcommand's spec says (OBJECT FREQ key...).
+    let row =
+        |spec: &'static command::CommandSpec, a: &Args| command::call_spec(spec, a).unwrap_or(spec);
+    if spec.name == "exec" {
+        let multi = session.multi.as_ref()?;
+        let cmds: Vec<routing::Routed> = multi
+            .queue
+            .iter()
+            .map(|(spec, a)| (row(spec, a), a.all()))
+            .collect();
+        routing::check(server, cluster, &cmds, asking).await
+    } else {
+        routing::check(server, cluster, &[(row(spec, args), args.all())], asking).await
+    }
 }
 
 /// Keeps what CLIENT LIST shows of the client's transaction current. The

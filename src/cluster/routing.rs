@@ -1,0 +1,148 @@
+//! Which node a command belongs on (Redis's getNodeByQuery): every key of
+//! it (or of a whole transaction, at EXEC) must hash to one slot this node
+//! serves; otherwise the client is redirected, with Redis's words.
+
+use bytes::Bytes;
+
+use super::node::Cluster;
+use super::topology::View;
+use crate::command::CommandSpec;
+use crate::protocol::Reply;
+use crate::server::Server;
+use crate::storage::keyspace::{self, Key};
+
+/// One command to route: its table row and arguments.
+pub type Routed<'a> = (&'static CommandSpec, &'a [Bytes]);
+
+/// Whether routing a command needs to know which of its keys exist here:
+/// only when a slot of this node is being migrated or imported.
+pub fn has_open_slots(cluster: &Cluster) -> bool {
+    let view = cluster.view();
+    let me = view.me();
+    !me.migrating.is_empty() || !me.importing.is_empty()
+}
+
+/// Whether a command takes part in routing at all: commands without keys
+/// run anywhere, except EXEC, which routes its whole queue.
+pub fn routes(spec: &CommandSpec) -> bool {
+    spec.name == "exec" || !matches!(spec.keys, crate::command::KeySpec::None)
+}
+
+/// The redirection or error for `cmds` (one command, or EXEC's queue), or
+/// `None` when this node serves them. `asking`: the client sent ASKING.
+pub async fn check(
+    server: &Server,
+    cluster: &Cluster,
+    cmds: &[Routed<'_>],
+    asking: bool,
+) -> Option<Reply> {
+    let view = cluster.view();
+    let mut slot: Option<u16> = None;
+    let (mut migrating, mut importing) = (false, false);
+    let (mut missing, mut existing) = (0usize, 0usize);
+    let mut keys_seen = 0usize;
+    let mut any_write = false;
+    let mut is_migrate = false;
+    for (spec, argv) in cmds {
+        let positions = spec.key_positions(argv);
+        any_write |= spec.has_flag("write");
+        is_migrate |= spec.name == "migrate";
+        for pos in positions {
+            let key = &argv[pos];
+            let this = super::key_slot(key);
+            keys_seen += 1;
+            match slot {
+                None => {
+                    // A slot no node serves: the cluster is down for it.
+                    if view.owner_of(this).is_none() {
+                        return Some(down_unbound());
+                    }
+                    slot = Some(this);
+                    let me = view.me();
+                    migrating = view.serves(this) && me.migrating.contains_key(&this);
+                    importing = me.importing.contains_key(&this);
+                }
+                Some(s) if s != this => {
+                    return Some(Reply::Error(
+                        "CROSSSLOT Keys in request don't hash to the same slot".into(),
+                    ));
+                }
+                Some(_) => {}
+            }
+            if migrating || importing {
+                if exists_here(server, key).await {
+                    existing += 1;
+                } else {
+                    missing += 1;
+                }
+            }
+        }
+    }
+    let slot = slot?;
+    if let Some(r) = down_state(server, &view, any_write) {
+        return Some(r);
+    }
+    // MIGRATE works on the local keys of an open slot.
+    if (migrating || importing) && is_migrate {
+        return None;
+    }
+    if migrating && missing > 0 {
+        if existing > 0 {
+            return Some(tryagain());
+        }
+        let to = &view.me().migrating[&slot];
+        return Some(redirect("ASK", slot, view.node(to)));
+    }
+    let asking_cmd = cmds.iter().any(|(spec, _)| spec.has_flag("asking"));
+    if importing && (asking || asking_cmd) {
+        if keys_seen > 1 && missing > 0 {
+            return Some(tryagain());
+        }
+        return None;
+    }
+    if view.serves(slot) {
+        return None;
+    }
+    Some(redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n)))
+}
+
+/// Whether `key` (database 0) exists on this node now.
+async fn exists_here(server: &Server, key: &[u8]) -> bool {
+    let shard = server.shards.shard_of_key(key);
+    match server.shards.shard(shard).current_snapshot().await {
+        Ok(snap) => matches!(keyspace::peek(&snap, Key::new(0, key)), Ok(Some(_))),
+        Err(_) => false,
+    }
+}
+
+/// The error when the cluster as a whole is down (not every slot served
+/// under `cluster-require-full-coverage yes`).
+fn down_state(server: &Server, view: &View, write: bool) -> Option<Reply> {
+    let rt = server.runtime.read();
+    let full = rt.get("cluster-require-full-coverage") == "yes";
+    if view.ok(full) {
+        return None;
+    }
+    if rt.get("cluster-allow-reads-when-down") != "yes" {
+        return Some(Reply::Error("CLUSTERDOWN The cluster is down".into()));
+    }
+    write.then(|| {
+        Reply::Error("CLUSTERDOWN The cluster is down and only accepts read commands".into())
+    })
+}
+
+fn down_unbound() -> Reply {
+    Reply::Error("CLUSTERDOWN Hash slot not served".into())
+}
+
+fn tryagain() -> Reply {
+    Reply::Error("TRYAGAIN Multiple keys request during rehashing of slot".into())
+}
+
+/// `-MOVED slot ip:port` / `-ASK slot ip:port`.
+fn redirect(kind: &str, slot: u16, to: Option<&super::topology::NodeRecord>) -> Reply {
+    match to {
+        Some(n) => Reply::Error(format!("{kind} {slot} {}:{}", n.ip, n.port)),
+        None => down_unbound(),
+    }
+}
