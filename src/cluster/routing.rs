@@ -106,6 +106,35 @@ pub async fn check(
     Some(redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n)))
 }
 
+/// The check of a command a script runs (Redis 7.0's
+/// scriptVerifyClusterState): its keys must be in one slot this node
+/// serves, and the cluster up. Keys of different local slots across a
+/// script's commands are allowed, as in Redis 7.0.
+pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> Option<Reply> {
+    let (spec, argv) = cmd;
+    let view = cluster.view();
+    let mut slot = None;
+    for pos in spec.key_positions(argv) {
+        let this = super::key_slot(&argv[pos]);
+        if slot.is_some_and(|s| s != this) || !view.serves(this) {
+            return Some(Reply::err(
+                "Script attempted to access a non local key in a cluster node",
+            ));
+        }
+        slot = Some(this);
+    }
+    slot?;
+    match down_state(server, &view, spec.has_flag("write")) {
+        Some(Reply::Error(e)) if e.ends_with("read commands") => Some(Reply::err(
+            "Script attempted to execute a write command while the cluster is down and readonly",
+        )),
+        Some(_) => Some(Reply::err(
+            "Script attempted to execute a command while the cluster is down",
+        )),
+        None => None,
+    }
+}
+
 /// Whether `key` (database 0) exists on this node now.
 async fn exists_here(server: &Server, key: &[u8]) -> bool {
     let shard = server.shards.shard_of_key(key);
