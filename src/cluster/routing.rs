@@ -14,6 +14,25 @@ use crate::storage::keyspace::{self, Key};
 /// One command to route: its table row and arguments.
 pub type Routed<'a> = (&'static CommandSpec, &'a [Bytes]);
 
+/// Where a command runs.
+#[derive(Debug)]
+pub enum Route {
+    /// Here.
+    Here,
+    /// Not here: this redirection or error instead.
+    Refuse(Reply),
+    /// Here, in a slot this node is migrating away, because its keys were
+    /// here when checked. They must still be here when the command runs
+    /// (MIGRATE may move them in between): if not, the command answers
+    /// `gone` instead (ASK to the target, or TRYAGAIN for some of them).
+    WhilePresent {
+        /// The command's keys.
+        keys: Vec<Bytes>,
+        /// The redirection should all of them be gone.
+        gone: Reply,
+    },
+}
+
 /// Whether routing a command needs to know which of its keys exist here:
 /// only when a slot of this node is being migrated or imported.
 pub fn has_open_slots(cluster: &Cluster) -> bool {
@@ -28,19 +47,29 @@ pub fn routes(spec: &CommandSpec) -> bool {
     spec.name == "exec" || !matches!(spec.keys, crate::command::KeySpec::None)
 }
 
-/// The redirection or error for `cmds` (one command, or EXEC's queue), or
-/// `None` when this node serves them. `asking`: the client sent ASKING.
-pub async fn check(
+/// Where `cmds` (one command, or EXEC's queue) run. `asking`: the client
+/// sent ASKING.
+pub async fn check(server: &Server, cluster: &Cluster, cmds: &[Routed<'_>], asking: bool) -> Route {
+    match decide(server, cluster, cmds, asking).await {
+        Some(Ok(r)) => Route::Refuse(r),
+        Some(Err(guard)) => guard,
+        None => Route::Here,
+    }
+}
+
+/// [`check`]'s decision: `None` = here, `Some(Ok(reply))` = refused,
+/// `Some(Err(route))` = here while the keys stay.
+async fn decide(
     server: &Server,
     cluster: &Cluster,
     cmds: &[Routed<'_>],
     asking: bool,
-) -> Option<Reply> {
+) -> Option<Result<Reply, Route>> {
     let view = cluster.view();
     let mut slot: Option<u16> = None;
     let (mut migrating, mut importing) = (false, false);
     let (mut missing, mut existing) = (0usize, 0usize);
-    let mut keys_seen = 0usize;
+    let mut keys: Vec<Bytes> = Vec::new();
     let mut any_write = false;
     let mut is_migrate = false;
     for (spec, argv) in cmds {
@@ -50,12 +79,12 @@ pub async fn check(
         for pos in positions {
             let key = &argv[pos];
             let this = super::key_slot(key);
-            keys_seen += 1;
+            keys.push(key.clone());
             match slot {
                 None => {
                     // A slot no node serves: the cluster is down for it.
                     if view.owner_of(this).is_none() {
-                        return Some(down_unbound());
+                        return Some(Ok(down_unbound()));
                     }
                     slot = Some(this);
                     let me = view.me();
@@ -63,9 +92,9 @@ pub async fn check(
                     importing = me.importing.contains_key(&this);
                 }
                 Some(s) if s != this => {
-                    return Some(Reply::Error(
+                    return Some(Ok(Reply::Error(
                         "CROSSSLOT Keys in request don't hash to the same slot".into(),
-                    ));
+                    )));
                 }
                 Some(_) => {}
             }
@@ -80,30 +109,39 @@ pub async fn check(
     }
     let slot = slot?;
     if let Some(r) = down_state(server, &view, any_write) {
-        return Some(r);
+        return Some(Ok(r));
     }
     // MIGRATE works on the local keys of an open slot.
     if (migrating || importing) && is_migrate {
         return None;
     }
-    if migrating && missing > 0 {
-        if existing > 0 {
-            return Some(tryagain());
-        }
+    if migrating {
         let to = &view.me().migrating[&slot];
-        return Some(redirect("ASK", slot, view.node(to)));
+        let ask = redirect("ASK", slot, view.node(to));
+        return Some(match (missing, existing) {
+            (0, _) => Err(Route::WhilePresent {
+                keys: keys.clone(),
+                gone: ask,
+            }),
+            (_, 0) => Ok(ask),
+            _ => Ok(tryagain()),
+        });
     }
     let asking_cmd = cmds.iter().any(|(spec, _)| spec.has_flag("asking"));
     if importing && (asking || asking_cmd) {
-        if keys_seen > 1 && missing > 0 {
-            return Some(tryagain());
+        if keys.len() > 1 && missing > 0 {
+            return Some(Ok(tryagain()));
         }
         return None;
     }
     if view.serves(slot) {
         return None;
     }
-    Some(redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n)))
+    Some(Ok(redirect(
+        "MOVED",
+        slot,
+        view.owner_of(slot).map(|(_, n)| n),
+    )))
 }
 
 /// The check of a command a script runs (Redis 7.0's
@@ -132,6 +170,25 @@ pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> O
             "Script attempted to execute a command while the cluster is down",
         )),
         None => None,
+    }
+}
+
+/// Whether every key is still here (in a transaction about to run the
+/// command), with TRYAGAIN when only some are: the runtime half of
+/// [`Route::WhilePresent`].
+pub fn still_present(
+    r: &dyn crate::storage::KvRead,
+    keys: &[Bytes],
+    gone: &Reply,
+) -> Option<Reply> {
+    let here = keys
+        .iter()
+        .filter(|k| matches!(keyspace::peek(r, Key::new(0, k)), Ok(Some(_))))
+        .count();
+    match here {
+        n if n == keys.len() => None,
+        0 => Some(gone.clone()),
+        _ => Some(tryagain()),
     }
 }
 

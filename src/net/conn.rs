@@ -383,8 +383,18 @@ async fn execute(
     if spec.name == "asking" || (asking && session.multi.is_some()) {
         session.asking = asking;
     }
+    let mut guard = None;
     if let Some(cluster) = server.cluster.clone() {
-        if let Some(r) = route(session, outbox, &cluster, spec, &args, asking).await {
+        use crate::cluster::routing::Route;
+        let refusal = match route(session, outbox, &cluster, spec, &args, asking).await {
+            Route::Here => None,
+            Route::Refuse(r) => Some(r),
+            Route::WhilePresent { keys, gone } => {
+                guard = Some((keys, gone));
+                None
+            }
+        };
+        if let Some(r) = refusal {
             if spec.name == "exec" {
                 session.multi = None;
                 session.watching = Default::default();
@@ -418,7 +428,10 @@ async fn execute(
             return false;
         }
     }
-    let action = (spec.handler)(session, args);
+    let mut action = (spec.handler)(session, args);
+    if let Some((keys, gone)) = guard {
+        action = while_present(action, keys, gone);
+    }
     if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
         suppressed = false;
     }
@@ -519,9 +532,34 @@ async fn execute(
     close
 }
 
-/// Cluster mode: the redirection or error for a command whose keys (or,
-/// for EXEC, whose transaction's keys) are not all in one slot this node
-/// serves, or `None` to run it here.
+/// Makes a command in a slot being migrated away check, in the
+/// transaction it runs in, that its keys are still here (MIGRATE may have
+/// moved them since routing looked): otherwise it answers `gone` (ASK).
+/// Reads and writes of one shard are guarded; a command spanning shards
+/// cannot be in one slot.
+fn while_present(action: Action, keys: Vec<bytes::Bytes>, gone: Reply) -> Action {
+    use crate::cluster::routing::still_present;
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| match still_present(&*w, &keys, &gone) {
+                Some(r) => Ok(r),
+                None => f(w),
+            }),
+        },
+        Action::Read { shard, f } => Action::Read {
+            shard,
+            f: Box::new(move |r| match still_present(r, &keys, &gone) {
+                Some(reply) => Ok(reply),
+                None => f(r),
+            }),
+        },
+        other => other,
+    }
+}
+
+/// Cluster mode: where a command runs (for EXEC, its transaction's keys
+/// decide).
 async fn route(
     session: &Session,
     outbox: &mut Outbox,
@@ -529,10 +567,10 @@ async fn route(
     spec: &'static command::CommandSpec,
     args: &Args,
     asking: bool,
-) -> Option<Reply> {
+) -> crate::cluster::routing::Route {
     use crate::cluster::routing;
     if !routing::routes(spec) {
-        return None;
+        return routing::Route::Here;
     }
     // Whether keys exist decides the route of a slot being migrated: the
     // client's own writes in flight must be seen.
@@ -544,7 +582,9 @@ async fn route(
     let row =
         |spec: &'static command::CommandSpec, a: &Args| command::call_spec(spec, a).unwrap_or(spec);
     if spec.name == "exec" {
-        let multi = session.multi.as_ref()?;
+        let Some(multi) = session.multi.as_ref() else {
+            return routing::Route::Here;
+        };
         let cmds: Vec<routing::Routed> = multi
             .queue
             .iter()
