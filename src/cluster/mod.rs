@@ -1,6 +1,8 @@
 //! Cluster slots: which of the 16384 slots a key hashes to, and which shard
 //! owns a slot.
 
+pub mod etcd;
+
 /// Number of hash slots, as in Redis Cluster.
 pub const SLOTS: u16 = 16384;
 
