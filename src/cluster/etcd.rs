@@ -543,6 +543,20 @@ mod tests {
         assert_eq!(decode(&encode(&all)), Some(all));
     }
 
+    /// The server spawns these on tokio's multi-threaded runtime.
+    #[test]
+    fn client_and_futures_are_send() {
+        fn send<T: Send + Sync>(_: &T) {}
+        fn send_future<T: Send>(_: T) {}
+        let etcd = Etcd::new(vec![], Duration::from_secs(1));
+        send(&etcd);
+        send_future(etcd.get(b"k"));
+        send_future(etcd.put_if(b"k", b"v", 0));
+        send_future(etcd.delete(b"k"));
+        send_future(etcd.watch(b"k", 0));
+        send_future(async move { etcd.watch(b"k", 0).await?.next().await });
+    }
+
     #[test]
     fn int64_fields_are_strings_or_absent() {
         assert_eq!(int(None).unwrap(), 0);
