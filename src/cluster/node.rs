@@ -15,7 +15,11 @@ use std::sync::Arc;
 use parking_lot::{Mutex, RwLock};
 use serde::{Deserialize, Serialize};
 
+use super::etcd::{Etcd, WatchEvent};
 use super::topology::{now_ms, NodeRecord, Topology, View};
+
+/// How long one etcd request may take before the store counts as away.
+const ETCD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// What is kept in the cluster config file.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -43,6 +47,8 @@ pub struct Announce {
 enum Store {
     /// Only here (a one-node cluster).
     Local,
+    /// In etcd, under `key`.
+    Etcd { client: Etcd, key: Vec<u8> },
 }
 
 /// This node's cluster state.
@@ -92,8 +98,14 @@ impl Cluster {
         if saved.myself.len() != 40 {
             saved.myself = new_node_id();
         }
-        let store = Store::Local;
-        let _ = (endpoints, name);
+        let store = if endpoints.is_empty() {
+            Store::Local
+        } else {
+            Store::Etcd {
+                client: Etcd::new(endpoints.to_vec(), ETCD_TIMEOUT),
+                key: format!("/{name}/topology").into_bytes(),
+            }
+        };
         let mut topology = saved.topology;
         if matches!(store, Store::Local) {
             register(&mut topology, &saved.myself, &announce);
@@ -117,7 +129,10 @@ impl Cluster {
     /// then applies every new version as it is written. Nothing to do for a
     /// local topology.
     pub fn start(self: &Arc<Self>) {
-        let _ = self;
+        if let Store::Etcd { .. } = self.store {
+            let me = self.clone();
+            tokio::spawn(async move { me.follow().await });
+        }
     }
 
     /// Whether the topology is shared with other nodes (etcd), so this node
@@ -155,7 +170,7 @@ impl Cluster {
             revision,
             topology,
         };
-        let bytes = serde_json::to_vec_pretty(&saved)?;
+        let bytes = serde_json::to_vec(&saved)?;
         let tmp = self.file.with_extension("tmp");
         std::fs::write(&tmp, bytes)?;
         std::fs::rename(&tmp, &self.file)
@@ -170,14 +185,23 @@ impl Cluster {
         F: FnMut(&mut Topology, &str) -> Result<(), String>,
     {
         let _one = self.changes.lock().await;
-        for _ in 0..16 {
-            let (mut topology, revision) = self.current().await?;
+        for attempt in 0..16 {
+            // First from the version last seen (most changes are made by
+            // the node that saw the last one: one etcd round trip), then,
+            // if someone changed it meanwhile, from the store.
+            let (mut topology, revision) = if attempt == 0 && self.reachable() {
+                self.applied.lock().clone()
+            } else {
+                self.current().await?
+            };
             let myid = self.myid();
             let before = topology.clone();
             register(&mut topology, &myid, &self.announce.lock().clone());
             topology.expire_forgotten(now_ms());
             f(&mut topology, &myid).map_err(ChangeError::Refused)?;
             if topology == before {
+                // Nothing to write; what was read may still be news here.
+                self.apply(topology, revision);
                 return Ok(());
             }
             match self.put(&topology, revision).await? {
@@ -205,6 +229,27 @@ impl Cluster {
     async fn current(&self) -> Result<(Topology, i64), ChangeError> {
         match &self.store {
             Store::Local => Ok(self.applied.lock().clone()),
+            Store::Etcd { client, key } => match client.get(key).await {
+                Ok((Some(v), _)) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    let t = serde_json::from_slice(&v.value).map_err(|e| {
+                        ChangeError::Store(format!(
+                            "the cluster topology in etcd is unreadable: {e}"
+                        ))
+                    })?;
+                    Ok((t, v.mod_revision))
+                }
+                Ok((None, _)) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    Ok((Topology::default(), 0))
+                }
+                Err(e) => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    Err(ChangeError::Store(format!(
+                        "cannot change the cluster topology: {e}"
+                    )))
+                }
+            },
         }
     }
 
@@ -212,9 +257,14 @@ impl Cluster {
     async fn put(&self, t: &Topology, revision: i64) -> Result<Option<i64>, ChangeError> {
         match &self.store {
             // The document is only here: nothing else can have changed it.
-            Store::Local => {
-                let _ = t;
-                Ok(Some(revision + 1))
+            Store::Local => Ok(Some(revision + 1)),
+            Store::Etcd { client, key } => {
+                let bytes = serde_json::to_vec(t)
+                    .map_err(|e| ChangeError::Store(format!("cannot encode the topology: {e}")))?;
+                client.put_if(key, &bytes, revision).await.map_err(|e| {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    ChangeError::Store(format!("cannot change the cluster topology: {e}"))
+                })
             }
         }
     }
@@ -232,6 +282,68 @@ impl Cluster {
         }
         if let Err(e) = self.save() {
             tracing::warn!(error = %e, "cannot write the cluster config file");
+        }
+    }
+
+    /// Follows the document in etcd for as long as the server runs.
+    async fn follow(self: Arc<Self>) {
+        let Store::Etcd { client, key } = &self.store else {
+            return;
+        };
+        let mut registered = false;
+        loop {
+            let got = client.get(key).await;
+            let revision = match got {
+                Ok((doc, header)) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    if let Some(v) = doc {
+                        match serde_json::from_slice::<Topology>(&v.value) {
+                            Ok(t) => self.apply(t, v.mod_revision),
+                            Err(e) => tracing::error!(error = %e, "unreadable cluster topology"),
+                        }
+                    }
+                    header
+                }
+                Err(e) => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "etcd unreachable; serving the last topology seen");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            if !registered {
+                // The change registers this node (or updates its address).
+                match self.change(|_, _| Ok(())).await {
+                    Ok(()) => registered = true,
+                    Err(e) => tracing::warn!(?e, "cannot register this node in etcd"),
+                }
+            }
+            match client.watch(key, revision + 1).await {
+                Ok(mut w) => loop {
+                    match w.next().await {
+                        Ok(WatchEvent::Put(v)) => {
+                            match serde_json::from_slice::<Topology>(&v.value) {
+                                Ok(t) => self.apply(t, v.mod_revision),
+                                Err(e) => {
+                                    tracing::error!(error = %e, "unreadable cluster topology")
+                                }
+                            }
+                        }
+                        // Someone deleted the document: the next change
+                        // writes it again; keep serving what was seen.
+                        Ok(WatchEvent::Delete { .. }) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "etcd watch ended; following again");
+                            break;
+                        }
+                    }
+                },
+                Err(e) => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "cannot watch the cluster topology");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
         }
     }
 }

@@ -39,7 +39,8 @@ pub struct NodeRecord {
     pub port: u16,
     /// Cluster bus port (announced only).
     pub bus_port: u16,
-    /// The id of the group this node belongs to.
+    /// The id of the group this node belongs to (a random id; a fresh node
+    /// uses its own).
     pub group: String,
     /// The node's configuration epoch.
     pub config_epoch: u64,
@@ -163,7 +164,10 @@ impl Topology {
             }
         }
         if let Some(n) = self.nodes.get_mut(id) {
-            n.group = id.to_string();
+            // A new group id: the old one may be this node's own id, still
+            // naming the group it leaves (a group keeps the id of the node
+            // that first met another).
+            n.group = super::node::new_node_id();
             n.migrating.clear();
             n.importing.clear();
         }
