@@ -14,20 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::cluster::{in_cluster, myid, node, wait_converged};
 use common::etcd::TestEtcd;
 use common::{cmd, error_line, TestServer};
 use redis::Commands;
-
-/// A node of a cluster named `name` on the etcd at `endpoint`.
-fn node(endpoint: &str, name: &str) -> TestServer {
-    TestServer::start_with(|c| in_cluster(c, endpoint, name))
-}
-
-fn in_cluster(c: &mut cairn::config::Config, endpoint: &str, name: &str) {
-    c.cluster.enabled = true;
-    c.cluster.etcd_endpoints = vec![endpoint.to_string()];
-    c.cluster.name = name.to_string();
-}
 
 /// Runs a redis tool (bounded by `secs`), returning its exit success and
 /// its output (stdout then stderr).
@@ -56,41 +46,6 @@ fn strings(args: &[&str]) -> Vec<String> {
 
 fn addr(s: &TestServer) -> String {
     format!("127.0.0.1:{}", s.port)
-}
-
-fn myid(s: &TestServer) -> String {
-    cmd(&["CLUSTER", "MYID"]).query(&mut s.client()).unwrap()
-}
-
-/// Waits (bounded) until every node reports `cluster_state:ok` and knows
-/// `n` nodes.
-fn wait_converged(nodes: &[&TestServer], n: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let all = nodes.iter().all(|s| {
-            let info: String = cmd(&["CLUSTER", "INFO"]).query(&mut s.client()).unwrap();
-            info.contains("cluster_state:ok")
-                && info.contains(&format!("cluster_known_nodes:{n}\r"))
-        });
-        if all {
-            return;
-        }
-        if Instant::now() > deadline {
-            let views: Vec<String> = nodes
-                .iter()
-                .map(|s| {
-                    let info: String = cmd(&["CLUSTER", "INFO"]).query(&mut s.client()).unwrap();
-                    let nodes: String = cmd(&["CLUSTER", "NODES"]).query(&mut s.client()).unwrap();
-                    format!("{}:\n{info}{nodes}", s.port)
-                })
-                .collect();
-            panic!(
-                "the nodes did not converge on {n} nodes:\n{}",
-                views.join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The keys each node holds in `slot`.

@@ -8,6 +8,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod cluster;
 pub mod etcd;
 pub mod waiting;
 
