@@ -144,6 +144,8 @@ pub struct Server {
     pub persistence: crate::families::persistence::SaveState,
     /// Keys' last access and LFU counters (OBJECT IDLETIME / FREQ).
     pub access: crate::families::object::AccessClock,
+    /// MIGRATE's idle connections to its targets.
+    pub migrate_conns: crate::families::dump::MigrateConns,
     /// This node's cluster state, in cluster mode.
     pub cluster: Option<Arc<crate::cluster::node::Cluster>>,
 }
@@ -209,6 +211,7 @@ impl Server {
             scan_cursors: Default::default(),
             persistence: Default::default(),
             access: Default::default(),
+            migrate_conns: Default::default(),
             cluster: None,
         }
     }

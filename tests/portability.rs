@@ -269,6 +269,50 @@ fn migrate_between_cairn_and_redis() {
 
 /// MIGRATE between two cairns: COPY, REPLACE, AUTH, the target's errors,
 /// NOKEY, and an unreachable target.
+/// MIGRATE keeps its connection to a target for the next call (Redis's
+/// cached sockets), selects the database only when it changes, and, when
+/// the target closed the kept connection, opens a new one transparently.
+#[test]
+fn migrate_reuses_its_connection_to_the_target() {
+    let redis = RealRedis::start();
+    let cairn = TestServer::start();
+    let (mut r, mut c) = (redis.client(), cairn.client());
+    let connections = |r: &mut Connection| -> i64 {
+        let info: String = cmd(&["INFO", "stats"]).query(r).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("total_connections_received:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap()
+    };
+    let rport = redis.port.to_string();
+    let before = connections(&mut r);
+    for (i, db) in ["0", "0", "1", "0", "1"].iter().enumerate() {
+        let key = format!("reuse:{i}");
+        ok(&mut c, &["SET", &key, "v"]);
+        ok(&mut c, &["MIGRATE", "127.0.0.1", &rport, &key, db, "5000"]);
+        ok(&mut r, &["SELECT", db]);
+        assert_eq!(q(&mut r, &["GET", &key]), bulk("v"), "{key} in db {db}");
+    }
+    ok(&mut r, &["SELECT", "0"]);
+    assert_eq!(
+        connections(&mut r) - before,
+        1,
+        "one connection for five calls"
+    );
+    // The target drops the kept connection: the next call reconnects.
+    let killed: i64 = cmd(&["CLIENT", "KILL", "SKIPME", "yes"])
+        .query(&mut r)
+        .unwrap();
+    assert!(killed >= 1);
+    let mut r = redis.client();
+    ok(&mut c, &["SET", "reuse:after", "v"]);
+    ok(
+        &mut c,
+        &["MIGRATE", "127.0.0.1", &rport, "reuse:after", "0", "5000"],
+    );
+    assert_eq!(q(&mut r, &["GET", "reuse:after"]), bulk("v"));
+}
+
 #[test]
 fn migrate_options_and_errors() {
     let a = TestServer::start();

@@ -2,7 +2,11 @@
 //! object encoding, RDB version, CRC-64), so values move between cairn and
 //! Redis in either direction.
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use bytes::Bytes;
+use tokio::net::TcpStream;
 
 use super::{coordinated, Fail};
 use crate::command::args::{self, error, is, Args, SYNTAX};
@@ -222,28 +226,46 @@ pub fn migrate(s: &mut Session, a: Args) -> Action {
     let shards = s.server.shards.clone();
     let limits = s.server.encoding_limits();
     let db = s.db;
+    let server = s.server.clone();
     let ids: Vec<usize> = m.keys.iter().map(|k| shards.shard_of_key(k)).collect();
     coordinated(ids.clone(), move |locked| async move {
-        // What exists, with its payload and remaining time to live.
-        let mut found: Vec<(usize, Bytes, Vec<u8>, u64)> = Vec::new();
-        for (key, &id) in m.keys.iter().zip(&ids) {
-            let k = key.clone();
-            let stored = locked
-                .run(id, move |w| match keys::read(w, Key::new(db, &k)) {
-                    // The time to live left, by the shard's clock.
-                    Ok(v) => Ok(v.map(|st| {
-                        let ttl = st.expire_ms.saturating_sub(w.now_ms());
-                        (st.value, st.expire_ms, ttl)
-                    })),
-                    Err(Fail::Store(e)) => Err(e),
-                    // Reading a key whole has no type to mismatch.
-                    Err(Fail::Reply(_)) => Ok(None),
+        // What exists, with its payload and remaining time to live: one
+        // step per shard (a reshard's batch of keys is all on one).
+        let mut stored = vec![None; m.keys.len()];
+        for id in distinct(&ids) {
+            let mine: Vec<(usize, Bytes)> = (0..m.keys.len())
+                .filter(|&i| ids[i] == id)
+                .map(|i| (i, m.keys[i].clone()))
+                .collect();
+            let got = locked
+                .run(id, move |w| {
+                    let mut out = Vec::with_capacity(mine.len());
+                    for (i, k) in mine {
+                        let v = match keys::read(w, Key::new(db, &k)) {
+                            // The time to live left, by the shard's clock.
+                            Ok(v) => v.map(|st| {
+                                let ttl = st.expire_ms.saturating_sub(w.now_ms());
+                                (st.value, st.expire_ms, ttl)
+                            }),
+                            Err(Fail::Store(e)) => return Err(e),
+                            // Reading a key whole has no type to mismatch.
+                            Err(Fail::Reply(_)) => None,
+                        };
+                        out.push((i, v));
+                    }
+                    Ok(out)
                 })
                 .await?;
-            match stored {
+            for (i, v) in got {
+                stored[i] = v;
+            }
+        }
+        let mut found: Vec<(usize, Bytes, Vec<u8>, u64)> = Vec::new();
+        for (i, st) in stored.into_iter().enumerate() {
+            match st {
                 Some((_, expire, 0)) if expire != 0 => {}
                 Some((value, _, ttl)) => {
-                    found.push((id, key.clone(), payload(&value, &limits), ttl))
+                    found.push((ids[i], m.keys[i].clone(), payload(&value, &limits), ttl))
                 }
                 None => {}
             }
@@ -251,7 +273,7 @@ pub fn migrate(s: &mut Session, a: Args) -> Action {
         if found.is_empty() {
             return Ok(Err(Reply::Simple("NOKEY")));
         }
-        let outcome = send_to_target(&m, &found).await;
+        let outcome = send_to_target(&server.migrate_conns, &m, &found).await;
         let (accepted, reply) = match outcome {
             Ok(per_key) => {
                 let first_err = per_key.iter().find_map(|r| r.as_ref().err().cloned());
@@ -266,17 +288,43 @@ pub fn migrate(s: &mut Session, a: Args) -> Action {
         if m.copy || !accepted.iter().any(|ok| *ok) {
             return Ok(Err(reply));
         }
-        for ((id, key, _, _), ok) in found.into_iter().zip(accepted) {
-            if ok {
-                locked
-                    .run(id, move |w| {
-                        keyspace::delete_if_live(w, Key::new(db, &key)).map(|_| ())
-                    })
-                    .await?;
+        let moved: Vec<(usize, Bytes)> = found
+            .into_iter()
+            .zip(accepted)
+            .filter(|(_, ok)| *ok)
+            .map(|((id, key, _, _), _)| (id, key))
+            .collect();
+        for id in distinct(&ids) {
+            let mine: Vec<Bytes> = moved
+                .iter()
+                .filter(|(i, _)| *i == id)
+                .map(|(_, k)| k.clone())
+                .collect();
+            if mine.is_empty() {
+                continue;
             }
+            locked
+                .run(id, move |w| {
+                    for key in mine {
+                        keyspace::delete_if_live(w, Key::new(db, &key))?;
+                    }
+                    Ok(())
+                })
+                .await?;
         }
         Ok(Ok(reply))
     })
+}
+
+/// The shard ids of `ids` once each, in first-seen order.
+fn distinct(ids: &[usize]) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    for &id in ids {
+        if !out.contains(&id) {
+            out.push(id);
+        }
+    }
+    out
 }
 
 /// One RESP command.
@@ -289,32 +337,72 @@ pub(crate) fn resp_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
     }
 }
 
-/// Sends AUTH, SELECT and one RESTORE per key to the target and reads
-/// its answers: per key, accepted or the target's error text; or the
-/// IOERR reply when the connection fails.
+/// How long MIGRATE keeps an idle connection to a target for the next
+/// call (as Redis does), saving a connect and the target's client setup per
+/// batch of keys: `redis-cli --cluster reshard` sends thousands.
+const MIGRATE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// MIGRATE's idle connections to targets by `host:port`, with the database
+/// last selected on each and when it was last used.
+#[derive(Default)]
+pub struct MigrateConns(parking_lot::Mutex<HashMap<String, (TcpStream, i64, Instant)>>);
+
+/// Sends AUTH, SELECT (unless a reused connection has the database
+/// selected) and one RESTORE per key to the target and reads its answers:
+/// per key, accepted or the target's error text; or the IOERR reply when
+/// the connection fails. A reused connection that fails is replaced by a
+/// new one, once, as Redis retries.
 async fn send_to_target(
+    conns: &MigrateConns,
     m: &Migrate,
     found: &[(usize, Bytes, Vec<u8>, u64)],
 ) -> Result<Vec<Result<(), String>>, Reply> {
-    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let wait = std::time::Duration::from_millis(m.timeout_ms);
-    let io_err =
-        |what: &str| Reply::Error(format!("IOERR error or timeout {what} to target instance"));
     let addr = format!("{}:{}", m.host, m.port);
+    let cached = {
+        let mut map = conns.0.lock();
+        map.retain(|_, (_, _, used)| used.elapsed() < MIGRATE_IDLE);
+        map.remove(&addr)
+    };
+    if let Some((mut stream, db, _)) = cached {
+        if let Ok(r) = exchange(&mut stream, m, found, db != m.db, wait).await {
+            conns.0.lock().insert(addr, (stream, m.db, Instant::now()));
+            return Ok(r);
+        }
+    }
     let resolved = tokio::net::lookup_host(&addr)
         .await
         .ok()
         .and_then(|mut a| a.next());
-    let Some(addr) = resolved else {
+    let Some(target) = resolved else {
         return Err(Reply::Error(
             "IOERR error or timeout connecting to the client".into(),
         ));
     };
-    let stream = match tokio::time::timeout(wait, tokio::net::TcpStream::connect(addr)).await {
+    let mut stream = match tokio::time::timeout(wait, TcpStream::connect(target)).await {
         Ok(Ok(s)) => s,
         // Redis connects without waiting and finds out on its first write.
-        _ => return Err(io_err("writing")),
+        _ => return Err(migrate_io_err("writing")),
     };
+    let _ = stream.set_nodelay(true);
+    let r = exchange(&mut stream, m, found, true, wait).await?;
+    conns.0.lock().insert(addr, (stream, m.db, Instant::now()));
+    Ok(r)
+}
+
+fn migrate_io_err(what: &str) -> Reply {
+    Reply::Error(format!("IOERR error or timeout {what} to target instance"))
+}
+
+/// One MIGRATE exchange on a connection (see [`send_to_target`]).
+async fn exchange(
+    stream: &mut TcpStream,
+    m: &Migrate,
+    found: &[(usize, Bytes, Vec<u8>, u64)],
+    select: bool,
+    wait: std::time::Duration,
+) -> Result<Vec<Result<(), String>>, Reply> {
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
     let mut out = Vec::new();
     if let Some(auth) = &m.auth {
         let mut parts: Vec<&[u8]> = vec![b"AUTH"];
@@ -322,7 +410,9 @@ async fn send_to_target(
         resp_command(&mut out, &parts);
     }
     let db = m.db.to_string();
-    resp_command(&mut out, &[b"SELECT", db.as_bytes()]);
+    if select {
+        resp_command(&mut out, &[b"SELECT", db.as_bytes()]);
+    }
     for (_, key, payload, ttl) in found {
         let ttl = ttl.to_string();
         let restore: &[u8] = if m.asking {
@@ -336,23 +426,22 @@ async fn send_to_target(
         }
         resp_command(&mut out, &parts);
     }
-    let (rd, mut wr) = stream.into_split();
-    match tokio::time::timeout(wait, wr.write_all(&out)).await {
+    match tokio::time::timeout(wait, stream.write_all(&out)).await {
         Ok(Ok(())) => {}
-        _ => return Err(io_err("writing")),
+        _ => return Err(migrate_io_err("writing")),
     }
-    let mut rd = BufReader::new(rd);
+    let mut rd = BufReader::new(stream);
     let mut line = String::new();
     let mut read_line = async |line: &mut String| -> Result<(), Reply> {
         line.clear();
         match tokio::time::timeout(wait, rd.read_line(line)).await {
             Ok(Ok(n)) if n > 0 => Ok(()),
-            _ => Err(io_err("reading")),
+            _ => Err(migrate_io_err("reading")),
         }
     };
     // A refused AUTH or SELECT fails every key with its error.
     let mut setup_err = None;
-    for _ in 0..(m.auth.is_some() as usize + 1) {
+    for _ in 0..(m.auth.is_some() as usize + select as usize) {
         read_line(&mut line).await?;
         if line.starts_with('-') && setup_err.is_none() {
             setup_err = Some(line.trim_end()[1..].to_string());

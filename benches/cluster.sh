@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Cluster benchmarks (issue 14), cairn against Redis 7.0, on loopback:
+#  1. redis-benchmark --cluster (SET, GET, INCR; -P $PIPELINE -c $CLIENTS)
+#     against a 3-node cairn cluster (durability everysec, topology in a
+#     local etcd) and a 3-node redis-server cluster (appendfsync everysec);
+#  2. the time `redis-cli --cluster reshard` takes to move one slot holding
+#     $KEYS keys, with the p99 of a GET load running meanwhile (short
+#     redis-benchmark runs back to back: the worst and the median p99).
+#
+# Usage: benches/cluster.sh [path/to/cairn]     (default target/release/cairn)
+# Env:   N=200000 PIPELINE=16 CLIENTS=50 KEYS=100000 TESTS="set get incr"
+# Needs: etcd (etcd-server), redis-server, redis-cli, redis-benchmark, python3.
+set -euo pipefail
+BIN=$(realpath "${1:-target/release/cairn}")
+N=${N:-200000}
+PIPELINE=${PIPELINE:-16}
+CLIENTS=${CLIENTS:-50}
+KEYS=${KEYS:-100000}
+TESTS=${TESTS:-"set get incr"}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+etcd --data-dir "$work/etcd" --listen-client-urls http://127.0.0.1:23791 \
+  --advertise-client-urls http://127.0.0.1:23791 --listen-peer-urls http://127.0.0.1:23792 \
+  --initial-advertise-peer-urls http://127.0.0.1:23792 \
+  --initial-cluster default=http://127.0.0.1:23792 >"$work/etcd.log" 2>&1 &
+pids+=($!)
+
+cairn_ports=(7201 7202 7203)
+redis_ports=(7301 7302 7303)
+for p in "${cairn_ports[@]}"; do
+  mkdir -p "$work/c$p"
+  cat >"$work/c$p/config.toml" <<EOF
+port = $p
+dir = "$work/c$p/data"
+durability = "everysec"
+log_level = "warn"
+[cluster]
+enabled = true
+etcd_endpoints = ["127.0.0.1:23791"]
+name = "bench-$$"
+EOF
+  "$BIN" --config "$work/c$p/config.toml" >"$work/c$p/log" 2>&1 &
+  pids+=($!)
+done
+for p in "${redis_ports[@]}"; do
+  mkdir -p "$work/r$p"
+  (cd "$work/r$p" && redis-server --port "$p" --cluster-enabled yes --save '' \
+    --appendonly yes --appendfsync everysec --logfile log &)
+done
+sleep 2
+for p in "${redis_ports[@]}"; do pids+=("$(redis-cli -p "$p" info server | awk -F: '/^process_id/{print $2}' | tr -d '\r')"); done
+
+create() {
+  local ports=("$@") addrs=()
+  for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${addrs[@]}" --cluster-yes >/dev/null
+  for _ in $(seq 50); do
+    redis-cli --cluster check "127.0.0.1:${ports[0]}" 2>/dev/null | grep -q 'All 16384 slots covered' && return
+    sleep 0.2
+  done
+  echo "cluster on ${ports[*]} did not form" >&2
+  exit 1
+}
+create "${cairn_ports[@]}"
+create "${redis_ports[@]}"
+
+rps() { # port test
+  redis-benchmark --cluster -p "$1" -t "$2" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -r 100000 -q 2>/dev/null |
+    tr '\r' '\n' | awk -v t="${2^^}" 'index($0, t":") == 1 {print $2}' | tail -1
+}
+echo "== redis-benchmark --cluster -P $PIPELINE -c $CLIENTS -n $N (3 nodes each, everysec)"
+printf "%-6s %12s %12s %7s\n" test cairn redis ratio
+for t in $TESTS; do
+  c=$(rps "${cairn_ports[0]}" "$t")
+  r=$(rps "${redis_ports[0]}" "$t")
+  printf "%-6s %12s %12s %7.2f\n" "$t" "$c" "$r" "$(echo "$c / $r" | bc -l)"
+done
+
+# A hash tag whose keys hash to slot 0 (which the first node serves).
+tag=$(python3 -c '
+import binascii
+i = 0
+while binascii.crc_hqx(f"t{i}".encode(), 0) & 0x3FFF != 0:
+    i += 1
+print(f"t{i}")')
+
+reshard() { # label ports...
+  local label=$1
+  shift
+  local ports=("$@")
+  python3 - "$tag" "$KEYS" <<'PY' | redis-cli -p "${ports[0]}" --pipe >/dev/null
+import sys
+tag, n = sys.argv[1], int(sys.argv[2])
+out = sys.stdout.buffer
+for i in range(n):
+    k, v = f"{{{tag}}}:{i}".encode(), b"x" * 16
+    out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
+PY
+  local from to
+  from=$(redis-cli -p "${ports[0]}" cluster myid)
+  to=$(redis-cli -p "${ports[1]}" cluster myid)
+  local held
+  held=$(redis-cli -p "${ports[0]}" cluster countkeysinslot 0)
+  # GET load on the other keys meanwhile, in short runs.
+  (
+    while [ ! -e "$work/done" ]; do
+      redis-benchmark --cluster -p "${ports[2]}" -t get -n 20000 -c 20 -r 100000 2>/dev/null |
+        tr '\r' '\n' | awk '/latency summary/ {getline; getline; print $5}'
+    done >"$work/p99"
+  ) &
+  local load=$!
+  sleep 1
+  local t0 t1
+  t0=$(date +%s.%N)
+  redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
+    --cluster-slots 1 --cluster-yes >"$work/reshard.log" 2>&1
+  t1=$(date +%s.%N)
+  touch "$work/done"
+  wait "$load"
+  rm -f "$work/done"
+  local moved
+  moved=$(redis-cli -p "${ports[1]}" cluster countkeysinslot 0)
+  local p99s
+  p99s=$(sort -n "$work/p99" | awk '{a[NR]=$1} END {if (NR) printf "median %s, worst %s (%d runs)", a[int((NR+1)/2)], a[NR], NR}')
+  printf "%-6s %8.2f s for %s keys (%s on the target after), GET p99 ms during it: %s\n" \
+    "$label" "$(echo "$t1 - $t0" | bc -l)" "$held" "$moved" "$p99s"
+}
+echo "== reshard of slot 0 holding $KEYS keys (redis-cli --cluster reshard --cluster-slots 1)"
+reshard cairn "${cairn_ports[@]}"
+reshard redis "${redis_ports[@]}"
