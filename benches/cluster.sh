@@ -9,6 +9,7 @@
 #
 # Usage: benches/cluster.sh [path/to/cairn]     (default target/release/cairn)
 # Env:   N=200000 PIPELINE=16 CLIENTS=50 KEYS=100000 TESTS="set get incr"
+#        MOVE_PIPELINE=10 (keys per MIGRATE, redis-cli's --cluster-pipeline)
 # Needs: etcd (etcd-server), redis-server, redis-cli, redis-benchmark, python3.
 set -euo pipefail
 BIN=$(realpath "${1:-target/release/cairn}")
@@ -16,6 +17,7 @@ N=${N:-200000}
 PIPELINE=${PIPELINE:-16}
 CLIENTS=${CLIENTS:-50}
 KEYS=${KEYS:-100000}
+MOVE_PIPELINE=${MOVE_PIPELINE:-10}
 TESTS=${TESTS:-"set get incr"}
 work=$(mktemp -d)
 pids=()
@@ -61,8 +63,14 @@ create() {
   local ports=("$@") addrs=()
   for p in "${ports[@]}"; do addrs+=("127.0.0.1:$p"); done
   redis-cli --cluster create "${addrs[@]}" --cluster-yes >/dev/null
-  for _ in $(seq 50); do
-    redis-cli --cluster check "127.0.0.1:${ports[0]}" 2>/dev/null | grep -q 'All 16384 slots covered' && return
+  # Every node must see the whole cluster (Redis's gossip takes a moment).
+  for _ in $(seq 100); do
+    local ok=1
+    for p in "${ports[@]}"; do
+      redis-cli -p "$p" cluster info | grep -q 'cluster_state:ok' || ok=0
+      [ "$(redis-cli -p "$p" cluster nodes | wc -l)" = "${#ports[@]}" ] || ok=0
+    done
+    [ $ok = 1 ] && return
     sleep 0.2
   done
   echo "cluster on ${ports[*]} did not form" >&2
@@ -120,7 +128,7 @@ PY
   local t0 t1
   t0=$(date +%s.%N)
   redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
-    --cluster-slots 1 --cluster-yes >"$work/reshard.log" 2>&1
+    --cluster-slots 1 --cluster-yes --cluster-pipeline "$MOVE_PIPELINE" >"$work/reshard.log" 2>&1
   t1=$(date +%s.%N)
   touch "$work/done"
   wait "$load"
@@ -132,6 +140,6 @@ PY
   printf "%-6s %8.2f s for %s keys (%s on the target after), GET p99 ms during it: %s\n" \
     "$label" "$(echo "$t1 - $t0" | bc -l)" "$held" "$moved" "$p99s"
 }
-echo "== reshard of slot 0 holding $KEYS keys (redis-cli --cluster reshard --cluster-slots 1)"
+echo "== reshard of slot 0 ($KEYS keys written to it, plus the benchmark's) with redis-cli --cluster reshard --cluster-slots 1 --cluster-pipeline $MOVE_PIPELINE"
 reshard cairn "${cairn_ports[@]}"
 reshard redis "${redis_ports[@]}"
