@@ -78,6 +78,8 @@ pub struct View {
     pub current_epoch: u64,
     /// The topology version (etcd revision) this view was built from.
     pub revision: i64,
+    /// Slots with an owner (counted once: routing asks on every command).
+    pub assigned: usize,
 }
 
 impl Topology {
@@ -207,7 +209,9 @@ impl Topology {
             .map(|(_, n)| n.current_epoch)
             .max()
             .unwrap_or(0);
+        let assigned = owner.iter().filter(|&&o| o != UNOWNED).count();
         View {
+            assigned,
             myself: myself.to_string(),
             nodes,
             owner,
@@ -304,15 +308,10 @@ impl View {
         self.nodes.iter().find(|(n, _)| n == id).map(|(_, r)| r)
     }
 
-    /// Slots with an owner.
-    pub fn assigned(&self) -> usize {
-        self.owner.iter().filter(|&&o| o != UNOWNED).count()
-    }
-
     /// `cluster_state`: ok when every slot is served, or, with
     /// `cluster-require-full-coverage no`, when any is.
     pub fn ok(&self, full_coverage: bool) -> bool {
-        let n = self.assigned();
+        let n = self.assigned;
         if full_coverage {
             n == SLOTS as usize
         } else {
@@ -417,7 +416,7 @@ mod tests {
         // b's epoch is greater: it keeps 50..100.
         assert_eq!(t.nodes["a"].slots, vec![(0, 49)]);
         assert_eq!(v.owner_of(60).unwrap().0, "b");
-        assert_eq!(v.assigned(), 201);
+        assert_eq!(v.assigned, 201);
         t.isolate("b");
         assert_eq!(t.view("a", 3).nodes.len(), 1);
         assert_eq!(t.view("c", 3).nodes.len(), 1);

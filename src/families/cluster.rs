@@ -717,7 +717,7 @@ fn info(server: &Server, cluster: &Cluster) -> String {
     let view = cluster.view();
     let full = server.runtime.read().get("cluster-require-full-coverage") == "yes";
     let state = if view.ok(full) { "ok" } else { "fail" };
-    let assigned = view.assigned();
+    let assigned = view.assigned;
     let size = view
         .nodes
         .iter()
