@@ -292,22 +292,17 @@ impl Cluster {
         };
         let mut registered = false;
         loop {
-            let got = client.get(key).await;
-            let revision = match got {
+            let revision = match client.get(key).await {
                 Ok((doc, header)) => {
-                    self.reachable.store(true, Ordering::Relaxed);
+                    self.set_reachable(true, None);
                     if let Some(v) = doc {
-                        match serde_json::from_slice::<Topology>(&v.value) {
-                            Ok(t) => self.apply(t, v.mod_revision),
-                            Err(e) => tracing::error!(error = %e, "unreadable cluster topology"),
-                        }
+                        self.apply_stored(&v);
                     }
                     header
                 }
                 Err(e) => {
-                    self.reachable.store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "etcd unreachable; serving the last topology seen");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    self.set_reachable(false, Some(&e));
+                    tokio::time::sleep(RETRY).await;
                     continue;
                 }
             };
@@ -318,35 +313,60 @@ impl Cluster {
                     Err(e) => tracing::warn!(?e, "cannot register this node in etcd"),
                 }
             }
-            match client.watch(key, revision + 1).await {
-                Ok(mut w) => loop {
-                    match w.next().await {
-                        Ok(WatchEvent::Put(v)) => {
-                            match serde_json::from_slice::<Topology>(&v.value) {
-                                Ok(t) => self.apply(t, v.mod_revision),
-                                Err(e) => {
-                                    tracing::error!(error = %e, "unreadable cluster topology")
-                                }
-                            }
-                        }
-                        // Someone deleted the document: the next change
-                        // writes it again; keep serving what was seen.
-                        Ok(WatchEvent::Delete { .. }) => {}
-                        Err(e) => {
-                            tracing::warn!(error = %e, "etcd watch ended; following again");
-                            break;
-                        }
-                    }
-                },
+            let mut w = match client.watch(key, revision + 1).await {
+                Ok(w) => w,
                 Err(e) => {
-                    self.reachable.store(false, Ordering::Relaxed);
-                    tracing::warn!(error = %e, "cannot watch the cluster topology");
-                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    self.set_reachable(false, Some(&e));
+                    tokio::time::sleep(RETRY).await;
+                    continue;
+                }
+            };
+            loop {
+                // A watch whose connection died silently sends nothing:
+                // after a quiet while, read the document again and
+                // watch anew.
+                match tokio::time::timeout(RESYNC, w.next()).await {
+                    Ok(Ok(WatchEvent::Put(v))) => self.apply_stored(&v),
+                    // Someone deleted the document: the next change writes
+                    // it again; meanwhile serve what was seen.
+                    Ok(Ok(WatchEvent::Delete { .. })) => {}
+                    Ok(Err(e)) => {
+                        tracing::info!(error = %e, "etcd watch ended; following again");
+                        break;
+                    }
+                    Err(_) => break,
                 }
             }
         }
     }
+
+    /// Applies a version read from etcd.
+    fn apply_stored(&self, v: &super::etcd::Versioned) {
+        match serde_json::from_slice::<Topology>(&v.value) {
+            Ok(t) => self.apply(t, v.mod_revision),
+            Err(e) => tracing::error!(error = %e, "unreadable cluster topology in etcd"),
+        }
+    }
+
+    /// Records whether etcd answers, logging when that changes (not on
+    /// every retry of an outage).
+    fn set_reachable(&self, up: bool, why: Option<&super::etcd::EtcdError>) {
+        let was = self.reachable.swap(up, Ordering::Relaxed);
+        match (was, up) {
+            (true, false) => {
+                tracing::warn!(error = ?why, "etcd unreachable: serving the last topology seen")
+            }
+            (false, true) => tracing::info!("etcd reachable again"),
+            _ => {}
+        }
+    }
 }
+
+/// How long the follower waits before asking an unreachable etcd again.
+const RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long a quiet watch is trusted before the document is read again.
+const RESYNC: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Opens the cluster state of a server about to serve on `port`: the file
 /// is `<dir>/<cluster-config-file>`, the announced address comes from the
