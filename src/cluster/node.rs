@@ -64,6 +64,9 @@ pub struct Cluster {
     announce: Mutex<Announce>,
     /// Whether the store answered the last time it was asked.
     reachable: AtomicBool,
+    /// Keys MIGRATE is moving in chunks: commands on them answer TRYAGAIN
+    /// until they are gone from here (or the move failed).
+    pub moving: dashmap::DashSet<bytes::Bytes>,
 }
 
 /// Why a topology change was not made.
@@ -120,6 +123,7 @@ impl Cluster {
             file,
             announce: Mutex::new(announce),
             reachable: AtomicBool::new(true),
+            moving: Default::default(),
         });
         cluster.save()?;
         Ok(cluster)

@@ -15,21 +15,22 @@ use crate::storage::keyspace::{self, Key};
 pub type Routed<'a> = (&'static CommandSpec, &'a [Bytes]);
 
 /// Where a command runs.
-#[derive(Debug)]
 pub enum Route {
     /// Here.
     Here,
     /// Not here: this redirection or error instead.
     Refuse(Reply),
     /// Here, in a slot this node is migrating away, because its keys were
-    /// here when checked. They must still be here when the command runs
-    /// (MIGRATE may move them in between): if not, the command answers
-    /// `gone` instead (ASK to the target, or TRYAGAIN for some of them).
+    /// here when checked. They must still be here, and not being moved,
+    /// when the command runs (MIGRATE may move them in between): if not,
+    /// the command answers `gone` instead (ASK to the target), or TRYAGAIN.
     WhilePresent {
         /// The command's keys.
         keys: Vec<Bytes>,
         /// The redirection should all of them be gone.
         gone: Reply,
+        /// The keys MIGRATE is moving in chunks.
+        moving: std::sync::Arc<Cluster>,
     },
 }
 
@@ -49,7 +50,12 @@ pub fn routes(spec: &CommandSpec) -> bool {
 
 /// Where `cmds` (one command, or EXEC's queue) run. `asking`: the client
 /// sent ASKING.
-pub async fn check(server: &Server, cluster: &Cluster, cmds: &[Routed<'_>], asking: bool) -> Route {
+pub async fn check(
+    server: &Server,
+    cluster: &std::sync::Arc<Cluster>,
+    cmds: &[Routed<'_>],
+    asking: bool,
+) -> Route {
     match decide(server, cluster, cmds, asking).await {
         Some(Ok(r)) => Route::Refuse(r),
         Some(Err(guard)) => guard,
@@ -61,7 +67,7 @@ pub async fn check(server: &Server, cluster: &Cluster, cmds: &[Routed<'_>], aski
 /// `Some(Err(route))` = here while the keys stay.
 async fn decide(
     server: &Server,
-    cluster: &Cluster,
+    cluster: &std::sync::Arc<Cluster>,
     cmds: &[Routed<'_>],
     asking: bool,
 ) -> Option<Result<Reply, Route>> {
@@ -118,10 +124,15 @@ async fn decide(
     if migrating {
         let to = &view.me().migrating[&slot];
         let ask = redirect("ASK", slot, view.node(to));
+        // A key MIGRATE is moving in chunks is neither here nor there yet.
+        if keys.iter().any(|k| cluster.moving.contains(k)) {
+            return Some(Ok(tryagain()));
+        }
         return Some(match (missing, existing) {
             (0, _) => Err(Route::WhilePresent {
                 keys: keys.clone(),
                 gone: ask,
+                moving: cluster.clone(),
             }),
             (_, 0) => Ok(ask),
             _ => Ok(tryagain()),
@@ -180,7 +191,11 @@ pub fn still_present(
     r: &dyn crate::storage::KvRead,
     keys: &[Bytes],
     gone: &Reply,
+    cluster: &Cluster,
 ) -> Option<Reply> {
+    if keys.iter().any(|k| cluster.moving.contains(k)) {
+        return Some(tryagain());
+    }
     let here = keys
         .iter()
         .filter(|k| matches!(keyspace::peek(r, Key::new(0, k)), Ok(Some(_))))

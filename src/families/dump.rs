@@ -3,17 +3,21 @@
 //! Redis in either direction.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::net::TcpStream;
 
-use super::{coordinated, Fail};
+use super::{blocking, coordinated, Fail};
+use crate::cluster::node::Cluster;
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::rdb::keys;
 use crate::rdb::object::{self, Limits, Value};
+use crate::server::Server;
+use crate::storage::encoding::{KeyType, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::KvRead;
 use crate::util::rdb::{seal, unseal, Reader};
@@ -223,10 +227,17 @@ pub fn migrate(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     m.asking = s.server.cluster.is_some();
-    let shards = s.server.shards.clone();
-    let limits = s.server.encoding_limits();
-    let db = s.db;
-    let server = s.server.clone();
+    match s.server.cluster.clone() {
+        Some(cluster) => migrate_in_cluster(s.server.clone(), cluster, s.db, m),
+        None => migrate_keys(s.server.clone(), s.db, m),
+    }
+}
+
+/// MIGRATE of `m.keys` as one DUMP payload each, their shards locked
+/// meanwhile.
+fn migrate_keys(server: Arc<Server>, db: u8, m: Migrate) -> Action {
+    let shards = server.shards.clone();
+    let limits = server.encoding_limits();
     let ids: Vec<usize> = m.keys.iter().map(|k| shards.shard_of_key(k)).collect();
     coordinated(ids.clone(), move |locked| async move {
         // What exists, with its payload and remaining time to live: one
@@ -334,6 +345,256 @@ pub(crate) fn resp_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
         out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
         out.extend_from_slice(p);
         out.extend_from_slice(b"\r\n");
+    }
+}
+
+/// A collection with more members than this moves in chunks, not as one
+/// DUMP payload, when a cluster node migrates it (see [`move_big`]).
+const BIG_KEY: u64 = 10_000;
+
+/// Members per command when a big collection moves.
+const BIG_CHUNK: usize = 1_000;
+
+/// MIGRATE in cluster mode: big collections first, each in chunks
+/// without holding its shard (see [`move_big`]), then the other keys as
+/// one payload each, as everywhere.
+fn migrate_in_cluster(server: Arc<Server>, cluster: Arc<Cluster>, db: u8, m: Migrate) -> Action {
+    Action::Job(Box::pin(async move {
+        let mut big = Vec::new();
+        let mut small = Vec::new();
+        for key in &m.keys {
+            let shard = server.shards.shard_of_key(key);
+            let snap = match server.shards.shard(shard).current_snapshot().await {
+                Ok(s) => s,
+                Err(e) => return Reply::err(e),
+            };
+            let size = match keyspace::peek(&snap, Key::new(db, key)) {
+                Ok(Some(meta)) if meta.ktype != KeyType::Stream => match meta.body {
+                    MetaBody::Collection { size, .. } => size,
+                    MetaBody::String(_) => 0,
+                },
+                _ => 0,
+            };
+            if size > BIG_KEY {
+                big.push(key.clone());
+            } else {
+                small.push(key.clone());
+            }
+        }
+        let mut moved = false;
+        for key in big {
+            match move_big(&server, &cluster, db, &m, key).await {
+                Ok(found) => moved |= found,
+                Err(r) => return r,
+            }
+        }
+        if small.is_empty() {
+            return if moved {
+                Reply::Ok
+            } else {
+                Reply::Simple("NOKEY")
+            };
+        }
+        let rest = Migrate { keys: small, ..m };
+        match blocking::run(&server.shards, migrate_keys(server.clone(), db, rest)).await {
+            Reply::Simple("NOKEY") if moved => Reply::Ok,
+            r => r,
+        }
+    }))
+}
+
+/// Moves one big collection without blocking its shard: the key is fenced
+/// (commands on it answer TRYAGAIN, see `cluster::routing`), everything
+/// already sent to its shard is let through, then its value is read from a
+/// snapshot and written to the target in commands of [`BIG_CHUNK`]
+/// members (each ASKING, each a short transaction there; the key is only
+/// reached through ASK once it is gone from here), its TTL set, and the
+/// key deleted here (O(1)). Whatever fails, the fence comes down and the
+/// source keeps the key. `Ok(false)`: the key was gone.
+async fn move_big(
+    server: &Arc<Server>,
+    cluster: &Arc<Cluster>,
+    db: u8,
+    m: &Migrate,
+    key: Bytes,
+) -> Result<bool, Reply> {
+    let shard = server.shards.shard_of_key(&key);
+    cluster.moving.insert(key.clone());
+    let result = async {
+        // A barrier: ops that reached the shard before the fence commit
+        // before the snapshot is taken; later ones see the fence.
+        let _ = server
+            .shards
+            .submit(shard, Box::new(|_| Ok(Reply::Ok)))
+            .await;
+        let snap = server
+            .shards
+            .shard(shard)
+            .current_snapshot()
+            .await
+            .map_err(Reply::err)?;
+        let k = key.clone();
+        let stored = tokio::task::spawn_blocking(move || keys::read(&snap, Key::new(db, &k)))
+            .await
+            .map_err(|e| Reply::err(format!("reading {e}")))?;
+        let stored = match stored {
+            Ok(Some(st)) => st,
+            Ok(None) => return Ok(false),
+            Err(Fail::Store(e)) => return Err(Reply::err(e)),
+            Err(Fail::Reply(r)) => return Err(r),
+        };
+        send_in_chunks(m, &key, &stored).await?;
+        if !m.copy {
+            let k = key.clone();
+            let deleted = server
+                .shards
+                .submit(
+                    shard,
+                    Box::new(move |w| {
+                        keyspace::delete_if_live(w, Key::new(db, &k)).map(|_| Reply::Ok)
+                    }),
+                )
+                .await;
+            let failed = match deleted {
+                Ok(Reply::Error(e)) => Some(e),
+                Err(_) => Some("shard unavailable".into()),
+                Ok(_) => None,
+            };
+            if let Some(e) = failed {
+                tracing::warn!(error = %e, "MIGRATE: a moved key could not be deleted here");
+                return Err(Reply::err(format!(
+                    "the key was copied to the target but not deleted here: {e}"
+                )));
+            }
+        }
+        Ok(true)
+    }
+    .await;
+    cluster.moving.remove(&key);
+    result
+}
+
+/// Writes a collection to the target under its own name, in chunks (see
+/// [`move_big`]): refuses with BUSYKEY as MIGRATE does when the target has
+/// the key and REPLACE was not given; on any error, removes what it wrote.
+async fn send_in_chunks(m: &Migrate, key: &Bytes, st: &keys::Stored) -> Result<(), Reply> {
+    let wait = std::time::Duration::from_millis(m.timeout_ms.max(1000));
+    let addr = format!("{}:{}", m.host, m.port);
+    let target = tokio::net::lookup_host(&addr)
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| Reply::Error("IOERR error or timeout connecting to the client".into()))?;
+    let stream = tokio::time::timeout(wait, TcpStream::connect(target))
+        .await
+        .map_err(|_| migrate_io_err("writing"))?
+        .map_err(|_| migrate_io_err("writing"))?;
+    let _ = stream.set_nodelay(true);
+    let mut t = Target {
+        io: tokio::io::BufReader::new(stream),
+        wait,
+    };
+    let db = m.db.to_string();
+    let mut setup: Vec<Vec<&[u8]>> = Vec::new();
+    if let Some(auth) = &m.auth {
+        let mut parts: Vec<&[u8]> = vec![b"AUTH"];
+        parts.extend(auth.iter().map(|p| &p[..]));
+        setup.push(parts);
+    }
+    setup.push(vec![b"SELECT", db.as_bytes()]);
+    for cmd in &setup {
+        t.call(cmd).await?;
+    }
+    let exists = t.asking(&[b"EXISTS", key]).await?;
+    if exists != ":0" && !m.replace {
+        return Err(Reply::err(
+            "Target instance replied with error: BUSYKEY Target key name already exists.",
+        ));
+    }
+    let written = async {
+        t.asking(&[b"DEL", key]).await?;
+        let (cmd, items): (&[u8], Vec<Vec<u8>>) = match &st.value {
+            Value::Hash(pairs) => (
+                b"HSET",
+                pairs
+                    .iter()
+                    .flat_map(|(f, v)| [f.clone(), v.clone()])
+                    .collect(),
+            ),
+            Value::Set(members) => (b"SADD", members.clone()),
+            Value::ZSet(pairs) => (
+                b"ZADD",
+                pairs
+                    .iter()
+                    .flat_map(|(m, s)| {
+                        [crate::util::num::format_double(*s).into_bytes(), m.clone()]
+                    })
+                    .collect(),
+            ),
+            Value::List(items) => (b"RPUSH", items.clone()),
+            // Only collections are moved in chunks.
+            Value::String(_) | Value::Stream(_) => {
+                return Err(Reply::err("MIGRATE: not a collection"));
+            }
+        };
+        let per = match st.value {
+            Value::Hash(_) | Value::ZSet(_) => 2,
+            _ => 1,
+        };
+        for chunk in items.chunks(BIG_CHUNK * per) {
+            let mut parts: Vec<&[u8]> = vec![cmd, key];
+            parts.extend(chunk.iter().map(|i| &i[..]));
+            t.asking(&parts).await?;
+        }
+        if st.expire_ms != 0 {
+            let at = st.expire_ms.to_string();
+            t.asking(&[b"PEXPIREAT", key, at.as_bytes()]).await?;
+        }
+        Ok(())
+    }
+    .await;
+    if written.is_err() {
+        let _ = t.asking(&[b"DEL", key]).await;
+    }
+    written
+}
+
+/// A connection to a MIGRATE target, one command at a time.
+struct Target {
+    io: tokio::io::BufReader<TcpStream>,
+    wait: std::time::Duration,
+}
+
+impl Target {
+    /// Sends a command and reads its one-line reply (every command
+    /// [`send_in_chunks`] sends has one); an error reply is MIGRATE's
+    /// error.
+    async fn call(&mut self, parts: &[&[u8]]) -> Result<String, Reply> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let mut out = Vec::new();
+        resp_command(&mut out, parts);
+        tokio::time::timeout(self.wait, self.io.get_mut().write_all(&out))
+            .await
+            .map_err(|_| migrate_io_err("writing"))?
+            .map_err(|_| migrate_io_err("writing"))?;
+        let mut line = String::new();
+        match tokio::time::timeout(self.wait, self.io.read_line(&mut line)).await {
+            Ok(Ok(n)) if n > 0 => {}
+            _ => return Err(migrate_io_err("reading")),
+        }
+        let line = line.trim_end().to_string();
+        match line.strip_prefix('-') {
+            Some(e) => Err(Reply::err(format!(
+                "Target instance replied with error: {e}"
+            ))),
+            None => Ok(line),
+        }
+    }
+
+    /// ASKING, then the command (the target may be importing the slot).
+    async fn asking(&mut self, parts: &[&[u8]]) -> Result<String, Reply> {
+        self.call(&[b"ASKING"]).await?;
+        self.call(parts).await
     }
 }
 

@@ -389,8 +389,8 @@ async fn execute(
         let refusal = match route(session, outbox, &cluster, spec, &args, asking).await {
             Route::Here => None,
             Route::Refuse(r) => Some(r),
-            Route::WhilePresent { keys, gone } => {
-                guard = Some((keys, gone));
+            Route::WhilePresent { keys, gone, moving } => {
+                guard = Some((keys, gone, moving));
                 None
             }
         };
@@ -429,8 +429,8 @@ async fn execute(
         }
     }
     let mut action = (spec.handler)(session, args);
-    if let Some((keys, gone)) = guard {
-        action = while_present(action, keys, gone);
+    if let Some((keys, gone, moving)) = guard {
+        action = while_present(action, keys, gone, moving);
     }
     if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
         suppressed = false;
@@ -537,19 +537,24 @@ async fn execute(
 /// moved them since routing looked): otherwise it answers `gone` (ASK).
 /// Reads and writes of one shard are guarded; a command spanning shards
 /// cannot be in one slot.
-fn while_present(action: Action, keys: Vec<bytes::Bytes>, gone: Reply) -> Action {
+fn while_present(
+    action: Action,
+    keys: Vec<bytes::Bytes>,
+    gone: Reply,
+    moving: Arc<crate::cluster::node::Cluster>,
+) -> Action {
     use crate::cluster::routing::still_present;
     match action {
         Action::Write { shard, f } => Action::Write {
             shard,
-            f: Box::new(move |w| match still_present(&*w, &keys, &gone) {
+            f: Box::new(move |w| match still_present(&*w, &keys, &gone, &moving) {
                 Some(r) => Ok(r),
                 None => f(w),
             }),
         },
         Action::Read { shard, f } => Action::Read {
             shard,
-            f: Box::new(move |r| match still_present(r, &keys, &gone) {
+            f: Box::new(move |r| match still_present(r, &keys, &gone, &moving) {
                 Some(reply) => Ok(reply),
                 None => f(r),
             }),
@@ -563,7 +568,7 @@ fn while_present(action: Action, keys: Vec<bytes::Bytes>, gone: Reply) -> Action
 async fn route(
     session: &Session,
     outbox: &mut Outbox,
-    cluster: &crate::cluster::node::Cluster,
+    cluster: &Arc<crate::cluster::node::Cluster>,
     spec: &'static command::CommandSpec,
     args: &Args,
     asking: bool,
