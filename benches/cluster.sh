@@ -5,10 +5,13 @@
 #     local etcd) and a 3-node redis-server cluster (appendfsync everysec);
 #  2. the time `redis-cli --cluster reshard` takes to move one slot holding
 #     $KEYS keys, with the p99 of a GET load running meanwhile (short
-#     redis-benchmark runs back to back: the worst and the median p99).
+#     redis-benchmark runs back to back: the worst and the median p99);
+#  3. the same for a slot holding one hash of $BIG fields, with the longest
+#     wait of a client reading another key of the source node meanwhile.
 #
 # Usage: benches/cluster.sh [path/to/cairn]     (default target/release/cairn)
-# Env:   N=200000 PIPELINE=16 CLIENTS=50 KEYS=100000 TESTS="set get incr"
+# Env:   BIG=1000000 (fields of the big hash)
+#        N=200000 PIPELINE=16 CLIENTS=50 KEYS=100000 TESTS="set get incr"
 #        MOVE_PIPELINE=10 (keys per MIGRATE, redis-cli's --cluster-pipeline)
 # Needs: etcd (etcd-server), redis-server, redis-cli, redis-benchmark, python3.
 set -euo pipefail
@@ -18,6 +21,7 @@ PIPELINE=${PIPELINE:-16}
 CLIENTS=${CLIENTS:-50}
 KEYS=${KEYS:-100000}
 MOVE_PIPELINE=${MOVE_PIPELINE:-10}
+BIG=${BIG:-1000000}
 TESTS=${TESTS:-"set get incr"}
 work=$(mktemp -d)
 pids=()
@@ -143,3 +147,71 @@ PY
 echo "== reshard of slot 0 ($KEYS keys written to it, plus the benchmark's) with redis-cli --cluster reshard --cluster-slots 1 --cluster-pipeline $MOVE_PIPELINE"
 reshard cairn "${cairn_ports[@]}"
 reshard redis "${redis_ports[@]}"
+
+# A hash tag for slot 1 (the first node serves it too), and one big hash in
+# it; a reader of another key on the same node records its longest wait.
+tag1=$(python3 -c '
+import binascii
+i = 0
+while binascii.crc_hqx(f"h{i}".encode(), 0) & 0x3FFF != 1:
+    i += 1
+print(f"h{i}")')
+# And one for slot 2000, which stays on the first node: the probe's key.
+tag2=$(python3 -c '
+import binascii
+i = 0
+while binascii.crc_hqx(f"p{i}".encode(), 0) & 0x3FFF != 2000:
+    i += 1
+print(f"p{i}")')
+big_move() { # label ports...
+  local label=$1
+  shift
+  local ports=("$@")
+  python3 - "$tag1" "$BIG" <<'PY' | redis-cli -p "${ports[0]}" --pipe >/dev/null
+import sys
+tag, n = sys.argv[1], int(sys.argv[2])
+out = sys.stdout.buffer
+key = f"{{{tag}}}:big".encode()
+for start in range(0, n, 1000):
+    args = [b"HSET", key]
+    for i in range(start, min(n, start + 1000)):
+        args += [b"f%d" % i, b"v%d" % i]
+    out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
+PY
+  redis-cli -p "${ports[0]}" set "{$tag2}:probe" x >/dev/null
+  python3 - "${ports[0]}" "{$tag2}:probe" "$work/done" >"$work/worst" <<'PY' &
+import os, socket, sys, time
+port, key, done = int(sys.argv[1]), sys.argv[2].encode(), sys.argv[3]
+s = socket.create_connection(("127.0.0.1", port))
+req = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(key), key)
+worst, n = 0.0, 0
+while not os.path.exists(done):
+    t = time.perf_counter()
+    s.sendall(req)
+    buf = b""
+    while not buf.endswith(b"\r\n") or buf.count(b"\r\n") < 2:
+        buf += s.recv(65536)
+    worst = max(worst, time.perf_counter() - t)
+    n += 1
+print(f"{worst * 1000:.1f} ms over {n} reads")
+PY
+  local reader=$!
+  local from to
+  from=$(redis-cli -p "${ports[0]}" cluster myid)
+  to=$(redis-cli -p "${ports[1]}" cluster myid)
+  sleep 0.5
+  local t0 t1
+  t0=$(date +%s.%N)
+  redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
+    --cluster-slots 1 --cluster-yes >"$work/big.log" 2>&1
+  t1=$(date +%s.%N)
+  touch "$work/done"
+  wait "$reader"
+  rm -f "$work/done"
+  printf "%-6s %8.2f s; %s fields on the target after; longest GET of another key on the source: %s\n" \
+    "$label" "$(echo "$t1 - $t0" | bc -l)" \
+    "$(redis-cli -p "${ports[1]}" hlen "{$tag1}:big")" "$(cat "$work/worst")"
+}
+echo "== reshard of slot 1 holding one hash of $BIG fields"
+big_move cairn "${cairn_ports[@]}"
+big_move redis "${redis_ports[@]}"
