@@ -6,7 +6,8 @@ Usage:
     python3 tests/compat/record.py strings bits # record only these cases
     python3 tests/compat/record.py --addr 127.0.0.1:6379 strings
                                                 # use an already-running server
-                                                # (must be Redis 7.0.x on loopback)
+                                                # (must be Redis 7.0.x on loopback;
+                                            # a cluster node for !cluster cases)
 
 For each tests/compat/cases/<name>.txt this writes tests/compat/expected/<name>.txt.
 The format of both files is described in tests/compat/README.md; tests/compat.rs
@@ -15,7 +16,8 @@ replays the same files against cairn.
 Python 3.11 standard library only.  If redis-server is missing it is installed
 with apt-get (Debian package `redis-server`).  The server runs on a free port on
 127.0.0.1 with a temporary directory and no persistence, and is stopped at the
-end.  Nothing is ever sent anywhere but 127.0.0.1.
+end.  A case whose first line is `!cluster` runs on a fresh cluster-mode server
+of its own.  Nothing is ever sent anywhere but 127.0.0.1.
 """
 
 from __future__ import annotations
