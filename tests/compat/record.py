@@ -531,16 +531,23 @@ def ensure_redis_installed():
                    check=True, env=env)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(highest: int = 65535) -> int:
+    """A free loopback port no higher than `highest`."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= highest:
+            return port
+    raise RuntimeError(f"no free port up to {highest}")
 
 
 class RedisServer:
     def __init__(self, cluster: bool = False):
         self.dir = tempfile.mkdtemp(prefix="cairn-compat-")
-        self.port = free_port()
+        # A cluster node's bus port is its port + 10000, so Redis refuses
+        # ports above 55535.
+        self.port = free_port(55535 if cluster else 65535)
         argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--daemonize", "no",
