@@ -16,6 +16,9 @@ pub enum StartError {
     /// The shards could not be opened.
     #[error(transparent)]
     Open(#[from] crate::shard::set::OpenError),
+    /// The cluster config file could not be read or written.
+    #[error("cluster config: {0}")]
+    Cluster(#[from] std::io::Error),
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -48,7 +51,14 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })?;
     let shards = ShardSet::open(&config)?;
-    let server = Arc::new(Server::new(config, shards));
+    let mut server = Server::new(config, shards);
+    if server.config.cluster.enabled {
+        server.cluster = Some(crate::cluster::node::open_for(&server, local.port())?);
+    }
+    let server = Arc::new(server);
+    if let Some(c) = &server.cluster {
+        c.start();
+    }
     // Function libraries persist; scripts do not (as in Redis).
     if let Err(e) = crate::families::functions::load_stored(&server) {
         tracing::error!(error = %e, "cannot read the stored function libraries");

@@ -144,6 +144,8 @@ pub struct Server {
     pub persistence: crate::families::persistence::SaveState,
     /// Keys' last access and LFU counters (OBJECT IDLETIME / FREQ).
     pub access: crate::families::object::AccessClock,
+    /// This node's cluster state, in cluster mode.
+    pub cluster: Option<Arc<crate::cluster::node::Cluster>>,
 }
 
 impl Server {
@@ -207,6 +209,7 @@ impl Server {
             scan_cursors: Default::default(),
             persistence: Default::default(),
             access: Default::default(),
+            cluster: None,
         }
     }
 

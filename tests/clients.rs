@@ -1,6 +1,6 @@
 //! End-to-end tests with real client libraries, called the way their users
 //! call them: redis-py (transactional pipeline, WATCH retries, the Lua-based
-//! lock, registered scripts) and BullMQ, a Node.js job queue built on Lua
+//! lock, registered scripts; its RedisCluster against three cairn nodes) and BullMQ, a Node.js job queue built on Lua
 //! scripts (adding and processing jobs end to end).
 //!
 //! The scripts live in `tests/clients/`. This test installs the libraries
@@ -230,6 +230,23 @@ fn redis_py_pipeline_watch_lock_and_scripts() {
         .env("PYTHONPATH", &deps)
         .env("PYTHONDONTWRITEBYTECODE", "1");
     run_script("redis-py", cmd, &server, Duration::from_secs(60));
+}
+
+#[test]
+fn redis_py_cluster_client() {
+    let deps = python_deps();
+    let etcd = common::etcd::TestEtcd::start();
+    let nodes = common::cluster::three_nodes(&etcd.endpoint, "py-cluster");
+    let mut cmd = Command::new("python3");
+    cmd.arg(clients_dir().join("py_cluster.py"))
+        .env("PYTHONPATH", &deps)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    run_script(
+        "redis-py RedisCluster",
+        cmd,
+        &nodes[0],
+        Duration::from_secs(60),
+    );
 }
 
 /// Runs one of the Node.js job-queue scripts against a fresh server.

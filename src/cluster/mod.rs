@@ -1,5 +1,11 @@
-//! Cluster slots: which of the 16384 slots a key hashes to, and which shard
-//! owns a slot.
+//! Cluster slots (which of the 16384 slots a key hashes to, and which shard
+//! owns a slot) and cluster mode: the shared topology (`topology`), this
+//! node's part in it (`node`), its store (`etcd`) and routing (`routing`).
+
+pub mod etcd;
+pub mod node;
+pub mod routing;
+pub mod topology;
 
 /// Number of hash slots, as in Redis Cluster.
 pub const SLOTS: u16 = 16384;

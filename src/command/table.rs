@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, dump, functions, generic, geo, hash, hll, list, object, persistence, scripting,
-    server, set, sort, stream, string, transaction, zset,
+    bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, object, persistence,
+    scripting, server, set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -268,6 +268,8 @@ commands! {
     TABLE;
     "append", 3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @string @fast", "string", "2.0.0", string::append,
         "Append a value to a key.", "key value", "";
+    "asking", 1, "fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::asking,
+        "Sent by cluster clients after an -ASK redirect", "", "";
     "auth", -2, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::auth,
         "Authenticate to the server.", "[username] password", "";
     "bgsave", -1, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::bgsave,
@@ -300,6 +302,8 @@ commands! {
         "Remove and return the member with the lowest score from one or more sorted sets, or block until one is available.", "key [key ...] timeout", "";
     "client", -2, "", (0, 0, 0), "", "@slow", "connection", "2.4.0", server::client,
         "A container for client connection commands.", "subcommand [arg ...]", "";
+    "cluster", -2, "", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "A container for cluster commands", "", "";
     "command", -1, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
         "Get array of Redis command details.", "[subcommand [arg ...]]", "nondeterministic_output_order";
     "config", -2, "", (0, 0, 0), "", "@slow", "server", "2.0.0", server::config,
@@ -498,6 +502,10 @@ commands! {
         "Close the connection.", "", "";
     "randomkey", 1, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "1.0.0", generic::randomkey,
         "Return a random key from the keyspace.", "", "request_policy:all_shards nondeterministic_output";
+    "readonly", 1, "loading stale fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::readonly,
+        "Enables read queries for a connection to a cluster replica node", "", "";
+    "readwrite", 1, "loading stale fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::readwrite,
+        "Disables read queries for a connection to a cluster replica node", "", "";
     "rename", 3, "write", (1, 2, 1), "RW ACCESS DELETE; OW UPDATE", "@keyspace @write @slow", "generic", "1.0.0", generic::rename,
         "Rename a key.", "key newkey", "";
     "renamenx", 3, "write fast", (1, 2, 1), "RW ACCESS DELETE; OW INSERT", "@keyspace @write @fast", "generic", "1.0.0", generic::renamenx,
@@ -508,6 +516,8 @@ commands! {
         "Reset the connection.", "", "";
     "restore", -4, "write denyoom", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::restore,
         "Create a key using the provided serialized value, previously obtained using DUMP.", "key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]", "";
+    "restore-asking", -4, "write denyoom asking", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "server", "3.0.0", dump::restore,
+        "An internal command for migrating keys in a cluster", "", "";
     "role", 1, "noscript loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "2.8.12", persistence::role,
         "Return the role of the instance in the context of replication", "", "";
     "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,
@@ -773,6 +783,60 @@ commands! {
         "Instruct the server whether to reply to commands", "", "";
     "client|setname", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
         "Set the current connection name", "", "";
+    "cluster|addslots", -3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Assign new hash slots to receiving node", "", "";
+    "cluster|addslotsrange", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,
+        "Assign new hash slots to receiving node", "", "";
+    "cluster|bumpepoch", 2, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Advance the cluster config epoch", "", "nondeterministic_output";
+    "cluster|count-failure-reports", 3, "admin stale", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Return the number of failure reports active for a given node", "", "nondeterministic_output";
+    "cluster|countkeysinslot", 3, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Return the number of local keys in the specified hash slot", "", "";
+    "cluster|delslots", -3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Set hash slots as unbound in receiving node", "", "";
+    "cluster|delslotsrange", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,
+        "Set hash slots as unbound in receiving node", "", "";
+    "cluster|failover", -2, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Forces a replica to perform a manual failover of its master.", "", "";
+    "cluster|flushslots", 2, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Delete a node's own slots information", "", "";
+    "cluster|forget", 3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Remove a node from the nodes table", "", "";
+    "cluster|getkeysinslot", 4, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Return local key names in the specified hash slot", "", "nondeterministic_output";
+    "cluster|help", 2, "loading stale", (0, 0, 0), "", "@slow", "cluster", "5.0.0", cluster::cluster,
+        "Show helpful text about the different subcommands", "", "";
+    "cluster|info", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Provides info about Redis Cluster node state", "", "nondeterministic_output";
+    "cluster|keyslot", 3, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Returns the hash slot of the specified key", "", "";
+    "cluster|links", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "7.0.0", cluster::cluster,
+        "Returns a list of all TCP links to and from peer nodes in cluster", "", "nondeterministic_output";
+    "cluster|meet", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Force a node cluster to handshake with another node", "", "";
+    "cluster|myid", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Return the node id", "", "";
+    "cluster|nodes", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Get Cluster config for the node", "", "nondeterministic_output";
+    "cluster|replicas", 3, "admin stale", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "5.0.0", cluster::cluster,
+        "List replica nodes of the specified master node", "", "nondeterministic_output";
+    "cluster|replicate", 3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Reconfigure a node as a replica of the specified master node", "", "";
+    "cluster|reset", -2, "admin noscript stale", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Reset a Redis Cluster node", "", "";
+    "cluster|saveconfig", 2, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Forces the node to save cluster state on disk", "", "";
+    "cluster|set-config-epoch", 3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Set the configuration epoch in a new node", "", "";
+    "cluster|setslot", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "Bind a hash slot to a specific node", "", "";
+    "cluster|shards", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "7.0.0", cluster::cluster,
+        "Get array of cluster slots to node mappings", "", "nondeterministic_output";
+    "cluster|slaves", 3, "admin stale", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
+        "List replica nodes of the specified master node", "", "nondeterministic_output";
+    "cluster|slots", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
+        "Get array of Cluster slot to node mappings", "", "nondeterministic_output";
     "command|count", 2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "2.8.13", server::command,
         "Get total number of Redis commands", "", "";
     "command|docs", -2, "loading stale", (0, 0, 0), "", "@slow @connection", "server", "7.0.0", server::command,

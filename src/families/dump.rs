@@ -156,6 +156,9 @@ struct Migrate {
     /// AUTH password or AUTH2 user password.
     auth: Option<Vec<Bytes>>,
     keys: Vec<Bytes>,
+    /// Send RESTORE-ASKING (this node is in cluster mode, so the target
+    /// may be importing the slot), as Redis does.
+    asking: bool,
 }
 
 /// Parses MIGRATE's arguments with Redis's errors and their order.
@@ -169,6 +172,7 @@ fn parse_migrate(a: &Args) -> Result<Migrate, Reply> {
         replace: false,
         auth: None,
         keys: vec![a.get(3).clone()],
+        asking: false,
     };
     let mut i = 6;
     while i < a.len() {
@@ -210,10 +214,11 @@ fn parse_migrate(a: &Args) -> Result<Migrate, Reply> {
 /// slip in between the copy and the deletion of the source (Redis blocks
 /// the whole server for that time).
 pub fn migrate(s: &mut Session, a: Args) -> Action {
-    let m = match parse_migrate(&a) {
+    let mut m = match parse_migrate(&a) {
         Ok(m) => m,
         Err(r) => return r.into(),
     };
+    m.asking = s.server.cluster.is_some();
     let shards = s.server.shards.clone();
     let limits = s.server.encoding_limits();
     let db = s.db;
@@ -275,7 +280,7 @@ pub fn migrate(s: &mut Session, a: Args) -> Action {
 }
 
 /// One RESP command.
-fn resp_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
+pub(crate) fn resp_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
     out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
     for p in parts {
         out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
@@ -320,7 +325,12 @@ async fn send_to_target(
     resp_command(&mut out, &[b"SELECT", db.as_bytes()]);
     for (_, key, payload, ttl) in found {
         let ttl = ttl.to_string();
-        let mut parts: Vec<&[u8]> = vec![b"RESTORE", key, ttl.as_bytes(), payload];
+        let restore: &[u8] = if m.asking {
+            b"RESTORE-ASKING"
+        } else {
+            b"RESTORE"
+        };
+        let mut parts: Vec<&[u8]> = vec![restore, key, ttl.as_bytes(), payload];
         if m.replace {
             parts.push(b"REPLACE");
         }

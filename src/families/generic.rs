@@ -219,6 +219,9 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
         i += 1;
     }
     let db = s.db;
+    if s.server.cluster.is_some() && (db != 0 || target_db != 0) {
+        return Reply::err("Copying to another database is not allowed in cluster mode").into();
+    }
     if db == target_db && src == dst {
         return Reply::err("source and destination objects are the same").into();
     }
@@ -257,6 +260,9 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
 
 /// MOVE key db (same key, same slot: always one shard)
 pub fn move_(s: &mut Session, a: Args) -> Action {
+    if s.server.cluster.is_some() {
+        return Reply::err("MOVE is not allowed in cluster mode").into();
+    }
     let target = match db_index(a.get(2)) {
         Ok(d) => d,
         Err(r) => return r.into(),
@@ -637,6 +643,9 @@ fn relabel_db(w: &mut WriteCtx, from: u8, to: u8) -> Result<(), StoreError> {
 /// Rewrites both databases' keys under each other's namespace inside one
 /// coordinated commit: atomic, but O(keys in both databases).
 pub fn swapdb(s: &mut Session, a: Args) -> Action {
+    if s.server.cluster.is_some() {
+        return Reply::err("SWAPDB is not allowed in cluster mode").into();
+    }
     let parse = |arg: &[u8], which: &str| -> Result<u8, Reply> {
         let n = args::int(arg)
             .ok()

@@ -173,8 +173,10 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 let _ = write!(out, "errorstat_{code}:count={count}\r\n");
             }
         }
-        // Cluster mode is not served: clients must see a standalone server.
-        "cluster" => out.push_str("# Cluster\r\ncluster_enabled:0\r\n"),
+        "cluster" => {
+            let on = u8::from(srv.cluster.is_some());
+            let _ = write!(out, "# Cluster\r\ncluster_enabled:{on}\r\n");
+        }
         "commandstats" => {
             out.push_str("# Commandstats\r\n");
             // Redis lists the commands (subcommands as `container|sub`)

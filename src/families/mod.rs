@@ -5,6 +5,7 @@
 
 pub mod bits;
 pub mod blocking;
+pub mod cluster;
 pub mod collection;
 pub mod config;
 pub mod dump;

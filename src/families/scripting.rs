@@ -252,6 +252,13 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
     };
     let counted = command::call_spec(spec, &args).unwrap_or(spec);
     let server = session.server.clone();
+    if let Some(cluster) = &server.cluster {
+        let refused =
+            crate::cluster::routing::check_in_script(&server, cluster, (counted, args.all()));
+        if let Some(r) = refused {
+            return r.into();
+        }
+    }
     if counted.has_flag("write") {
         server.script_wrote.store(true, Ordering::Release);
     }

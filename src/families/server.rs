@@ -186,15 +186,18 @@ pub fn hello(s: &mut Session, a: Args) -> Action {
 /// SELECT index
 pub fn select(s: &mut Session, a: Args) -> Action {
     match a.int(1) {
-        Ok(n) if (0..DATABASES as i64).contains(&n) => {
-            s.db = n as u8;
-            s.entry.info.lock().db = n as u8;
-            Reply::Ok.into()
-        }
         // Redis reads the index as a C int first.
         Ok(n) if i32::try_from(n).is_err() => {
             Reply::err("value is out of range, value must between -2147483648 and 2147483647")
                 .into()
+        }
+        Ok(n) if n != 0 && s.server.cluster.is_some() => {
+            Reply::err("SELECT is not allowed in cluster mode").into()
+        }
+        Ok(n) if (0..DATABASES as i64).contains(&n) => {
+            s.db = n as u8;
+            s.entry.info.lock().db = n as u8;
+            Reply::Ok.into()
         }
         Ok(_) => Reply::err("DB index is out of range").into(),
         Err(r) => r.into(),

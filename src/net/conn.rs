@@ -378,6 +378,38 @@ async fn execute(
         info.last_cmd = checked.name;
         info.last_active = Some(started);
     }
+    // ASKING covers the one command after it (or a whole transaction).
+    let asking = std::mem::take(&mut session.asking);
+    if spec.name == "asking" || (asking && session.multi.is_some()) {
+        session.asking = asking;
+    }
+    let mut guard = None;
+    if let Some(cluster) = server.cluster.clone() {
+        use crate::cluster::routing::Route;
+        let refusal = match route(session, outbox, &cluster, spec, &args, asking).await {
+            Route::Here => None,
+            Route::Refuse(r) => Some(r),
+            Route::WhilePresent { keys, gone } => {
+                guard = Some((keys, gone));
+                None
+            }
+        };
+        if let Some(r) = refusal {
+            if spec.name == "exec" {
+                session.multi = None;
+                session.watching = Default::default();
+            } else {
+                refuse_in_multi(session);
+            }
+            server
+                .command_stat(checked)
+                .rejected
+                .fetch_add(1, Ordering::Relaxed);
+            outbox.push_ready(r, refused);
+            show_transaction(session);
+            return false;
+        }
+    }
     if let Some(multi) = &mut session.multi {
         // Between MULTI and EXEC, commands other than the transaction's
         // own are queued, to be parsed and run by EXEC.
@@ -396,7 +428,10 @@ async fn execute(
             return false;
         }
     }
-    let action = (spec.handler)(session, args);
+    let mut action = (spec.handler)(session, args);
+    if let Some((keys, gone)) = guard {
+        action = while_present(action, keys, gone);
+    }
     if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
         suppressed = false;
     }
@@ -495,6 +530,70 @@ async fn execute(
     server.record_call(checked, started.elapsed().as_micros() as u64);
     show_transaction(session);
     close
+}
+
+/// Makes a command in a slot being migrated away check, in the
+/// transaction it runs in, that its keys are still here (MIGRATE may have
+/// moved them since routing looked): otherwise it answers `gone` (ASK).
+/// Reads and writes of one shard are guarded; a command spanning shards
+/// cannot be in one slot.
+fn while_present(action: Action, keys: Vec<bytes::Bytes>, gone: Reply) -> Action {
+    use crate::cluster::routing::still_present;
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| match still_present(&*w, &keys, &gone) {
+                Some(r) => Ok(r),
+                None => f(w),
+            }),
+        },
+        Action::Read { shard, f } => Action::Read {
+            shard,
+            f: Box::new(move |r| match still_present(r, &keys, &gone) {
+                Some(reply) => Ok(reply),
+                None => f(r),
+            }),
+        },
+        other => other,
+    }
+}
+
+/// Cluster mode: where a command runs (for EXEC, its transaction's keys
+/// decide).
+async fn route(
+    session: &Session,
+    outbox: &mut Outbox,
+    cluster: &crate::cluster::node::Cluster,
+    spec: &'static command::CommandSpec,
+    args: &Args,
+    asking: bool,
+) -> crate::cluster::routing::Route {
+    use crate::cluster::routing;
+    if !routing::routes(spec) {
+        return routing::Route::Here;
+    }
+    // Whether keys exist decides the route of a slot being migrated: the
+    // client's own writes in flight must be seen.
+    if routing::has_open_slots(cluster) {
+        outbox.drain().await;
+    }
+    let server = &session.server;
+    // Keys are where the subcommand's spec says (OBJECT FREQ key...).
+    let row =
+        |spec: &'static command::CommandSpec, a: &Args| command::call_spec(spec, a).unwrap_or(spec);
+    if spec.name == "exec" {
+        let Some(multi) = session.multi.as_ref() else {
+            return routing::Route::Here;
+        };
+        let cmds: Vec<routing::Routed> = multi
+            .queue
+            .iter()
+            .map(|(spec, a)| (row(spec, a), a.all()))
+            .collect();
+        routing::check(server, cluster, &cmds, asking).await
+    } else {
+        routing::check(server, cluster, &[(row(spec, args), args.all())], asking).await
+    }
 }
 
 /// Keeps what CLIENT LIST shows of the client's transaction current. The

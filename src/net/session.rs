@@ -196,6 +196,11 @@ pub struct Session {
     /// What CLIENT LIST last got told of the transaction: (queued commands
     /// or -1, whether keys are watched).
     pub shown_transaction: (i64, bool),
+    /// ASKING was sent: the next command (or the transaction) may use a
+    /// slot this node is importing.
+    pub asking: bool,
+    /// READONLY mode (cluster).
+    pub readonly: bool,
 }
 
 /// A transaction being queued.
@@ -254,6 +259,8 @@ impl Session {
             in_exec: false,
             in_script: false,
             shown_transaction: (-1, false),
+            asking: false,
+            readonly: false,
         }
     }
 

@@ -8,6 +8,8 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub mod cluster;
+pub mod etcd;
 pub mod waiting;
 
 use cairn::config::{Config, Durability};

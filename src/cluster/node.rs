@@ -1,0 +1,416 @@
+//! This node's part in a cluster: its id, the topology it last saw and the
+//! view routing reads, and the one way the topology changes (read the
+//! current document, apply a change, compare-and-swap it back).
+//!
+//! The document lives in etcd when endpoints are configured; without them
+//! the node is a cluster of its own and the document lives only in
+//! `<dir>/<cluster-config-file>`. Either way that file caches the last
+//! version seen, so a node restarted while etcd is away serves the topology
+//! it knew.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+use serde::{Deserialize, Serialize};
+
+use super::etcd::{Etcd, WatchEvent};
+use super::topology::{now_ms, NodeRecord, Topology, View};
+
+/// How long one etcd request may take before the store counts as away.
+const ETCD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// What is kept in the cluster config file.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Saved {
+    /// This node's id, created once.
+    myself: String,
+    /// The revision of `topology`.
+    revision: i64,
+    /// The last topology seen.
+    topology: Topology,
+}
+
+/// How this node reaches the other nodes' addresses: what it announces.
+#[derive(Debug, Clone, Default)]
+pub struct Announce {
+    /// IP clients are sent to ("" until known).
+    pub ip: String,
+    /// Client port.
+    pub port: u16,
+    /// Bus port shown.
+    pub bus_port: u16,
+}
+
+/// Where the topology document lives.
+enum Store {
+    /// Only here (a one-node cluster).
+    Local,
+    /// In etcd, under `key`.
+    Etcd { client: Etcd, key: Vec<u8> },
+}
+
+/// This node's cluster state.
+pub struct Cluster {
+    myid: RwLock<String>,
+    view: RwLock<Arc<View>>,
+    /// The last topology applied and its revision.
+    applied: Mutex<(Topology, i64)>,
+    store: Store,
+    /// One change at a time from this node.
+    changes: tokio::sync::Mutex<()>,
+    file: PathBuf,
+    announce: Mutex<Announce>,
+    /// Whether the store answered the last time it was asked.
+    reachable: AtomicBool,
+}
+
+/// Why a topology change was not made.
+#[derive(Debug)]
+pub enum ChangeError {
+    /// The change itself was refused: Redis's error text (with its code).
+    Refused(String),
+    /// The store could not be reached or kept conflicting: nothing changed.
+    Store(String),
+}
+
+impl Cluster {
+    /// Opens the node's state: its id and cached topology from `file`
+    /// (created with a new id if absent), stored in etcd at `endpoints`
+    /// under `name` (or only locally when there are none).
+    pub fn open(
+        file: PathBuf,
+        endpoints: &[String],
+        name: &str,
+        announce: Announce,
+    ) -> std::io::Result<Arc<Cluster>> {
+        let mut saved: Saved = match std::fs::read(&file) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", file.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Saved::default(),
+            Err(e) => return Err(e),
+        };
+        if saved.myself.len() != 40 {
+            saved.myself = new_node_id();
+        }
+        let store = if endpoints.is_empty() {
+            Store::Local
+        } else {
+            Store::Etcd {
+                client: Etcd::new(endpoints.to_vec(), ETCD_TIMEOUT),
+                key: format!("/{name}/topology").into_bytes(),
+            }
+        };
+        let mut topology = saved.topology;
+        if matches!(store, Store::Local) {
+            register(&mut topology, &saved.myself, &announce);
+        }
+        let view = topology.view(&saved.myself, saved.revision);
+        let cluster = Arc::new(Cluster {
+            myid: RwLock::new(saved.myself),
+            view: RwLock::new(Arc::new(view)),
+            applied: Mutex::new((topology, saved.revision)),
+            store,
+            changes: tokio::sync::Mutex::new(()),
+            file,
+            announce: Mutex::new(announce),
+            reachable: AtomicBool::new(true),
+        });
+        cluster.save()?;
+        Ok(cluster)
+    }
+
+    /// Starts following the shared topology (etcd): registers this node,
+    /// then applies every new version as it is written. Nothing to do for a
+    /// local topology.
+    pub fn start(self: &Arc<Self>) {
+        if let Store::Etcd { .. } = self.store {
+            let me = self.clone();
+            tokio::spawn(async move { me.follow().await });
+        }
+    }
+
+    /// Whether the topology is shared with other nodes (etcd), so this node
+    /// can meet them.
+    pub fn shared(&self) -> bool {
+        !matches!(self.store, Store::Local)
+    }
+
+    /// This node's id.
+    pub fn myid(&self) -> String {
+        self.myid.read().clone()
+    }
+
+    /// The current view.
+    pub fn view(&self) -> Arc<View> {
+        self.view.read().clone()
+    }
+
+    /// Whether the topology store answered last time (INFO / CLUSTER INFO).
+    pub fn reachable(&self) -> bool {
+        self.reachable.load(Ordering::Relaxed)
+    }
+
+    /// Sets the announced address (CONFIG SET cluster-announce-*): written
+    /// to the topology with the next change.
+    pub fn set_announce(&self, a: Announce) {
+        *self.announce.lock() = a;
+    }
+
+    /// Writes the config file (CLUSTER SAVECONFIG, and after every change).
+    pub fn save(&self) -> std::io::Result<()> {
+        let (topology, revision) = self.applied.lock().clone();
+        let saved = Saved {
+            myself: self.myid(),
+            revision,
+            topology,
+        };
+        let bytes = serde_json::to_vec(&saved)?;
+        let tmp = self.file.with_extension("tmp");
+        std::fs::write(&tmp, bytes)?;
+        std::fs::rename(&tmp, &self.file)
+    }
+
+    /// Applies one change to the topology: reads the current version, lets
+    /// `f` edit it (as this node, `f`'s second argument is its id), and
+    /// writes it back only if no one changed it meanwhile (retrying
+    /// otherwise). `f` refusing leaves everything as it was.
+    pub async fn change<F>(&self, mut f: F) -> Result<(), ChangeError>
+    where
+        F: FnMut(&mut Topology, &str) -> Result<(), String>,
+    {
+        let _one = self.changes.lock().await;
+        for attempt in 0..16 {
+            // First from the version last seen (most changes are made by
+            // the node that saw the last one: one etcd round trip), then,
+            // if someone changed it meanwhile, from the store.
+            let (mut topology, revision) = if attempt == 0 && self.reachable() {
+                self.applied.lock().clone()
+            } else {
+                self.current().await?
+            };
+            let myid = self.myid();
+            let before = topology.clone();
+            register(&mut topology, &myid, &self.announce.lock().clone());
+            topology.expire_forgotten(now_ms());
+            f(&mut topology, &myid).map_err(ChangeError::Refused)?;
+            if topology == before {
+                // Nothing to write; what was read may still be news here.
+                self.apply(topology, revision);
+                return Ok(());
+            }
+            match self.put(&topology, revision).await? {
+                Some(new_revision) => {
+                    self.apply(topology, new_revision);
+                    return Ok(());
+                }
+                None => continue,
+            }
+        }
+        Err(ChangeError::Store(
+            "the cluster topology kept changing; try again".into(),
+        ))
+    }
+
+    /// Changes this node's id (CLUSTER RESET HARD), keeping the file.
+    pub fn set_myid(&self, id: String) {
+        *self.myid.write() = id;
+        let applied = self.applied.lock().clone();
+        let view = applied.0.view(&self.myid(), applied.1);
+        *self.view.write() = Arc::new(view);
+    }
+
+    /// The current document and revision from the store.
+    async fn current(&self) -> Result<(Topology, i64), ChangeError> {
+        match &self.store {
+            Store::Local => Ok(self.applied.lock().clone()),
+            Store::Etcd { client, key } => match client.get(key).await {
+                Ok((Some(v), _)) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    let t = serde_json::from_slice(&v.value).map_err(|e| {
+                        ChangeError::Store(format!(
+                            "the cluster topology in etcd is unreadable: {e}"
+                        ))
+                    })?;
+                    Ok((t, v.mod_revision))
+                }
+                Ok((None, _)) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    Ok((Topology::default(), 0))
+                }
+                Err(e) => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    Err(ChangeError::Store(format!(
+                        "cannot change the cluster topology: {e}"
+                    )))
+                }
+            },
+        }
+    }
+
+    /// Writes `t` if the stored revision is still `revision`.
+    async fn put(&self, t: &Topology, revision: i64) -> Result<Option<i64>, ChangeError> {
+        match &self.store {
+            // The document is only here: nothing else can have changed it.
+            Store::Local => Ok(Some(revision + 1)),
+            Store::Etcd { client, key } => {
+                let bytes = serde_json::to_vec(t)
+                    .map_err(|e| ChangeError::Store(format!("cannot encode the topology: {e}")))?;
+                client.put_if(key, &bytes, revision).await.map_err(|e| {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    ChangeError::Store(format!("cannot change the cluster topology: {e}"))
+                })
+            }
+        }
+    }
+
+    /// Installs a newer topology version.
+    fn apply(&self, t: Topology, revision: i64) {
+        {
+            let mut applied = self.applied.lock();
+            if revision <= applied.1 && !matches!(self.store, Store::Local) {
+                return;
+            }
+            let view = t.view(&self.myid(), revision);
+            *applied = (t, revision);
+            *self.view.write() = Arc::new(view);
+        }
+        if let Err(e) = self.save() {
+            tracing::warn!(error = %e, "cannot write the cluster config file");
+        }
+    }
+
+    /// Follows the document in etcd for as long as the server runs.
+    async fn follow(self: Arc<Self>) {
+        let Store::Etcd { client, key } = &self.store else {
+            return;
+        };
+        let mut registered = false;
+        loop {
+            let got = client.get(key).await;
+            let revision = match got {
+                Ok((doc, header)) => {
+                    self.reachable.store(true, Ordering::Relaxed);
+                    if let Some(v) = doc {
+                        match serde_json::from_slice::<Topology>(&v.value) {
+                            Ok(t) => self.apply(t, v.mod_revision),
+                            Err(e) => tracing::error!(error = %e, "unreadable cluster topology"),
+                        }
+                    }
+                    header
+                }
+                Err(e) => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "etcd unreachable; serving the last topology seen");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    continue;
+                }
+            };
+            if !registered {
+                // The change registers this node (or updates its address).
+                match self.change(|_, _| Ok(())).await {
+                    Ok(()) => registered = true,
+                    Err(e) => tracing::warn!(?e, "cannot register this node in etcd"),
+                }
+            }
+            match client.watch(key, revision + 1).await {
+                Ok(mut w) => loop {
+                    match w.next().await {
+                        Ok(WatchEvent::Put(v)) => {
+                            match serde_json::from_slice::<Topology>(&v.value) {
+                                Ok(t) => self.apply(t, v.mod_revision),
+                                Err(e) => {
+                                    tracing::error!(error = %e, "unreadable cluster topology")
+                                }
+                            }
+                        }
+                        // Someone deleted the document: the next change
+                        // writes it again; keep serving what was seen.
+                        Ok(WatchEvent::Delete { .. }) => {}
+                        Err(e) => {
+                            tracing::warn!(error = %e, "etcd watch ended; following again");
+                            break;
+                        }
+                    }
+                },
+                Err(e) => {
+                    self.reachable.store(false, Ordering::Relaxed);
+                    tracing::warn!(error = %e, "cannot watch the cluster topology");
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Opens the cluster state of a server about to serve on `port`: the file
+/// is `<dir>/<cluster-config-file>`, the announced address comes from the
+/// `cluster-announce-*` parameters, else the bind address and the port.
+pub fn open_for(server: &crate::server::Server, port: u16) -> std::io::Result<Arc<Cluster>> {
+    let cfg = &server.config;
+    let rt = server.runtime.read();
+    let file = cfg.dir.join(rt.get("cluster-config-file"));
+    let announce = announce_of(&rt, &cfg.bind, port);
+    drop(rt);
+    std::fs::create_dir_all(&cfg.dir)?;
+    Cluster::open(
+        file,
+        &cfg.cluster.etcd_endpoints,
+        &cfg.cluster.name,
+        announce,
+    )
+}
+
+/// The address to announce: `cluster-announce-ip/port/bus-port` when set,
+/// else the first bind address (unless it is a wildcard, which says
+/// nothing: Redis then leaves the IP empty until a peer sees it).
+pub fn announce_of(rt: &crate::server::Runtime, bind: &str, port: u16) -> Announce {
+    let ip = match rt.get("cluster-announce-ip") {
+        "" => bind
+            .split_whitespace()
+            .next()
+            .filter(|b| !matches!(*b, "0.0.0.0" | "::" | "*" | "-::*" | "*:"))
+            .unwrap_or("")
+            .trim_start_matches('-')
+            .to_string(),
+        ip => ip.to_string(),
+    };
+    let port = match rt.int("cluster-announce-port") {
+        p if p > 0 => p as u16,
+        _ => port,
+    };
+    let bus_port = match rt.int("cluster-announce-bus-port") {
+        p if p > 0 => p as u16,
+        _ => port.wrapping_add(10000),
+    };
+    Announce { ip, port, bus_port }
+}
+
+/// Puts this node in the document if it is not there (a group of its own,
+/// as a fresh Redis node), and keeps its announced address current.
+fn register(t: &mut Topology, myid: &str, a: &Announce) {
+    let n = t
+        .nodes
+        .entry(myid.to_string())
+        .or_insert_with(|| NodeRecord {
+            group: myid.to_string(),
+            since_ms: now_ms(),
+            ..NodeRecord::default()
+        });
+    if !a.ip.is_empty() {
+        n.ip = a.ip.clone();
+    }
+    n.port = a.port;
+    n.bus_port = a.bus_port;
+}
+
+/// A new random 40-hex node id.
+pub fn new_node_id() -> String {
+    let bytes: [u8; 20] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,234 @@
+//! Which node a command belongs on (Redis's getNodeByQuery): every key of
+//! it (or of a whole transaction, at EXEC) must hash to one slot this node
+//! serves; otherwise the client is redirected, with Redis's words.
+
+use bytes::Bytes;
+
+use super::node::Cluster;
+use super::topology::View;
+use crate::command::CommandSpec;
+use crate::protocol::Reply;
+use crate::server::Server;
+use crate::storage::keyspace::{self, Key};
+
+/// One command to route: its table row and arguments.
+pub type Routed<'a> = (&'static CommandSpec, &'a [Bytes]);
+
+/// Where a command runs.
+#[derive(Debug)]
+pub enum Route {
+    /// Here.
+    Here,
+    /// Not here: this redirection or error instead.
+    Refuse(Reply),
+    /// Here, in a slot this node is migrating away, because its keys were
+    /// here when checked. They must still be here when the command runs
+    /// (MIGRATE may move them in between): if not, the command answers
+    /// `gone` instead (ASK to the target, or TRYAGAIN for some of them).
+    WhilePresent {
+        /// The command's keys.
+        keys: Vec<Bytes>,
+        /// The redirection should all of them be gone.
+        gone: Reply,
+    },
+}
+
+/// Whether routing a command needs to know which of its keys exist here:
+/// only when a slot of this node is being migrated or imported.
+pub fn has_open_slots(cluster: &Cluster) -> bool {
+    let view = cluster.view();
+    let me = view.me();
+    !me.migrating.is_empty() || !me.importing.is_empty()
+}
+
+/// Whether a command takes part in routing at all: commands without keys
+/// run anywhere, except EXEC, which routes its whole queue.
+pub fn routes(spec: &CommandSpec) -> bool {
+    spec.name == "exec" || !matches!(spec.keys, crate::command::KeySpec::None)
+}
+
+/// Where `cmds` (one command, or EXEC's queue) run. `asking`: the client
+/// sent ASKING.
+pub async fn check(server: &Server, cluster: &Cluster, cmds: &[Routed<'_>], asking: bool) -> Route {
+    match decide(server, cluster, cmds, asking).await {
+        Some(Ok(r)) => Route::Refuse(r),
+        Some(Err(guard)) => guard,
+        None => Route::Here,
+    }
+}
+
+/// [`check`]'s decision: `None` = here, `Some(Ok(reply))` = refused,
+/// `Some(Err(route))` = here while the keys stay.
+async fn decide(
+    server: &Server,
+    cluster: &Cluster,
+    cmds: &[Routed<'_>],
+    asking: bool,
+) -> Option<Result<Reply, Route>> {
+    let view = cluster.view();
+    let mut slot: Option<u16> = None;
+    let (mut migrating, mut importing) = (false, false);
+    let (mut missing, mut existing) = (0usize, 0usize);
+    let mut keys: Vec<Bytes> = Vec::new();
+    let mut any_write = false;
+    let mut is_migrate = false;
+    for (spec, argv) in cmds {
+        let positions = spec.key_positions(argv);
+        any_write |= spec.has_flag("write");
+        is_migrate |= spec.name == "migrate";
+        for pos in positions {
+            let key = &argv[pos];
+            let this = super::key_slot(key);
+            keys.push(key.clone());
+            match slot {
+                None => {
+                    // A slot no node serves: the cluster is down for it.
+                    if view.owner_of(this).is_none() {
+                        return Some(Ok(down_unbound()));
+                    }
+                    slot = Some(this);
+                    let me = view.me();
+                    migrating = view.serves(this) && me.migrating.contains_key(&this);
+                    importing = me.importing.contains_key(&this);
+                }
+                Some(s) if s != this => {
+                    return Some(Ok(Reply::Error(
+                        "CROSSSLOT Keys in request don't hash to the same slot".into(),
+                    )));
+                }
+                Some(_) => {}
+            }
+            if migrating || importing {
+                if exists_here(server, key).await {
+                    existing += 1;
+                } else {
+                    missing += 1;
+                }
+            }
+        }
+    }
+    let slot = slot?;
+    if let Some(r) = down_state(server, &view, any_write) {
+        return Some(Ok(r));
+    }
+    // MIGRATE works on the local keys of an open slot.
+    if (migrating || importing) && is_migrate {
+        return None;
+    }
+    if migrating {
+        let to = &view.me().migrating[&slot];
+        let ask = redirect("ASK", slot, view.node(to));
+        return Some(match (missing, existing) {
+            (0, _) => Err(Route::WhilePresent {
+                keys: keys.clone(),
+                gone: ask,
+            }),
+            (_, 0) => Ok(ask),
+            _ => Ok(tryagain()),
+        });
+    }
+    let asking_cmd = cmds.iter().any(|(spec, _)| spec.has_flag("asking"));
+    if importing && (asking || asking_cmd) {
+        if keys.len() > 1 && missing > 0 {
+            return Some(Ok(tryagain()));
+        }
+        return None;
+    }
+    if view.serves(slot) {
+        return None;
+    }
+    Some(Ok(redirect(
+        "MOVED",
+        slot,
+        view.owner_of(slot).map(|(_, n)| n),
+    )))
+}
+
+/// The check of a command a script runs (Redis 7.0's
+/// scriptVerifyClusterState): its keys must be in one slot this node
+/// serves, and the cluster up. Keys of different local slots across a
+/// script's commands are allowed, as in Redis 7.0.
+pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> Option<Reply> {
+    let (spec, argv) = cmd;
+    let view = cluster.view();
+    let mut slot = None;
+    for pos in spec.key_positions(argv) {
+        let this = super::key_slot(&argv[pos]);
+        if slot.is_some_and(|s| s != this) || !view.serves(this) {
+            return Some(Reply::err(
+                "Script attempted to access a non local key in a cluster node",
+            ));
+        }
+        slot = Some(this);
+    }
+    slot?;
+    match down_state(server, &view, spec.has_flag("write")) {
+        Some(Reply::Error(e)) if e.ends_with("read commands") => Some(Reply::err(
+            "Script attempted to execute a write command while the cluster is down and readonly",
+        )),
+        Some(_) => Some(Reply::err(
+            "Script attempted to execute a command while the cluster is down",
+        )),
+        None => None,
+    }
+}
+
+/// Whether every key is still here (in a transaction about to run the
+/// command), with TRYAGAIN when only some are: the runtime half of
+/// [`Route::WhilePresent`].
+pub fn still_present(
+    r: &dyn crate::storage::KvRead,
+    keys: &[Bytes],
+    gone: &Reply,
+) -> Option<Reply> {
+    let here = keys
+        .iter()
+        .filter(|k| matches!(keyspace::peek(r, Key::new(0, k)), Ok(Some(_))))
+        .count();
+    match here {
+        n if n == keys.len() => None,
+        0 => Some(gone.clone()),
+        _ => Some(tryagain()),
+    }
+}
+
+/// Whether `key` (database 0) exists on this node now.
+async fn exists_here(server: &Server, key: &[u8]) -> bool {
+    let shard = server.shards.shard_of_key(key);
+    match server.shards.shard(shard).current_snapshot().await {
+        Ok(snap) => matches!(keyspace::peek(&snap, Key::new(0, key)), Ok(Some(_))),
+        Err(_) => false,
+    }
+}
+
+/// The error when the cluster as a whole is down (not every slot served
+/// under `cluster-require-full-coverage yes`).
+fn down_state(server: &Server, view: &View, write: bool) -> Option<Reply> {
+    let rt = server.runtime.read();
+    let full = rt.get("cluster-require-full-coverage") == "yes";
+    if view.ok(full) {
+        return None;
+    }
+    if rt.get("cluster-allow-reads-when-down") != "yes" {
+        return Some(Reply::Error("CLUSTERDOWN The cluster is down".into()));
+    }
+    write.then(|| {
+        Reply::Error("CLUSTERDOWN The cluster is down and only accepts read commands".into())
+    })
+}
+
+fn down_unbound() -> Reply {
+    Reply::Error("CLUSTERDOWN Hash slot not served".into())
+}
+
+fn tryagain() -> Reply {
+    Reply::Error("TRYAGAIN Multiple keys request during rehashing of slot".into())
+}
+
+/// `-MOVED slot ip:port` / `-ASK slot ip:port`.
+fn redirect(kind: &str, slot: u16, to: Option<&super::topology::NodeRecord>) -> Reply {
+    match to {
+        Some(n) => Reply::Error(format!("{kind} {slot} {}:{}", n.ip, n.port)),
+        None => down_unbound(),
+    }
+}
