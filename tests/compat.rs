@@ -9,6 +9,10 @@
 //! * `CAIRN_COMPAT_ADDR=127.0.0.1:PORT` runs the cases against an already-running
 //!   server (used to check the harness against real Redis) instead of starting
 //!   cairn.  Only loopback addresses are accepted.
+//! * `CAIRN_COMPAT_CLUSTER_ADDR=127.0.0.1:PORT` runs the cluster cases (first
+//!   line `!cluster`) against an already-running cluster node instead of a
+//!   fresh cairn in cluster mode per case.  With `CAIRN_COMPAT_ADDR` set and
+//!   this not, cluster cases are skipped.
 //! * `CAIRN_COMPAT_ONLY=name[,name...]` runs only these case files.
 //!
 //! Every difference in every file is collected; the test fails once at the end
@@ -49,6 +53,10 @@ enum Kind {
     Unordered,
     Ignore,
     Shape,
+    /// `!topology`: the next reply is compared after `topology_normalize`.
+    Topology,
+    /// `!cluster` (first line only): the file runs on a fresh cluster node.
+    Cluster,
 }
 
 #[derive(Debug, Clone)]
@@ -64,6 +72,9 @@ struct Entry {
     /// For `Cmd`: the reply is compared by shape (`!shape`): stream ids and
     /// integers may differ.
     shape: bool,
+    /// For `Cmd`: the reply is compared with node ids, the server's port and
+    /// bus port and ping/pong times normalized (`!topology`).
+    topology: bool,
 }
 
 fn is_space(c: u8) -> bool {
@@ -172,6 +183,7 @@ fn trim_start(mut s: &[u8]) -> &[u8] {
 fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
     let mut entries = Vec::new();
     let (mut pending_unordered, mut pending_ignore, mut pending_shape) = (false, false, false);
+    let mut pending_topology = false;
     for (i, line) in data.split(|&b| b == b'\n').enumerate() {
         let lineno = i + 1;
         let text = trim_end(line);
@@ -187,12 +199,14 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
             unordered: false,
             ignore: false,
             shape: false,
+            topology: false,
         };
         if stripped[0] == b'!' {
             let toks = split_args(&stripped[1..]).map_err(|e| at(&e))?;
-            let prefix_pending = pending_unordered || pending_ignore || pending_shape;
+            let prefix_pending =
+                pending_unordered || pending_ignore || pending_shape || pending_topology;
             entry.kind = match (toks.first().map(|t| t.as_slice()), toks.len()) {
-                (Some(b"unordered"), 1) | (Some(b"ignore"), 1) | (Some(b"shape"), 1) => {
+                (Some(b"unordered" | b"ignore" | b"shape" | b"topology"), 1) => {
                     if prefix_pending {
                         return Err(at("two prefix directives in a row"));
                     }
@@ -204,6 +218,10 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
                         b"ignore" => {
                             pending_ignore = true;
                             Kind::Ignore
+                        }
+                        b"topology" => {
+                            pending_topology = true;
+                            Kind::Topology
                         }
                         _ => {
                             pending_shape = true;
@@ -220,6 +238,7 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
                 }
                 (Some(b"raw"), 2) if !prefix_pending => Kind::Raw(toks[1].clone()),
                 (Some(b"reconnect"), 1) if !prefix_pending => Kind::Reconnect,
+                (Some(b"cluster"), 1) if entries.is_empty() => Kind::Cluster,
                 _ => return Err(at("unknown or misplaced directive")),
             };
         } else {
@@ -231,13 +250,15 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
             entry.unordered = pending_unordered;
             entry.ignore = pending_ignore;
             entry.shape = pending_shape;
+            entry.topology = pending_topology;
             pending_unordered = false;
             pending_ignore = false;
             pending_shape = false;
+            pending_topology = false;
         }
         entries.push(entry);
     }
-    if pending_unordered || pending_ignore || pending_shape {
+    if pending_unordered || pending_ignore || pending_shape || pending_topology {
         return Err(format!("{name}.txt: prefix directive at end of file"));
     }
     Ok(entries)
@@ -259,6 +280,8 @@ enum Expect {
     Ignored(Vec<u8>),
     /// Compared by shape: stream ids and integers may differ (`same_shape`).
     Shape(Vec<u8>),
+    /// Compared after `topology_normalize` on both sides.
+    Topology(Vec<u8>),
 }
 
 /// One `> ` line of an expected file and the reply line after it, if any.
@@ -314,10 +337,26 @@ fn escape(b: &[u8]) -> String {
     s
 }
 
-fn parse_expected_file(name: &str, data: &[u8]) -> Result<Vec<Recorded>, String> {
+/// Header line of an expected file naming the port of the server recorded
+/// (written by record.py for cluster and `!topology` cases).
+const PORT_HEADER: &[u8] = b"# recorded on port: ";
+
+/// An expected file: its entries, and the port the recorded server had.
+struct ExpectedFile {
+    recorded: Vec<Recorded>,
+    port: Option<u16>,
+}
+
+fn parse_expected_file(name: &str, data: &[u8]) -> Result<ExpectedFile, String> {
     let mut out: Vec<Recorded> = Vec::new();
+    let mut port = None;
     for (i, line) in data.split(|&b| b == b'\n').enumerate() {
         let at = |msg: &str| format!("expected/{name}.txt:{}: {msg}", i + 1);
+        if let Some(p) = line.strip_prefix(PORT_HEADER) {
+            let p = std::str::from_utf8(p).ok().and_then(|p| p.parse().ok());
+            port = Some(p.ok_or_else(|| at("bad port header"))?);
+            continue;
+        }
         if line.is_empty() || line[0] == b'#' {
             continue;
         }
@@ -342,6 +381,12 @@ fn parse_expected_file(name: &str, data: &[u8]) -> Result<Vec<Recorded>, String>
             b"<closed" => Expect::Closed(bytes),
             b"<ignored" => Expect::Ignored(bytes),
             b"<shape" => Expect::Shape(bytes),
+            b"<topology" => {
+                if port.is_none() {
+                    return Err(at("<topology before the '# recorded on port:' header"));
+                }
+                Expect::Topology(bytes)
+            }
             _ => return Err(at("unknown reply tag")),
         };
         match out.last_mut() {
@@ -349,7 +394,10 @@ fn parse_expected_file(name: &str, data: &[u8]) -> Result<Vec<Recorded>, String>
             _ => return Err(at("reply line without a command line before it")),
         }
     }
-    Ok(out)
+    Ok(ExpectedFile {
+        recorded: out,
+        port,
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -527,6 +575,160 @@ fn shape_walk(e: &[u8], ep: usize, g: &[u8], gp: usize) -> Option<(usize, usize)
 /// string of the same type, and any integer reply matches any integer.
 fn same_shape(expected: &[u8], got: &[u8]) -> bool {
     shape_walk(expected, 0, got, 0) == Some((expected.len(), got.len()))
+}
+
+/// The run-specific values of a cluster node: its port (the bus port is
+/// assumed to be port + 10000, as both Redis and cairn default to).
+#[derive(Clone, Copy)]
+struct NodeValues {
+    port: u16,
+}
+
+impl NodeValues {
+    fn bus(self) -> u32 {
+        u32::from(self.port) + 10000
+    }
+}
+
+/// `!topology` text rule: every maximal run of ASCII letters and digits that
+/// is 40 lowercase hex digits (a node id) becomes `<id>`; every maximal run of
+/// digits equal to the port or the bus port becomes `<port>` / `<bus>`; and in
+/// a CLUSTER NODES line (first field an id, at least 8 fields) the ping-sent
+/// and pong-received times become `<t>`.
+fn topology_text(text: &[u8], node: NodeValues) -> Vec<u8> {
+    let (port, bus) = (node.port.to_string(), node.bus().to_string());
+    let mut out = Vec::with_capacity(text.len());
+    let mut i = 0;
+    while i < text.len() {
+        if !text[i].is_ascii_alphanumeric() {
+            out.push(text[i]);
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < text.len() && text[i].is_ascii_alphanumeric() {
+            i += 1;
+        }
+        let word = &text[start..i];
+        let is_id = word.len() == 40 && word.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f'));
+        if is_id {
+            out.extend_from_slice(b"<id>");
+            continue;
+        }
+        // Digit runs inside the word (e.g. none in "myself", "127" in an ip).
+        let mut j = 0;
+        while j < word.len() {
+            if !word[j].is_ascii_digit() {
+                out.push(word[j]);
+                j += 1;
+                continue;
+            }
+            let d = j;
+            while j < word.len() && word[j].is_ascii_digit() {
+                j += 1;
+            }
+            let digits = &word[d..j];
+            if digits == port.as_bytes() {
+                out.extend_from_slice(b"<port>");
+            } else if digits == bus.as_bytes() {
+                out.extend_from_slice(b"<bus>");
+            } else {
+                out.extend_from_slice(digits);
+            }
+        }
+    }
+    // CLUSTER NODES lines: fields 5 and 6 are ping-sent and pong-received
+    // times (ms), which only a run's timing decides.
+    let lines: Vec<Vec<u8>> = out
+        .split(|&b| b == b'\n')
+        .map(|line| {
+            let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            if fields.len() < 8 || fields[0] != b"<id>" {
+                return line.to_vec();
+            }
+            let mut f: Vec<&[u8]> = fields.clone();
+            f[4] = b"<t>";
+            f[5] = b"<t>";
+            f.join(&b' ')
+        })
+        .collect();
+    lines.join(&b'\n')
+}
+
+/// `!topology`: one reply rewritten with `topology_text` applied to every
+/// simple string, error, bulk and verbatim string (bulk lengths recomputed),
+/// and integers equal to the port or bus port replaced by `<port>` / `<bus>`.
+/// `None` if `reply` is not exactly one complete reply.
+fn topology_normalize(reply: &[u8], node: NodeValues) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(reply.len());
+    let end = topology_walk(reply, 0, node, &mut out)?;
+    (end == reply.len()).then_some(out)
+}
+
+fn topology_walk(r: &[u8], pos: usize, node: NodeValues, out: &mut Vec<u8>) -> Option<usize> {
+    let t = *r.get(pos)?;
+    let (body, next) = frame_line(r, pos + 1).ok()?;
+    match t {
+        b':' => {
+            out.push(b':');
+            let n = frame_int(body).ok()?;
+            if n == i64::from(node.port) {
+                out.extend_from_slice(b"<port>");
+            } else if n == i64::from(node.bus()) {
+                out.extend_from_slice(b"<bus>");
+            } else {
+                out.extend_from_slice(body);
+            }
+            out.extend_from_slice(b"\r\n");
+            Some(next)
+        }
+        b'+' | b'-' => {
+            out.push(t);
+            out.extend_from_slice(&topology_text(body, node));
+            out.extend_from_slice(b"\r\n");
+            Some(next)
+        }
+        b'$' | b'=' if frame_int(body).ok()? >= 0 => {
+            let end = reply_end(r, pos).ok()?;
+            let text = topology_text(&r[next..end - 2], node);
+            out.push(t);
+            out.extend_from_slice(text.len().to_string().as_bytes());
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&text);
+            out.extend_from_slice(b"\r\n");
+            Some(end)
+        }
+        b'*' | b'~' | b'>' | b'%' | b'|' => {
+            out.extend_from_slice(&r[pos..next]);
+            let n = frame_int(body).ok()?;
+            let n = if matches!(t, b'%' | b'|') { n * 2 } else { n };
+            let mut p = next;
+            for _ in 0..n.max(0) {
+                p = topology_walk(r, p, node, out)?;
+            }
+            if t == b'|' {
+                return topology_walk(r, p, node, out);
+            }
+            Some(p)
+        }
+        _ => {
+            let end = reply_end(r, pos).ok()?;
+            out.extend_from_slice(&r[pos..end]);
+            Some(end)
+        }
+    }
+}
+
+/// `!topology` comparison: both replies normalized with their own server's
+/// values, then compared byte for byte.
+fn same_topology(expected: &[u8], exp_node: NodeValues, got: &[u8], got_node: NodeValues) -> bool {
+    match (
+        topology_normalize(expected, exp_node),
+        topology_normalize(got, got_node),
+    ) {
+        (Some(e), Some(g)) => e == g,
+        _ => false,
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -717,6 +919,35 @@ impl Conn {
 // Running one file
 // ---------------------------------------------------------------------------
 
+/// A case argument that stands for the node's own id (CLUSTER SETSLOT n NODE
+/// $MYID and the like): node ids differ between runs.
+const MYID: &[u8] = b"$MYID";
+
+/// `args` with every `$MYID` replaced by the server's node id, asked afresh
+/// (CLUSTER RESET HARD renews it) on a connection of its own, so the case's
+/// connection, perhaps inside MULTI, sees nothing of it.
+fn substitute_myid(args: &[Vec<u8>], addr: SocketAddr) -> Result<Vec<Vec<u8>>, String> {
+    if !args.iter().any(|a| a == MYID) {
+        return Ok(args.to_vec());
+    }
+    let mut side = Conn::open(addr)?;
+    side.send(&encode_command(&[b"CLUSTER".to_vec(), b"MYID".to_vec()]));
+    let got = side.read_reply();
+    let id = match got.bytes.strip_prefix(b"$40\r\n") {
+        Some(rest) if rest.len() == 42 => rest[..40].to_vec(),
+        _ => {
+            return Err(format!(
+                "CLUSTER MYID answered {}",
+                show(&got.bytes, got.closed)
+            ))
+        }
+    };
+    Ok(args
+        .iter()
+        .map(|a| if a == MYID { id.clone() } else { a.clone() })
+        .collect())
+}
+
 struct Failure {
     file: String,
     line: usize,
@@ -755,10 +986,16 @@ fn show_expect(e: &Expect) -> String {
             "{} (same shape: stream ids and integers may differ)",
             show(b, false)
         ),
+        Expect::Topology(b) => format!(
+            "{} (node ids, port, bus port, ping/pong times may differ)",
+            show(b, false)
+        ),
     }
 }
 
-fn matches(expect: &Expect, got: &Got) -> bool {
+/// Whether `got` is what `expect` asks for; `nodes` are the recorded server's
+/// and this server's values for `!topology`.
+fn matches(expect: &Expect, got: &Got, nodes: (NodeValues, NodeValues)) -> bool {
     if got.timed_out {
         return false;
     }
@@ -770,6 +1007,7 @@ fn matches(expect: &Expect, got: &Got) -> bool {
             !got.closed && got.bytes.first() == b.first() && reply_end(&got.bytes, 0).is_ok()
         }
         Expect::Shape(b) => !got.closed && same_shape(b, &got.bytes),
+        Expect::Topology(b) => !got.closed && same_topology(b, nodes.0, &got.bytes, nodes.1),
     }
 }
 
@@ -806,11 +1044,11 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
             return 0;
         }
     };
-    let recorded = match std::fs::read(&exp_path)
+    let (recorded, recorded_port) = match std::fs::read(&exp_path)
         .map_err(|e| format!("{}: {e} (run tests/compat/record.py)", exp_path.display()))
         .and_then(|d| parse_expected_file(name, &d))
     {
-        Ok(r) => r,
+        Ok(r) => (r.recorded, r.port),
         Err(e) => {
             fail(failures, 0, "", "a valid expected file", &e);
             return 0;
@@ -860,7 +1098,9 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
     for (entry, rec) in entries.iter().zip(&recorded) {
         let command = String::from_utf8_lossy(&entry.text).into_owned();
         match &entry.kind {
-            Kind::Unordered | Kind::Ignore | Kind::Shape => continue,
+            Kind::Unordered | Kind::Ignore | Kind::Shape | Kind::Topology | Kind::Cluster => {
+                continue
+            }
             Kind::Sleep(ms) => {
                 if skipping.is_none() {
                     std::thread::sleep(Duration::from_millis(*ms));
@@ -902,18 +1142,38 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
                     Expect::Bytes(b)
                     | Expect::Unordered(b)
                     | Expect::Ignored(b)
-                    | Expect::Shape(b) => conn.read_raw(b, false),
+                    | Expect::Shape(b)
+                    | Expect::Topology(b) => conn.read_raw(b, false),
                     Expect::Closed(b) => conn.read_raw(b, true),
                 }
             }
             Kind::Cmd(args) => {
-                conn.send(&encode_command(args));
+                let args = match substitute_myid(args, addr) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        fail(
+                            failures,
+                            entry.lineno,
+                            &command,
+                            "the node id for $MYID",
+                            &e,
+                        );
+                        continue;
+                    }
+                };
+                conn.send(&encode_command(&args));
                 conn.read_reply()
             }
             _ => unreachable!(),
         };
         checked += 1;
-        if !matches(expect, &got) {
+        let nodes = (
+            NodeValues {
+                port: recorded_port.unwrap_or(0),
+            },
+            NodeValues { port: addr.port() },
+        );
+        if !matches(expect, &got, nodes) {
             let mut got_text = show(&got.bytes, got.closed);
             if got.timed_out {
                 got_text = format!("timeout after {:?}; received {got_text}", READ_TIMEOUT);
@@ -968,17 +1228,45 @@ fn case_names(dir: &Path) -> Vec<String> {
     names
 }
 
-fn loopback_addr(s: &str) -> SocketAddr {
+fn loopback_addr(var: &str, s: &str) -> SocketAddr {
     let addr = s
         .to_socket_addrs()
-        .unwrap_or_else(|e| panic!("CAIRN_COMPAT_ADDR={s}: {e}"))
+        .unwrap_or_else(|e| panic!("{var}={s}: {e}"))
         .next()
-        .unwrap_or_else(|| panic!("CAIRN_COMPAT_ADDR={s}: no address"));
+        .unwrap_or_else(|| panic!("{var}={s}: no address"));
     assert!(
         addr.ip().is_loopback(),
-        "CAIRN_COMPAT_ADDR must be a loopback address, got {addr}"
+        "{var} must be a loopback address, got {addr}"
     );
     addr
+}
+
+/// Whether a case file starts with `!cluster` (an unreadable or invalid file
+/// is not: `run_file` reports it).
+fn is_cluster_case(dir: &Path, name: &str) -> bool {
+    std::fs::read(dir.join("cases").join(format!("{name}.txt")))
+        .ok()
+        .and_then(|d| parse_case_file(name, &d).ok())
+        .is_some_and(|e| e.first().is_some_and(|e| e.kind == Kind::Cluster))
+}
+
+/// A fresh cairn cluster node of its own topology (no etcd), owning no slot,
+/// announcing 127.0.0.1 as record.py makes Redis do.  Its port is at most
+/// 55535, as Redis requires of a cluster node (its bus port is port + 10000,
+/// which `!topology` relies on): a node the system gave a higher port is
+/// stopped and started again.
+fn start_cluster_node() -> common::TestServer {
+    for _ in 0..50 {
+        let node = common::TestServer::start_with(|cfg| {
+            cfg.cluster.enabled = true;
+            cfg.cluster.etcd_endpoints = vec![];
+            cfg.cluster.announce_ip = "127.0.0.1".into();
+        });
+        if node.port <= 55535 {
+            return node;
+        }
+    }
+    panic!("no cluster node got a port <= 55535 in 50 starts");
 }
 
 #[test]
@@ -998,33 +1286,57 @@ fn compat_transcripts() {
     }
     assert!(!names.is_empty(), "no case files in {}", dir.display());
 
-    // Keep the server alive for the whole run; it stops on drop.
-    let (_server, addr) = match std::env::var("CAIRN_COMPAT_ADDR") {
-        Ok(a) => (None, loopback_addr(&a)),
-        Err(_) => {
-            let server = common::TestServer::start();
-            let addr = SocketAddr::from(([127, 0, 0, 1], server.port));
-            (Some(server), addr)
-        }
-    };
+    let plain_addr = std::env::var("CAIRN_COMPAT_ADDR")
+        .ok()
+        .map(|a| loopback_addr("CAIRN_COMPAT_ADDR", &a));
+    let cluster_addr = std::env::var("CAIRN_COMPAT_CLUSTER_ADDR")
+        .ok()
+        .map(|a| loopback_addr("CAIRN_COMPAT_CLUSTER_ADDR", &a));
+    // The plain cases share one server, started on first use and kept alive
+    // for the whole run (it stops on drop); each cluster case gets a fresh
+    // cluster node, as a recording does.
+    let mut plain: Option<common::TestServer> = None;
 
     let mut failures = Vec::new();
     let mut summary = String::new();
-    let mut total = 0;
+    let (mut total, mut files) = (0, 0);
     for name in &names {
         let before = failures.len();
+        let mut node = None;
+        let addr = if is_cluster_case(&dir, name) {
+            match (cluster_addr, plain_addr) {
+                (Some(a), _) => a,
+                (None, Some(_)) => {
+                    let _ = writeln!(
+                        summary,
+                        "  {name}: skipped (a cluster case: set CAIRN_COMPAT_CLUSTER_ADDR)"
+                    );
+                    continue;
+                }
+                (None, None) => {
+                    let n = start_cluster_node();
+                    let a = SocketAddr::from(([127, 0, 0, 1], n.port));
+                    node = Some(n);
+                    a
+                }
+            }
+        } else if let Some(a) = plain_addr {
+            a
+        } else {
+            let port = plain.get_or_insert_with(common::TestServer::start).port;
+            SocketAddr::from(([127, 0, 0, 1], port))
+        };
         let checked = run_file(name, &dir, addr, &mut failures);
+        drop(node);
         total += checked;
+        files += 1;
         let _ = writeln!(
             summary,
-            "  {name}: {checked} replies checked, {} difference(s)",
+            "  {name}: {checked} replies checked against {addr}, {} difference(s)",
             failures.len() - before
         );
     }
-    eprintln!(
-        "compat: {} file(s), {total} replies checked against {addr}\n{summary}",
-        names.len()
-    );
+    eprintln!("compat: {files} file(s), {total} replies checked\n{summary}");
 
     if !failures.is_empty() {
         let mut report = format!(
@@ -1113,4 +1425,101 @@ fn compat_harness_same_shape() {
     // Exactly one complete reply on each side.
     assert!(!same_shape(b":1\r\n", b":1\r\n:2\r\n"));
     assert!(!same_shape(b"*2\r\n:1\r\n:2\r\n", b"*2\r\n:1\r\n"));
+}
+
+#[test]
+fn compat_harness_topology() {
+    let (r, c) = (NodeValues { port: 40677 }, NodeValues { port: 7000 });
+    let id_r = "e094c2fdae755e8ace86ac5f6cb2e67953aa0793";
+    let id_c = "0123456789abcdef0123456789abcdef01234567";
+    // CLUSTER NODES: id, address, ping/pong times differ; bulk lengths too.
+    let nodes = |id: &str, port: u32, times: &str, slots: &str| {
+        let text = format!(
+            "{id} 127.0.0.1:{port}@{} myself,master - {times} 1 connected {slots}\n",
+            port + 10000
+        );
+        format!("${}\r\n{text}\r\n", text.len()).into_bytes()
+    };
+    let e = nodes(id_r, 40677, "0 0", "0-16383");
+    assert!(same_topology(
+        &e,
+        r,
+        &nodes(id_c, 7000, "0 1700000000000", "0-16383"),
+        c
+    ));
+    assert!(!same_topology(
+        &e,
+        r,
+        &nodes(id_c, 7000, "0 0", "0-16382"),
+        c
+    ));
+    // The epoch and everything else stay exact.
+    let other_epoch = nodes(id_c, 7000, "0 0", "0-16383");
+    let other_epoch = String::from_utf8(other_epoch)
+        .unwrap()
+        .replace(" 1 connected", " 2 connected");
+    assert!(!same_topology(&e, r, other_epoch.as_bytes(), c));
+    // A migrating slot names an id inside brackets.
+    let m = |id: &str| format!("+[5->-{id}]\r\n").into_bytes();
+    assert!(same_topology(&m(id_r), r, &m(id_c), c));
+    // CLUSTER SLOTS: the port integer; slot integers stay exact.
+    let slots = |id: &str, port: u16, end: u16| {
+        format!(
+            "*1\r\n*3\r\n:0\r\n:{end}\r\n*4\r\n$9\r\n127.0.0.1\r\n:{port}\r\n$40\r\n{id}\r\n*0\r\n"
+        )
+        .into_bytes()
+    };
+    assert!(same_topology(
+        &slots(id_r, 40677, 16383),
+        r,
+        &slots(id_c, 7000, 16383),
+        c
+    ));
+    assert!(!same_topology(
+        &slots(id_r, 40677, 16383),
+        r,
+        &slots(id_c, 7000, 16382),
+        c
+    ));
+    assert!(!same_topology(
+        &slots(id_r, 40677, 16383),
+        r,
+        &slots(id_c, 7001, 16383),
+        c
+    ));
+    // RESP3 verbatim strings and maps.
+    let v = |id: &str| format!("=44\r\ntxt:{id}\r\n").into_bytes();
+    assert!(same_topology(&v(id_r), r, &v(id_c), c));
+    // Not an id: 39 or 41 hex digits, upper case.
+    assert!(!same_topology(
+        b"+0123456789abcdef0123456789abcdef0123456\r\n",
+        r,
+        b"+0123456789abcdef0123456789abcdef0123457\r\n",
+        c
+    ));
+    assert!(!same_topology(
+        format!("+{}\r\n", id_r.to_uppercase()).as_bytes(),
+        r,
+        format!("+{}\r\n", id_c.to_uppercase()).as_bytes(),
+        c
+    ));
+    // Exactly one complete reply on each side.
+    assert!(!same_topology(b":1\r\n", r, b":1\r\n:1\r\n", c));
+}
+
+#[test]
+fn compat_harness_cluster_directive() {
+    let e = parse_case_file("t", b"!cluster\n# c\n!topology\nCLUSTER NODES\n").unwrap();
+    assert_eq!(e[0].kind, Kind::Cluster);
+    assert!(e[2].topology);
+    assert!(parse_case_file("t", b"PING\n!cluster\n").is_err());
+    assert!(parse_case_file("t", b"!topology\n").is_err());
+    assert!(parse_case_file("t", b"!topology\n!shape\nPING\n").is_err());
+    let x = parse_expected_file(
+        "t",
+        b"# recorded on port: 123\n> !topology\n> PING\n<topology +PONG\\r\\n\n",
+    )
+    .unwrap();
+    assert_eq!(x.port, Some(123));
+    assert!(parse_expected_file("t", b"> PING\n<topology +PONG\\r\\n\n").is_err());
 }

@@ -6,7 +6,8 @@ Usage:
     python3 tests/compat/record.py strings bits # record only these cases
     python3 tests/compat/record.py --addr 127.0.0.1:6379 strings
                                                 # use an already-running server
-                                                # (must be Redis 7.0.x on loopback)
+                                                # (must be Redis 7.0.x on loopback;
+                                            # a cluster node for !cluster cases)
 
 For each tests/compat/cases/<name>.txt this writes tests/compat/expected/<name>.txt.
 The format of both files is described in tests/compat/README.md; tests/compat.rs
@@ -15,7 +16,8 @@ replays the same files against cairn.
 Python 3.11 standard library only.  If redis-server is missing it is installed
 with apt-get (Debian package `redis-server`).  The server runs on a free port on
 127.0.0.1 with a temporary directory and no persistence, and is stopped at the
-end.  Nothing is ever sent anywhere but 127.0.0.1.
+end.  A case whose first line is `!cluster` runs on a fresh cluster-mode server
+of its own.  Nothing is ever sent anywhere but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ EXPECTED = HERE / "expected"
 READ_TIMEOUT = 5.0  # any single reply
 RAW_NO_REPLY_WAIT = 1.0  # !raw: how long to wait for a first complete reply
 RAW_GRACE = 0.3  # !raw: after a complete reply, quiet time that ends the read
+
+
+# Expected-file header line giving the port of the server that was recorded.
+PORT_HEADER = "# recorded on port: "
 
 
 class CaseError(Exception):
@@ -129,13 +135,14 @@ class Entry:
         self.lineno = lineno
         self.text = text  # the line as written (trailing whitespace stripped)
         self.kind = kind  # "cmd" | "raw" | "sleep" | "reconnect" | "unordered"
-        #                   | "ignore" | "shape"
+        #                   | "ignore" | "shape" | "topology" | "cluster"
         self.args = args or []
         self.raw = raw
         self.sleep_ms = sleep_ms
         self.unordered = unordered  # for "cmd": compare as a multiset
         self.ignore = False  # for "cmd": read the reply, compare nothing
         self.shape = False  # for "cmd": compare by shape (ids, integers vary)
+        self.topology = False  # for "cmd": compare with node ids/ports normalized
 
 
 def parse_case_file(path: Path) -> list[Entry]:
@@ -143,6 +150,7 @@ def parse_case_file(path: Path) -> list[Entry]:
     pending_unordered = False
     pending_ignore = False
     pending_shape = False
+    pending_topology = False
     data = path.read_bytes()
     for i, line in enumerate(data.split(b"\n"), start=1):
         text = line.rstrip(b" \t\r")
@@ -155,17 +163,26 @@ def parse_case_file(path: Path) -> list[Entry]:
             if not toks:
                 raise CaseError(f"{where}: empty directive")
             name = toks[0].decode()
-            pending = pending_unordered or pending_ignore or pending_shape
-            if name in ("unordered", "ignore", "shape") and len(toks) == 1:
+            pending = (pending_unordered or pending_ignore or pending_shape
+                       or pending_topology)
+            if (name in ("unordered", "ignore", "shape", "topology")
+                    and len(toks) == 1):
                 if pending:
                     raise CaseError(f"{where}: two prefix directives in a row")
                 if name == "unordered":
                     pending_unordered = True
                 elif name == "ignore":
                     pending_ignore = True
-                else:
+                elif name == "shape":
                     pending_shape = True
+                else:
+                    pending_topology = True
                 entries.append(Entry(i, text, name))
+            elif name == "cluster" and len(toks) == 1:
+                # A file-level directive: the case runs on a fresh cluster node.
+                if entries:
+                    raise CaseError(f"{where}: !cluster must be the first line")
+                entries.append(Entry(i, text, "cluster"))
             elif name == "sleep" and len(toks) == 2 and toks[1].isdigit():
                 entries.append(Entry(i, text, "sleep", sleep_ms=int(toks[1])))
             elif name == "raw" and len(toks) == 2:
@@ -188,9 +205,11 @@ def parse_case_file(path: Path) -> list[Entry]:
         ent = Entry(i, text, "cmd", args=args, unordered=pending_unordered)
         ent.ignore = pending_ignore
         ent.shape = pending_shape
+        ent.topology = pending_topology
         entries.append(ent)
         pending_unordered = pending_ignore = pending_shape = False
-    if pending_unordered or pending_ignore or pending_shape:
+        pending_topology = False
+    if pending_unordered or pending_ignore or pending_shape or pending_topology:
         raise CaseError(f"{path.name}: prefix directive at end of file")
     return entries
 
@@ -412,6 +431,27 @@ class Conn:
         return r, self.closed
 
 
+MYID = b"$MYID"
+
+
+def node_id(host: str, port: int) -> bytes:
+    """The server's cluster node id, asked on a connection of its own so the
+    case's connection (perhaps inside MULTI) sees nothing of it."""
+    c = Conn(host, port)
+    try:
+        c.send(encode_command([b"CLUSTER", b"MYID"]))
+        r, _ = c.read_reply()
+    finally:
+        c.close()
+    if not r.startswith(b"$40\r\n"):
+        raise RuntimeError(f"CLUSTER MYID answered {r!r}")
+    return r[5:45]
+
+
+def is_cluster_case(entries: list[Entry]) -> bool:
+    return bool(entries) and entries[0].kind == "cluster"
+
+
 def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
     """Replay entries; return the lines of the expected file body."""
     out: list[str] = []
@@ -423,7 +463,7 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
             raise RuntimeError(f"FLUSHALL failed: {r!r}")
         for e in entries:
             out.append("> " + e.text.decode("utf-8", "surrogateescape"))
-            if e.kind in ("unordered", "ignore", "shape"):
+            if e.kind in ("unordered", "ignore", "shape", "topology", "cluster"):
                 continue
             if e.kind == "sleep":
                 time.sleep(e.sleep_ms / 1000)
@@ -439,7 +479,12 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
                 if conn.closed:
                     reply, closed = b"", True
                 else:
-                    conn.send(encode_command(e.args))
+                    args = e.args
+                    if MYID in args:
+                        # Asked afresh each time: CLUSTER RESET HARD renews it.
+                        me = node_id(host, port)
+                        args = [me if a == MYID else a for a in args]
+                    conn.send(encode_command(args))
                     reply, closed = conn.read_reply()
             if e.kind == "cmd" and e.ignore:
                 if closed:
@@ -459,6 +504,10 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
             elif e.kind == "cmd" and e.shape:
                 # The recorded bytes; the replayer compares them by shape.
                 tag = "<shape"
+            elif e.kind == "cmd" and e.topology:
+                # The recorded bytes; the replayer normalizes node ids, this
+                # server's port and bus port, and ping/pong times first.
+                tag = "<topology"
             else:
                 tag = "<"
             esc = escape(reply)
@@ -482,21 +531,37 @@ def ensure_redis_installed():
                    check=True, env=env)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_port(highest: int = 65535) -> int:
+    """A free loopback port no higher than `highest`."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port <= highest:
+            return port
+    raise RuntimeError(f"no free port up to {highest}")
 
 
 class RedisServer:
-    def __init__(self):
+    def __init__(self, cluster: bool = False):
         self.dir = tempfile.mkdtemp(prefix="cairn-compat-")
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-             "--save", "", "--appendonly", "no", "--dir", self.dir,
-             "--daemonize", "no", "--logfile", os.path.join(self.dir, "redis.log")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        # A cluster node's bus port is its port + 10000, so Redis refuses
+        # ports above 55535.
+        self.port = free_port(55535 if cluster else 65535)
+        argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
+                "--save", "", "--appendonly", "no", "--dir", self.dir,
+                "--daemonize", "no",
+                "--logfile", os.path.join(self.dir, "redis.log")]
+        if cluster:
+            # A fresh node that knows only itself and owns no slots. The
+            # announced ip makes CLUSTER NODES/SLOTS/SHARDS show 127.0.0.1
+            # (a node that never met another shows an empty ip otherwise);
+            # tests/compat.rs gives cairn the same announce_ip.
+            argv += ["--cluster-enabled", "yes",
+                     "--cluster-config-file", os.path.join(self.dir, "nodes.conf"),
+                     "--cluster-announce-ip", "127.0.0.1"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while True:
             try:
@@ -524,17 +589,21 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def server_version(host: str, port: int) -> str:
+def info_field(host: str, port: int, section: bytes, field: bytes) -> str:
     c = Conn(host, port)
     try:
-        c.send(encode_command([b"INFO", b"server"]))
+        c.send(encode_command([b"INFO", section]))
         r, _ = c.read_reply()
     finally:
         c.close()
     for line in r.split(b"\r\n"):
-        if line.startswith(b"redis_version:"):
+        if line.startswith(field + b":"):
             return line.split(b":", 1)[1].decode()
-    raise RuntimeError("INFO server has no redis_version")
+    raise RuntimeError(f"INFO {section.decode()} has no {field.decode()}")
+
+
+def server_version(host: str, port: int) -> str:
+    return info_field(host, port, b"server", b"redis_version")
 
 
 # --------------------------------------------------------------------------
@@ -561,43 +630,87 @@ def main(argv: list[str]) -> int:
             return 2
         parsed[name] = parse_case_file(path)
 
-    server = None
     if addr:
         host, port_s = addr.rsplit(":", 1)
         if not host.startswith("127.") and host not in ("localhost", "::1"):
             print("refusing a non-loopback address", file=sys.stderr)
             return 2
         port = int(port_s)
-    else:
-        ensure_redis_installed()
-        server = RedisServer()
-        host, port = "127.0.0.1", server.port
+        # Every case on that one server: a cluster case needs a cluster node
+        # (a fresh one, owning no slots), any other case a plain server.
+        want = {"1" if is_cluster_case(e) else "0" for e in parsed.values()}
+        have = info_field(host, port, b"cluster", b"cluster_enabled")
+        if want != {have}:
+            print(f"{addr} has cluster_enabled:{have}; record cluster cases "
+                  f"(first line !cluster) and the others separately",
+                  file=sys.stderr)
+            return 2
+        return record_all(parsed, lambda cluster: None, host, port)
+    ensure_redis_installed()
+    return record_all(parsed, RedisServer, "127.0.0.1", None)
+
+
+def record_all(parsed: dict, start, host: str, port: int | None) -> int:
+    """Record every parsed case.  With `port` None, `start(cluster)` starts a
+    server: one plain server shared by the plain cases, and a fresh cluster
+    node for each cluster case."""
+    shared = None
     try:
-        version = server_version(host, port)
-        if not version.startswith("7.0."):
-            print(f"expected Redis 7.0.x, found {version}", file=sys.stderr)
-            return 1
-        EXPECTED.mkdir(exist_ok=True)
         for name, entries in parsed.items():
-            body = run_case(host, port, entries)
-            header = [
-                f"# Recorded from Redis {version} by tests/compat/record.py "
-                f"from cases/{name}.txt. Do not edit: re-record.",
-                "# '> ' case line; '< ' reply bytes; '<unordered ' reply "
-                "compared as a multiset; '<closed ' bytes then connection closed;",
-                "# '<ignored T' reply read, only its type byte T compared.",
-            ]
-            if any(e.kind == "shape" for e in entries):
-                header.append("# '<shape ' compared by shape: stream ids and "
-                              "integers may differ.")
-            text = "\n".join(header + body) + "\n"
-            (EXPECTED / f"{name}.txt").write_text(text, encoding="utf-8",
-                                                  errors="surrogateescape")
-            n = sum(1 for e in entries if e.kind in ("cmd", "raw"))
-            print(f"{name}: {n} commands recorded")
+            cluster = is_cluster_case(entries)
+            server = None
+            if port is not None:
+                use_port = port
+            elif cluster:
+                server = start(True)
+                use_port = server.port
+            else:
+                if shared is None:
+                    shared = start(False)
+                use_port = shared.port
+            try:
+                rc = record_one(name, entries, host, use_port)
+            finally:
+                if server:
+                    server.stop()
+            if rc:
+                return rc
     finally:
-        if server:
-            server.stop()
+        if shared:
+            shared.stop()
+    return 0
+
+
+def record_one(name: str, entries: list[Entry], host: str, port: int) -> int:
+    """Record one case against the server on `port`; write its expected file."""
+    version = server_version(host, port)
+    if not version.startswith("7.0."):
+        print(f"expected Redis 7.0.x, found {version}", file=sys.stderr)
+        return 1
+    EXPECTED.mkdir(exist_ok=True)
+    body = run_case(host, port, entries)
+    header = [
+        f"# Recorded from Redis {version} by tests/compat/record.py "
+        f"from cases/{name}.txt. Do not edit: re-record.",
+        "# '> ' case line; '< ' reply bytes; '<unordered ' reply "
+        "compared as a multiset; '<closed ' bytes then connection closed;",
+        "# '<ignored T' reply read, only its type byte T compared.",
+    ]
+    if any(e.kind == "shape" for e in entries):
+        header.append("# '<shape ' compared by shape: stream ids and "
+                      "integers may differ.")
+    topology = any(e.kind == "topology" for e in entries)
+    if topology:
+        header.append("# '<topology ' compared with node ids, the port, the "
+                      "bus port and ping/pong times normalized.")
+    if topology or is_cluster_case(entries):
+        # The replayer needs Redis's port to normalize <topology replies.
+        header.append(f"{PORT_HEADER}{port}")
+    text = "\n".join(header + body) + "\n"
+    (EXPECTED / f"{name}.txt").write_text(text, encoding="utf-8",
+                                          errors="surrogateescape")
+    n = sum(1 for e in entries if e.kind in ("cmd", "raw"))
+    print(f"{name}: {n} commands recorded")
     return 0
 
 
