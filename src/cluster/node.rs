@@ -380,6 +380,11 @@ pub fn open_for(server: &crate::server::Server, port: u16) -> std::io::Result<Ar
     let rt = server.runtime.read();
     let file = cfg.dir.join(rt.get("cluster-config-file"));
     let announce = announce_of(&rt, &cfg.bind, port);
+    if cfg.port > 55535 && rt.int("cluster-announce-bus-port") == 0 {
+        return Err(std::io::Error::other(
+            "port number too high: the cluster bus port is 10,000 above it, so the port must be 55535 or less",
+        ));
+    }
     drop(rt);
     std::fs::create_dir_all(&cfg.dir)?;
     Cluster::open(
@@ -410,7 +415,9 @@ pub fn announce_of(rt: &crate::server::Runtime, bind: &str, port: u16) -> Announ
     };
     let bus_port = match rt.int("cluster-announce-bus-port") {
         p if p > 0 => p as u16,
-        _ => port.wrapping_add(10000),
+        // Past 55535 (only a port the OS picked: a configured one is
+        // refused at start, as Redis refuses it) no bus port is shown.
+        _ => port.checked_add(10000).unwrap_or(0),
     };
     Announce { ip, port, bus_port }
 }

@@ -123,6 +123,10 @@ async fn decide(
     }
     if migrating {
         let to = &view.me().migrating[&slot];
+        // Migrating to itself: an ASK to here is no redirection at all.
+        if *to == view.myself {
+            return None;
+        }
         let ask = redirect("ASK", slot, view.node(to));
         // A key MIGRATE is moving in chunks is neither here nor there yet.
         if keys.iter().any(|k| cluster.moving.contains(k)) {

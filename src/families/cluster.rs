@@ -123,7 +123,7 @@ pub fn cluster(s: &mut Session, a: Args) -> Action {
                 return Reply::err("syntax error").into();
             }
             if a.len() > 3 {
-                return Reply::err("syntax error").into();
+                return super::subcommand_syntax(&a).into();
             }
             Reply::err("You should send CLUSTER FAILOVER to a replica").into()
         }
@@ -261,6 +261,7 @@ pub fn cluster(s: &mut Session, a: Args) -> Action {
         "reset" => {
             let hard = match a.len() {
                 2 => false,
+                n if n > 3 => return super::subcommand_syntax(&a).into(),
                 _ if a.get(2).eq_ignore_ascii_case(b"hard") => true,
                 _ if a.get(2).eq_ignore_ascii_case(b"soft") => false,
                 _ => return Reply::err("syntax error").into(),
@@ -524,7 +525,7 @@ fn meet(server: Arc<Server>, cluster: Arc<Cluster>, a: Args) -> Action {
                 .into()
             }
         },
-        _ => return Reply::err("syntax error").into(),
+        _ => return super::subcommand_syntax(&a).into(),
     };
     let ip_text = String::from_utf8_lossy(a.get(2)).into_owned();
     let ip: Option<std::net::IpAddr> = ip_text.parse().ok();

@@ -19,7 +19,7 @@ use crate::command::{self, Args};
 use crate::net::atomic::Atomic;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
-use crate::scripting::Host;
+use crate::scripting::{Host, ScriptFlags};
 use crate::server::{ClientEntry, Server};
 use crate::shard::coordinator::CoordError;
 use crate::storage::StoreError;
@@ -173,7 +173,28 @@ struct LocalHost<'a, 'w> {
     nonlocal: bool,
 }
 
+/// Cluster mode's checks before a script runs (Redis's
+/// scriptPrepareForRun and the slot rule of scriptVerifyClusterState): a
+/// `no-cluster` script is refused; a script with a shebang and without
+/// `allow-cross-slot-keys` may only use one slot, its declared keys' (or
+/// the first one it uses). Scripts without a shebang may cross slots.
+fn begin_in_cluster(session: &mut Session, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
+    session.server.cluster.as_ref()?;
+    if flags.no_cluster {
+        return Some(Reply::err(
+            "Can not run script on cluster, 'no-cluster' flag is set.",
+        ));
+    }
+    session.script_slot = (!flags.eval_compat && !flags.allow_cross_slot_keys)
+        .then(|| keys.first().map(|k| crate::cluster::key_slot(k)));
+    None
+}
+
 impl Host for LocalHost<'_, '_> {
+    fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
+        begin_in_cluster(&mut self.session, flags, keys)
+    }
+
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         let action = script_action(&mut self.session, argv, resp3);
         let server = self.session.server.clone();
@@ -258,6 +279,23 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
         if let Some(r) = refused {
             return r.into();
         }
+        // One slot per script unless it may cross them.
+        if let Some(allowed) = &mut session.script_slot {
+            let used = counted
+                .key_positions(args.all())
+                .first()
+                .map(|&i| crate::cluster::key_slot(args.get(i)));
+            match (*allowed, used) {
+                (Some(a), Some(u)) if a != u => {
+                    return Reply::err(
+                        "Script attempted to access keys that do not hash to the same slot",
+                    )
+                    .into();
+                }
+                (None, Some(u)) => *allowed = Some(u),
+                _ => {}
+            }
+        }
     }
     if counted.has_flag("write") {
         server.script_wrote.store(true, Ordering::Release);
@@ -269,6 +307,10 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
 }
 
 impl Host for ScriptHost<'_> {
+    fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
+        begin_in_cluster(&mut self.session, flags, keys)
+    }
+
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         if self.failure.is_some() {
             return Reply::err("storage failure earlier in this script");

@@ -201,6 +201,10 @@ pub struct Session {
     pub asking: bool,
     /// READONLY mode (cluster).
     pub readonly: bool,
+    /// In a script's session in cluster mode: the one slot its commands may
+    /// use (its declared keys', else the first one used), unless the script
+    /// may cross slots (`None`).
+    pub script_slot: Option<Option<u16>>,
 }
 
 /// A transaction being queued.
@@ -261,6 +265,7 @@ impl Session {
             shown_transaction: (-1, false),
             asking: false,
             readonly: false,
+            script_slot: None,
         }
     }
 

@@ -294,6 +294,9 @@ impl ScriptVm {
             return Reply::err("Can not execute a script with write flag using *_ro command.");
         }
         let ro = ro || f.flags.no_writes;
+        if let Some(refused) = host.begin(f.flags, &keys) {
+            return refused;
+        }
         let table = |items: Vec<Bytes>| -> mlua::Result<mlua::Table> {
             let t = self.lua.create_table_with_capacity(items.len(), 0)?;
             for (i, item) in items.iter().enumerate() {

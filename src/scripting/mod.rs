@@ -53,6 +53,13 @@ pub trait Host {
     fn acl_check(&mut self, _argv: &[Bytes]) -> bool {
         true
     }
+
+    /// Called once before the script (or function) runs, with its flags
+    /// and declared keys: a refusal instead of running it (cluster mode's
+    /// `no-cluster`), or `None`. Without cluster mode, nothing to check.
+    fn begin(&mut self, _flags: ScriptFlags, _keys: &[Bytes]) -> Option<Reply> {
+        None
+    }
 }
 
 /// Flags from a script's `#!lua flags=...` line or a function's `flags`.

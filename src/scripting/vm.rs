@@ -549,6 +549,9 @@ impl ScriptVm {
             return Reply::err("Can not execute a script with write flag using *_ro command.");
         }
         let ro = ro || script.flags.no_writes;
+        if let Some(refused) = host.begin(script.flags, &keys) {
+            return refused;
+        }
         let set = |name: &str, items: Vec<Bytes>| -> mlua::Result<()> {
             let t = self.lua.create_table_with_capacity(items.len(), 0)?;
             for (i, item) in items.iter().enumerate() {
