@@ -443,7 +443,10 @@ async fn move_big(
             Err(Fail::Store(e)) => return Err(Reply::err(e)),
             Err(Fail::Reply(r)) => return Err(r),
         };
-        send_in_chunks(m, &key, &stored).await?;
+        let sent = send_in_chunks(m, &key, &stored).await;
+        // Freeing a million members is work too: not on this thread.
+        tokio::task::spawn_blocking(move || drop(stored));
+        sent?;
         if !m.copy {
             let k = key.clone();
             let deleted = server
@@ -513,38 +516,47 @@ async fn send_in_chunks(m: &Migrate, key: &Bytes, st: &keys::Stored) -> Result<(
     }
     let written = async {
         t.asking(&[b"DEL", key]).await?;
-        let (cmd, items): (&[u8], Vec<Vec<u8>>) = match &st.value {
-            Value::Hash(pairs) => (
-                b"HSET",
-                pairs
-                    .iter()
-                    .flat_map(|(f, v)| [f.clone(), v.clone()])
-                    .collect(),
-            ),
-            Value::Set(members) => (b"SADD", members.clone()),
-            Value::ZSet(pairs) => (
-                b"ZADD",
-                pairs
-                    .iter()
-                    .flat_map(|(m, s)| {
-                        [crate::util::num::format_double(*s).into_bytes(), m.clone()]
-                    })
-                    .collect(),
-            ),
-            Value::List(items) => (b"RPUSH", items.clone()),
+        // Chunk by chunk, straight from the value: no copy of it is built
+        // on this (async) thread, and other clients' tasks run between
+        // chunks.
+        match &st.value {
+            Value::Hash(pairs) => {
+                for chunk in pairs.chunks(BIG_CHUNK) {
+                    let mut parts: Vec<&[u8]> = vec![b"HSET", key];
+                    for (f, v) in chunk {
+                        parts.extend([&f[..], &v[..]]);
+                    }
+                    t.asking(&parts).await?;
+                }
+            }
+            Value::ZSet(pairs) => {
+                for chunk in pairs.chunks(BIG_CHUNK) {
+                    let scores: Vec<String> = chunk
+                        .iter()
+                        .map(|(_, s)| crate::util::num::format_double(*s))
+                        .collect();
+                    let mut parts: Vec<&[u8]> = vec![b"ZADD", key];
+                    for ((m, _), s) in chunk.iter().zip(&scores) {
+                        parts.extend([s.as_bytes(), &m[..]]);
+                    }
+                    t.asking(&parts).await?;
+                }
+            }
+            Value::Set(items) | Value::List(items) => {
+                let cmd: &[u8] = match st.value {
+                    Value::Set(_) => b"SADD",
+                    _ => b"RPUSH",
+                };
+                for chunk in items.chunks(BIG_CHUNK) {
+                    let mut parts: Vec<&[u8]> = vec![cmd, key];
+                    parts.extend(chunk.iter().map(|i| &i[..]));
+                    t.asking(&parts).await?;
+                }
+            }
             // Only collections are moved in chunks.
             Value::String(_) | Value::Stream(_) => {
                 return Err(Reply::err("MIGRATE: not a collection"));
             }
-        };
-        let per = match st.value {
-            Value::Hash(_) | Value::ZSet(_) => 2,
-            _ => 1,
-        };
-        for chunk in items.chunks(BIG_CHUNK * per) {
-            let mut parts: Vec<&[u8]> = vec![cmd, key];
-            parts.extend(chunk.iter().map(|i| &i[..]));
-            t.asking(&parts).await?;
         }
         if st.expire_ms != 0 {
             let at = st.expire_ms.to_string();
