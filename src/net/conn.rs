@@ -365,12 +365,7 @@ async fn execute(
                 r = Reply::Error(format!("EXECABORT Transaction discarded because of: {why}"));
             }
         }
-        server
-            .command_stat(checked)
-            .rejected
-            .fetch_add(1, Ordering::Relaxed);
-        outbox.push_ready(r, refused);
-        show_transaction(session);
+        reject(session, outbox, checked, r, refused);
         return false;
     }
     {
@@ -401,12 +396,7 @@ async fn execute(
             } else {
                 refuse_in_multi(session);
             }
-            server
-                .command_stat(checked)
-                .rejected
-                .fetch_add(1, Ordering::Relaxed);
-            outbox.push_ready(r, refused);
-            show_transaction(session);
+            reject(session, outbox, checked, r, refused);
             return false;
         }
     }
@@ -599,6 +589,24 @@ async fn route(
     } else {
         routing::check(server, cluster, &[(row(spec, args), args.all())], asking).await
     }
+}
+
+/// Answers a command refused before it ran: counted as a rejected call of
+/// its (sub)command, not as a failed one.
+fn reject(
+    session: &mut Session,
+    outbox: &mut Outbox,
+    checked: &'static command::CommandSpec,
+    r: Reply,
+    to: ReplyTo,
+) {
+    session
+        .server
+        .command_stat(checked)
+        .rejected
+        .fetch_add(1, Ordering::Relaxed);
+    outbox.push_ready(r, to);
+    show_transaction(session);
 }
 
 /// Keeps what CLIENT LIST shows of the client's transaction current. The
