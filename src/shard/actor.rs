@@ -19,14 +19,8 @@ use crate::storage::{ShardState, StoreError, Table, WriteCtx};
 
 /// Keys the reaper may expire in one slice.
 const REAP_KEYS_PER_TICK: usize = 500;
-/// Sub-key rows the garbage collector may delete in one slice: small, so a
-/// slice holds the shard for a few ms (20,000 held it ~100 ms while a
-/// deleted million-member hash was collected); while garbage remains, the
-/// next slice follows after [`GC_CHASE_INTERVAL`].
-const GC_ROWS_PER_TICK: usize = 2_000;
-/// The pause between slices while garbage remains: clients' batches run
-/// in between.
-const GC_CHASE_INTERVAL: Duration = Duration::from_millis(5);
+/// Sub-key rows the garbage collector may delete in one slice.
+const GC_ROWS_PER_TICK: usize = 20_000;
 /// How often the reaper runs.
 const REAPER_INTERVAL: Duration = Duration::from_millis(100);
 
@@ -81,8 +75,6 @@ pub struct ShardActor {
     flush_scheduled: bool,
     /// Commits made with Durability::None since the last durable one.
     unsynced: bool,
-    /// A chain of garbage-collection slices is running.
-    gc_chasing: bool,
     /// Some of those are not in the coordination log either (batches and
     /// reaper slices under `everysec`): the shard makes them durable before
     /// it takes part in a multi-shard commit (see `intent`).
@@ -112,7 +104,6 @@ impl ShardActor {
             queue: Vec::new(),
             flush_scheduled: false,
             unsynced: false,
-            gc_chasing: false,
             unlogged: false,
             last_round: 0,
             intent,
@@ -333,28 +324,8 @@ impl ShardActor {
         }
     }
 
-    /// A reaper slice, then, while it left garbage behind, more slices a
-    /// moment apart (one chain at a time).
-    fn reap_and_chase(&mut self, ctx: &mut Context<Self>, chained: bool) {
-        if self.gc_chasing && !chained {
-            return;
-        }
-        match self.reap() {
-            Ok(true) => {
-                self.gc_chasing = true;
-                ctx.run_later(GC_CHASE_INTERVAL, |act, ctx| act.reap_and_chase(ctx, true));
-            }
-            Ok(false) => self.gc_chasing = false,
-            Err(e) => {
-                self.gc_chasing = false;
-                tracing::error!(shard = self.shared.id, error = %e, "reaper slice failed");
-            }
-        }
-    }
-
-    /// One bounded slice of active expiry and garbage collection; true
-    /// when it used its whole garbage budget (more may remain).
-    fn reap(&mut self) -> Result<bool, StoreError> {
+    /// One bounded slice of active expiry and garbage collection.
+    fn reap(&mut self) -> Result<(), StoreError> {
         let txn = self.begin()?;
         let mut stats = ReapStats::default();
         let wakeups;
@@ -373,14 +344,14 @@ impl ShardActor {
         s.reaper_ticks.fetch_add(1, Relaxed);
         if stats.expired == 0 && stats.gc_rows == 0 && stats.gc_versions == 0 {
             txn.abort()?;
-            return Ok(false);
+            return Ok(());
         }
         self.commit(txn)?;
         self.wake(wakeups);
         s.expired_keys.fetch_add(stats.expired, Relaxed);
         s.gc_rows.fetch_add(stats.gc_rows, Relaxed);
         s.gc_versions.fetch_add(stats.gc_versions, Relaxed);
-        Ok(stats.gc_rows as usize >= GC_ROWS_PER_TICK)
+        Ok(())
     }
 
     /// Serves a coordinator until it commits or aborts.
@@ -510,7 +481,11 @@ impl Actor for ShardActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Clients may flood the mailbox; never let it push back on them.
         ctx.set_mailbox_capacity(1 << 24);
-        ctx.run_interval(REAPER_INTERVAL, |act, ctx| act.reap_and_chase(ctx, false));
+        ctx.run_interval(REAPER_INTERVAL, |act, _| {
+            if let Err(e) = act.reap() {
+                tracing::error!(shard = act.shared.id, error = %e, "reaper slice failed");
+            }
+        });
         if let Some(every) = self.sync_interval() {
             ctx.run_interval(Duration::from_millis(100), move |act, _| {
                 if act.unsynced && act.last_sync.elapsed() >= every {
