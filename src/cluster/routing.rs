@@ -34,63 +34,41 @@ pub enum Route {
     },
 }
 
-/// Whether routing a command needs to know which of its keys exist here:
-/// only when a slot of this node is being migrated or imported.
-pub fn has_open_slots(cluster: &Cluster) -> bool {
-    let view = cluster.view();
-    let me = view.me();
-    !me.migrating.is_empty() || !me.importing.is_empty()
-}
-
 /// Whether a command takes part in routing at all: commands without keys
 /// run anywhere, except EXEC, which routes its whole queue.
 pub fn routes(spec: &CommandSpec) -> bool {
     spec.name == "exec" || !matches!(spec.keys, crate::command::KeySpec::None)
 }
 
-/// Where `cmds` (one command, or EXEC's queue) run. `asking`: the client
-/// sent ASKING.
+/// Where `cmds` (one command, or EXEC's queue) run, by `view`. `asking`:
+/// the client sent ASKING.
 pub async fn check(
     server: &Server,
     cluster: &std::sync::Arc<Cluster>,
+    view: &View,
     cmds: &[Routed<'_>],
     asking: bool,
 ) -> Route {
-    match decide(server, cluster, cmds, asking).await {
-        Some(Ok(r)) => Route::Refuse(r),
-        Some(Err(guard)) => guard,
-        None => Route::Here,
-    }
-}
-
-/// [`check`]'s decision: `None` = here, `Some(Ok(reply))` = refused,
-/// `Some(Err(route))` = here while the keys stay.
-async fn decide(
-    server: &Server,
-    cluster: &std::sync::Arc<Cluster>,
-    cmds: &[Routed<'_>],
-    asking: bool,
-) -> Option<Result<Reply, Route>> {
-    let view = cluster.view();
     let mut slot: Option<u16> = None;
     let (mut migrating, mut importing) = (false, false);
     let (mut missing, mut existing) = (0usize, 0usize);
-    let mut keys: Vec<Bytes> = Vec::new();
+    let mut nkeys = 0usize;
+    // Only an open slot needs the keys themselves.
+    let mut open_keys: Vec<Bytes> = Vec::new();
     let mut any_write = false;
     let mut is_migrate = false;
     for (spec, argv) in cmds {
-        let positions = spec.key_positions(argv);
         any_write |= spec.has_flag("write");
         is_migrate |= spec.name == "migrate";
-        for pos in positions {
+        for pos in spec.key_positions(argv) {
             let key = &argv[pos];
             let this = super::key_slot(key);
-            keys.push(key.clone());
+            nkeys += 1;
             match slot {
                 None => {
                     // A slot no node serves: the cluster is down for it.
                     if view.owner_of(this).is_none() {
-                        return Some(Ok(down_unbound()));
+                        return Route::Refuse(down_unbound());
                     }
                     slot = Some(this);
                     let me = view.me();
@@ -98,9 +76,9 @@ async fn decide(
                     importing = me.importing.contains_key(&this);
                 }
                 Some(s) if s != this => {
-                    return Some(Ok(Reply::Error(
+                    return Route::Refuse(Reply::Error(
                         "CROSSSLOT Keys in request don't hash to the same slot".into(),
-                    )));
+                    ));
                 }
                 Some(_) => {}
             }
@@ -110,53 +88,52 @@ async fn decide(
                 } else {
                     missing += 1;
                 }
+                open_keys.push(key.clone());
             }
         }
     }
-    let slot = slot?;
-    if let Some(r) = down_state(server, &view, any_write) {
-        return Some(Ok(r));
+    let Some(slot) = slot else {
+        return Route::Here;
+    };
+    if let Some(down) = down_state(server, view, any_write) {
+        return Route::Refuse(Reply::Error(down.text().into()));
     }
     // MIGRATE works on the local keys of an open slot.
     if (migrating || importing) && is_migrate {
-        return None;
+        return Route::Here;
     }
     if migrating {
         let to = &view.me().migrating[&slot];
         // Migrating to itself: an ASK to here is no redirection at all.
         if *to == view.myself {
-            return None;
+            return Route::Here;
+        }
+        // A key MIGRATE is moving in chunks is neither here nor there yet.
+        if open_keys.iter().any(|k| cluster.moving.contains(k)) {
+            return Route::Refuse(tryagain());
         }
         let ask = redirect("ASK", slot, view.node(to));
-        // A key MIGRATE is moving in chunks is neither here nor there yet.
-        if keys.iter().any(|k| cluster.moving.contains(k)) {
-            return Some(Ok(tryagain()));
-        }
-        return Some(match (missing, existing) {
-            (0, _) => Err(Route::WhilePresent {
-                keys: keys.clone(),
+        return match (missing, existing) {
+            (0, _) => Route::WhilePresent {
+                keys: open_keys,
                 gone: ask,
                 moving: cluster.clone(),
-            }),
-            (_, 0) => Ok(ask),
-            _ => Ok(tryagain()),
-        });
+            },
+            (_, 0) => Route::Refuse(ask),
+            _ => Route::Refuse(tryagain()),
+        };
     }
     let asking_cmd = cmds.iter().any(|(spec, _)| spec.has_flag("asking"));
     if importing && (asking || asking_cmd) {
-        if keys.len() > 1 && missing > 0 {
-            return Some(Ok(tryagain()));
+        if nkeys > 1 && missing > 0 {
+            return Route::Refuse(tryagain());
         }
-        return None;
+        return Route::Here;
     }
     if view.serves(slot) {
-        return None;
+        return Route::Here;
     }
-    Some(Ok(redirect(
-        "MOVED",
-        slot,
-        view.owner_of(slot).map(|(_, n)| n),
-    )))
+    Route::Refuse(redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n)))
 }
 
 /// The check of a command a script runs (Redis 7.0's
@@ -177,15 +154,14 @@ pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> O
         slot = Some(this);
     }
     slot?;
-    match down_state(server, &view, spec.has_flag("write")) {
-        Some(Reply::Error(e)) if e.ends_with("read commands") => Some(Reply::err(
-            "Script attempted to execute a write command while the cluster is down and readonly",
-        )),
-        Some(_) => Some(Reply::err(
-            "Script attempted to execute a command while the cluster is down",
-        )),
-        None => None,
-    }
+    down_state(server, &view, spec.has_flag("write")).map(|down| {
+        Reply::err(match down {
+            Down::ReadOnly => {
+                "Script attempted to execute a write command while the cluster is down and readonly"
+            }
+            Down::All => "Script attempted to execute a command while the cluster is down",
+        })
+    })
 }
 
 /// Whether every key is still here (in a transaction about to run the
@@ -220,9 +196,27 @@ async fn exists_here(server: &Server, key: &[u8]) -> bool {
     }
 }
 
-/// The error when the cluster as a whole is down (not every slot served
-/// under `cluster-require-full-coverage yes`).
-fn down_state(server: &Server, view: &View, write: bool) -> Option<Reply> {
+/// How the cluster as a whole is down for a command.
+enum Down {
+    /// For every command.
+    All,
+    /// For writes (`cluster-allow-reads-when-down yes`).
+    ReadOnly,
+}
+
+impl Down {
+    /// The client's error, as Redis words it.
+    fn text(&self) -> &'static str {
+        match self {
+            Down::All => "CLUSTERDOWN The cluster is down",
+            Down::ReadOnly => "CLUSTERDOWN The cluster is down and only accepts read commands",
+        }
+    }
+}
+
+/// Whether the cluster as a whole is down for a command (not every slot
+/// served under `cluster-require-full-coverage yes`).
+fn down_state(server: &Server, view: &View, write: bool) -> Option<Down> {
     // Every slot served: up whatever the settings (the common case, with
     // no lock taken).
     if view.assigned == super::SLOTS as usize {
@@ -234,11 +228,9 @@ fn down_state(server: &Server, view: &View, write: bool) -> Option<Reply> {
         return None;
     }
     if rt.get("cluster-allow-reads-when-down") != "yes" {
-        return Some(Reply::Error("CLUSTERDOWN The cluster is down".into()));
+        return Some(Down::All);
     }
-    write.then(|| {
-        Reply::Error("CLUSTERDOWN The cluster is down and only accepts read commands".into())
-    })
+    write.then_some(Down::ReadOnly)
 }
 
 fn down_unbound() -> Reply {

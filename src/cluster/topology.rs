@@ -290,6 +290,13 @@ impl View {
         &self.nodes[self.me].1
     }
 
+    /// Whether this node is migrating or importing a slot: routing then
+    /// needs to know which keys exist here.
+    pub fn has_open_slots(&self) -> bool {
+        let me = self.me();
+        !me.migrating.is_empty() || !me.importing.is_empty()
+    }
+
     /// The record of the node serving `slot`, if any.
     pub fn owner_of(&self, slot: u16) -> Option<&(String, NodeRecord)> {
         match self.owner[slot as usize] {

@@ -569,8 +569,10 @@ async fn route(
     }
     // Whether keys exist decides the route of a slot being migrated: the
     // client's own writes in flight must be seen.
-    if routing::has_open_slots(cluster) {
+    let mut view = cluster.view();
+    if view.has_open_slots() {
         outbox.drain().await;
+        view = cluster.view();
     }
     let server = &session.server;
     // Keys are where the subcommand's spec says (OBJECT FREQ key...).
@@ -585,9 +587,10 @@ async fn route(
             .iter()
             .map(|(spec, a)| (row(spec, a), a.all()))
             .collect();
-        routing::check(server, cluster, &cmds, asking).await
+        routing::check(server, cluster, &view, &cmds, asking).await
     } else {
-        routing::check(server, cluster, &[(row(spec, args), args.all())], asking).await
+        let cmd = (row(spec, args), args.all());
+        routing::check(server, cluster, &view, &[cmd], asking).await
     }
 }
 
