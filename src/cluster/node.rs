@@ -61,7 +61,9 @@ pub struct Cluster {
     /// One change at a time from this node.
     changes: tokio::sync::Mutex<()>,
     file: PathBuf,
-    announce: Mutex<Announce>,
+    /// What this node tells others and clients about its address (read
+    /// at start).
+    announce: Announce,
     /// Whether the store answered the last time it was asked.
     reachable: AtomicBool,
     /// Keys MIGRATE is moving in chunks: commands on them answer TRYAGAIN
@@ -121,7 +123,7 @@ impl Cluster {
             store,
             changes: tokio::sync::Mutex::new(()),
             file,
-            announce: Mutex::new(announce),
+            announce,
             reachable: AtomicBool::new(true),
             moving: Default::default(),
         });
@@ -155,15 +157,9 @@ impl Cluster {
         self.view.read().clone()
     }
 
-    /// Whether the topology store answered last time (INFO / CLUSTER INFO).
-    pub fn reachable(&self) -> bool {
+    /// Whether the topology store answered last time.
+    fn reachable(&self) -> bool {
         self.reachable.load(Ordering::Relaxed)
-    }
-
-    /// Sets the announced address (CONFIG SET cluster-announce-*): written
-    /// to the topology with the next change.
-    pub fn set_announce(&self, a: Announce) {
-        *self.announce.lock() = a;
     }
 
     /// Writes the config file (CLUSTER SAVECONFIG, and after every change).
@@ -200,7 +196,7 @@ impl Cluster {
             };
             let myid = self.myid();
             let before = topology.clone();
-            register(&mut topology, &myid, &self.announce.lock().clone());
+            register(&mut topology, &myid, &self.announce);
             topology.expire_forgotten(now_ms());
             f(&mut topology, &myid).map_err(ChangeError::Refused)?;
             if topology == before {
@@ -233,27 +229,21 @@ impl Cluster {
     async fn current(&self) -> Result<(Topology, i64), ChangeError> {
         match &self.store {
             Store::Local => Ok(self.applied.lock().clone()),
-            Store::Etcd { client, key } => match client.get(key).await {
-                Ok((Some(v), _)) => {
-                    self.reachable.store(true, Ordering::Relaxed);
-                    let t = serde_json::from_slice(&v.value).map_err(|e| {
-                        ChangeError::Store(format!(
-                            "the cluster topology in etcd is unreadable: {e}"
-                        ))
-                    })?;
-                    Ok((t, v.mod_revision))
+            Store::Etcd { client, key } => {
+                let got = client.get(key).await.map_err(|e| self.unreachable(e))?;
+                self.set_reachable(true, None);
+                match got.0 {
+                    Some(v) => {
+                        let t = serde_json::from_slice(&v.value).map_err(|e| {
+                            ChangeError::Store(format!(
+                                "the cluster topology in etcd is unreadable: {e}"
+                            ))
+                        })?;
+                        Ok((t, v.mod_revision))
+                    }
+                    None => Ok((Topology::default(), 0)),
                 }
-                Ok((None, _)) => {
-                    self.reachable.store(true, Ordering::Relaxed);
-                    Ok((Topology::default(), 0))
-                }
-                Err(e) => {
-                    self.reachable.store(false, Ordering::Relaxed);
-                    Err(ChangeError::Store(format!(
-                        "cannot change the cluster topology: {e}"
-                    )))
-                }
-            },
+            }
         }
     }
 
@@ -265,19 +255,26 @@ impl Cluster {
             Store::Etcd { client, key } => {
                 let bytes = serde_json::to_vec(t)
                     .map_err(|e| ChangeError::Store(format!("cannot encode the topology: {e}")))?;
-                client.put_if(key, &bytes, revision).await.map_err(|e| {
-                    self.reachable.store(false, Ordering::Relaxed);
-                    ChangeError::Store(format!("cannot change the cluster topology: {e}"))
-                })
+                client
+                    .put_if(key, &bytes, revision)
+                    .await
+                    .map_err(|e| self.unreachable(e))
             }
         }
+    }
+
+    /// A change that could not reach etcd.
+    fn unreachable(&self, e: super::etcd::EtcdError) -> ChangeError {
+        let text = format!("cannot change the cluster topology: {e}");
+        self.set_reachable(false, Some(&e));
+        ChangeError::Store(text)
     }
 
     /// Installs a newer topology version.
     fn apply(&self, t: Topology, revision: i64) {
         {
             let mut applied = self.applied.lock();
-            if revision <= applied.1 && !matches!(self.store, Store::Local) {
+            if revision <= applied.1 {
                 return;
             }
             let view = t.view(&self.myid(), revision);
