@@ -502,9 +502,9 @@ commands! {
         "Close the connection.", "", "";
     "randomkey", 1, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "1.0.0", generic::randomkey,
         "Return a random key from the keyspace.", "", "request_policy:all_shards nondeterministic_output";
-    "readonly", 1, "loading stale fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::readonly,
+    "readonly", 1, "loading stale fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::read_mode,
         "Enables read queries for a connection to a cluster replica node", "", "";
-    "readwrite", 1, "loading stale fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::readwrite,
+    "readwrite", 1, "loading stale fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::read_mode,
         "Disables read queries for a connection to a cluster replica node", "", "";
     "rename", 3, "write", (1, 2, 1), "RW ACCESS DELETE; OW UPDATE", "@keyspace @write @slow", "generic", "1.0.0", generic::rename,
         "Rename a key.", "key newkey", "";

@@ -32,22 +32,14 @@ pub fn asking(s: &mut Session, _a: Args) -> Action {
     Reply::Ok.into()
 }
 
-/// READONLY: accepted (cairn has no replicas to read from).
-pub fn readonly(s: &mut Session, _a: Args) -> Action {
-    if let Err(r) = enabled(s) {
-        return r.into();
+/// READONLY and READWRITE: accepted in cluster mode. They choose whether a
+/// client may read from replicas; cairn has none, so routing is the same
+/// either way and there is nothing to remember.
+pub fn read_mode(s: &mut Session, _a: Args) -> Action {
+    match enabled(s) {
+        Ok(_) => Reply::Ok.into(),
+        Err(r) => r.into(),
     }
-    s.readonly = true;
-    Reply::Ok.into()
-}
-
-/// READWRITE.
-pub fn readwrite(s: &mut Session, _a: Args) -> Action {
-    if let Err(r) = enabled(s) {
-        return r.into();
-    }
-    s.readonly = false;
-    Reply::Ok.into()
 }
 
 /// CLUSTER <subcommand> ...
@@ -62,7 +54,7 @@ pub fn cluster(s: &mut Session, a: Args) -> Action {
     match sub.as_str() {
         "help" => help(),
         "myid" => Reply::bulk_copy(view.myself.as_bytes()).into(),
-        "info" => Reply::Verbatim(info(&server, &cluster)).into(),
+        "info" => Reply::Verbatim(info(&server, &view)).into(),
         "nodes" => {
             let mut out = String::new();
             for i in 0..view.nodes.len() {
@@ -430,11 +422,15 @@ fn setslot(server: Arc<Server>, cluster: Arc<Cluster>, a: Args) -> Action {
         .into();
     }
     Action::Job(Box::pin(async move {
-        // Keys this node still holds in the slot (NODE may not give it away
-        // then; assigning it away without keys ends a migration here).
-        let held = match keys_in_slot(&server, slot, usize::MAX, false).await {
-            Ok((n, _)) => n,
-            Err(r) => return r,
+        // Whether this node still holds keys in the slot: NODE may not give
+        // it away then, and assigning it away without keys ends a
+        // migration here. One key answers it.
+        let held = match action.as_str() {
+            "node" => match keys_in_slot(&server, slot, 1, false).await {
+                Ok((n, _)) => n,
+                Err(r) => return r,
+            },
+            _ => 0,
         };
         let mut bumped = false;
         let r = cluster
@@ -714,8 +710,7 @@ pub async fn keys_in_slot(
 }
 
 /// CLUSTER INFO's text.
-fn info(server: &Server, cluster: &Cluster) -> String {
-    let view = cluster.view();
+fn info(server: &Server, view: &crate::cluster::topology::View) -> String {
     let full = server.runtime.read().get("cluster-require-full-coverage") == "yes";
     let state = if view.ok(full) { "ok" } else { "fail" };
     let assigned = view.assigned;

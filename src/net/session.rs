@@ -199,8 +199,6 @@ pub struct Session {
     /// ASKING was sent: the next command (or the transaction) may use a
     /// slot this node is importing.
     pub asking: bool,
-    /// READONLY mode (cluster).
-    pub readonly: bool,
     /// In a script's session in cluster mode: the one slot its commands may
     /// use (its declared keys', else the first one used), unless the script
     /// may cross slots (`None`).
@@ -264,7 +262,6 @@ impl Session {
             in_script: false,
             shown_transaction: (-1, false),
             asking: false,
-            readonly: false,
             script_slot: None,
         }
     }
