@@ -95,13 +95,37 @@ for t in $TESTS; do
   printf "%-6s %12s %12s %7.2f\n" "$t" "$c" "$r" "$(echo "$c / $r" | bc -l)"
 done
 
-# A hash tag whose keys hash to slot 0 (which the first node serves).
-tag=$(python3 -c '
-import binascii
+# A hash tag ($1 and a number) whose keys hash to slot $2.
+tag_for() {
+  python3 - "$1" "$2" <<'PY'
+import binascii, sys
+prefix, slot = sys.argv[1], int(sys.argv[2])
 i = 0
-while binascii.crc_hqx(f"t{i}".encode(), 0) & 0x3FFF != 0:
+while binascii.crc_hqx(f"{prefix}{i}".encode(), 0) & 0x3FFF != slot:
     i += 1
-print(f"t{i}")')
+print(f"{prefix}{i}")
+PY
+}
+
+# Moves the first node's lowest slot to the second node with redis-cli
+# (output to $1), tells the load running meanwhile to stop ($work/done),
+# and prints how many seconds the move took.
+move_one_slot() { # log ports...
+  local log=$1
+  shift
+  local ports=("$@") from to t0 t1
+  from=$(redis-cli -p "${ports[0]}" cluster myid)
+  to=$(redis-cli -p "${ports[1]}" cluster myid)
+  t0=$(date +%s.%N)
+  redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
+    --cluster-slots 1 --cluster-yes --cluster-pipeline "$MOVE_PIPELINE" >"$log" 2>&1
+  t1=$(date +%s.%N)
+  touch "$work/done"
+  echo "$t1 - $t0" | bc -l
+}
+
+# Slot 0 (the first node serves it) for the small keys.
+tag=$(tag_for t 0)
 
 reshard() { # label ports...
   local label=$1
@@ -115,9 +139,6 @@ for i in range(n):
     k, v = f"{{{tag}}}:{i}".encode(), b"x" * 16
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
 PY
-  local from to
-  from=$(redis-cli -p "${ports[0]}" cluster myid)
-  to=$(redis-cli -p "${ports[1]}" cluster myid)
   local held
   held=$(redis-cli -p "${ports[0]}" cluster countkeysinslot 0)
   # GET load on the other keys meanwhile, in short runs.
@@ -129,12 +150,8 @@ PY
   ) &
   local load=$!
   sleep 1
-  local t0 t1
-  t0=$(date +%s.%N)
-  redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
-    --cluster-slots 1 --cluster-yes --cluster-pipeline "$MOVE_PIPELINE" >"$work/reshard.log" 2>&1
-  t1=$(date +%s.%N)
-  touch "$work/done"
+  local secs
+  secs=$(move_one_slot "$work/reshard.log" "${ports[@]}")
   wait "$load"
   rm -f "$work/done"
   local moved
@@ -142,7 +159,7 @@ PY
   local p99s
   p99s=$(sort -n "$work/p99" | awk '{a[NR]=$1} END {if (NR) printf "median %s, worst %s (%d runs)", a[int((NR+1)/2)], a[NR], NR}')
   printf "%-6s %8.2f s for %s keys (%s on the target after), GET p99 ms during it: %s\n" \
-    "$label" "$(echo "$t1 - $t0" | bc -l)" "$held" "$moved" "$p99s"
+    "$label" "$secs" "$held" "$moved" "$p99s"
 }
 echo "== reshard of slot 0 ($KEYS keys written to it, plus the benchmark's) with redis-cli --cluster reshard --cluster-slots 1 --cluster-pipeline $MOVE_PIPELINE"
 reshard cairn "${cairn_ports[@]}"
@@ -150,19 +167,9 @@ reshard redis "${redis_ports[@]}"
 
 # A hash tag for slot 1 (the first node serves it too), and one big hash in
 # it; a reader of another key on the same node records its longest wait.
-tag1=$(python3 -c '
-import binascii
-i = 0
-while binascii.crc_hqx(f"h{i}".encode(), 0) & 0x3FFF != 1:
-    i += 1
-print(f"h{i}")')
+tag1=$(tag_for h 1)
 # And one for slot 2000, which stays on the first node: the probe's key.
-tag2=$(python3 -c '
-import binascii
-i = 0
-while binascii.crc_hqx(f"p{i}".encode(), 0) & 0x3FFF != 2000:
-    i += 1
-print(f"p{i}")')
+tag2=$(tag_for p 2000)
 big_move() { # label ports...
   local label=$1
   shift
@@ -196,20 +203,13 @@ while not os.path.exists(done):
 print(f"{worst * 1000:.1f} ms over {n} reads")
 PY
   local reader=$!
-  local from to
-  from=$(redis-cli -p "${ports[0]}" cluster myid)
-  to=$(redis-cli -p "${ports[1]}" cluster myid)
   sleep 0.5
-  local t0 t1
-  t0=$(date +%s.%N)
-  redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
-    --cluster-slots 1 --cluster-yes >"$work/big.log" 2>&1
-  t1=$(date +%s.%N)
-  touch "$work/done"
+  local secs
+  secs=$(move_one_slot "$work/big.log" "${ports[@]}")
   wait "$reader"
   rm -f "$work/done"
   printf "%-6s %8.2f s; %s fields on the target after; longest GET of another key on the source: %s\n" \
-    "$label" "$(echo "$t1 - $t0" | bc -l)" \
+    "$label" "$secs" \
     "$(redis-cli -p "${ports[1]}" hlen "{$tag1}:big")" "$(cat "$work/worst")"
 }
 echo "== reshard of slot 1 holding one hash of $BIG fields"
