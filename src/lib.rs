@@ -10,6 +10,8 @@
 //! * [`storage`] — the on-disk encoding on redb and the keyspace rules.
 //! * [`shard`] — shard actors (group commit), reaper, multi-shard coordinator.
 //! * [`cluster`] — key slots and slot-to-shard mapping.
+//! * [`pubsub`] — channel, pattern and shard-channel subscribers, message
+//!   delivery to connections, output buffer limits.
 //! * [`server`] — state shared by all connections.
 //! * [`util`] — Redis-exact helpers: glob matching, number parsing and
 //!   formatting, bit operations, LCS.
@@ -23,6 +25,7 @@ pub mod config;
 pub mod families;
 pub mod net;
 pub mod protocol;
+pub mod pubsub;
 pub mod rdb;
 pub mod run;
 pub mod scripting;

@@ -27,6 +27,8 @@ pub struct ClientEntry {
     pub kill: tokio::sync::Notify,
     /// Whether CLIENT KILL has targeted this client.
     pub killed: AtomicBool,
+    /// Where Pub/Sub messages for this client are queued.
+    pub mailbox: crate::pubsub::Mailbox,
 }
 
 /// The parts of a client's state others may read.
@@ -148,6 +150,9 @@ pub struct Server {
     pub migrate_conns: crate::families::dump::MigrateConns,
     /// This node's cluster state, in cluster mode.
     pub cluster: Option<Arc<crate::cluster::node::Cluster>>,
+    /// Pub/Sub subscribers (shared with the shards, which publish the
+    /// messages of transactions and scripts when they commit).
+    pub pubsub: Arc<crate::pubsub::Hub>,
 }
 
 impl Server {
@@ -185,7 +190,10 @@ impl Server {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
+        let pubsub = shards.hub.clone();
+        pubsub.configure(&runtime);
         Server {
+            pubsub,
             config,
             runtime: parking_lot::RwLock::new(runtime),
             shards,

@@ -233,6 +233,17 @@ fn redis_py_pipeline_watch_lock_and_scripts() {
 }
 
 #[test]
+fn redis_py_pubsub() {
+    let deps = python_deps();
+    let server = TestServer::start();
+    let mut cmd = Command::new("python3");
+    cmd.arg(clients_dir().join("py_pubsub.py"))
+        .env("PYTHONPATH", &deps)
+        .env("PYTHONDONTWRITEBYTECODE", "1");
+    run_script("redis-py pubsub", cmd, &server, Duration::from_secs(60));
+}
+
+#[test]
 fn redis_py_cluster_client() {
     let deps = python_deps();
     let etcd = common::etcd::TestEtcd::start();

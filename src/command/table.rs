@@ -5,7 +5,7 @@
 use super::args::Args;
 use crate::families::{
     bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, object, persistence,
-    scripting, server, set, sort, stream, string, transaction, zset,
+    pubsub, scripting, server, set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -494,10 +494,18 @@ commands! {
         "Ping the server.", "[message]", "request_policy:all_shards response_policy:all_succeeded";
     "psetex", 4, "write denyoom", (1, 1, 1), "OW UPDATE", "@write @string @slow", "string", "2.6.0", string::psetex,
         "Set the value and expiration in milliseconds of a key.", "key milliseconds value", "";
+    "psubscribe", -2, "pubsub noscript loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.0.0", pubsub::psubscribe,
+        "Listen for messages published to channels matching the given patterns", "pattern [pattern ...]", "";
     "psync", -3, "admin noscript no_async_loading no_multi", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.0", persistence::sync,
         "Internal command used for replication", "replicationid offset", "";
     "pttl", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "2.6.0", generic::pttl,
         "Get the time to live for a key in milliseconds.", "key", "nondeterministic_output";
+    "publish", 3, "pubsub loading stale fast", (0, 0, 0), "", "@pubsub @fast", "pubsub", "2.0.0", pubsub::publish,
+        "Post a message to a channel", "channel message", "";
+    "pubsub", -2, "", (0, 0, 0), "", "@slow", "pubsub", "2.8.0", pubsub::pubsub,
+        "A container for Pub/Sub commands", "", "";
+    "punsubscribe", -1, "pubsub noscript loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.0.0", pubsub::punsubscribe,
+        "Stop listening for messages posted to channels matching the given patterns", "[pattern [pattern ...]]", "";
     "quit", -1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::quit,
         "Close the connection.", "", "";
     "randomkey", 1, "readonly", (0, 0, 0), "", "@keyspace @read @slow", "generic", "1.0.0", generic::randomkey,
@@ -576,20 +584,28 @@ commands! {
         "Sort the elements in a list, set or sorted set. Read-only variant of SORT.", "key [BY pattern] [LIMIT offset count] [GET pattern [GET pattern ...]] [ASC|DESC] [ALPHA]", "";
     "spop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @set @fast", "set", "1.0.0", set::spop,
         "Remove and return one or multiple random members from a set.", "key [count]", "nondeterministic_output";
+    "spublish", 3, "pubsub loading stale fast", (1, 1, 1), "NOT_KEY", "@pubsub @fast", "pubsub", "7.0.0", pubsub::spublish,
+        "Post a message to a shard channel", "shardchannel message", "";
     "srandmember", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::srandmember,
         "Get one or multiple random members from a set.", "key [count]", "nondeterministic_output";
     "srem", -3, "write fast", (1, 1, 1), "RW DELETE", "@write @set @fast", "set", "1.0.0", set::srem,
         "Remove one or more members from a set.", "key member [member ...]", "";
     "sscan", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "2.8.0", set::sscan,
         "Incrementally iterate Set elements.", "key cursor [MATCH pattern] [COUNT count]", "nondeterministic_output";
+    "ssubscribe", -2, "pubsub noscript loading stale", (1, -1, 1), "NOT_KEY", "@pubsub @slow", "pubsub", "7.0.0", pubsub::ssubscribe,
+        "Listen for messages published to the given shard channels", "shardchannel [shardchannel ...]", "";
     "strlen", 2, "readonly fast", (1, 1, 1), "RO", "@read @string @fast", "string", "2.2.0", string::strlen,
         "Get the length of the value stored in a key.", "key", "";
+    "subscribe", -2, "pubsub noscript loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.0.0", pubsub::subscribe,
+        "Listen for messages published to the given channels", "channel [channel ...]", "";
     "substr", 4, "readonly", (1, 1, 1), "RO ACCESS", "@read @string @slow", "string", "1.0.0", string::getrange,
         "Get a substring of the string stored at a key.", "key start end", "";
     "sunion", -2, "readonly", (1, -1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::sunion,
         "Add multiple sets.", "key [key ...]", "nondeterministic_output_order";
     "sunionstore", -3, "write denyoom", (1, -1, 1), "OW UPDATE; RO ACCESS", "@write @set @slow", "set", "1.0.0", set::sunionstore,
         "Add multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
+    "sunsubscribe", -1, "pubsub noscript loading stale", (1, -1, 1), "NOT_KEY", "@pubsub @slow", "pubsub", "7.0.0", pubsub::sunsubscribe,
+        "Stop listening for messages posted to the given shard channels", "[shardchannel [shardchannel ...]]", "";
     "swapdb", 3, "write fast", (0, 0, 0), "", "@keyspace @write @fast @dangerous", "server", "4.0.0", generic::swapdb,
         "Swaps two Redis databases.", "index1 index2", "";
     "sync", 1, "admin noscript no_async_loading no_multi", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::sync,
@@ -604,6 +620,8 @@ commands! {
         "Determine the type stored at key.", "key", "";
     "unlink", -2, "write fast", (1, -1, 1), "RM DELETE", "@keyspace @write @fast", "generic", "4.0.0", generic::unlink,
         "Delete a key asynchronously in another thread. Otherwise it is just as DEL, but non blocking.", "key [key ...]", "request_policy:multi_shard response_policy:agg_sum";
+    "unsubscribe", -1, "pubsub noscript loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.0.0", pubsub::unsubscribe,
+        "Stop listening for messages posted to the given channels", "[channel [channel ...]]", "";
     "unwatch", 1, "noscript loading stale fast allow_busy", (0, 0, 0), "", "@fast @transaction", "transactions", "2.2.0", transaction::unwatch,
         "Forget about all watched keys.", "", "";
     "wait", 3, "noscript", (0, 0, 0), "", "@slow @connection", "generic", "3.0.0", persistence::wait,
@@ -889,6 +907,18 @@ commands! {
         "Get the time since a Redis object was last accessed", "key", "nondeterministic_output";
     "object|refcount", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "2.2.3", object::object,
         "Get the number of references to the value of the key", "key", "nondeterministic_output";
+    "pubsub|channels", -2, "pubsub loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.8.0", pubsub::pubsub,
+        "List active channels", "[pattern]", "";
+    "pubsub|help", 2, "loading stale", (0, 0, 0), "", "@slow", "pubsub", "6.2.0", pubsub::pubsub,
+        "Show helpful text about the different subcommands", "", "";
+    "pubsub|numpat", 2, "pubsub loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.8.0", pubsub::pubsub,
+        "Get the count of unique patterns pattern subscriptions", "", "";
+    "pubsub|numsub", -2, "pubsub loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "2.8.0", pubsub::pubsub,
+        "Get the count of subscribers for channels", "[channel [channel ...]]", "";
+    "pubsub|shardchannels", -2, "pubsub loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "7.0.0", pubsub::pubsub,
+        "List active shard channels", "[pattern]", "";
+    "pubsub|shardnumsub", -2, "pubsub loading stale", (0, 0, 0), "", "@pubsub @slow", "pubsub", "7.0.0", pubsub::pubsub,
+        "Get the count of subscribers for shard channels", "[shardchannel [shardchannel ...]]", "";
     "script|exists", -3, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
         "Check existence of scripts in the script cache.", "sha1 [sha1 ...]", "request_policy:all_shards response_policy:agg_logical_and";
     "script|flush", -2, "noscript", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,

@@ -1308,6 +1308,7 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
         }
     }
     *rt = staged;
+    s.server.pubsub.configure(&rt);
     Reply::Ok.into()
 }
 

@@ -143,7 +143,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 };
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
                 st.connections.load(Relaxed),
                 st.commands.load(Relaxed),
                 st.net_in.load(Relaxed),
@@ -152,6 +152,9 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 expired,
                 st.hits.load(Relaxed) + shard_sum(&|sh| &sh.hits),
                 st.misses.load(Relaxed) + shard_sum(&|sh| &sh.misses),
+                srv.pubsub.channel_count(crate::pubsub::Kind::Channel),
+                srv.pubsub.numpat(),
+                srv.pubsub.channel_count(crate::pubsub::Kind::Shard),
                 st.errors.load(Relaxed)
             );
         }

@@ -18,6 +18,7 @@ pub mod info;
 pub mod list;
 pub mod object;
 pub mod persistence;
+pub mod pubsub;
 pub mod scripting;
 pub mod server;
 pub mod set;

@@ -17,7 +17,7 @@ use bytes::Bytes;
 use crate::command::args::is;
 use crate::command::{self, Args};
 use crate::net::atomic::Atomic;
-use crate::net::session::{Action, Session};
+use crate::net::session::{Action, Session, ANY_SHARD};
 use crate::protocol::Reply;
 use crate::scripting::{Host, ScriptFlags};
 use crate::server::{ClientEntry, Server};
@@ -199,7 +199,7 @@ impl Host for LocalHost<'_, '_> {
         let action = script_action(&mut self.session, argv, resp3);
         let server = self.session.server.clone();
         let out = match action.into_shard_op() {
-            Ok((shard, f)) if shard == self.shard => f(self.w),
+            Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => f(self.w),
             Err(Action::Reply(r)) => Ok(r),
             _ => {
                 // Give up at once, whatever the script does with the

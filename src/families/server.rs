@@ -9,6 +9,7 @@ use crate::command::{
 };
 use crate::net::session::{Action, ReplyMode, Session};
 use crate::protocol::Reply;
+use crate::pubsub::Kind;
 use crate::storage::tables::DATABASES;
 
 /// The Redis version cairn answers as (what clients check for features).
@@ -38,7 +39,13 @@ pub(crate) fn unknown_subcommand_reply(sub: &[u8], container: &str) -> Reply {
 }
 
 /// PING [message]
-pub fn ping(_s: &mut Session, a: Args) -> Action {
+pub fn ping(s: &mut Session, a: Args) -> Action {
+    if s.subs.any() && !s.resp3 {
+        return match a.len() {
+            1 | 2 => super::pubsub::subscribed_pong(a.from(1).first()).into(),
+            _ => arity_error("ping"),
+        };
+    }
     match a.len() {
         1 => Reply::Simple("PONG").into(),
         2 => Reply::Bulk(a.get(1).clone()).into(),
@@ -59,6 +66,7 @@ pub fn quit(_s: &mut Session, _a: Args) -> Action {
 /// RESET
 pub fn reset(s: &mut Session, _a: Args) -> Action {
     s.multi = None;
+    s.subs.clear();
     s.watching = Default::default();
     s.db = 0;
     s.resp3 = false;
@@ -214,11 +222,26 @@ fn valid_name(n: &[u8]) -> Result<(), Reply> {
 }
 
 /// One CLIENT LIST / CLIENT INFO line.
+/// A client's class for CLIENT LIST / KILL TYPE: `pubsub` while it is
+/// subscribed, else `normal` (cairn has no replicas or masters).
+fn client_class(e: &crate::server::ClientEntry) -> &'static str {
+    if e.mailbox.subscribed() {
+        "pubsub"
+    } else {
+        "normal"
+    }
+}
+
 fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
-    // In Redis's order: x (MULTI), d (a watched key changed), e (NO-EVICT).
+    // In Redis's order: P (subscribed), x (MULTI), d (a watched key
+    // changed), e (NO-EVICT).
     let mut flags = String::new();
+    let mailbox = &e.mailbox;
+    if mailbox.subscribed() {
+        flags.push('P');
+    }
     if info.multi >= 0 {
         flags.push('x');
     }
@@ -236,8 +259,9 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         flags.push('N');
     }
     let me = e.id == s.entry.id;
+    let omem = mailbox.pending.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub=0 psub=0 ssub=0 multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd={} user=default redir=-1 resp={}",
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={}",
         e.id,
         e.addr,
         e.laddr,
@@ -246,7 +270,12 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         if me { 0 } else { idle },
         flags,
         info.db,
+        mailbox.count(Kind::Channel),
+        mailbox.count(Kind::Pattern),
+        mailbox.count(Kind::Shard),
         info.multi,
+        omem,
+        omem,
         if info.last_cmd.is_empty() { "NULL" } else if me { "client|list" } else { info.last_cmd },
         info.resp,
     )
@@ -301,6 +330,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
         "info" => Reply::Verbatim(client_line(s, &s.entry) + "\n").into(),
         "list" => {
             let mut ids: Option<Vec<u64>> = None;
+            let mut class: Option<String> = None;
             let rest = a.from(2);
             if !rest.is_empty() {
                 if is(&rest[0], "id") && rest.len() > 1 {
@@ -321,9 +351,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                         ))
                         .into();
                     }
-                    if &t[..] != b"normal" {
-                        ids = Some(Vec::new());
-                    }
+                    class = Some(String::from_utf8_lossy(&t).into_owned());
                 } else {
                     return error(SYNTAX).into();
                 }
@@ -332,7 +360,9 @@ pub fn client(s: &mut Session, a: Args) -> Action {
             entries.sort_by_key(|e| e.id);
             let mut out = String::new();
             for e in entries {
-                if ids.as_ref().is_none_or(|v| v.contains(&e.id)) {
+                if ids.as_ref().is_none_or(|v| v.contains(&e.id))
+                    && class.as_deref().is_none_or(|c| c == client_class(&e))
+                {
                     out.push_str(&client_line(s, &e));
                     out.push('\n');
                 }
@@ -388,6 +418,7 @@ fn client_kill(s: &Session, a: &Args) -> Action {
         return error(SYNTAX).into();
     }
     let (mut id, mut addr, mut laddr, mut user, mut skipme) = (None, None, None, None, true);
+    let mut class = None;
     for pair in rest.chunks(2) {
         let v = String::from_utf8_lossy(&pair[1]).into_owned();
         if is(&pair[0], "id") {
@@ -408,6 +439,10 @@ fn client_kill(s: &Session, a: &Args) -> Action {
             ) {
                 return Reply::err(format!("Unknown client type '{v}'")).into();
             }
+            class = Some(match v.to_lowercase().as_str() {
+                "slave" => "replica".to_string(),
+                other => other.to_string(),
+            });
         } else if is(&pair[0], "skipme") {
             if is(&pair[1], "yes") {
                 skipme = true;
@@ -426,6 +461,7 @@ fn client_kill(s: &Session, a: &Args) -> Action {
             && addr.as_ref().is_none_or(|x| *x == e.addr)
             && laddr.as_ref().is_none_or(|x| *x == e.laddr)
             && user.as_ref().is_none_or(|u| u == "default")
+            && class.as_deref().is_none_or(|c| c == client_class(&e))
             && !(skipme && e.id == me);
         if hit {
             kill(&e);
@@ -498,7 +534,9 @@ fn command_getkeys(argv: &[bytes::Bytes], with_flags: bool) -> Action {
             None => return Reply::err("Invalid command specified").into(),
         }
     }
-    if matches!(spec.keys, KeySpec::None) {
+    // Shard channels sit where keys would (cluster routing uses them) but
+    // are not keys.
+    if matches!(spec.keys, KeySpec::None) || spec.key_flags.starts_with("NOT_KEY") {
         return Reply::err("The command has no key arguments").into();
     }
     if !spec.arity_ok(argv.len()) {

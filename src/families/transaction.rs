@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::command::{self, Args, CommandSpec};
-use crate::net::session::{Action, Multi, Session, Watching};
+use crate::net::session::{Action, Multi, Session, Watching, ANY_SHARD};
 use crate::protocol::Reply;
 use crate::server::Server;
 use crate::shard::watch::Watch;
@@ -176,7 +176,19 @@ pub fn run_unit(
     watching: Watching,
 ) -> Action {
     let (specs, actions): (Vec<_>, Vec<_>) = commands.into_iter().unzip();
-    let steps: Vec<Step> = actions.into_iter().map(Action::into_shard_op).collect();
+    let mut steps: Vec<Step> = actions.into_iter().map(Action::into_shard_op).collect();
+    // A write that may run anywhere joins a shard the unit uses (any one,
+    // when it uses none).
+    let home = steps
+        .iter()
+        .filter_map(|s| s.as_ref().ok().map(|(shard, _)| *shard))
+        .find(|&s| s != ANY_SHARD)
+        .unwrap_or(0);
+    for (shard, _) in steps.iter_mut().flatten() {
+        if *shard == ANY_SHARD {
+            *shard = home;
+        }
+    }
     let mut shards = BTreeSet::new();
     let mut one_shard_ops = true;
     for step in &steps {

@@ -59,7 +59,14 @@ impl Atomic {
     /// is returned as an error: the whole unit must then roll back.
     pub fn run(&self, action: Action) -> Result<Reply, CoordError> {
         let action = match action.into_shard_op() {
-            Ok((shard, f)) => return self.rt.block_on(self.locked.run(shard, f)),
+            Ok((shard, f)) => {
+                let shard = if shard == super::session::ANY_SHARD {
+                    self.locked.ids()[0]
+                } else {
+                    shard
+                };
+                return self.rt.block_on(self.locked.run(shard, f));
+            }
             Err(other) => other,
         };
         match action {

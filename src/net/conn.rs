@@ -21,6 +21,7 @@ use tokio::net::TcpStream;
 use super::session::{Action, ReplyMode, Session};
 use crate::command::{self, Args};
 use crate::protocol::{Reply, RequestParser};
+use crate::pubsub::Push;
 use crate::server::{ClientEntry, ClientInfo, Server};
 
 /// A reply slot in request order.
@@ -59,6 +60,9 @@ fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
     }
 }
 
+/// How many bytes of queued pushes go into one socket write.
+const PUSH_WRITE_BYTES: usize = 64 * 1024;
+
 /// Most writes squashed into one coordinated group.
 const MAX_SQUASH: usize = 1024;
 
@@ -93,6 +97,15 @@ struct Outbox {
     /// Writes collected but not sent yet, with how their replies go out.
     squash: Vec<(usize, crate::shard::WriteFn, ReplyTo)>,
     server: Arc<Server>,
+    /// Pub/Sub messages for this client, written between replies.
+    pushes: tokio::sync::mpsc::UnboundedReceiver<Push>,
+    /// Whether pushes are sent as RESP3 (`>`) or RESP2 arrays.
+    resp3: bool,
+    /// Bytes of pushes in `out`: once written, the client's mailbox no
+    /// longer counts them against its output buffer limit.
+    push_bytes: usize,
+    /// This client.
+    entry: Arc<ClientEntry>,
 }
 
 impl Outbox {
@@ -139,6 +152,9 @@ impl Outbox {
     fn push_ready(&mut self, r: Reply, to: ReplyTo) {
         self.flush_squash();
         if self.slots.is_empty() {
+            // Messages that arrived before this reply was made go first,
+            // as Redis would have queued them first.
+            self.take_pushes(usize::MAX);
             emit(&mut self.out, &self.server, &r, to);
         } else {
             self.slots.push_back((Slot::Ready(r), to));
@@ -181,6 +197,31 @@ impl Outbox {
             emit(&mut self.out, &self.server, &reply, to);
         }
         self.inflight = Inflight::None;
+        self.take_pushes(usize::MAX);
+    }
+
+    /// Moves the pushes already queued for this client into `out`, until
+    /// `out` holds `room` bytes.
+    fn take_pushes(&mut self, room: usize) {
+        while self.out.len() < room {
+            let Ok(push) = self.pushes.try_recv() else {
+                return;
+            };
+            self.add_push(push);
+        }
+    }
+
+    fn add_push(&mut self, push: Push) {
+        push.encode(&mut self.out, self.resp3);
+        self.push_bytes += push.len();
+    }
+
+    /// After `out` went out on the socket: its pushes no longer count
+    /// toward the client's output buffer.
+    fn written(&mut self) {
+        self.entry
+            .mailbox
+            .written(std::mem::take(&mut self.push_bytes));
     }
 }
 
@@ -191,7 +232,9 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
+    let (mailbox, pushes) = crate::pubsub::Mailbox::new();
     let entry = Arc::new(ClientEntry {
+        mailbox,
         id,
         addr: peer.to_string(),
         laddr,
@@ -214,11 +257,15 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     }
     server.clients.insert(id, entry.clone());
     let mut session = Session::new(server.clone(), entry.clone());
-    serve(&mut session, &mut stream).await;
+    serve(&mut session, &mut stream, pushes).await;
     server.clients.remove(&id);
 }
 
-async fn serve(session: &mut Session, stream: &mut TcpStream) {
+async fn serve(
+    session: &mut Session,
+    stream: &mut TcpStream,
+    pushes: tokio::sync::mpsc::UnboundedReceiver<Push>,
+) {
     let server = session.server.clone();
     let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len());
     let mut buf = BytesMut::with_capacity(16 * 1024);
@@ -228,6 +275,10 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
         server: server.clone(),
+        pushes,
+        resp3: false,
+        push_bytes: 0,
+        entry: session.entry.clone(),
     };
     loop {
         let mut close = false;
@@ -260,9 +311,14 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 .stats
                 .net_out
                 .fetch_add(outbox.out.len() as u64, Ordering::Relaxed);
-            if stream.write_all(&outbox.out).await.is_err() {
-                return;
+            // A client that stops reading must still be closable: by
+            // CLIENT KILL, by its output buffer limit, by shutdown.
+            tokio::select! {
+                r = stream.write_all(&outbox.out) => if r.is_err() { return },
+                _ = session.entry.kill.notified() => return,
+                _ = server.shutdown.notified() => return,
             }
+            outbox.written();
             outbox.out.clear();
             if outbox.out.capacity() > 1 << 20 {
                 outbox.out = BytesMut::with_capacity(16 * 1024);
@@ -290,6 +346,11 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => { server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed); }
             },
+            Some(push) = outbox.pushes.recv() => {
+                // Written with whatever else is already queued, in one go.
+                outbox.add_push(push);
+                outbox.take_pushes(PUSH_WRITE_BYTES);
+            }
             _ = session.entry.kill.notified() => return,
             _ = server.shutdown.notified() => return,
             _ = idle => return,
@@ -400,6 +461,31 @@ async fn execute(
             return false;
         }
     }
+    if !session.resp3
+        && session.subs.any()
+        && !matches!(
+            spec.name,
+            "ping"
+                | "subscribe"
+                | "psubscribe"
+                | "ssubscribe"
+                | "unsubscribe"
+                | "punsubscribe"
+                | "sunsubscribe"
+                | "quit"
+                | "reset"
+        )
+    {
+        // RESP2 cannot tell a reply from a message: a subscribed client
+        // may only manage its subscriptions (Redis's rule and text).
+        refuse_in_multi(session);
+        let r = Reply::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            checked.name
+        ));
+        reject(session, outbox, checked, r, refused);
+        return false;
+    }
     if let Some(multi) = &mut session.multi {
         // Between MULTI and EXEC, commands other than the transaction's
         // own are queued, to be parsed and run by EXEC.
@@ -419,6 +505,7 @@ async fn execute(
         }
     }
     let mut action = (spec.handler)(session, args);
+    outbox.resp3 = session.resp3;
     if let Some((keys, gone, moving)) = guard {
         action = while_present(action, keys, gone, moving);
     }
@@ -499,6 +586,7 @@ async fn execute(
             if write_out(stream, &mut outbox.out, &server).await.is_err() {
                 return true;
             }
+            outbox.written();
             tokio::select! {
                 r = job => outbox.push_ready(r, to),
                 // A blocked client that leaves (or is killed) leaves nothing

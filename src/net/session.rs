@@ -23,6 +23,12 @@ pub type Job = Pin<Box<dyn Future<Output = Reply> + Send>>;
 /// that order, all from one consistent point.
 pub type ReadManyFn = Box<dyn FnOnce(&[&dyn KvRead]) -> Reply + Send>;
 
+/// The shard of a write that may run on any shard: it touches no key and
+/// only needs a transaction to commit with (PUBLISH inside EXEC or a
+/// script, whose message goes out when the unit commits). Only EXEC's and
+/// scripts' executors accept it; they run it on a shard the unit uses.
+pub const ANY_SHARD: usize = usize::MAX;
+
 /// What a command handler asks the connection to do.
 pub enum Action {
     /// Reply now.
@@ -199,6 +205,8 @@ pub struct Session {
     /// ASKING was sent: the next command (or the transaction) may use a
     /// slot this node is importing.
     pub asking: bool,
+    /// What the client is subscribed to.
+    pub subs: crate::pubsub::Subscriptions,
     /// In a script's session in cluster mode: the one slot its commands may
     /// use (its declared keys', else the first one used), unless the script
     /// may cross slots (`None`).
@@ -249,7 +257,9 @@ impl Session {
     /// A new session for a registered client.
     pub fn new(server: Arc<Server>, entry: Arc<ClientEntry>) -> Session {
         let authenticated = server.runtime.read().requirepass().is_empty();
+        let subs = crate::pubsub::Subscriptions::new(server.pubsub.clone(), entry.clone());
         Session {
+            subs,
             server,
             entry,
             db: 0,

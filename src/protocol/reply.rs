@@ -41,6 +41,12 @@ pub enum Reply {
     /// A big number, as its decimal digits (RESP2: bulk string); only
     /// scripts make them.
     BigNumber(String),
+    /// Out-of-band data such as a Pub/Sub confirmation (RESP3 `>`, RESP2
+    /// an array).
+    Push(Vec<Reply>),
+    /// Several replies sent back to back for one command (SUBSCRIBE a b
+    /// confirms each channel in its own frame).
+    Frames(Vec<Reply>),
     /// Nested arrays of bulk strings already encoded (the bytes are the
     /// same in RESP2 and RESP3), built by [`Encoder`] straight from stored
     /// rows so a long range costs one buffer, not allocations per element.
@@ -55,6 +61,18 @@ pub struct Encoder {
 }
 
 impl Encoder {
+    /// An encoder whose buffer starts with room for `n` bytes.
+    pub fn with_capacity(n: usize) -> Encoder {
+        Encoder {
+            buf: BytesMut::with_capacity(n),
+        }
+    }
+
+    /// The bytes written so far.
+    pub fn finish(self) -> Bytes {
+        self.buf.freeze()
+    }
+
     /// An array header of `len` elements.
     pub fn array(&mut self, len: usize) {
         header(&mut self.buf, b'*', len);
@@ -128,6 +146,17 @@ impl Reply {
                 header(out, b'*', items.len());
                 for item in items {
                     item.encode(out, resp3);
+                }
+            }
+            Reply::Push(items) => {
+                header(out, if resp3 { b'>' } else { b'*' }, items.len());
+                for item in items {
+                    item.encode(out, resp3);
+                }
+            }
+            Reply::Frames(frames) => {
+                for f in frames {
+                    f.encode(out, resp3);
                 }
             }
             Reply::Set(items) => {

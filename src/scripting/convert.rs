@@ -168,7 +168,11 @@ pub fn reply_to_lua(lua: &Lua, r: &Reply, resp3: bool) -> mlua::Result<Value> {
                 Value::Boolean(false)
             }
         }
-        Reply::Array(items) => array(lua, items, resp3)?,
+        // Scripts cannot subscribe (the commands are `noscript`); these
+        // only shape replies as arrays.
+        Reply::Array(items) | Reply::Push(items) | Reply::Frames(items) => {
+            array(lua, items, resp3)?
+        }
         Reply::Set(items) if resp3 => {
             let set = lua.create_table()?;
             for item in items {

@@ -282,6 +282,14 @@ impl ShardActor {
         for db in w.flushed {
             blocked.broadcast_db(db);
         }
+        for (shard_channel, channel, message) in w.messages {
+            let kind = if shard_channel {
+                crate::pubsub::Kind::Shard
+            } else {
+                crate::pubsub::Kind::Channel
+            };
+            self.shared.hub.publish(kind, &channel, &message);
+        }
     }
 
     /// After an aborted transaction the in-memory counters may be ahead of

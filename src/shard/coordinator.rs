@@ -125,6 +125,11 @@ impl<T: Any + Send> Pending<T> {
 }
 
 impl Locked {
+    /// The locked shards, ascending.
+    pub fn ids(&self) -> &[usize] {
+        &self.ids
+    }
+
     /// Asks the given shards (any order, duplicates allowed) for their
     /// locks, in ascending id order, without waiting for them: steps sent
     /// now run once each shard has committed what it was doing (its own

@@ -97,6 +97,8 @@ pub struct ShardShared {
     pub stats: ShardStats,
     /// Clients blocked on keys, woken after commits that add elements.
     pub blocked: Arc<blocking::BlockRegistry>,
+    /// Where the messages its commits publish go.
+    pub hub: Arc<crate::pubsub::Hub>,
     /// Keys clients WATCH, marked by every write of this shard.
     pub watches: Arc<watch::WatchRegistry>,
     /// The latest snapshot and the commit count it was opened at: readers
@@ -107,8 +109,14 @@ pub struct ShardShared {
 }
 
 impl ShardShared {
-    fn new(id: usize, db: Arc<Database>, blocked: Arc<blocking::BlockRegistry>) -> ShardShared {
+    fn new(
+        id: usize,
+        db: Arc<Database>,
+        blocked: Arc<blocking::BlockRegistry>,
+        hub: Arc<crate::pubsub::Hub>,
+    ) -> ShardShared {
         ShardShared {
+            hub,
             id,
             db,
             commit_lock: parking_lot::RwLock::new(()),

@@ -64,6 +64,9 @@ pub struct ShardSet {
     /// Clients blocked on keys.
     pub blocked: Arc<super::blocking::BlockRegistry>,
     coordinator: super::coordinator::Coordinator,
+    /// Pub/Sub subscribers: shards publish the messages of transactions and
+    /// scripts when they commit.
+    pub hub: Arc<crate::pubsub::Hub>,
     /// The coordination log (crash atomicity of multi-shard commits).
     pub intent: Arc<super::intent::IntentLog>,
 }
@@ -94,6 +97,7 @@ impl ShardSet {
             });
         }
         let blocked = Arc::new(super::blocking::BlockRegistry::default());
+        let hub = Arc::new(crate::pubsub::Hub::default());
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
             let path = dir.join(format!("shard-{i}.redb"));
@@ -117,7 +121,12 @@ impl ShardSet {
         let mut states = Vec::with_capacity(n);
         for (i, (path, db)) in dbs.into_iter().enumerate() {
             let state = ShardState::load(&db).map_err(|source| OpenError::Open { path, source })?;
-            shared.push(Arc::new(ShardShared::new(i, Arc::new(db), blocked.clone())));
+            shared.push(Arc::new(ShardShared::new(
+                i,
+                Arc::new(db),
+                blocked.clone(),
+                hub.clone(),
+            )));
             states.push(state);
         }
         let (durability, max_batch) = (cfg.durability, cfg.max_batch);
@@ -149,6 +158,7 @@ impl ShardSet {
         tracing::info!(shards = n, dir = %cfg.dir.display(), durability = durability.name(), "shards open");
         Ok(Arc::new_cyclic(|me| ShardSet {
             blocked,
+            hub,
             shared,
             addrs,
             system,

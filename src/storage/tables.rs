@@ -323,7 +323,15 @@ pub struct Wakeups {
     pub flushed: Vec<u8>,
     /// Read-like key lookups (hits, misses) for INFO.
     pub lookups: (u64, u64),
+    /// Messages published by the transaction's commands, sent once it has
+    /// committed.
+    pub messages: Vec<Message>,
 }
+
+/// A message a write publishes when it commits (PUBLISH inside EXEC or a
+/// script; keyspace notifications): whether it goes to a shard channel,
+/// the channel, the payload.
+pub type Message = (bool, bytes::Bytes, bytes::Bytes);
 
 /// Told of every row a write puts or removes in `meta`, `sub` or `zscore`
 /// (WATCH's hook; see `shard::watch`). `removed` is true when a `meta` row
@@ -416,6 +424,8 @@ pub struct WriteCtx<'t> {
     pub broadcasts: Vec<(u8, Vec<u8>)>,
     /// Databases emptied (FLUSHDB, FLUSHALL): every waiter there looks again.
     pub flushed: Vec<u8>,
+    /// Messages to publish after the commit (see [`Wakeups::messages`]).
+    pub messages: Vec<Message>,
     /// Key lookups of read-like steps in writes (hits, misses): see
     /// `KvRead::note_lookup`; the shard adds them to its INFO counters.
     pub lookups: std::cell::Cell<(u64, u64)>,
@@ -441,6 +451,8 @@ struct Undo {
     counts: [DbCounts; NAMESPACES],
     /// A whole table was cleared: too much to keep.
     lost: bool,
+    /// Messages published before `begin_undo`: later ones are taken back.
+    messages: usize,
 }
 
 impl<'t> WriteCtx<'t> {
@@ -465,6 +477,7 @@ impl<'t> WriteCtx<'t> {
             signals: Vec::new(),
             broadcasts: Vec::new(),
             flushed: Vec::new(),
+            messages: Vec::new(),
             lookups: Default::default(),
             state,
             observer: None,
@@ -480,6 +493,7 @@ impl<'t> WriteCtx<'t> {
             rows: Vec::new(),
             counts: self.state.counts,
             lost: false,
+            messages: self.messages.len(),
         });
     }
 
@@ -498,6 +512,7 @@ impl<'t> WriteCtx<'t> {
                 "cannot take back a cleared table".into(),
             ));
         }
+        self.messages.truncate(undo.messages);
         for (table, key, old) in undo.rows.into_iter().rev() {
             match old {
                 Some(v) => self.put(table, &key, &v)?,
@@ -584,7 +599,14 @@ impl<'t> WriteCtx<'t> {
             signals: std::mem::take(&mut self.signals),
             broadcasts: std::mem::take(&mut self.broadcasts),
             flushed: std::mem::take(&mut self.flushed),
+            messages: std::mem::take(&mut self.messages),
         }
+    }
+
+    /// Publishes a message once this transaction commits (never, if it
+    /// does not).
+    pub fn publish(&mut self, shard_channel: bool, channel: bytes::Bytes, message: bytes::Bytes) {
+        self.messages.push((shard_channel, channel, message));
     }
 
     /// Writes a row.

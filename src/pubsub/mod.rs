@@ -1,0 +1,358 @@
+//! Pub/Sub: who listens to what, and delivery of messages to them.
+//!
+//! # Design
+//! * **Registry.** Channel and shard-channel subscribers live in
+//!   [`DashMap`]s keyed by channel: a PUBLISH takes a read lock on one map
+//!   shard only, so publishers to different channels (and readers of one)
+//!   never wait for each other. Patterns are few in practice and every
+//!   PUBLISH must try them all: they sit behind one read-mostly lock, and a
+//!   counter lets a PUBLISH skip it entirely while nobody uses a pattern.
+//! * **Delivery.** Every client has a [`Mailbox`]: the sending side of an
+//!   unbounded channel its connection task listens on. A message is
+//!   encoded once per PUBLISH (per matching pattern for `pmessage`), as a
+//!   RESP2 array; its RESP3 form differs only in the first byte (`>` for
+//!   `*`), so the same bytes serve every subscriber, cloned by reference
+//!   count.
+//! * **Bounded memory.** The bytes queued for a client and not yet written
+//!   to its socket are counted; past `client-output-buffer-limit` for its
+//!   class (pubsub while it has subscriptions, normal otherwise) the client
+//!   is disconnected, as Redis does, and everything queued for it is freed.
+//! * **Order.** A publisher delivers to each subscriber in the order it
+//!   publishes; a connection writes its pushes in the order they arrive.
+//! * **Transactions.** PUBLISH inside EXEC or a script is deferred to the
+//!   commit of the unit (`WriteCtx::publish`), so a subscriber never hears
+//!   of a change it cannot read yet, nor of a transaction WATCH aborted.
+
+pub mod subscriptions;
+
+pub use subscriptions::Subscriptions;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use dashmap::DashMap;
+use tokio::sync::mpsc;
+
+use crate::server::ClientEntry;
+
+/// The three kinds of subscription, each with its own registry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// SUBSCRIBE: exact channel names.
+    Channel,
+    /// PSUBSCRIBE: glob patterns over channel names.
+    Pattern,
+    /// SSUBSCRIBE: shard channels (exact names, routed by slot).
+    Shard,
+}
+
+impl Kind {
+    /// The name of the confirmation pushed for a (un)subscription.
+    pub fn verb(self, subscribe: bool) -> &'static str {
+        match (self, subscribe) {
+            (Kind::Channel, true) => "subscribe",
+            (Kind::Channel, false) => "unsubscribe",
+            (Kind::Pattern, true) => "psubscribe",
+            (Kind::Pattern, false) => "punsubscribe",
+            (Kind::Shard, true) => "ssubscribe",
+            (Kind::Shard, false) => "sunsubscribe",
+        }
+    }
+}
+
+/// Something pushed to a client outside the request/reply flow.
+#[derive(Debug, Clone)]
+pub struct Push(Bytes);
+
+impl Push {
+    /// A push whose RESP2 encoding is `frame`, an array (`*...`).
+    pub fn from_resp2(frame: Bytes) -> Push {
+        debug_assert_eq!(frame.first(), Some(&b'*'));
+        Push(frame)
+    }
+
+    /// Appends the push as a client of protocol `resp3` receives it.
+    pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
+        if resp3 {
+            out.put_u8(b'>');
+            out.put_slice(&self.0[1..]);
+        } else {
+            out.put_slice(&self.0);
+        }
+    }
+
+    /// Its size on the wire.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether it is empty (never, for a real push).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A client's inbox for pushes, and what CLIENT LIST shows of it.
+#[derive(Debug)]
+pub struct Mailbox {
+    tx: mpsc::UnboundedSender<Push>,
+    /// Bytes queued for the client and not yet written to its socket
+    /// (CLIENT LIST's `omem`; checked against the output buffer limits).
+    pub pending: AtomicUsize,
+    /// Unix seconds since when `pending` has been over the soft limit
+    /// (0: it is not).
+    soft_since: AtomicU64,
+    /// Subscriptions by kind: channels, patterns, shard channels.
+    pub counts: [AtomicU32; 3],
+}
+
+impl Mailbox {
+    /// A mailbox and the receiving end its connection listens on.
+    pub fn new() -> (Mailbox, mpsc::UnboundedReceiver<Push>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mailbox = Mailbox {
+            tx,
+            pending: AtomicUsize::new(0),
+            soft_since: AtomicU64::new(0),
+            counts: Default::default(),
+        };
+        (mailbox, rx)
+    }
+
+    /// Subscriptions of one kind.
+    pub fn count(&self, kind: Kind) -> u32 {
+        self.counts[kind as usize].load(Ordering::Relaxed)
+    }
+
+    /// Whether the client is subscribed to anything (Redis's pubsub class
+    /// for output buffer limits, and RESP2's subscribed mode).
+    pub fn subscribed(&self) -> bool {
+        self.counts.iter().any(|c| c.load(Ordering::Relaxed) > 0)
+    }
+
+    /// Records that `n` bytes of pushes went out on the socket.
+    pub fn written(&self, n: usize) {
+        self.pending.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// One class's `client-output-buffer-limit`: hard bytes, soft bytes, soft
+/// seconds (0 = no limit).
+#[derive(Debug, Default)]
+struct Limit {
+    hard: AtomicU64,
+    soft: AtomicU64,
+    secs: AtomicU64,
+}
+
+/// Subscribers of one channel (or pattern), in subscription order.
+type Subscribers = Vec<Arc<ClientEntry>>;
+
+/// The server's Pub/Sub registry.
+#[derive(Default)]
+pub struct Hub {
+    channels: DashMap<Bytes, Subscribers>,
+    shard_channels: DashMap<Bytes, Subscribers>,
+    patterns: parking_lot::RwLock<HashMap<Bytes, Subscribers>>,
+    /// How many patterns have subscribers: PUBLISH skips the pattern lock
+    /// while it is 0.
+    npatterns: AtomicUsize,
+    /// `client-output-buffer-limit` for the normal and pubsub classes.
+    limits: [Limit; 2],
+}
+
+impl Hub {
+    /// Takes the output buffer limits from the configuration (at start and
+    /// after CONFIG SET).
+    pub fn configure(&self, rt: &crate::server::Runtime) {
+        let nums: Vec<u64> = rt
+            .get("client-output-buffer-limit")
+            .split(' ')
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        // Groups of (hard, soft, seconds) for normal, replica, pubsub.
+        for (limit, group) in self.limits.iter().zip([0, 2]) {
+            if let Some(g) = nums.get(group * 3..group * 3 + 3) {
+                limit.hard.store(g[0], Ordering::Relaxed);
+                limit.soft.store(g[1], Ordering::Relaxed);
+                limit.secs.store(g[2], Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn map(&self, kind: Kind) -> &DashMap<Bytes, Subscribers> {
+        match kind {
+            Kind::Shard => &self.shard_channels,
+            _ => &self.channels,
+        }
+    }
+
+    /// Adds `client` to `name`'s subscribers (the caller knows it is not
+    /// there yet).
+    pub(crate) fn add(&self, kind: Kind, name: &Bytes, client: &Arc<ClientEntry>) {
+        if kind == Kind::Pattern {
+            let mut patterns = self.patterns.write();
+            let subs = patterns.entry(name.clone()).or_default();
+            subs.push(client.clone());
+            self.npatterns.store(patterns.len(), Ordering::Release);
+        } else {
+            self.map(kind)
+                .entry(name.clone())
+                .or_default()
+                .push(client.clone());
+        }
+    }
+
+    /// Takes the client with `id` off `name`'s subscribers.
+    pub(crate) fn remove(&self, kind: Kind, name: &[u8], id: u64) {
+        if kind == Kind::Pattern {
+            let mut patterns = self.patterns.write();
+            if let Some(subs) = patterns.get_mut(name) {
+                subs.retain(|c| c.id != id);
+                if subs.is_empty() {
+                    patterns.remove(name);
+                }
+            }
+            self.npatterns.store(patterns.len(), Ordering::Release);
+        } else {
+            let map = self.map(kind);
+            if let Some(mut subs) = map.get_mut(name) {
+                subs.retain(|c| c.id != id);
+            }
+            map.remove_if(name, |_, subs| subs.is_empty());
+        }
+    }
+
+    /// PUBLISH (or SPUBLISH with `kind` Shard): delivers `message` to the
+    /// channel's subscribers (and, for PUBLISH, every matching pattern's)
+    /// and returns how many deliveries it made.
+    pub fn publish(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
+        let mut receivers = 0;
+        if let Some(subs) = self.map(kind).get(channel) {
+            let head = if kind == Kind::Shard {
+                &b"smessage"[..]
+            } else {
+                b"message"
+            };
+            let frame = encode(&[head, channel, message]);
+            for client in subs.iter() {
+                receivers += self.deliver(client, &frame);
+            }
+        }
+        if kind == Kind::Channel && self.npatterns.load(Ordering::Acquire) > 0 {
+            for (pattern, subs) in self.patterns.read().iter() {
+                if !crate::util::glob::string_match(pattern, channel, false) {
+                    continue;
+                }
+                let frame = encode(&[b"pmessage", pattern, channel, message]);
+                for client in subs {
+                    receivers += self.deliver(client, &frame);
+                }
+            }
+        }
+        receivers
+    }
+
+    /// How many deliveries a PUBLISH would make now (inside a transaction,
+    /// whose messages go out when it commits).
+    pub fn receivers(&self, kind: Kind, channel: &[u8]) -> usize {
+        let mut n = self.map(kind).get(channel).map_or(0, |s| s.len());
+        if kind == Kind::Channel && self.npatterns.load(Ordering::Acquire) > 0 {
+            n += self
+                .patterns
+                .read()
+                .iter()
+                .filter(|(p, _)| crate::util::glob::string_match(p, channel, false))
+                .map(|(_, subs)| subs.len())
+                .sum::<usize>();
+        }
+        n
+    }
+
+    /// Queues `frame` for `client`; 1 when it was queued, 0 when the
+    /// client is gone. Disconnects the client if that takes it past its
+    /// output buffer limit.
+    fn deliver(&self, client: &ClientEntry, frame: &Bytes) -> usize {
+        let mailbox = &client.mailbox;
+        // Counted before it is sent: the connection may write it (and
+        // subtract it) as soon as it is in the channel.
+        let pending = mailbox.pending.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
+        if mailbox.tx.send(Push::from_resp2(frame.clone())).is_err() {
+            mailbox.pending.fetch_sub(frame.len(), Ordering::Relaxed);
+            return 0;
+        }
+        self.check_limit(client, pending);
+        1
+    }
+
+    /// Redis's output buffer limit check: over the hard limit, or over the
+    /// soft limit for longer than its seconds, closes the client.
+    fn check_limit(&self, client: &ClientEntry, pending: usize) {
+        let limit = &self.limits[usize::from(client.mailbox.subscribed())];
+        let (hard, soft) = (
+            limit.hard.load(Ordering::Relaxed),
+            limit.soft.load(Ordering::Relaxed),
+        );
+        let pending = pending as u64;
+        let mut over = hard > 0 && pending >= hard;
+        let since = &client.mailbox.soft_since;
+        if soft > 0 && pending >= soft {
+            let now = crate::shard::now_ms() / 1000;
+            match since.load(Ordering::Relaxed) {
+                0 => since.store(now, Ordering::Relaxed),
+                t => over |= now - t > limit.secs.load(Ordering::Relaxed),
+            }
+        } else {
+            since.store(0, Ordering::Relaxed);
+        }
+        if over && !client.killed.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                client = client.id,
+                addr = %client.addr,
+                pending,
+                "client closed for overcoming of output buffer limits"
+            );
+            client.kill.notify_one();
+        }
+    }
+
+    /// PUBSUB CHANNELS / SHARDCHANNELS: channels with subscribers whose
+    /// name matches `pattern` (all without one).
+    pub fn channels(&self, kind: Kind, pattern: Option<&[u8]>) -> Vec<Bytes> {
+        self.map(kind)
+            .iter()
+            .filter(|e| !e.value().is_empty())
+            .filter(|e| pattern.is_none_or(|p| crate::util::glob::string_match(p, e.key(), false)))
+            .map(|e| e.key().clone())
+            .collect()
+    }
+
+    /// PUBSUB NUMSUB / SHARDNUMSUB: a channel's subscribers.
+    pub fn numsub(&self, kind: Kind, channel: &[u8]) -> usize {
+        self.map(kind).get(channel).map_or(0, |s| s.len())
+    }
+
+    /// PUBSUB NUMPAT: patterns with subscribers.
+    pub fn numpat(&self) -> usize {
+        self.npatterns.load(Ordering::Acquire)
+    }
+
+    /// Channels with subscribers (INFO `pubsub_channels` and the shard
+    /// form).
+    pub fn channel_count(&self, kind: Kind) -> usize {
+        self.map(kind).len()
+    }
+}
+
+/// The RESP2 array of bulk strings `parts`.
+pub fn encode(parts: &[&[u8]]) -> Bytes {
+    let size = 16 + parts.iter().map(|p| p.len() + 16).sum::<usize>();
+    let mut out = crate::protocol::reply::Encoder::with_capacity(size);
+    out.array(parts.len());
+    for p in parts {
+        out.bulk(p);
+    }
+    out.finish()
+}

@@ -1,0 +1,229 @@
+//! Pub/Sub with several clients: a subscriber that stops reading is
+//! disconnected at its output buffer limit (hard, and soft past its
+//! seconds) and leaves nothing registered; a client that goes away is
+//! unsubscribed; PUBLISH inside EXEC goes out only when the transaction
+//! commits (never for one WATCH aborted). Single-connection replies are
+//! pinned by the compatibility transcripts (`tests/compat/cases/pubsub*`);
+//! redis-py's API is driven in `tests/clients.rs`.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{int, ok, q, TestServer};
+use redis::Value;
+
+/// Sends one command as a RESP array.
+fn send(s: &mut TcpStream, args: &[&[u8]]) {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    s.write_all(&out).unwrap();
+}
+
+/// Reads until `want` bytes arrived (or fails after the socket timeout).
+fn read_exact_bytes(s: &mut TcpStream, want: usize) -> Vec<u8> {
+    let mut buf = vec![0u8; want];
+    s.read_exact(&mut buf).expect("reply bytes");
+    buf
+}
+
+/// Polls `f` until it holds, for at most 10 s.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A subscriber that subscribed to `channel` and then stops reading.
+fn stalled_subscriber(server: &TestServer, channel: &str) -> TcpStream {
+    let mut sub = server.tcp();
+    send(&mut sub, &[b"SUBSCRIBE", channel.as_bytes()]);
+    let confirm = format!(
+        "*3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:1\r\n",
+        channel.len()
+    );
+    assert_eq!(
+        read_exact_bytes(&mut sub, confirm.len()),
+        confirm.as_bytes()
+    );
+    sub
+}
+
+/// Whether the server closed `s` (after whatever it had queued).
+fn closed_by_server(s: &mut TcpStream) -> bool {
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn numsub(c: &mut redis::Connection, channel: &str) -> i64 {
+    match q(c, &["PUBSUB", "NUMSUB", channel]) {
+        Value::Array(items) => match items[1] {
+            Value::Int(n) => n,
+            ref other => panic!("NUMSUB count {other:?}"),
+        },
+        other => panic!("NUMSUB answered {other:?}"),
+    }
+}
+
+#[test]
+fn subscriber_past_the_hard_limit_is_disconnected() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    ok(
+        &mut c,
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "pubsub 1mb 0 0",
+        ],
+    );
+    let mut sub = stalled_subscriber(&server, "flood");
+    let payload = "x".repeat(64 * 1024);
+    // Far more than the socket buffers and the limit together: the
+    // subscriber is cut off part way, and later PUBLISHes reach nobody.
+    let mut delivered = 0;
+    for _ in 0..800 {
+        delivered += int(&mut c, &["PUBLISH", "flood", &payload]);
+    }
+    assert!(delivered < 800, "every message was queued: {delivered}");
+    eventually("the subscriber to be unregistered", || {
+        numsub(&mut c, "flood") == 0
+    });
+    assert!(closed_by_server(&mut sub));
+    let clients = match q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("CLIENT LIST answered {other:?}"),
+    };
+    assert_eq!(clients, "");
+}
+
+#[test]
+fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    ok(
+        &mut c,
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "pubsub 0 256kb 1",
+        ],
+    );
+    let mut sub = stalled_subscriber(&server, "slow");
+    let payload = "y".repeat(64 * 1024);
+    // Over the soft limit, the client stays until the limit has held for
+    // more than a second: the next message after that closes it.
+    for _ in 0..200 {
+        int(&mut c, &["PUBLISH", "slow", &payload]);
+    }
+    // CLIENT LIST shows what waits for it.
+    let list = match q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("CLIENT LIST answered {other:?}"),
+    };
+    assert!(list.contains("flags=P") && list.contains("sub=1"), "{list}");
+    let omem: u64 = list
+        .split(' ')
+        .find_map(|f| f.strip_prefix("omem="))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(omem >= 256 * 1024, "omem={omem}");
+    std::thread::sleep(Duration::from_millis(2100));
+    int(&mut c, &["PUBLISH", "slow", &payload]);
+    eventually("the subscriber to be unregistered", || {
+        numsub(&mut c, "slow") == 0
+    });
+    assert!(closed_by_server(&mut sub));
+}
+
+#[test]
+fn a_client_that_leaves_is_unsubscribed() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    let mut sub = server.tcp();
+    send(&mut sub, &[b"SUBSCRIBE", b"a", b"b"]);
+    send(&mut sub, &[b"PSUBSCRIBE", b"a*"]);
+    send(&mut sub, &[b"SSUBSCRIBE", b"s"]);
+    eventually("the subscriptions", || {
+        matches!(q(&mut c, &["PUBSUB", "NUMPAT"]), Value::Int(1))
+            && matches!(
+                q(&mut c, &["PUBSUB", "SHARDNUMSUB", "s"]),
+                Value::Array(ref v) if v[1] == Value::Int(1)
+            )
+    });
+    assert_eq!(numsub(&mut c, "a"), 1);
+    drop(sub);
+    eventually("every subscription to go", || {
+        numsub(&mut c, "a") == 0
+            && numsub(&mut c, "b") == 0
+            && q(&mut c, &["PUBSUB", "NUMPAT"]) == Value::Int(0)
+            && q(&mut c, &["PUBSUB", "SHARDCHANNELS"]) == Value::Array(vec![])
+    });
+    assert_eq!(int(&mut c, &["PUBLISH", "a", "x"]), 0);
+}
+
+#[test]
+fn publish_in_exec_goes_out_when_the_transaction_commits() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    let mut other = server.client();
+    let mut sub = server.tcp();
+    send(&mut sub, &[b"SUBSCRIBE", b"events"]);
+    let confirm = b"*3\r\n$9\r\nsubscribe\r\n$6\r\nevents\r\n:1\r\n";
+    assert_eq!(read_exact_bytes(&mut sub, confirm.len()), confirm);
+
+    // A transaction WATCH aborts publishes nothing.
+    ok(&mut c, &["WATCH", "k"]);
+    ok(&mut other, &["SET", "k", "changed"]);
+    ok(&mut c, &["MULTI"]);
+    q(&mut c, &["SET", "k", "mine"]);
+    q(&mut c, &["PUBLISH", "events", "lost"]);
+    assert_eq!(q(&mut c, &["EXEC"]), Value::Nil);
+
+    // One that commits publishes, with the count of receivers in its reply,
+    // and the subscriber then reads what it wrote.
+    ok(&mut c, &["MULTI"]);
+    q(&mut c, &["SET", "k", "mine"]);
+    q(&mut c, &["PUBLISH", "events", "done"]);
+    assert_eq!(
+        q(&mut c, &["EXEC"]),
+        Value::Array(vec![Value::Okay, Value::Int(1)])
+    );
+    let msg = b"*3\r\n$7\r\nmessage\r\n$6\r\nevents\r\n$4\r\ndone\r\n";
+    assert_eq!(read_exact_bytes(&mut sub, msg.len()), msg);
+    let mut reader = server.client();
+    assert_eq!(
+        q(&mut reader, &["GET", "k"]),
+        Value::BulkString(b"mine".to_vec())
+    );
+    // A script's publish goes out the same way.
+    assert_eq!(
+        int(
+            &mut c,
+            &["EVAL", "return redis.call('publish', 'events', 'lua')", "0"]
+        ),
+        1
+    );
+    let msg = b"*3\r\n$7\r\nmessage\r\n$6\r\nevents\r\n$3\r\nlua\r\n";
+    assert_eq!(read_exact_bytes(&mut sub, msg.len()), msg);
+}
