@@ -23,6 +23,7 @@
 //!   commit of the unit (`WriteCtx::publish`), so a subscriber never hears
 //!   of a change it cannot read yet, nor of a transaction WATCH aborted.
 
+pub mod notify;
 pub mod subscriptions;
 
 pub use subscriptions::Subscriptions;
@@ -161,12 +162,16 @@ pub struct Hub {
     npatterns: AtomicUsize,
     /// `client-output-buffer-limit` for the normal and pubsub classes.
     limits: [Limit; 2],
+    /// `notify-keyspace-events` as [`notify`] flags (0: off).
+    notify: std::sync::atomic::AtomicU32,
 }
 
 impl Hub {
     /// Takes the output buffer limits from the configuration (at start and
     /// after CONFIG SET).
     pub fn configure(&self, rt: &crate::server::Runtime) {
+        let flags = notify::parse(&rt.get("notify-keyspace-events"));
+        self.notify.store(flags, Ordering::Relaxed);
         let nums: Vec<u64> = rt
             .get("client-output-buffer-limit")
             .split(' ')
@@ -180,6 +185,12 @@ impl Hub {
                 limit.secs.store(g[2], Ordering::Relaxed);
             }
         }
+    }
+
+    /// The keyspace notification flags in force (see [`notify`]): a
+    /// shard reads them once per write transaction.
+    pub fn notify_flags(&self) -> u32 {
+        self.notify.load(Ordering::Relaxed)
     }
 
     fn map(&self, kind: Kind) -> &DashMap<Bytes, Subscribers> {

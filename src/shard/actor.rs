@@ -209,6 +209,7 @@ impl ShardActor {
                 Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
             };
             ctx.observer = shared.observer();
+            ctx.notify_flags = shared.hub.notify_flags();
             for Submit { f, reply } in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
@@ -340,6 +341,7 @@ impl ShardActor {
         {
             let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
             ctx.observer = self.shared.observer();
+            ctx.notify_flags = self.shared.hub.notify_flags();
             keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
             // Expired streams wake their blocked group readers.
@@ -392,6 +394,7 @@ impl ShardActor {
             }
         };
         ctx.observer = shared.observer();
+            ctx.notify_flags = shared.hub.notify_flags();
         ctx.capture = Some(Vec::new());
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.

@@ -436,6 +436,9 @@ pub struct WriteCtx<'t> {
     /// Set while the garbage collector removes dead versions: those rows
     /// belong to no live key, so observers are not told.
     pub quiet: bool,
+    /// Keyspace notification flags (`pubsub::notify`), read once when the
+    /// shard opens the transaction: 0 makes [`WriteCtx::notify`] a no-op.
+    pub notify_flags: u32,
     /// The transaction's changes, kept when it takes part in a multi-shard
     /// commit (see [`RowOp`]).
     pub capture: Option<Vec<RowOp>>,
@@ -482,6 +485,7 @@ impl<'t> WriteCtx<'t> {
             state,
             observer: None,
             quiet: false,
+            notify_flags: 0,
             capture: None,
             undo: None,
         })
@@ -607,6 +611,19 @@ impl<'t> WriteCtx<'t> {
     /// does not).
     pub fn publish(&mut self, shard_channel: bool, channel: bytes::Bytes, message: bytes::Bytes) {
         self.messages.push((shard_channel, channel, message));
+    }
+
+    /// Reports keyspace event `event` of class `class` (a
+    /// `pubsub::notify` flag) on `key` in database `db`: its messages are
+    /// published with the transaction's others once it commits.
+    #[inline]
+    pub fn notify(&mut self, class: u32, event: &str, db: u8, key: &[u8]) {
+        if self.notify_flags & class == 0 {
+            return;
+        }
+        for (channel, payload) in crate::pubsub::notify::messages(self.notify_flags, class, event, db, key) {
+            self.messages.push((false, channel, payload));
+        }
     }
 
     /// Writes a row.
