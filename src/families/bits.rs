@@ -7,6 +7,7 @@ use super::{read_string, string_bytes, string_for_write, Fail};
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::Meta;
 use crate::util::bits::{self, BitOp, FieldType, Overflow};
@@ -57,6 +58,7 @@ pub fn setbit(s: &mut Session, a: Args) -> Action {
             v[byte] &= !mask;
         }
         store_bytes(w, k, old.as_ref(), v)?;
+        w.event(notify::STRING, "setbit", k);
         Ok(Reply::Int(was as i64))
     })
 }
@@ -166,10 +168,13 @@ pub fn bitop(s: &mut Session, a: Args) -> Action {
             let v = bits::bitop(op, &refs);
             let len = v.len() as i64;
             if v.is_empty() {
-                keyspace::delete_if_live(w, kd)?;
+                if keyspace::delete_if_live(w, kd)? {
+                    w.event(notify::GENERIC, "del", kd);
+                }
             } else {
                 let old = keyspace::lookup_for_write(w, kd)?;
                 keyspace::store(w, kd, old.as_ref(), &Meta::string(v, 0))?;
+                w.event(notify::STRING, "set", kd);
             }
             Ok(Reply::Int(len))
         },
@@ -297,6 +302,15 @@ pub fn bitfield(s: &mut Session, a: Args) -> Action {
         let (out, changed) = run_field_ops(&mut v, &ops);
         if changed || old.is_none() {
             store_bytes(w, k, old.as_ref(), v)?;
+        }
+        // Growing the string alone (a refused OVERFLOW FAIL write) is no
+        // change Redis reports.
+        let writes = ops
+            .iter()
+            .zip(&out)
+            .any(|(op, r)| !matches!(op, FieldOp::Get(..)) && *r != Reply::Nil);
+        if writes {
+            w.event(notify::STRING, "setbit", k);
         }
         Ok(Reply::Array(out))
     })

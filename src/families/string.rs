@@ -7,6 +7,7 @@ use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::shard::now_ms;
+use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, Meta, WriteCtx};
 use crate::util::{lcs as lcs_algo, num};
@@ -172,6 +173,10 @@ pub fn set(s: &mut Session, a: Args) -> Action {
             _ => 0,
         };
         keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), expire))?;
+        w.event(notify::STRING, "set", k);
+        if let ExpireOpt::At(_) = opts.expire {
+            w.event(notify::GENERIC, "expire", k);
+        }
         Ok(old_value)
     })
 }
@@ -188,6 +193,10 @@ fn read_for_write(w: &mut WriteCtx, k: Key) -> Result<Option<Meta>, Fail> {
 /// Writes a plain string value, replacing whatever the key held.
 fn put_string(w: &mut WriteCtx, k: Key, value: &[u8], expire: u64) -> Result<(), Fail> {
     keyspace::replace(w, k, &Meta::string(value.to_vec(), expire))?;
+    w.event(notify::STRING, "set", k);
+    if expire != 0 {
+        w.event(notify::GENERIC, "expire", k);
+    }
     Ok(())
 }
 
@@ -199,6 +208,7 @@ pub fn setnx(s: &mut Session, a: Args) -> Action {
             return Ok(Reply::Int(0));
         }
         keyspace::store(w, k, None, &Meta::string(value.to_vec(), 0))?;
+        w.event(notify::STRING, "set", k);
         Ok(Reply::Int(1))
     })
 }
@@ -234,6 +244,7 @@ pub fn getset(s: &mut Session, a: Args) -> Action {
             .as_ref()
             .map_or(Reply::Nil, |m| Reply::bulk_copy(string_bytes(m)));
         keyspace::store(w, k, old.as_ref(), &Meta::string(value.to_vec(), 0))?;
+        w.event(notify::STRING, "set", k);
         Ok(reply)
     })
 }
@@ -245,6 +256,7 @@ pub fn getdel(s: &mut Session, a: Args) -> Action {
             return Ok(Reply::Nil);
         };
         keyspace::delete(w, k, &old)?;
+        w.event(notify::GENERIC, "del", k);
         Ok(Reply::bulk_copy(string_bytes(&old)))
     })
 }
@@ -271,10 +283,20 @@ pub fn getex(s: &mut Session, a: Args) -> Action {
         };
         if expire != 0 && expire <= w.now_ms() {
             keyspace::delete(w, k, &old)?;
-        } else if expire != old.expire_ms {
-            let mut new = old.clone();
-            new.expire_ms = expire;
-            keyspace::store(w, k, Some(&old), &new)?;
+            w.event(notify::GENERIC, "del", k);
+        } else {
+            if expire != old.expire_ms {
+                let mut new = old.clone();
+                new.expire_ms = expire;
+                keyspace::store(w, k, Some(&old), &new)?;
+            }
+            // PERSIST reports only a TTL it removed; EX and the like
+            // report even an unchanged one.
+            if expire != 0 {
+                w.event(notify::GENERIC, "expire", k);
+            } else if old.expire_ms != 0 {
+                w.event(notify::GENERIC, "persist", k);
+            }
         }
         Ok(reply)
     })
@@ -295,6 +317,7 @@ pub fn append(s: &mut Session, a: Args) -> Action {
         let len = v.len() as i64;
         let expire = old.as_ref().map_or(0, |m| m.expire_ms);
         keyspace::store(w, k, old.as_ref(), &Meta::string(v, expire))?;
+        w.event(notify::STRING, "append", k);
         Ok(Reply::Int(len))
     })
 }
@@ -372,6 +395,7 @@ pub fn setrange(s: &mut Session, a: Args) -> Action {
         let len = v.len() as i64;
         let expire = old.as_ref().map_or(0, |m| m.expire_ms);
         keyspace::store(w, k, old.as_ref(), &Meta::string(v, expire))?;
+        w.event(notify::STRING, "setrange", k);
         Ok(Reply::Int(len))
     })
 }
@@ -397,6 +421,7 @@ fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
             (Some(row), Some(new))
         })?;
         if let Some(new) = fast {
+            w.event(notify::STRING, "incrby", k);
             return Ok(Reply::Int(new));
         }
         let old = string_for_write(w, k)?;
@@ -414,6 +439,7 @@ fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
             old.as_ref(),
             &Meta::string(new.to_string().into_bytes(), expire),
         )?;
+        w.event(notify::STRING, "incrby", k);
         Ok(Reply::Int(new))
     })
 }
@@ -466,6 +492,7 @@ pub fn incrbyfloat(s: &mut Session, a: Args) -> Action {
             old.as_ref(),
             &Meta::string(text.clone().into_bytes(), expire),
         )?;
+        w.event(notify::STRING, "incrbyfloat", k);
         Ok(Reply::bulk(text))
     })
 }

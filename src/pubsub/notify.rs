@@ -93,6 +93,15 @@ pub fn messages(flags: u32, class: u32, event: &str, db: u8, key: &[u8]) -> Vec<
     out
 }
 
+impl crate::storage::WriteCtx<'_> {
+    /// Reports keyspace event `event` of class `class` on `key` (see
+    /// [`WriteCtx::notify`](crate::storage::WriteCtx::notify)).
+    #[inline]
+    pub fn event(&mut self, class: u32, event: &str, key: crate::storage::keyspace::Key) {
+        self.notify(class, event, key.db, key.name);
+    }
+}
+
 /// `<prefix><db>__:<tail>`.
 fn channel(prefix: &str, db: u8, tail: &[u8]) -> Bytes {
     let mut c = BytesMut::with_capacity(prefix.len() + 6 + tail.len());

@@ -8,6 +8,7 @@
 
 use super::encoding::{self, KeyType, Meta, MetaBody};
 use super::tables::{KvRead, StoreError, Table, WriteCtx};
+use crate::pubsub::notify;
 
 /// A key's identity within a shard: database, slot and name.
 #[derive(Debug, Clone, Copy)]
@@ -75,6 +76,8 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
     let meta = Meta::decode(&raw)?;
     if meta.is_expired(w.now_ms()) {
         delete(w, key, &meta)?;
+        // Redis's lazy expiry on a write reports the deletion.
+        w.notify(notify::EXPIRED, "expired", key.db, key.name);
         return Ok(None);
     }
     Ok(Some(meta))
@@ -96,8 +99,16 @@ pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, S
         .swap(Table::Meta, &key.meta_key(), &new.encode())?
         .map(|raw| Meta::decode(&raw))
         .transpose()?;
-    settle_replaced(w, key, old.as_ref(), new)?;
     let now = w.now_ms();
+    let expired = old.as_ref().is_some_and(|m| m.is_expired(now));
+    if expired {
+        w.notify(notify::EXPIRED, "expired", key.db, key.name);
+    }
+    settle_replaced(w, key, old.as_ref(), new)?;
+    if expired {
+        // The expired key counted as present; the new one is still new.
+        w.notify(notify::NEW, "new", key.db, key.name);
+    }
     Ok(old.filter(|m| !m.is_expired(now)))
 }
 
@@ -129,6 +140,11 @@ fn settle_replaced(
         if old.version().is_some() && old.version() != new.version() {
             retire_version(w, key, old)?;
         }
+    }
+    if old.is_none() {
+        // Redis reports every key added to a database, before the
+        // command's own event.
+        w.notify(notify::NEW, "new", key.db, key.name);
     }
     let counts = &mut w.state.counts[key.db as usize];
     if old.is_none() {
@@ -232,6 +248,9 @@ pub fn reap_expired(
         {
             Some(meta) if meta.expire_ms == expire => {
                 delete(w, key, &meta)?;
+                // Reads never delete in cairn: this is where `expired`
+                // comes from (as Redis's active expiry).
+                w.notify(notify::EXPIRED, "expired", db, &name);
                 stats.expired += 1;
             }
             // A stale index row (should not happen; repair it quietly).
