@@ -20,6 +20,7 @@ use crate::server::Server;
 use crate::storage::encoding::{KeyType, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::KvRead;
+use crate::pubsub::notify;
 use crate::util::rdb::{seal, unseal, Reader};
 
 /// A DUMP payload of `value`.
@@ -128,9 +129,7 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
         }
         let ttl = ttl?;
         let value = value?;
-        if o.replace {
-            keyspace::delete_if_live(w, k)?;
-        }
+        let deleted = o.replace && keyspace::delete_if_live(w, k)?;
         let now = w.now_ms() as i64;
         // Redis adds a relative TTL to the clock in 64-bit signed
         // arithmetic: a sum that overflows reads as long past.
@@ -142,10 +141,14 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
         // A key that would arrive already expired is not created (a
         // replaced one stays deleted).
         if expire_ms != 0 && expire_ms <= now {
+            if deleted {
+                w.event(notify::GENERIC, "del", k);
+            }
             return Ok(Reply::Ok);
         }
         let expire_ms = expire_ms as u64;
         keys::write(w, k, &value, expire_ms, &nodes)?;
+        w.event(notify::GENERIC, "restore", k);
         if o.idle.is_some() || o.freq.is_some() {
             server.access.set(k.db, k.name, o.idle, o.freq);
         }

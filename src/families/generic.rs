@@ -13,6 +13,7 @@ use crate::storage::encoding::{self, Meta, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::tables::DATABASES;
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
+use crate::pubsub::notify;
 use crate::util::glob;
 use std::sync::Arc;
 
@@ -22,7 +23,10 @@ fn del_keys(s: &mut Session, a: Args) -> Action {
         |w, ks| {
             let mut n = 0;
             for k in ks {
-                n += keyspace::delete_if_live(w, *k)? as i64;
+                if keyspace::delete_if_live(w, *k)? {
+                    w.event(notify::GENERIC, "del", *k);
+                    n += 1;
+                }
             }
             Ok(n)
         },
@@ -138,6 +142,8 @@ fn rename_generic(s: &mut Session, a: Args, nx: bool) -> Action {
             let old = keyspace::lookup_for_write(w, ks)?.expect("dumped key is live");
             keyspace::delete(w, ks, &old)?;
             restore(w, kd, &d, d.meta.expire_ms)?;
+            w.event(notify::GENERIC, "rename_from", ks);
+            w.event(notify::GENERIC, "rename_to", kd);
             Ok(if nx { Reply::Int(1) } else { Reply::Ok })
         });
     }
@@ -159,12 +165,18 @@ fn rename_generic(s: &mut Session, a: Args, nx: bool) -> Action {
         }
         locked
             .run(ids, move |w| {
-                keyspace::delete_if_live(w, Key::new(db, &src))
+                let ks = Key::new(db, &src);
+                keyspace::delete_if_live(w, ks)?;
+                w.event(notify::GENERIC, "rename_from", ks);
+                Ok(())
             })
             .await?;
         locked
             .run(id, move |w| {
-                restore(w, Key::new(db, &dst), &d, d.meta.expire_ms)
+                let kd = Key::new(db, &dst);
+                restore(w, kd, &d, d.meta.expire_ms)?;
+                w.event(notify::GENERIC, "rename_to", kd);
+                Ok(())
             })
             .await?;
         Ok(Ok(if nx { Reply::Int(1) } else { Reply::Ok }))
@@ -233,6 +245,7 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
             return Ok(Reply::Int(0));
         }
         restore(w, kd, d, d.meta.expire_ms)?;
+        w.event(notify::GENERIC, "copy_to", kd);
         Ok(Reply::Int(1))
     };
     if ids == id {
@@ -281,6 +294,8 @@ pub fn move_(s: &mut Session, a: Args) -> Action {
         }
         keyspace::delete_if_live(w, k)?;
         restore(w, kt, &d, d.meta.expire_ms)?;
+        w.event(notify::GENERIC, "move_from", k);
+        w.event(notify::GENERIC, "move_to", kt);
         Ok(Reply::Int(1))
     })
 }
@@ -763,10 +778,12 @@ fn expire_generic(
         }
         if when <= w.now_ms() as i64 {
             keyspace::delete(w, k, &old)?;
+            w.event(notify::GENERIC, "del", k);
         } else {
             let mut new = old.clone();
             new.expire_ms = when_u;
             keyspace::store(w, k, Some(&old), &new)?;
+            w.event(notify::GENERIC, "expire", k);
         }
         Ok(Reply::Int(1))
     })
@@ -847,6 +864,7 @@ pub fn persist(s: &mut Session, a: Args) -> Action {
         let mut new = old.clone();
         new.expire_ms = 0;
         keyspace::store(w, k, Some(&old), &new)?;
+        w.event(notify::GENERIC, "persist", k);
         Ok(Reply::Int(1))
     })
 }

@@ -50,6 +50,7 @@ use crate::protocol::Reply;
 use crate::shard::coordinator::{CoordError, Locked};
 use crate::shard::ShardSet;
 use crate::storage::encoding;
+use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, MetaBody, StoreError, Table};
 
@@ -176,7 +177,7 @@ fn sort_command(s: &mut Session, a: Args, readonly: bool) -> Action {
                 job.sort(Vec::new())?;
                 let gets = job.get_lookups();
                 let items = job.items(fill(gets, Vec::new()));
-                super::list::store_list(w, kd, &items)?;
+                store(w, kd, &items)?;
                 Ok(Reply::Int(items.len() as i64))
             },
         ),
@@ -193,6 +194,20 @@ fn sort_command(s: &mut Session, a: Args, readonly: bool) -> Action {
             })
         }
     }
+}
+
+/// STORE's write: the sorted list replaces the key (an empty one deletes
+/// it), with Redis's `sortstore` or `del` event.
+fn store(w: &mut crate::storage::WriteCtx, key: Key, items: &[Vec<u8>]) -> Result<(), Fail> {
+    if items.is_empty() {
+        if keyspace::delete_if_live(w, key)? {
+            w.event(notify::GENERIC, "del", key);
+        }
+        return Ok(());
+    }
+    super::list::store_list(w, key, items)?;
+    w.event(notify::LIST, "sortstore", key);
+    Ok(())
 }
 
 /// SORT with patterns and no STORE: one read of every shard.
@@ -263,7 +278,7 @@ async fn store_everywhere(
     let n = items.len() as i64;
     let stored = locked
         .run(shards.shard_of_key(&dest), move |w| {
-            Ok(super::list::store_list(w, Key::new(db, &dest), &items))
+            Ok(store(w, Key::new(db, &dest), &items))
         })
         .await?;
     Ok(stored.map(|()| Reply::Int(n)))
