@@ -1182,12 +1182,20 @@ fn parse_notify(value: &str) -> Result<String, String> {
             out.push(l as char);
         }
     }
+    // Kept after A so notifications still see it; CONFIG GET hides it
+    // there, as Redis's display does (see `get_value`).
+    if flags & ALL == ALL && flags & (1 << 10) != 0 {
+        out.push('n');
+    }
     Ok(out)
 }
 
 /// A parameter's value as CONFIG GET shows it.
 pub fn get_value(server: &Server, vals: &Values, i: usize) -> String {
     let p = &PARAMS[i];
+    if p.name == "notify-keyspace-events" && vals.vals[i].starts_with('A') {
+        return vals.vals[i].replace('n', "");
+    }
     if !p.live() {
         return vals.vals[i].clone();
     }
@@ -1552,7 +1560,7 @@ mod tests {
         assert_eq!(set("notify-keyspace-events", "Kn").unwrap(), "nK");
         assert_eq!(
             set("notify-keyspace-events", "KEA$lshzxetmdn").unwrap(),
-            "AKEm"
+            "AKEmn"
         );
         assert_eq!(set("save", "010 5").unwrap(), "10 5");
         assert!(set("save", "0 5").is_err());

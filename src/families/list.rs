@@ -10,6 +10,7 @@ use super::Fail;
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::encoding::{self, LIST_INITIAL_INDEX};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
@@ -192,6 +193,15 @@ impl ListEdit {
     }
 }
 
+/// Reports a pop from the list at `key` (`lpop` or `rpop`), then `del` if
+/// it left the list empty (deleted), as Redis does.
+fn popped(w: &mut WriteCtx, key: Key, left: bool, emptied: bool) {
+    w.event(notify::LIST, if left { "lpop" } else { "rpop" }, key);
+    if emptied {
+        w.event(notify::GENERIC, "del", key);
+    }
+}
+
 /// Elements `start..=end` (0-based, in range) of a list seen as a
 /// [`View`] (SORT reads a window of its source this way).
 pub fn view_range(
@@ -252,6 +262,7 @@ fn push(s: &mut Session, a: Args, left: bool, only_existing: bool) -> Action {
         }
         let n = l.len() as i64;
         l.save(w, k)?;
+        w.event(notify::LIST, if left { "lpush" } else { "rpush" }, k);
         Ok(Reply::Int(n))
     })
 }
@@ -301,7 +312,9 @@ fn pop(s: &mut Session, a: Args, left: bool) -> Action {
         };
         let Some(c) = count else {
             let v = l.pop(w, left)?;
+            let emptied = l.len() == 0;
             l.save(w, k)?;
+            popped(w, k, left, emptied);
             return Ok(Reply::opt_bulk(v));
         };
         let mut out = Vec::new();
@@ -310,7 +323,11 @@ fn pop(s: &mut Session, a: Args, left: bool) -> Action {
                 out.push(Reply::bulk(v));
             }
         }
+        let emptied = l.len() == 0;
         l.save(w, k)?;
+        if !out.is_empty() {
+            popped(w, k, left, emptied);
+        }
         Ok(Reply::Array(out))
     })
 }
@@ -400,6 +417,7 @@ pub fn lset(s: &mut Session, a: Args) -> Action {
         };
         l.set(w, i, &v)?;
         l.save(w, k)?;
+        w.event(notify::LIST, "lset", k);
         Ok(Reply::Ok)
     })
 }
@@ -425,6 +443,7 @@ pub fn linsert(s: &mut Session, a: Args) -> Action {
         l.insert_at(w, pos as u64 + after as u64, &v)?;
         let n = l.len() as i64;
         l.save(w, k)?;
+        w.event(notify::LIST, "linsert", k);
         Ok(Reply::Int(n))
     })
 }
@@ -467,6 +486,10 @@ pub fn lrem(s: &mut Session, a: Args) -> Action {
             all.retain(|_| *it.next().unwrap());
             l.rewrite(w, &all)?;
             l.save(w, k)?;
+            w.event(notify::LIST, "lrem", k);
+            if all.is_empty() {
+                w.event(notify::GENERIC, "del", k);
+            }
         }
         Ok(Reply::Int(removed as i64))
     })
@@ -493,7 +516,12 @@ pub fn ltrim(s: &mut Session, a: Args) -> Action {
         for _ in keep_to..len {
             l.pop(w, false)?;
         }
+        let emptied = l.len() == 0;
         l.save(w, k)?;
+        w.event(notify::LIST, "ltrim", k);
+        if emptied {
+            w.event(notify::GENERIC, "del", k);
+        }
         Ok(Reply::Ok)
     })
 }
@@ -608,6 +636,11 @@ fn checked<T>(r: Result<T, Fail>) -> Result<T, StoreError> {
     }
 }
 
+/// Reports a push (`lpush` or `rpush`) to the list at `key`.
+fn pushed(w: &mut WriteCtx, key: Key, left: bool) {
+    w.event(notify::LIST, if left { "lpush" } else { "rpush" }, key);
+}
+
 fn push_side(l: &mut ListEdit, w: &mut WriteCtx, left: bool, v: &[u8]) -> Result<(), StoreError> {
     if left {
         l.push_left(w, v)
@@ -653,15 +686,21 @@ pub fn lmove_action(
                         let v = from.pop(w, from_left)?.unwrap_or_default();
                         push_side(&mut from, w, to_left, &v)?;
                         from.save(w, ks)?;
+                        pushed(w, ks, to_left);
+                        popped(w, ks, from_left, false);
                         return Ok(Reply::bulk(v));
                     }
                     // The destination's type is checked before anything moves.
                     ListEdit::load(w, kd)?;
                     let v = from.pop(w, from_left)?.unwrap_or_default();
+                    let emptied = from.len() == 0;
                     from.save(w, ks)?;
                     let mut to = ListEdit::load_or_create(w, kd)?;
                     push_side(&mut to, w, to_left, &v)?;
                     to.save(w, kd)?;
+                    // Redis reports the push before the pop.
+                    pushed(w, kd, to_left);
+                    popped(w, ks, from_left, emptied);
                     Ok(Reply::bulk(v))
                 })())
             }),
@@ -695,7 +734,9 @@ pub fn lmove_action(
                 let k = Key::new(db, &src);
                 let mut l = checked(ListEdit::load(w, k))?.expect("source checked");
                 let v = l.pop(w, from_left)?.unwrap_or_default();
+                let emptied = l.len() == 0;
                 l.save(w, k)?;
+                popped(w, k, from_left, emptied);
                 Ok(v)
             })
             .await?;
@@ -705,7 +746,9 @@ pub fn lmove_action(
                 let k = Key::new(db, &dst);
                 let mut l = checked(ListEdit::load_or_create(w, k))?;
                 push_side(&mut l, w, to_left, &v2)?;
-                l.save(w, k)
+                l.save(w, k)?;
+                pushed(w, k, to_left);
+                Ok(())
             })
             .await?;
         Ok(Ok(Reply::bulk(v)))
@@ -743,7 +786,9 @@ fn mpop_one(
             out.push(v);
         }
     }
+    let emptied = l.len() == 0;
     l.save(w, key)?;
+    popped(w, key, left, emptied);
     Ok(Some(out))
 }
 
