@@ -7,6 +7,7 @@ use super::{wrongtype, Fail};
 use crate::command::Args;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
@@ -50,7 +51,19 @@ pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
                 for m in &members {
                     n += e.remove(w, m)? as i64;
                 }
+                let emptied = e.size == 0;
                 e.save(w, k)?;
+                if n > 0 {
+                    let (class, event) = match ktype {
+                        KeyType::Hash => (notify::HASH, "hdel"),
+                        KeyType::ZSet => (notify::ZSET, "zrem"),
+                        _ => (notify::SET, "srem"),
+                    };
+                    w.event(class, event, k);
+                    if emptied {
+                        w.event(notify::GENERIC, "del", k);
+                    }
+                }
                 Ok(Reply::Int(n))
             },
             removed,

@@ -7,6 +7,7 @@ use super::Fail;
 use crate::command::args::{self, error, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::KeyType;
 use crate::util::num;
 
@@ -39,6 +40,7 @@ fn hset_generic(s: &mut Session, a: Args, reply_ok: bool) -> Action {
             added += h.put(w, f, v)? as i64;
         }
         h.save(w, k)?;
+        w.event(notify::HASH, "hset", k);
         Ok(if reply_ok {
             Reply::Ok
         } else {
@@ -67,6 +69,7 @@ pub fn hsetnx(s: &mut Session, a: Args) -> Action {
         }
         h.put(w, &f, &v)?;
         h.save(w, k)?;
+        w.event(notify::HASH, "hset", k);
         Ok(Reply::Int(1))
     })
 }
@@ -196,6 +199,7 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
             .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
         h.put(w, &f, new.to_string().as_bytes())?;
         h.save(w, k)?;
+        w.event(notify::HASH, "hincrby", k);
         Ok(Reply::Int(new))
     })
 }
@@ -213,6 +217,7 @@ pub fn hincrbyfloat(s: &mut Session, a: Args) -> Action {
         let text = num::hincrbyfloat(cur.as_deref(), &by).map_err(incr_float_error)?;
         h.put(w, &f, text.as_bytes())?;
         h.save(w, k)?;
+        w.event(notify::HASH, "hincrbyfloat", k);
         Ok(Reply::bulk(text))
     })
 }

@@ -7,6 +7,7 @@ use super::Fail;
 use crate::command::args::{self, error, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, WriteCtx};
 
@@ -45,6 +46,9 @@ pub fn sadd(s: &mut Session, a: Args) -> Action {
                     n += set.put(w, m, &[])? as i64;
                 }
                 set.save(w, k)?;
+                if n > 0 {
+                    w.event(notify::SET, "sadd", k);
+                }
                 Ok(Reply::Int(n))
             },
             added,
@@ -110,7 +114,14 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
         for m in &picked {
             set.remove(w, m)?;
         }
+        let emptied = set.size == 0;
         set.save(w, k)?;
+        if !picked.is_empty() {
+            w.event(notify::SET, "spop", k);
+            if emptied {
+                w.event(notify::GENERIC, "del", k);
+            }
+        }
         Ok(match count {
             None => Reply::bulk(picked.into_iter().next().unwrap_or_default()),
             Some(_) => bulk_set(picked),
@@ -166,10 +177,15 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             if !from.remove(w, &m)? {
                 return Ok(Reply::Int(0));
             }
+            let emptied = from.size == 0;
             from.save(w, ks)?;
+            moved_out(w, ks, emptied);
             let mut to = Edit::load_or_create(w, kd, SET)?;
-            to.put(w, &m, &[])?;
+            let added = to.put(w, &m, &[])?;
             to.save(w, kd)?;
+            if added {
+                w.event(notify::SET, "sadd", kd);
+            }
             Ok(Reply::Int(1))
         });
     }
@@ -197,7 +213,9 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
                 if !from.remove(w, &m2)? {
                     return Ok(Ok(false));
                 }
+                let emptied = from.size == 0;
                 from.save(w, k)?;
+                moved_out(w, k, emptied);
                 Ok(Ok(true))
             })
             .await?;
@@ -213,14 +231,26 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
                             Err(Fail::Store(e)) => return Err(e),
                             Err(Fail::Reply(_)) => unreachable!("destination type checked"),
                         };
-                        to.put(w, &m, &[])?;
-                        to.save(w, k)
+                        let added = to.put(w, &m, &[])?;
+                        to.save(w, k)?;
+                        if added {
+                            w.event(notify::SET, "sadd", k);
+                        }
+                        Ok(())
                     })
                     .await?;
                 Ok(Ok(Reply::Int(1)))
             }
         }
     })
+}
+
+/// SMOVE's events on its source: `srem`, then `del` if it emptied it.
+fn moved_out(w: &mut WriteCtx, key: Key, emptied: bool) {
+    w.event(notify::SET, "srem", key);
+    if emptied {
+        w.event(notify::GENERIC, "del", key);
+    }
 }
 
 /// Which set operation.
@@ -332,7 +362,19 @@ fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
         members,
         move |w, kd, sets| {
             let result = combine(op, sets);
-            store_set(w, kd, &result)?;
+            if result.is_empty() {
+                if keyspace::delete_if_live(w, kd)? {
+                    w.event(notify::GENERIC, "del", kd);
+                }
+            } else {
+                store_set(w, kd, &result)?;
+                let event = match op {
+                    Op::Inter => "sinterstore",
+                    Op::Union => "sunionstore",
+                    Op::Diff => "sdiffstore",
+                };
+                w.event(notify::SET, event, kd);
+            }
             Ok(Reply::Int(result.len() as i64))
         },
     )
