@@ -547,10 +547,15 @@ fn search_cmd(s: &mut Session, a: Args, v: Variant) -> Action {
         vec![src],
         dest,
         move |r, k| find(r, k, &a, v).map(found_entries),
-        |w, kd, mut loaded| {
+        move |w, kd, mut loaded| {
             // A missing source or an empty result deletes the destination.
             let items = loaded.pop().unwrap_or_default();
-            zset::store_entries(w, kd, &items)?;
+            let event = if v == Variant::SearchStore {
+                "geosearchstore"
+            } else {
+                "georadiusstore"
+            };
+            zset::store_entries(w, kd, &items, event)?;
             Ok(Reply::Int(items.len() as i64))
         },
     )

@@ -12,6 +12,7 @@ use super::Fail;
 use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::encoding::{self, score_from_bytes};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
@@ -539,6 +540,9 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
                 }
                 z.save(w, k)?;
                 let modified = added + changed > 0;
+                if modified {
+                    w.event(notify::ZSET, if f.incr { "zincr" } else { "zadd" }, k);
+                }
                 if f.incr {
                     return Ok((last.map_or(Reply::Nil, Reply::Double), modified));
                 }
@@ -576,6 +580,9 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
                     Err(r) => return Ok((r, false)),
                 };
                 z.save(w, k)?;
+                if out.1 {
+                    w.event(notify::ZSET, "zincr", k);
+                }
                 Ok(out)
             },
             |(_, modified)| *modified,
@@ -800,20 +807,34 @@ pub fn zrangestore(s: &mut Session, a: Args) -> Action {
         load,
         |w, kd, mut found| {
             let items = found.pop().unwrap_or_default();
-            store_entries(w, kd, &items)?;
+            store_entries(w, kd, &items, "zrangestore")?;
             Ok(Reply::Int(items.len() as i64))
         },
     )
 }
 
-/// Replaces `dest` with a zset of `items` (deleting it when empty).
-pub(crate) fn store_entries(w: &mut WriteCtx, dest: Key, items: &[Entry]) -> Result<(), Fail> {
-    keyspace::delete_if_live(w, dest)?;
+/// Replaces `dest` with a zset of `items` (deleting it when empty), and
+/// reports it as Redis does: `event` (the storing command's), or `del`
+/// when an empty result deleted the key.
+pub(crate) fn store_entries(
+    w: &mut WriteCtx,
+    dest: Key,
+    items: &[Entry],
+    event: &str,
+) -> Result<(), Fail> {
+    let deleted = keyspace::delete_if_live(w, dest)?;
+    if items.is_empty() {
+        if deleted {
+            w.event(notify::GENERIC, "del", dest);
+        }
+        return Ok(());
+    }
     let mut z = ZEdit::load_or_create(w, dest)?;
     for (m, sc) in items {
         z.set(w, m, *sc)?;
     }
     z.save(w, dest)?;
+    w.event(notify::ZSET, event, dest);
     Ok(())
 }
 
@@ -861,12 +882,25 @@ pub fn zrem(s: &mut Session, a: Args) -> Action {
         for m in &ms {
             n += z.remove(w, m)? as i64;
         }
+        let emptied = z.e.size == 0;
         z.save(w, k)?;
+        if n > 0 {
+            removed(w, k, "zrem", emptied);
+        }
         Ok(Reply::Int(n))
     })
 }
 
-fn remove_range(s: &mut Session, a: Args, range: Range) -> Action {
+/// Reports a removal from the zset at `key` (`event`), then `del` if it
+/// emptied (deleted) it.
+fn removed(w: &mut WriteCtx, key: Key, event: &str, emptied: bool) {
+    w.event(notify::ZSET, event, key);
+    if emptied {
+        w.event(notify::GENERIC, "del", key);
+    }
+}
+
+fn remove_range(s: &mut Session, a: Args, range: Range, event: &'static str) -> Action {
     let q = Query::whole(range);
     s.write(a.get(1), move |w, k| {
         let Some(mut z) = ZEdit::load(w, k)? else {
@@ -876,7 +910,11 @@ fn remove_range(s: &mut Session, a: Args, range: Range) -> Action {
         for (m, sc) in &items {
             z.remove_scored(w, m, *sc)?;
         }
+        let emptied = z.e.size == 0;
         z.save(w, k)?;
+        if !items.is_empty() {
+            removed(w, k, event, emptied);
+        }
         Ok(Reply::Int(items.len() as i64))
     })
 }
@@ -884,7 +922,7 @@ fn remove_range(s: &mut Session, a: Args, range: Range) -> Action {
 /// ZREMRANGEBYRANK key start stop
 pub fn zremrangebyrank(s: &mut Session, a: Args) -> Action {
     match (a.int(2), a.int(3)) {
-        (Ok(st), Ok(en)) => remove_range(s, a, Range::Rank(st, en)),
+        (Ok(st), Ok(en)) => remove_range(s, a, Range::Rank(st, en), "zremrangebyrank"),
         (Err(r), _) | (_, Err(r)) => r.into(),
     }
 }
@@ -892,7 +930,7 @@ pub fn zremrangebyrank(s: &mut Session, a: Args) -> Action {
 /// ZREMRANGEBYSCORE key min max
 pub fn zremrangebyscore(s: &mut Session, a: Args) -> Action {
     match score_range(&a) {
-        Ok(range) => remove_range(s, a, range),
+        Ok(range) => remove_range(s, a, range, "zremrangebyscore"),
         Err(r) => r.into(),
     }
 }
@@ -900,7 +938,7 @@ pub fn zremrangebyscore(s: &mut Session, a: Args) -> Action {
 /// ZREMRANGEBYLEX key min max
 pub fn zremrangebylex(s: &mut Session, a: Args) -> Action {
     match lex_range(&a) {
-        Ok(range) => remove_range(s, a, range),
+        Ok(range) => remove_range(s, a, range, "zremrangebylex"),
         Err(r) => r.into(),
     }
 }
@@ -926,7 +964,11 @@ fn pop_entries(
     for (m, sc) in &picked {
         z.remove_scored(w, m, *sc)?;
     }
+    let emptied = z.e.size == 0;
     z.save(w, key)?;
+    if !picked.is_empty() {
+        removed(w, key, if max { "zpopmax" } else { "zpopmin" }, emptied);
+    }
     Ok(Some(picked))
 }
 
@@ -1234,7 +1276,7 @@ fn combine_store(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Act
                 return Ok(e);
             }
             let result = combine(op, inputs, &weights, agg);
-            store_entries(w, kd, &result)?;
+            store_entries(w, kd, &result, name)?;
             Ok(Reply::Int(result.len() as i64))
         },
     )
