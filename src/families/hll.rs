@@ -8,6 +8,7 @@ use super::{read_string, string_for_write, Fail};
 use crate::command::args::{is, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{Meta, MetaBody, WriteCtx};
 use crate::util::hll;
@@ -88,6 +89,7 @@ pub fn pfadd(s: &mut Session, a: Args) -> Action {
         if updated {
             hll::invalidate(&mut v);
             put(w, k, meta.as_ref(), v)?;
+            w.event(notify::STRING, "pfadd", k);
         }
         Ok(Reply::Int(updated as i64))
     })
@@ -184,6 +186,8 @@ pub fn pfmerge(s: &mut Session, a: Args) -> Action {
             }
             hll::invalidate(&mut v);
             put(w, kd, meta.as_ref(), v)?;
+            // Redis reports a merge as an add, changed or not.
+            w.event(notify::STRING, "pfadd", kd);
             Ok(Reply::Ok)
         },
     )

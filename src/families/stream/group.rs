@@ -12,6 +12,7 @@ use crate::command::args::{int, is, Args};
 use crate::families::help_reply;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::{KvRead, StoreError, WriteCtx};
 
 /// NOGROUP for a command naming a key and a group that are not both there.
@@ -268,6 +269,7 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 };
                 st.create_group(w, &group, &g)?;
                 st.save(w, k)?;
+                w.event(notify::STREAM, "xgroup-create", k);
                 Ok(Reply::Ok)
             }
             "setid" => {
@@ -286,6 +288,7 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 g.g.last_id = id;
                 g.g.entries_read = entries_read;
                 st.write_group(w, &group, &g.g)?;
+                w.event(notify::STREAM, "xgroup-setid", k);
                 Ok(Reply::Ok)
             }
             "destroy" => {
@@ -297,6 +300,7 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 }
                 st.destroy_group(w, &group)?;
                 st.save(w, k)?;
+                w.event(notify::STREAM, "xgroup-destroy", k);
                 // Every reader blocked on the group gets its error.
                 w.broadcasts.push((k.db, k.name.to_vec()));
                 Ok(Reply::Int(1))
@@ -310,6 +314,7 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 }
                 g.touch(st, w, consumer, now)?;
                 g.save(st, w)?;
+                w.event(notify::STREAM, "xgroup-createconsumer", k);
                 Ok(Reply::Int(1))
             }
             _ => {
@@ -326,6 +331,7 @@ pub fn xgroup(s: &mut Session, a: Args) -> Action {
                 g.g.pending -= c.pending;
                 g.g.consumers -= 1;
                 g.save(st, w)?;
+                w.event(notify::STREAM, "xgroup-delconsumer", k);
                 Ok(Reply::Int(c.pending as i64))
             }
         }
@@ -618,6 +624,8 @@ pub fn xclaim(s: &mut Session, a: Args) -> Action {
             _ => now,
         };
         let consumer = a2.get(3);
+        // A consumer the claim creates is reported (once, as Redis).
+        let known = st.consumer(w, group, consumer)?.is_some();
         let mut out = Vec::new();
         for id in ids {
             let nack = st.nack(w, group, id)?;
@@ -640,6 +648,9 @@ pub fn xclaim(s: &mut Session, a: Args) -> Action {
             )?);
         }
         g.save(&st, w)?;
+        if !out.is_empty() && !known {
+            w.event(notify::STREAM, "xgroup-createconsumer", k);
+        }
         Ok(Reply::Array(out))
     })
 }
@@ -688,6 +699,8 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
             ));
         }
         let consumer = a2.get(3);
+        // A consumer the claim creates is reported (once, as Redis).
+        let known = st.consumer(w, group, consumer)?.is_some();
         let now = w.now_ms();
         let mut attempts = count.saturating_mul(10);
         // Everything the loop may visit, plus one for the next cursor.
@@ -728,6 +741,9 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
         }
         let cursor = pel.get(next).map_or(StreamId::MIN, |(id, _)| *id);
         g.save(&st, w)?;
+        if !claimed.is_empty() && !known {
+            w.event(notify::STREAM, "xgroup-createconsumer", k);
+        }
         Ok(Reply::Array(vec![
             cursor.reply(),
             Reply::Array(claimed),

@@ -16,6 +16,7 @@ use crate::command::args::{error, int, is, Args, SYNTAX};
 use crate::families::server::arity_error;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::storage::keyspace::Key;
 use crate::storage::{KvRead, WriteCtx};
 
@@ -202,10 +203,15 @@ pub fn xadd(s: &mut Session, a: Args) -> Action {
             return Err(too_small());
         }
         st.append(w, id, &fields, &limits)?;
+        let mut trimmed = 0;
         if let Some(how) = opts.trim {
-            st.trim(w, how, opts.approx, opts.limit)?;
+            trimmed = st.trim(w, how, opts.approx, opts.limit)?;
         }
         st.save(w, k)?;
+        w.event(notify::STREAM, "xadd", k);
+        if trimmed > 0 {
+            w.event(notify::STREAM, "xtrim", k);
+        }
         wake_readers(w, k);
         Ok(id.reply())
     })
@@ -224,6 +230,9 @@ pub fn xtrim(s: &mut Session, a: Args) -> Action {
         let how = opts.trim.expect("XTRIM always has a strategy");
         let gone = st.trim(w, how, opts.approx, opts.limit)?;
         st.save(w, k)?;
+        if gone > 0 {
+            w.event(notify::STREAM, "xtrim", k);
+        }
         Ok(Reply::Int(gone as i64))
     })
 }
@@ -298,6 +307,9 @@ pub fn xdel(s: &mut Session, a: Args) -> Action {
             }
         }
         st.save(w, k)?;
+        if deleted > 0 {
+            w.event(notify::STREAM, "xdel", k);
+        }
         Ok(Reply::Int(deleted))
     })
 }
@@ -359,6 +371,7 @@ pub fn xsetid(s: &mut Session, a: Args) -> Action {
             st.c.max_deleted = max_del;
         }
         st.save(w, k)?;
+        w.event(notify::STREAM, "xsetid", k);
         Ok(Reply::Ok)
     })
 }

@@ -20,6 +20,7 @@ use crate::command::args::{error, int, is, Args, SYNTAX};
 use crate::families::{coordinated, on_views, settle, Fail};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::shard::ShardSet;
 use crate::storage::keyspace::Key;
 use crate::storage::{KvRead, WriteCtx};
@@ -361,7 +362,9 @@ fn read_group_key(
             // Redis meets the consumer only when it serves it.
             return Ok(None);
         }
-        g.touch(&st, w, consumer, now)?;
+        if g.touch(&st, w, consumer, now)? {
+            w.event(notify::STREAM, "xgroup-createconsumer", k);
+        }
         for (id, _) in &entries {
             st.advance_group(w, &mut g.g, *id)?;
             if !noack {
@@ -370,7 +373,9 @@ fn read_group_key(
         }
         Some(entries_reply(entries))
     } else {
-        g.touch(&st, w, consumer, now)?;
+        if g.touch(&st, w, consumer, now)? {
+            w.event(notify::STREAM, "xgroup-createconsumer", k);
+        }
         let after = id::parse_strict(id_arg)?;
         let start = after.incr().unwrap_or(StreamId::MIN);
         let mut out = Vec::new();
