@@ -320,7 +320,10 @@ fn migrate_keys(server: Arc<Server>, db: u8, m: Migrate) -> Action {
             locked
                 .run(id, move |w| {
                     for key in mine {
-                        keyspace::delete_if_live(w, Key::new(db, &key))?;
+                        let k = Key::new(db, &key);
+                        if keyspace::delete_if_live(w, k)? {
+                            w.event(notify::GENERIC, "del", k);
+                        }
                     }
                     Ok(())
                 })
@@ -457,7 +460,11 @@ async fn move_big(
                 .submit(
                     shard,
                     Box::new(move |w| {
-                        keyspace::delete_if_live(w, Key::new(db, &k)).map(|_| Reply::Ok)
+                        let k = Key::new(db, &k);
+                        if keyspace::delete_if_live(w, k)? {
+                            w.event(notify::GENERIC, "del", k);
+                        }
+                        Ok(Reply::Ok)
                     }),
                 )
                 .await;

@@ -630,7 +630,17 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
 }
 
 /// Moves every key of database `from` in one shard to database `to`.
+/// Redis's SWAPDB reports no keyspace event: the keys' rewrites here
+/// (which would read as `new`, or `expired` for one not yet reaped) are
+/// not reported either.
 fn relabel_db(w: &mut WriteCtx, from: u8, to: u8) -> Result<(), StoreError> {
+    let flags = std::mem::take(&mut w.notify_flags);
+    let out = relabel_keys(w, from, to);
+    w.notify_flags = flags;
+    out
+}
+
+fn relabel_keys(w: &mut WriteCtx, from: u8, to: u8) -> Result<(), StoreError> {
     let prefix = encoding::meta_db_prefix(from);
     let end = encoding::prefix_successor(&prefix);
     let mut names = Vec::new();
