@@ -118,7 +118,12 @@ fn restore(w: &mut WriteCtx, key: Key, d: &Dump, expire_ms: u64) -> Result<(), S
         KeyType::Stream => w.broadcasts.push((key.db, key.name.to_vec())),
         _ => {}
     }
-    keyspace::store(w, key, old.as_ref(), &meta)
+    keyspace::store(w, key, old.as_ref(), &meta)?;
+    if old.is_some() {
+        // Redis deletes a replaced key and adds the new one: it is `new`.
+        w.event(notify::NEW, "new", key);
+    }
+    Ok(())
 }
 
 fn rename_generic(s: &mut Session, a: Args, nx: bool) -> Action {

@@ -367,7 +367,8 @@ fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
                     w.event(notify::GENERIC, "del", kd);
                 }
             } else {
-                store_set(w, kd, &result)?;
+                let existed = keyspace::delete_if_live(w, kd)?;
+                w.replacing(existed, |w| store_set(w, kd, &result))?;
                 let event = match op {
                     Op::Inter => "sinterstore",
                     Op::Union => "sunionstore",

@@ -205,7 +205,8 @@ fn store(w: &mut crate::storage::WriteCtx, key: Key, items: &[Vec<u8>]) -> Resul
         }
         return Ok(());
     }
-    super::list::store_list(w, key, items)?;
+    let existed = keyspace::delete_if_live(w, key)?;
+    w.replacing(existed, |w| super::list::store_list(w, key, items))?;
     w.event(notify::LIST, "sortstore", key);
     Ok(())
 }

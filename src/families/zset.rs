@@ -829,11 +829,14 @@ pub(crate) fn store_entries(
         }
         return Ok(());
     }
-    let mut z = ZEdit::load_or_create(w, dest)?;
-    for (m, sc) in items {
-        z.set(w, m, *sc)?;
-    }
-    z.save(w, dest)?;
+    w.replacing(deleted, |w| -> Result<(), Fail> {
+        let mut z = ZEdit::load_or_create(w, dest)?;
+        for (m, sc) in items {
+            z.set(w, m, *sc)?;
+        }
+        z.save(w, dest)?;
+        Ok(())
+    })?;
     w.event(notify::ZSET, event, dest);
     Ok(())
 }

@@ -100,6 +100,20 @@ impl crate::storage::WriteCtx<'_> {
     pub fn event(&mut self, class: u32, event: &str, key: crate::storage::keyspace::Key) {
         self.notify(class, event, key.db, key.name);
     }
+
+    /// Runs `f` without reporting `new` when `replacing`: the *STORE
+    /// commands overwrite an existing destination, which Redis does not
+    /// report as a new key (cairn deletes it first, then writes afresh).
+    pub fn replacing<T>(&mut self, replacing: bool, f: impl FnOnce(&mut Self) -> T) -> T {
+        if !replacing {
+            return f(self);
+        }
+        let flags = self.notify_flags;
+        self.notify_flags &= !NEW;
+        let out = f(self);
+        self.notify_flags = flags;
+        out
+    }
 }
 
 /// `<prefix><db>__:<tail>`.
