@@ -14,13 +14,13 @@ use crate::cluster::node::Cluster;
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::rdb::keys;
 use crate::rdb::object::{self, Limits, Value};
 use crate::server::Server;
 use crate::storage::encoding::{KeyType, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::KvRead;
-use crate::pubsub::notify;
 use crate::util::rdb::{seal, unseal, Reader};
 
 /// A DUMP payload of `value`.

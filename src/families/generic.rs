@@ -8,12 +8,12 @@ use super::{coordinated, OpResult};
 use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::shard::ShardSet;
 use crate::storage::encoding::{self, Meta, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::tables::DATABASES;
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
-use crate::pubsub::notify;
 use crate::util::glob;
 use std::sync::Arc;
 

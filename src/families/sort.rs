@@ -47,10 +47,10 @@ use super::{coordinated, load_then_store, Fail};
 use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::pubsub::notify;
 use crate::shard::coordinator::{CoordError, Locked};
 use crate::shard::ShardSet;
 use crate::storage::encoding;
-use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, MetaBody, StoreError, Table};
 

@@ -170,7 +170,7 @@ impl Hub {
     /// Takes the output buffer limits from the configuration (at start and
     /// after CONFIG SET).
     pub fn configure(&self, rt: &crate::server::Runtime) {
-        let flags = notify::parse(&rt.get("notify-keyspace-events"));
+        let flags = notify::parse(rt.get("notify-keyspace-events"));
         self.notify.store(flags, Ordering::Relaxed);
         let nums: Vec<u64> = rt
             .get("client-output-buffer-limit")

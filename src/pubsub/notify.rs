@@ -40,7 +40,8 @@ pub const MODULE: u32 = 1 << 12;
 /// n: a key created.
 pub const NEW: u32 = 1 << 13;
 /// A: alias for g$lshzxetd.
-pub const ALL: u32 = GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
+pub const ALL: u32 =
+    GENERIC | STRING | LIST | SET | HASH | ZSET | EXPIRED | EVICTED | STREAM | MODULE;
 
 /// The flags a `notify-keyspace-events` value stands for (CONFIG has
 /// already checked its letters; unknown ones are ignored here). Without K

@@ -394,7 +394,7 @@ impl ShardActor {
             }
         };
         ctx.observer = shared.observer();
-            ctx.notify_flags = shared.hub.notify_flags();
+        ctx.notify_flags = shared.hub.notify_flags();
         ctx.capture = Some(Vec::new());
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.

@@ -621,7 +621,9 @@ impl<'t> WriteCtx<'t> {
         if self.notify_flags & class == 0 {
             return;
         }
-        for (channel, payload) in crate::pubsub::notify::messages(self.notify_flags, class, event, db, key) {
+        for (channel, payload) in
+            crate::pubsub::notify::messages(self.notify_flags, class, event, db, key)
+        {
             self.messages.push((false, channel, payload));
         }
     }
