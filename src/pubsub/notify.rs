@@ -8,6 +8,23 @@
 //! `__keyevent@<db>__:<event>` with the key as payload, as Redis does.
 //! The flags are read once per transaction (see `WriteCtx::notify_flags`),
 //! so a server with notifications off pays one branch per event.
+//!
+//! # Where events come from, and how cairn differs from Redis
+//! * Events are queued with the transaction's other messages and published
+//!   after it commits (never, if it does not), so a subscriber hears of a
+//!   change only once it can read it. A command's events keep its order;
+//!   a command spread over several shards (DEL or MSET of keys in
+//!   different slots, a cross-shard RENAME) publishes each shard's events
+//!   as that shard commits, so its keys' events may interleave otherwise
+//!   than in Redis.
+//! * `expired`: cairn's reads never delete an expired key (they only treat
+//!   it as absent), so the event comes from the background expiry (the
+//!   shard's reaper) or from a write that meets the key, not from a read.
+//! * `new` is reported where a key is added to a database
+//!   (`keyspace::store` / `replace` of an absent key), before the
+//!   command's own event, as Redis's dbAdd does.
+//! * `keymiss` (m) is accepted but not published (reads run on snapshots
+//!   off the shard); `evicted` (e) and module (d) events never happen.
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -33,7 +50,7 @@ pub const EXPIRED: u32 = 1 << 8;
 pub const EVICTED: u32 = 1 << 9;
 /// t: stream commands.
 pub const STREAM: u32 = 1 << 10;
-/// m: key misses (not emitted by cairn: see the report in DESIGN notes).
+/// m: key misses (accepted, not published: see the module notes).
 pub const KEY_MISS: u32 = 1 << 11;
 /// d: module events (cairn has no modules: accepted, never emitted).
 pub const MODULE: u32 = 1 << 12;
