@@ -258,6 +258,9 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
             let dumped = dump(w, ks)?;
             // COPY reads its source, and Redis counts that lookup.
             w.note_lookup(dumped.is_some());
+            if dumped.is_none() {
+                w.event(notify::KEY_MISS, "keymiss", ks);
+            }
             match dumped {
                 None => Ok(Reply::Int(0)),
                 Some(d) => Ok(apply(w, &d)?),

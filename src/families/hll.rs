@@ -121,6 +121,7 @@ pub fn pfcount(s: &mut Session, a: Args) -> Action {
     }
     s.write(a.get(1), |w, k| {
         let Some((meta, mut v)) = hll_for_write(w, k)? else {
+            w.event(notify::KEY_MISS, "keymiss", k);
             return Ok(Reply::Int(0));
         };
         if let Some(card) = hll::cached(&v) {

@@ -172,6 +172,7 @@ pub async fn on_views<T>(
         .map(|id| Counted {
             inner: &snaps[uniq.binary_search(id).unwrap()],
             stats: &server.stats,
+            hub: &server.pubsub,
         })
         .collect();
     let readers: Vec<&dyn KvRead> = counted.iter().map(|c| c as &dyn KvRead).collect();
@@ -241,6 +242,8 @@ pub(crate) struct Counted<'a> {
     pub(crate) inner: &'a dyn KvRead,
     /// Where the hits and misses go.
     pub(crate) stats: &'a crate::server::ServerStats,
+    /// Where `keymiss` notifications go.
+    pub(crate) hub: &'a crate::pubsub::Hub,
 }
 
 impl KvRead for Counted<'_> {
@@ -265,6 +268,10 @@ impl KvRead for Counted<'_> {
 
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
         self.inner.key_count(db)
+    }
+
+    fn note_miss(&self, db: u8, key: &[u8]) {
+        crate::pubsub::notify::key_miss(self.hub, db, key);
     }
 
     fn note_lookup(&self, hit: bool) {
@@ -316,6 +323,7 @@ impl Session {
                 let r = Counted {
                     inner: r,
                     stats: &server.stats,
+                    hub: &server.pubsub,
                 };
                 settle(f(&r, Key::new(db, &name)))
             }),
@@ -362,6 +370,7 @@ impl Session {
                     let r = Counted {
                         inner: r,
                         stats: &server.stats,
+                        hub: &server.pubsub,
                     };
                     let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
                     let readers: Vec<&dyn KvRead> = ks.iter().map(|_| &r as &dyn KvRead).collect();
@@ -380,6 +389,7 @@ impl Session {
                     .map(|id| Counted {
                         inner: readers[uniq.binary_search(id).unwrap()],
                         stats: &server.stats,
+                        hub: &server.pubsub,
                     })
                     .collect();
                 let per_key: Vec<&dyn KvRead> = counted.iter().map(|c| c as &dyn KvRead).collect();

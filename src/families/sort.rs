@@ -224,6 +224,7 @@ fn read_everywhere(s: &Session, src: Bytes, opts: Arc<Opts>) -> Action {
                 .map(|&inner| super::Counted {
                     inner,
                     stats: &server.stats,
+                    hub: &server.pubsub,
                 })
                 .collect();
             let reader_of = |name: &[u8]| &counted[shards.shard_of_key(name)] as &dyn KvRead;

@@ -157,6 +157,9 @@ pub fn set(s: &mut Session, a: Args) -> Action {
         if opts.get {
             // SET ... GET reads the old value: Redis counts the lookup.
             w.note_lookup(old.is_some());
+            if old.is_none() {
+                w.event(notify::KEY_MISS, "keymiss", k);
+            }
         }
         let old_value = match (&old, opts.get) {
             (Some(m), true) if m.ktype != KeyType::String => return Err(wrongtype()),
@@ -187,6 +190,9 @@ pub fn set(s: &mut Session, a: Args) -> Action {
 fn read_for_write(w: &mut WriteCtx, k: Key) -> Result<Option<Meta>, Fail> {
     let old = string_for_write(w, k)?;
     w.note_lookup(old.is_some());
+    if old.is_none() {
+        w.event(notify::KEY_MISS, "keymiss", k);
+    }
     Ok(old)
 }
 

@@ -134,6 +134,19 @@ impl crate::storage::WriteCtx<'_> {
     }
 }
 
+/// Publishes `keymiss` for `key` in database `db` now, if the flags ask
+/// for it: a read command's miss, reported while the command runs (before
+/// its reply), as Redis does.
+pub fn key_miss(hub: &super::Hub, db: u8, key: &[u8]) {
+    let flags = hub.notify_flags();
+    if flags & KEY_MISS == 0 {
+        return;
+    }
+    for (channel, payload) in messages(flags, KEY_MISS, "keymiss", db, key) {
+        hub.publish(super::Kind::Channel, &channel, &payload);
+    }
+}
+
 /// `<prefix><db>__:<tail>`.
 fn channel(prefix: &str, db: u8, tail: &[u8]) -> Bytes {
     let mut c = BytesMut::with_capacity(prefix.len() + 6 + tail.len());

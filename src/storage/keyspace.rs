@@ -42,6 +42,9 @@ impl<'a> Key<'a> {
 pub fn lookup(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
     let meta = peek(r, key)?;
     r.note_lookup(meta.is_some());
+    if meta.is_none() {
+        r.note_miss(key.db, key.name);
+    }
     Ok(meta)
 }
 
@@ -59,11 +62,15 @@ pub fn peek(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
 pub fn lookup_header(r: &dyn KvRead, key: Key) -> Result<Option<(KeyType, u64)>, StoreError> {
     let Some(raw) = r.get(Table::Meta, &key.meta_key())? else {
         r.note_lookup(false);
+        r.note_miss(key.db, key.name);
         return Ok(None);
     };
     let (t, expire) = Meta::peek_header(&raw)?;
     let expired = expire != 0 && expire <= r.now_ms();
     r.note_lookup(!expired);
+    if expired {
+        r.note_miss(key.db, key.name);
+    }
     Ok((!expired).then_some((t, expire)))
 }
 

@@ -125,6 +125,10 @@ pub trait KvRead {
     /// A read command looked a key up and found it (`hit`) or not: INFO's
     /// keyspace_hits / keyspace_misses. Only readers that count do anything.
     fn note_lookup(&self, _hit: bool) {}
+    /// A read command's lookup of `key` in database `db` found nothing:
+    /// the keyspace notification `keymiss`. Only the connection's readers
+    /// publish it (see `families::Counted`).
+    fn note_miss(&self, _db: u8, _key: &[u8]) {}
 }
 
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
