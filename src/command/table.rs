@@ -783,8 +783,12 @@ commands! {
     /// 7.0 describes them in COMMAND INFO. The handler is the container's:
     /// the rows feed COMMAND INFO, LIST and GETKEYS, not routing.
     SUBCOMMANDS;
+    "client|caching", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
+        "Instruct the server about tracking or not keys in the next request", "", "";
     "client|getname", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
         "Get the current connection name", "", "";
+    "client|getredir", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
+        "Get tracking notifications redirection client ID if any", "", "";
     "client|help", 2, "loading stale", (0, 0, 0), "", "@slow @connection", "connection", "5.0.0", server::client,
         "Show helpful text about the different subcommands", "", "";
     "client|id", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "5.0.0", server::client,
@@ -801,6 +805,10 @@ commands! {
         "Instruct the server whether to reply to commands", "", "";
     "client|setname", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
         "Set the current connection name", "", "";
+    "client|tracking", -3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
+        "Enable or disable server assisted client side caching support", "", "";
+    "client|trackinginfo", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.2.0", server::client,
+        "Return information about server assisted client side caching for the current connection", "", "";
     "cluster|addslots", -3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
         "Assign new hash slots to receiving node", "", "";
     "cluster|addslotsrange", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,

@@ -106,6 +106,8 @@ struct Outbox {
     push_bytes: usize,
     /// This client.
     entry: Arc<ClientEntry>,
+    /// Invalidations waiting for the reply being written.
+    held: Vec<Push>,
 }
 
 impl Outbox {
@@ -153,9 +155,13 @@ impl Outbox {
         self.flush_squash();
         if self.slots.is_empty() {
             // Messages that arrived before this reply was made go first,
-            // as Redis would have queued them first.
-            self.take_pushes(usize::MAX);
+            // as Redis would have queued them first; invalidations wait
+            // for it (see `Push::after_reply`).
+            self.take_pushes(usize::MAX, true);
             emit(&mut self.out, &self.server, &r, to);
+            for push in std::mem::take(&mut self.held) {
+                self.add_push(push, false);
+            }
         } else {
             self.slots.push_back((Slot::Ready(r), to));
         }
@@ -197,22 +203,28 @@ impl Outbox {
             emit(&mut self.out, &self.server, &reply, to);
         }
         self.inflight = Inflight::None;
-        self.take_pushes(usize::MAX);
+        self.take_pushes(usize::MAX, false);
     }
 
     /// Moves the pushes already queued for this client into `out`, until
-    /// `out` holds `room` bytes.
-    fn take_pushes(&mut self, room: usize) {
+    /// `out` holds `room` bytes; with `hold`, invalidations are kept back
+    /// for after the reply about to be written.
+    fn take_pushes(&mut self, room: usize, hold: bool) {
         while self.out.len() < room {
             let Ok(push) = self.pushes.try_recv() else {
                 return;
             };
-            self.add_push(push);
+            self.add_push(push, hold);
         }
     }
 
-    fn add_push(&mut self, push: Push) {
-        push.encode(&mut self.out, self.resp3);
+    fn add_push(&mut self, push: Push, hold: bool) {
+        if hold && push.after_reply() {
+            self.held.push(push);
+            return;
+        }
+        let subscribed = self.entry.mailbox.subscribed();
+        push.encode(&mut self.out, self.resp3, subscribed);
         self.push_bytes += push.len();
     }
 
@@ -258,6 +270,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     server.clients.insert(id, entry.clone());
     let mut session = Session::new(server.clone(), entry.clone());
     serve(&mut session, &mut stream, pushes).await;
+    server.pubsub.tracking.disable(id);
     server.clients.remove(&id);
 }
 
@@ -279,6 +292,7 @@ async fn serve(
         resp3: false,
         push_bytes: 0,
         entry: session.entry.clone(),
+        held: Vec::new(),
     };
     loop {
         let mut close = false;
@@ -348,8 +362,8 @@ async fn serve(
             },
             Some(push) = outbox.pushes.recv() => {
                 // Written with whatever else is already queued, in one go.
-                outbox.add_push(push);
-                outbox.take_pushes(PUSH_WRITE_BYTES);
+                outbox.add_push(push, false);
+                outbox.take_pushes(PUSH_WRITE_BYTES, false);
             }
             _ = session.entry.kill.notified() => return,
             _ = server.shutdown.notified() => return,
@@ -504,7 +518,9 @@ async fn execute(
             return false;
         }
     }
+    crate::families::tracking::before_command(session, spec, &args);
     let mut action = (spec.handler)(session, args);
+    action = crate::families::tracking::after_command(session, spec, action);
     outbox.resp3 = session.resp3;
     if let Some((keys, gone, moving)) = guard {
         action = while_present(action, keys, gone, moving);

@@ -207,6 +207,10 @@ pub struct Session {
     pub asking: bool,
     /// What the client is subscribed to.
     pub subs: crate::pubsub::Subscriptions,
+    /// CLIENT TRACKING settings, while on.
+    pub tracking: Option<Arc<crate::pubsub::tracking::Tracked>>,
+    /// CLIENT CACHING YES|NO was sent: it covers the next command.
+    pub caching: bool,
     /// In a script's session in cluster mode: the one slot its commands may
     /// use (its declared keys', else the first one used), unless the script
     /// may cross slots (`None`).
@@ -260,6 +264,8 @@ impl Session {
         let subs = crate::pubsub::Subscriptions::new(server.pubsub.clone(), entry.clone());
         Session {
             subs,
+            tracking: None,
+            caching: false,
             server,
             entry,
             db: 0,

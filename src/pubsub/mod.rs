@@ -24,6 +24,7 @@
 //!   of a change it cannot read yet, nor of a transaction WATCH aborted.
 
 pub mod subscriptions;
+pub mod tracking;
 
 pub use subscriptions::Subscriptions;
 
@@ -64,33 +65,80 @@ impl Kind {
 
 /// Something pushed to a client outside the request/reply flow.
 #[derive(Debug, Clone)]
-pub struct Push(Bytes);
+pub enum Push {
+    /// A Pub/Sub message, as its RESP2 array (`*...`); RESP3 replaces the
+    /// first byte with `>`.
+    Frame(Bytes),
+    /// A tracking invalidation: these keys, or (`None`) every key.
+    Invalidate(Option<Vec<Bytes>>),
+    /// The REDIRECT target of this client's tracking went away (its id).
+    RedirectBroken(u64),
+}
+
+/// The channel RESP2 clients receive invalidations on.
+pub const INVALIDATE_CHANNEL: &[u8] = b"__redis__:invalidate";
 
 impl Push {
-    /// A push whose RESP2 encoding is `frame`, an array (`*...`).
-    pub fn from_resp2(frame: Bytes) -> Push {
-        debug_assert_eq!(frame.first(), Some(&b'*'));
-        Push(frame)
-    }
-
     /// Appends the push as a client of protocol `resp3` receives it.
-    pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
-        if resp3 {
-            out.put_u8(b'>');
-            out.put_slice(&self.0[1..]);
-        } else {
-            out.put_slice(&self.0);
+    /// `subscribed`: a RESP2 client in subscribed mode, which alone can be
+    /// sent invalidations (as messages); others get nothing, as in Redis.
+    pub fn encode(&self, out: &mut BytesMut, resp3: bool, subscribed: bool) {
+        use crate::protocol::Reply;
+        match self {
+            Push::Frame(frame) if resp3 => {
+                out.put_u8(b'>');
+                out.put_slice(&frame[1..]);
+            }
+            Push::Frame(frame) => out.put_slice(frame),
+            Push::Invalidate(keys) => {
+                let keys = match keys {
+                    Some(k) => Reply::Array(k.iter().cloned().map(Reply::Bulk).collect()),
+                    None => Reply::Nil,
+                };
+                let head = if resp3 {
+                    Reply::Push(vec![Reply::bulk(&b"invalidate"[..]), keys])
+                } else if subscribed {
+                    Reply::Array(vec![
+                        Reply::bulk(&b"message"[..]),
+                        Reply::bulk(INVALIDATE_CHANNEL),
+                        keys,
+                    ])
+                } else {
+                    return;
+                };
+                head.encode(out, resp3);
+            }
+            Push::RedirectBroken(id) if resp3 => Reply::Push(vec![
+                Reply::bulk(&b"tracking-redir-broken"[..]),
+                Reply::Int(*id as i64),
+            ])
+            .encode(out, true),
+            Push::RedirectBroken(_) => {}
         }
     }
 
-    /// Its size on the wire.
+    /// What it counts toward the client's output buffer.
     pub fn len(&self) -> usize {
-        self.0.len()
+        match self {
+            Push::Frame(frame) => frame.len(),
+            Push::Invalidate(keys) => {
+                32 + keys
+                    .as_ref()
+                    .map_or(0, |k| k.iter().map(|k| k.len() + 16).sum())
+            }
+            Push::RedirectBroken(_) => 48,
+        }
     }
 
-    /// Whether it is empty (never, for a real push).
+    /// Whether it is empty (never).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        false
+    }
+
+    /// Whether it waits for the reply being written: an invalidation must
+    /// not overtake the value of a read it invalidates.
+    pub fn after_reply(&self) -> bool {
+        !matches!(self, Push::Frame(_))
     }
 }
 
@@ -132,6 +180,25 @@ impl Mailbox {
         self.counts.iter().any(|c| c.load(Ordering::Relaxed) > 0)
     }
 
+    /// Queues `push`, counting it; false when the client is gone.
+    pub fn send(&self, push: Push) -> bool {
+        self.queue(push).is_some()
+    }
+
+    /// Queues `push`; the bytes now pending for the client, or `None` when
+    /// it is gone.
+    fn queue(&self, push: Push) -> Option<usize> {
+        let n = push.len();
+        // Counted before it is sent: the connection may write it (and
+        // subtract it) as soon as it is in the channel.
+        let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
+        if self.tx.send(push).is_err() {
+            self.pending.fetch_sub(n, Ordering::Relaxed);
+            return None;
+        }
+        Some(pending)
+    }
+
     /// Records that `n` bytes of pushes went out on the socket.
     pub fn written(&self, n: usize) {
         self.pending.fetch_sub(n, Ordering::Relaxed);
@@ -161,6 +228,8 @@ pub struct Hub {
     npatterns: AtomicUsize,
     /// `client-output-buffer-limit` for the normal and pubsub classes.
     limits: [Limit; 2],
+    /// Client-side caching.
+    pub tracking: tracking::Tracker,
 }
 
 impl Hub {
@@ -172,6 +241,9 @@ impl Hub {
             .split(' ')
             .filter_map(|w| w.parse().ok())
             .collect();
+        self.tracking
+            .max_keys
+            .store(rt.size("tracking-table-max-keys"), Ordering::Relaxed);
         // Groups of (hard, soft, seconds) for normal, replica, pubsub.
         for (limit, group) in self.limits.iter().zip([0, 2]) {
             if let Some(g) = nums.get(group * 3..group * 3 + 3) {
@@ -275,16 +347,13 @@ impl Hub {
     /// client is gone. Disconnects the client if that takes it past its
     /// output buffer limit.
     fn deliver(&self, client: &ClientEntry, frame: &Bytes) -> usize {
-        let mailbox = &client.mailbox;
-        // Counted before it is sent: the connection may write it (and
-        // subtract it) as soon as it is in the channel.
-        let pending = mailbox.pending.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
-        if mailbox.tx.send(Push::from_resp2(frame.clone())).is_err() {
-            mailbox.pending.fetch_sub(frame.len(), Ordering::Relaxed);
-            return 0;
+        match client.mailbox.queue(Push::Frame(frame.clone())) {
+            Some(pending) => {
+                self.check_limit(client, pending);
+                1
+            }
+            None => 0,
         }
-        self.check_limit(client, pending);
-        1
     }
 
     /// Redis's output buffer limit check: over the hard limit, or over the

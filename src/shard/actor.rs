@@ -209,6 +209,7 @@ impl ShardActor {
                 Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
             };
             ctx.observer = shared.observer();
+            ctx.tracked = shared.tracking();
             for Submit { f, reply } in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
@@ -279,7 +280,7 @@ impl ShardActor {
         for (db, key) in w.broadcasts {
             blocked.broadcast(db, &key);
         }
-        for db in w.flushed {
+        for &db in &w.flushed {
             blocked.broadcast_db(db);
         }
         for (shard_channel, channel, message) in w.messages {
@@ -289,6 +290,16 @@ impl ShardActor {
                 crate::pubsub::Kind::Channel
             };
             self.shared.hub.publish(kind, &channel, &message);
+        }
+        // A flush tells every tracking client to drop everything, once
+        // (from shard 0, which every flush includes): the keys it removed
+        // need no messages of their own.
+        if !w.flushed.is_empty() {
+            if self.shared.id == 0 {
+                self.shared.hub.tracking.invalidate_all();
+            }
+        } else if !w.tracked.is_empty() {
+            self.shared.hub.tracking.invalidate(&w.tracked);
         }
     }
 
@@ -340,6 +351,7 @@ impl ShardActor {
         {
             let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
             ctx.observer = self.shared.observer();
+            ctx.tracked = self.shared.tracking();
             keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
             // Expired streams wake their blocked group readers.
@@ -392,6 +404,7 @@ impl ShardActor {
             }
         };
         ctx.observer = shared.observer();
+        ctx.tracked = shared.tracking();
         ctx.capture = Some(Vec::new());
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.
