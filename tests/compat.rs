@@ -57,6 +57,13 @@ enum Kind {
     Topology,
     /// `!cluster` (first line only): the file runs on a fresh cluster node.
     Cluster,
+    /// `!conn <name>`: later entries use the connection `<name>`, opened on
+    /// first use.
+    Conn(Vec<u8>),
+    /// `!drain`: every frame the server pushes on the current connection.
+    Drain,
+    /// `!frames N`: the next command's reply is N frames (`Entry::frames`).
+    Frames,
 }
 
 #[derive(Debug, Clone)]
@@ -75,6 +82,20 @@ struct Entry {
     /// For `Cmd`: the reply is compared with node ids, the server's port and
     /// bus port and ping/pong times normalized (`!topology`).
     topology: bool,
+    /// For `Cmd`: how many complete frames its reply is (`!frames N`; 1
+    /// otherwise), compared concatenated.
+    frames: usize,
+}
+
+/// The connection a case starts on; `!conn main` switches back to it.
+const MAIN_CONN: &[u8] = b"main";
+
+/// `!conn` names: non-empty, ASCII letters, digits, `_` and `-`.
+fn valid_conn_name(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
 }
 
 fn is_space(c: u8) -> bool {
@@ -184,6 +205,8 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
     let mut entries = Vec::new();
     let (mut pending_unordered, mut pending_ignore, mut pending_shape) = (false, false, false);
     let mut pending_topology = false;
+    // `!frames N` seen and N not yet given to a command (0: none pending).
+    let mut pending_frames = 0;
     for (i, line) in data.split(|&b| b == b'\n').enumerate() {
         let lineno = i + 1;
         let text = trim_end(line);
@@ -200,11 +223,15 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
             ignore: false,
             shape: false,
             topology: false,
+            frames: 1,
         };
         if stripped[0] == b'!' {
             let toks = split_args(&stripped[1..]).map_err(|e| at(&e))?;
-            let prefix_pending =
-                pending_unordered || pending_ignore || pending_shape || pending_topology;
+            let prefix_pending = pending_unordered
+                || pending_ignore
+                || pending_shape
+                || pending_topology
+                || pending_frames > 0;
             entry.kind = match (toks.first().map(|t| t.as_slice()), toks.len()) {
                 (Some(b"unordered" | b"ignore" | b"shape" | b"topology"), 1) => {
                     if prefix_pending {
@@ -229,6 +256,18 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
                         }
                     }
                 }
+                (Some(b"frames"), 2) => {
+                    if prefix_pending {
+                        return Err(at("two prefix directives in a row"));
+                    }
+                    pending_frames = std::str::from_utf8(&toks[1])
+                        .ok()
+                        .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .filter(|&n| n >= 1)
+                        .ok_or_else(|| at("bad !frames (N >= 1)"))?;
+                    Kind::Frames
+                }
                 (Some(b"sleep"), 2) => {
                     let ms = std::str::from_utf8(&toks[1])
                         .ok()
@@ -238,6 +277,13 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
                 }
                 (Some(b"raw"), 2) if !prefix_pending => Kind::Raw(toks[1].clone()),
                 (Some(b"reconnect"), 1) if !prefix_pending => Kind::Reconnect,
+                (Some(b"drain"), 1) if !prefix_pending => Kind::Drain,
+                (Some(b"conn"), 2) if !prefix_pending => {
+                    if !valid_conn_name(&toks[1]) {
+                        return Err(at("a connection name is letters, digits, '_' and '-'"));
+                    }
+                    Kind::Conn(toks[1].clone())
+                }
                 (Some(b"cluster"), 1) if entries.is_empty() => Kind::Cluster,
                 _ => return Err(at("unknown or misplaced directive")),
             };
@@ -251,6 +297,8 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
             entry.ignore = pending_ignore;
             entry.shape = pending_shape;
             entry.topology = pending_topology;
+            entry.frames = pending_frames.max(1);
+            pending_frames = 0;
             pending_unordered = false;
             pending_ignore = false;
             pending_shape = false;
@@ -258,7 +306,12 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
         }
         entries.push(entry);
     }
-    if pending_unordered || pending_ignore || pending_shape || pending_topology {
+    if pending_unordered
+        || pending_ignore
+        || pending_shape
+        || pending_topology
+        || pending_frames > 0
+    {
         return Err(format!("{name}.txt: prefix directive at end of file"));
     }
     Ok(entries)
@@ -859,10 +912,27 @@ impl Conn {
         }
     }
 
-    /// Everything the server sends after a `!raw` write, steered by what Redis
-    /// sent: wait until as many complete replies (or at least as many bytes)
-    /// have arrived; then, if Redis closed the connection, wait for the close,
-    /// else watch briefly for extra bytes or a close.
+    /// `n` complete replies concatenated (`!frames N`; 1 for a plain command),
+    /// or what arrived before the close or the timeout.
+    fn read_frames(&mut self, n: usize) -> Got {
+        let mut got = self.read_reply();
+        for _ in 1..n {
+            if got.closed || got.timed_out {
+                break;
+            }
+            let more = self.read_reply();
+            got.bytes.extend_from_slice(&more.bytes);
+            got.closed = more.closed;
+            got.timed_out = more.timed_out;
+        }
+        got
+    }
+
+    /// Everything the server sends after a `!raw` write, or by itself for
+    /// `!drain`, steered by what Redis sent: wait until as many complete
+    /// replies (or at least as many bytes) have arrived; then, if Redis closed
+    /// the connection, wait for the close, else watch briefly (longer when
+    /// Redis sent nothing) for extra bytes or a close.
     fn read_raw(&mut self, expected: &[u8], want_closed: bool) -> Got {
         let want = expected.len();
         let want_replies = count_replies(expected);
@@ -946,6 +1016,14 @@ fn substitute_myid(args: &[Vec<u8>], addr: SocketAddr) -> Result<Vec<Vec<u8>>, S
         .iter()
         .map(|a| if a == MYID { id.clone() } else { a.clone() })
         .collect())
+}
+
+/// One of a case's connections (`!conn`).  After a timeout or an unexpected
+/// close its stream is out of step: `skipping` counts the entries on it
+/// skipped until its next `!reconnect`.
+struct Slot {
+    conn: Conn,
+    skipping: Option<usize>,
 }
 
 struct Failure {
@@ -1057,7 +1135,7 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
     // The expected file must be a recording of exactly this case file.
     let stale = recorded.len() != entries.len()
         || entries.iter().zip(&recorded).any(|(e, r)| {
-            let needs_reply = matches!(e.kind, Kind::Cmd(_) | Kind::Raw(_));
+            let needs_reply = matches!(e.kind, Kind::Cmd(_) | Kind::Raw(_) | Kind::Drain);
             e.text != r.text || needs_reply != r.expect.is_some()
         });
     if stale {
@@ -1072,15 +1150,27 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
     }
 
     let mut checked = 0;
-    let mut conn = match Conn::open(addr) {
+    let main = match Conn::open(addr) {
         Ok(c) => c,
         Err(e) => {
             fail(failures, 0, "", "a connection", &e);
             return 0;
         }
     };
-    conn.send(&encode_command(&[b"FLUSHALL".to_vec()]));
-    let flush = conn.read_reply();
+    let mut conns: HashMap<Vec<u8>, Slot> = HashMap::new();
+    conns.insert(
+        MAIN_CONN.to_vec(),
+        Slot {
+            conn: main,
+            skipping: None,
+        },
+    );
+    let mut cur = MAIN_CONN.to_vec();
+    let flush = {
+        let conn = &mut conns.get_mut(MAIN_CONN).expect("just inserted").conn;
+        conn.send(&encode_command(&[b"FLUSHALL".to_vec()]));
+        conn.read_reply()
+    };
     if flush.timed_out || flush.closed {
         fail(
             failures,
@@ -1092,34 +1182,60 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
         return 0;
     }
 
-    // After a timeout or an unexpected close the stream is out of step: skip
-    // ahead to the next !reconnect.
-    let mut skipping: Option<usize> = None;
     for (entry, rec) in entries.iter().zip(&recorded) {
         let command = String::from_utf8_lossy(&entry.text).into_owned();
         match &entry.kind {
-            Kind::Unordered | Kind::Ignore | Kind::Shape | Kind::Topology | Kind::Cluster => {
-                continue
+            Kind::Unordered
+            | Kind::Ignore
+            | Kind::Shape
+            | Kind::Topology
+            | Kind::Cluster
+            | Kind::Frames => continue,
+            Kind::Conn(name) => {
+                if !conns.contains_key(name) {
+                    match Conn::open(addr) {
+                        Ok(conn) => {
+                            conns.insert(
+                                name.clone(),
+                                Slot {
+                                    conn,
+                                    skipping: None,
+                                },
+                            );
+                        }
+                        Err(e) => {
+                            fail(failures, entry.lineno, &command, "a connection", &e);
+                            return checked;
+                        }
+                    }
+                }
+                cur = name.clone();
+                continue;
             }
             Kind::Sleep(ms) => {
-                if skipping.is_none() {
+                if conns[&cur].skipping.is_none() {
                     std::thread::sleep(Duration::from_millis(*ms));
                 }
                 continue;
             }
             Kind::Reconnect => {
-                if let Some(n) = skipping.take() {
+                let slot = conns.get_mut(&cur).expect("the current connection exists");
+                if let Some(n) = slot.skipping.take() {
                     if n > 0 {
                         fail(
                             failures,
                             entry.lineno,
                             &command,
                             "(resynchronising)",
-                            &format!("{n} earlier command(s) skipped after the stream broke"),
+                            &format!(
+                                "{n} earlier command(s) on connection {} skipped after the \
+                                 stream broke",
+                                String::from_utf8_lossy(&cur)
+                            ),
                         );
                     }
                 }
-                conn = match Conn::open(addr) {
+                slot.conn = match Conn::open(addr) {
                     Ok(c) => c,
                     Err(e) => {
                         fail(failures, entry.lineno, &command, "a connection", &e);
@@ -1128,25 +1244,31 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
                 };
                 continue;
             }
-            Kind::Cmd(_) | Kind::Raw(_) => {}
+            Kind::Cmd(_) | Kind::Raw(_) | Kind::Drain => {}
         }
-        if let Some(n) = skipping.as_mut() {
+        let slot = conns.get_mut(&cur).expect("the current connection exists");
+        if let Some(n) = slot.skipping.as_mut() {
             *n += 1;
             continue;
         }
+        let conn = &mut slot.conn;
         let expect = rec.expect.as_ref().expect("checked above");
+        let (expect_bytes, want_closed) = match expect {
+            Expect::Bytes(b)
+            | Expect::Unordered(b)
+            | Expect::Ignored(b)
+            | Expect::Shape(b)
+            | Expect::Topology(b) => (b, false),
+            Expect::Closed(b) => (b, true),
+        };
         let got = match &entry.kind {
             Kind::Raw(bytes) => {
                 conn.send(bytes);
-                match expect {
-                    Expect::Bytes(b)
-                    | Expect::Unordered(b)
-                    | Expect::Ignored(b)
-                    | Expect::Shape(b)
-                    | Expect::Topology(b) => conn.read_raw(b, false),
-                    Expect::Closed(b) => conn.read_raw(b, true),
-                }
+                conn.read_raw(expect_bytes, want_closed)
             }
+            // Nothing sent: read what the server pushes by itself, steered by
+            // what Redis pushed, exactly as after a !raw write.
+            Kind::Drain => conn.read_raw(expect_bytes, want_closed),
             Kind::Cmd(args) => {
                 let args = match substitute_myid(args, addr) {
                     Ok(a) => a,
@@ -1162,7 +1284,7 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
                     }
                 };
                 conn.send(&encode_command(&args));
-                conn.read_reply()
+                conn.read_frames(entry.frames)
             }
             _ => unreachable!(),
         };
@@ -1187,18 +1309,23 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
             );
             let expected_close = matches!(expect, Expect::Closed(_));
             if got.timed_out || (got.closed && !expected_close) {
-                skipping = Some(0);
+                slot.skipping = Some(0);
             }
         }
     }
-    if let Some(n) = skipping {
-        if n > 0 {
+    let mut names: Vec<&Vec<u8>> = conns.keys().collect();
+    names.sort();
+    for name in names {
+        if let Some(n) = conns[name].skipping.filter(|&n| n > 0) {
             fail(
                 failures,
                 0,
                 "",
                 "(end of file)",
-                &format!("{n} command(s) at the end skipped after the stream broke"),
+                &format!(
+                    "{n} command(s) at the end on connection {} skipped after the stream broke",
+                    String::from_utf8_lossy(name)
+                ),
             );
         }
     }
@@ -1522,4 +1649,155 @@ fn compat_harness_cluster_directive() {
     .unwrap();
     assert_eq!(x.port, Some(123));
     assert!(parse_expected_file("t", b"> PING\n<topology +PONG\\r\\n\n").is_err());
+}
+
+#[test]
+fn compat_harness_conn_drain_frames_directives() {
+    let e = parse_case_file(
+        "t",
+        b"!conn sub\nSUBSCRIBE a\n!drain\n!frames 3\nSUBSCRIBE a b c\n!conn main\n!reconnect\nPING\n",
+    )
+    .unwrap();
+    assert_eq!(e[0].kind, Kind::Conn(b"sub".to_vec()));
+    assert_eq!(e[1].frames, 1);
+    assert_eq!(e[2].kind, Kind::Drain);
+    assert_eq!(e[3].kind, Kind::Frames);
+    assert_eq!(e[4].frames, 3);
+    assert_eq!(e[5].kind, Kind::Conn(MAIN_CONN.to_vec()));
+    assert_eq!(e[7].frames, 1);
+    for bad in [
+        &b"!frames 0\nPING\n"[..],
+        b"!frames x\nPING\n",
+        b"!frames\nPING\n",
+        b"!frames 2\n",
+        b"!frames 2\n!unordered\nPING\n",
+        b"!unordered\n!frames 2\nPING\n",
+        b"!frames 2\n!drain\n",
+        b"!frames 2\n!conn x\nPING\n",
+        b"!ignore\n!conn x\nPING\n",
+        b"!conn\n",
+        b"!conn a b\n",
+        b"!conn a.b\n",
+        b"!drain x\n",
+    ] {
+        assert!(
+            parse_case_file("t", bad).is_err(),
+            "{}",
+            String::from_utf8_lossy(bad)
+        );
+    }
+    // A drain that got nothing is a bare `<`; a drain needs a reply line.
+    let x = parse_expected_file(
+        "t",
+        b"> !drain\n<\n> !conn b\n> !drain\n< >1\\r\\n:1\\r\\n\n",
+    )
+    .unwrap();
+    assert_eq!(x.recorded[0].expect, Some(Expect::Bytes(vec![])));
+    assert_eq!(x.recorded[1].expect, None);
+    assert_eq!(
+        x.recorded[2].expect,
+        Some(Expect::Bytes(b">1\r\n:1\r\n".to_vec()))
+    );
+}
+
+#[test]
+fn compat_harness_push_framing() {
+    // RESP2 pub/sub frames are arrays, RESP3 ones pushes; each is one frame.
+    let msg = b">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$0\r\n\r\n";
+    assert_eq!(reply_end(msg, 0).unwrap(), msg.len());
+    assert!(matches!(
+        reply_end(&msg[..msg.len() - 1], 0),
+        Err(Frame::Incomplete)
+    ));
+    let pmsg = b">4\r\n$8\r\npmessage\r\n$1\r\n*\r\n$2\r\nch\r\n$1\r\nx\r\n";
+    assert_eq!(reply_end(pmsg, 0).unwrap(), pmsg.len());
+    // SUBSCRIBE a b c: three confirmations back to back.
+    let subs = b"*3\r\n$9\r\nsubscribe\r\n$1\r\na\r\n:1\r\n\
+                 *3\r\n$9\r\nsubscribe\r\n$1\r\nb\r\n:2\r\n\
+                 *3\r\n$9\r\nsubscribe\r\n$1\r\nc\r\n:3\r\n";
+    assert_eq!(count_replies(subs), 3);
+    // A push then the command's own reply (PUBLISH to oneself in RESP3).
+    let mut both = msg.to_vec();
+    both.extend_from_slice(b":1\r\n");
+    assert_eq!(count_replies(&both), 2);
+    assert_eq!(reply_end(&both, 0).unwrap(), msg.len());
+    // Null array in a push position and a nested push.
+    assert_eq!(reply_end(b">2\r\n*-1\r\n>0\r\n", 0).unwrap(), 13);
+}
+
+/// A loopback server that accepts one connection and writes each chunk after
+/// its delay (ms), then keeps the connection open for `hold` ms.
+fn scripted_server(chunks: Vec<(u64, Vec<u8>)>, hold: u64) -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        for (delay, bytes) in chunks {
+            std::thread::sleep(Duration::from_millis(delay));
+            s.write_all(&bytes).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(hold));
+    });
+    addr
+}
+
+#[test]
+fn compat_harness_drain_and_frames_reads() {
+    let a = b"*3\r\n$7\r\nmessage\r\n$1\r\na\r\n$1\r\n1\r\n".to_vec();
+    let b = b"*3\r\n$7\r\nmessage\r\n$1\r\nb\r\n$1\r\n2\r\n".to_vec();
+    let mut ab = a.clone();
+    ab.extend_from_slice(&b);
+
+    // !drain waits (past a gap, across a split frame) for as many frames as
+    // Redis sent.
+    let split = b.len() / 2;
+    let addr = scripted_server(
+        vec![
+            (0, a.clone()),
+            (150, b[..split].to_vec()),
+            (50, b[split..].to_vec()),
+        ],
+        500,
+    );
+    let mut c = Conn::open(addr).unwrap();
+    let got = c.read_raw(&ab, false);
+    assert!(!got.timed_out && !got.closed);
+    assert_eq!(got.bytes, ab);
+
+    // An extra frame inside the watch window is caught.
+    let addr = scripted_server(vec![(0, a.clone()), (30, b.clone())], 500);
+    let mut c = Conn::open(addr).unwrap();
+    let got = c.read_raw(&a, false);
+    assert_eq!(got.bytes, ab);
+
+    // Nothing expected: anything within the longer watch is caught, and
+    // silence gives nothing.
+    let addr = scripted_server(vec![(150, a.clone())], 500);
+    let mut c = Conn::open(addr).unwrap();
+    assert_eq!(c.read_raw(b"", false).bytes, a);
+    let addr = scripted_server(vec![], 500);
+    let mut c = Conn::open(addr).unwrap();
+    assert!(c.read_raw(b"", false).bytes.is_empty());
+
+    // !frames 2 reads exactly two frames and leaves the third.
+    let addr = scripted_server(
+        vec![
+            (0, a.clone()),
+            (50, b[..5].to_vec()),
+            (50, b[5..].to_vec()),
+            (0, b":7\r\n".to_vec()),
+        ],
+        500,
+    );
+    let mut c = Conn::open(addr).unwrap();
+    let got = c.read_frames(2);
+    assert_eq!(got.bytes, ab);
+    assert_eq!(c.read_frames(1).bytes, b":7\r\n");
+
+    // A close part-way through !frames stops the read.
+    let addr = scripted_server(vec![(0, a.clone())], 0);
+    let mut c = Conn::open(addr).unwrap();
+    let got = c.read_frames(3);
+    assert!(got.closed && !got.timed_out);
+    assert_eq!(got.bytes, a);
 }

@@ -39,6 +39,10 @@ EXPECTED = HERE / "expected"
 READ_TIMEOUT = 5.0  # any single reply
 RAW_NO_REPLY_WAIT = 1.0  # !raw: how long to wait for a first complete reply
 RAW_GRACE = 0.3  # !raw: after a complete reply, quiet time that ends the read
+DRAIN_QUIET = 0.2  # !drain: quiet time that ends the read
+
+# The connection every case starts on (`!conn main` switches back to it).
+MAIN_CONN = b"main"
 
 
 # Expected-file header line giving the port of the server that was recorded.
@@ -131,11 +135,13 @@ class Entry:
     """One non-blank, non-comment line of a case file."""
 
     def __init__(self, lineno: int, text: bytes, kind: str, args=None,
-                 raw: bytes = b"", sleep_ms: int = 0, unordered: bool = False):
+                 raw: bytes = b"", sleep_ms: int = 0, unordered: bool = False,
+                 conn: bytes = b""):
         self.lineno = lineno
         self.text = text  # the line as written (trailing whitespace stripped)
         self.kind = kind  # "cmd" | "raw" | "sleep" | "reconnect" | "unordered"
         #                   | "ignore" | "shape" | "topology" | "cluster"
+        #                   | "conn" | "drain" | "frames"
         self.args = args or []
         self.raw = raw
         self.sleep_ms = sleep_ms
@@ -143,6 +149,8 @@ class Entry:
         self.ignore = False  # for "cmd": read the reply, compare nothing
         self.shape = False  # for "cmd": compare by shape (ids, integers vary)
         self.topology = False  # for "cmd": compare with node ids/ports normalized
+        self.frames = 1  # for "cmd": how many frames its reply is (!frames N)
+        self.conn = conn  # for "conn": the connection's name
 
 
 def parse_case_file(path: Path) -> list[Entry]:
@@ -151,6 +159,7 @@ def parse_case_file(path: Path) -> list[Entry]:
     pending_ignore = False
     pending_shape = False
     pending_topology = False
+    pending_frames = 0  # !frames N seen, N not yet given to a command
     data = path.read_bytes()
     for i, line in enumerate(data.split(b"\n"), start=1):
         text = line.rstrip(b" \t\r")
@@ -164,7 +173,7 @@ def parse_case_file(path: Path) -> list[Entry]:
                 raise CaseError(f"{where}: empty directive")
             name = toks[0].decode()
             pending = (pending_unordered or pending_ignore or pending_shape
-                       or pending_topology)
+                       or pending_topology or pending_frames > 0)
             if (name in ("unordered", "ignore", "shape", "topology")
                     and len(toks) == 1):
                 if pending:
@@ -183,16 +192,31 @@ def parse_case_file(path: Path) -> list[Entry]:
                 if entries:
                     raise CaseError(f"{where}: !cluster must be the first line")
                 entries.append(Entry(i, text, "cluster"))
+            elif name == "frames" and len(toks) == 2 and toks[1].isdigit():
+                if pending:
+                    raise CaseError(f"{where}: two prefix directives in a row")
+                n = int(toks[1])
+                if n < 1:
+                    raise CaseError(f"{where}: !frames needs N >= 1")
+                pending_frames = n
+                entries.append(Entry(i, text, "frames"))
             elif name == "sleep" and len(toks) == 2 and toks[1].isdigit():
                 entries.append(Entry(i, text, "sleep", sleep_ms=int(toks[1])))
             elif name == "raw" and len(toks) == 2:
                 if pending:
                     raise CaseError(f"{where}: !{name} must follow no prefix directive")
                 entries.append(Entry(i, text, "raw", raw=toks[1]))
-            elif name == "reconnect" and len(toks) == 1:
+            elif name in ("reconnect", "drain") and len(toks) == 1:
                 if pending:
                     raise CaseError(f"{where}: !{name} must follow no prefix directive")
-                entries.append(Entry(i, text, "reconnect"))
+                entries.append(Entry(i, text, name))
+            elif name == "conn" and len(toks) == 2:
+                if pending:
+                    raise CaseError(f"{where}: !{name} must follow no prefix directive")
+                if not valid_conn_name(toks[1]):
+                    raise CaseError(f"{where}: a connection name is letters, "
+                                    f"digits, '_' and '-'")
+                entries.append(Entry(i, text, "conn", conn=toks[1]))
             else:
                 raise CaseError(f"{where}: unknown or malformed directive")
             continue
@@ -206,12 +230,21 @@ def parse_case_file(path: Path) -> list[Entry]:
         ent.ignore = pending_ignore
         ent.shape = pending_shape
         ent.topology = pending_topology
+        ent.frames = pending_frames or 1
         entries.append(ent)
         pending_unordered = pending_ignore = pending_shape = False
         pending_topology = False
-    if pending_unordered or pending_ignore or pending_shape or pending_topology:
+        pending_frames = 0
+    if (pending_unordered or pending_ignore or pending_shape or pending_topology
+            or pending_frames):
         raise CaseError(f"{path.name}: prefix directive at end of file")
     return entries
+
+
+def valid_conn_name(name: bytes) -> bool:
+    """`!conn` names: non-empty, letters, digits, '_' and '-' only."""
+    return bool(name) and all(chr(c).isascii() and (chr(c).isalnum() or c in b"_-")
+                              for c in name)
 
 
 # --------------------------------------------------------------------------
@@ -315,6 +348,17 @@ def sorted_aggregate(reply: bytes) -> bytes:
     if p != len(reply):
         raise BadReply("trailing bytes after aggregate")
     return reply[:head_end] + b"".join(sorted(elems))
+
+
+def frames_len(buf: bytes) -> int:
+    """How many bytes of buf the complete replies it starts with take."""
+    p = 0
+    while p < len(buf):
+        try:
+            p = reply_end(buf, p)
+        except (Incomplete, BadReply):
+            break
+    return p
 
 
 def count_replies(buf: bytes) -> int:
@@ -430,6 +474,30 @@ class Conn:
         r, self.buf = self.buf, b""
         return r, self.closed
 
+    def read_drain(self) -> tuple[bytes, bool]:
+        """Every frame the server pushes without being asked (!drain).
+
+        Reads until the server has been quiet for DRAIN_QUIET or closes
+        (bounded by READ_TIMEOUT).  What came must be whole frames: a partial
+        one means the case is racing the server, which is not recordable.
+        """
+        deadline = time.monotonic() + READ_TIMEOUT
+        while not self.closed:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            d = self._recv(min(DRAIN_QUIET, left))
+            if d is None:
+                break
+            if d == b"":
+                self.closed = True
+            else:
+                self.buf += d
+        r, self.buf = self.buf, b""
+        if not self.closed and frames_len(r) != len(r):
+            raise RuntimeError(f"!drain read a partial frame: {r!r}")
+        return r, self.closed
+
 
 MYID = b"$MYID"
 
@@ -456,6 +524,10 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
     """Replay entries; return the lines of the expected file body."""
     out: list[str] = []
     conn = Conn(host, port)
+    # Every connection the case opened, by name (!conn); `conn` is the
+    # current one.
+    cur = MAIN_CONN
+    conns = {cur: conn}
     try:
         conn.send(encode_command([b"FLUSHALL"]))
         r, closed = conn.read_reply()
@@ -463,18 +535,29 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
             raise RuntimeError(f"FLUSHALL failed: {r!r}")
         for e in entries:
             out.append("> " + e.text.decode("utf-8", "surrogateescape"))
-            if e.kind in ("unordered", "ignore", "shape", "topology", "cluster"):
+            if e.kind in ("unordered", "ignore", "shape", "topology", "cluster",
+                          "frames"):
+                continue
+            if e.kind == "conn":
+                cur = e.conn
+                if cur not in conns:
+                    conns[cur] = Conn(host, port)
+                conn = conns[cur]
                 continue
             if e.kind == "sleep":
                 time.sleep(e.sleep_ms / 1000)
                 continue
             if e.kind == "reconnect":
+                # Only the current connection is reopened.
                 conn.close()
                 conn = Conn(host, port)
+                conns[cur] = conn
                 continue
             if e.kind == "raw":
                 conn.send(e.raw)
                 reply, closed = conn.read_raw()
+            elif e.kind == "drain":
+                reply, closed = conn.read_drain()
             else:
                 if conn.closed:
                     reply, closed = b"", True
@@ -485,7 +568,13 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
                         me = node_id(host, port)
                         args = [me if a == MYID else a for a in args]
                     conn.send(encode_command(args))
-                    reply, closed = conn.read_reply()
+                    # !frames N: N replies, recorded as one line.
+                    reply, closed = b"", False
+                    for _ in range(e.frames):
+                        r, closed = conn.read_reply()
+                        reply += r
+                        if closed:
+                            break
             if e.kind == "cmd" and e.ignore:
                 if closed:
                     raise RuntimeError(f"line {e.lineno}: !ignore reply closed "
@@ -513,7 +602,8 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
             esc = escape(reply)
             out.append(f"{tag} {esc}" if esc else tag)
     finally:
-        conn.close()
+        for c in conns.values():
+            c.close()
     return out
 
 
