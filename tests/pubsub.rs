@@ -227,3 +227,34 @@ fn publish_in_exec_goes_out_when_the_transaction_commits() {
     let msg = b"*3\r\n$7\r\nmessage\r\n$6\r\nevents\r\n$3\r\nlua\r\n";
     assert_eq!(read_exact_bytes(&mut sub, msg.len()), msg);
 }
+
+/// Redis 7.0 writes a RESP3 client's own messages from EXEC inside EXEC's
+/// array (a protocol bug Redis 7.2 fixed); cairn sends them after it, as
+/// 7.2 does.
+#[test]
+fn own_messages_from_exec_follow_its_reply_in_resp3() {
+    let server = TestServer::start();
+    let mut c = server.tcp();
+    send(&mut c, &[b"HELLO", b"3"]);
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"modules\r\n*0\r\n") {
+        c.read_exact(&mut byte).unwrap();
+        seen.push(byte[0]);
+    }
+    send(&mut c, &[b"SUBSCRIBE", b"me"]);
+    let confirm = b">3\r\n$9\r\nsubscribe\r\n$2\r\nme\r\n:1\r\n";
+    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    for cmd in [
+        &[&b"MULTI"[..]][..],
+        &[b"PUBLISH", b"me", b"hi"],
+        &[b"EXEC"],
+    ] {
+        send(&mut c, cmd);
+    }
+    let want = b"+OK\r\n+QUEUED\r\n*1\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$2\r\nme\r\n$2\r\nhi\r\n";
+    assert_eq!(
+        String::from_utf8_lossy(&read_exact_bytes(&mut c, want.len())),
+        String::from_utf8_lossy(want)
+    );
+}

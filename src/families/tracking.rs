@@ -98,6 +98,11 @@ pub fn tracking(s: &mut Session, a: &Args) -> Action {
     all.extend(prefixes);
     all.sort();
     all.dedup();
+    // BCAST without prefixes covers every key: the empty prefix, which
+    // TRACKINGINFO lists.
+    if bcast && all.is_empty() {
+        all.push(Bytes::new());
+    }
     let t = Arc::new(Tracked {
         entry: s.entry.clone(),
         redirect,

@@ -57,6 +57,10 @@ fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
     }
     if !to.suppressed {
         r.encode(out, to.resp3);
+    } else {
+        // Pub/Sub confirmations are pushes: CLIENT REPLY OFF does not
+        // silence them, as in Redis.
+        r.encode_pushes(out, to.resp3);
     }
 }
 
@@ -159,9 +163,7 @@ impl Outbox {
             // for it (see `Push::after_reply`).
             self.take_pushes(usize::MAX, true);
             emit(&mut self.out, &self.server, &r, to);
-            for push in std::mem::take(&mut self.held) {
-                self.add_push(push, false);
-            }
+            self.release_held();
         } else {
             self.slots.push_back((Slot::Ready(r), to));
         }
@@ -183,6 +185,7 @@ impl Outbox {
                     }
                 }
                 Slot::Group(rx, flags) => {
+                    self.take_pushes(usize::MAX, true);
                     let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
                     match got {
                         Reply::Array(items) if items.len() == flags.len() => {
@@ -200,10 +203,28 @@ impl Outbox {
                     continue;
                 }
             };
+            // Messages published before this reply was made (by the
+            // command itself: a script publishing to this client) go
+            // first, as in Redis 7.0. Not before EXEC's: Redis 7.0 wrote
+            // them inside EXEC's array, breaking its length; cairn sends
+            // them after it, as Redis 7.2 does.
+            if to.cmd.is_none_or(|c| c.name != "exec") {
+                self.take_pushes(usize::MAX, true);
+            }
             emit(&mut self.out, &self.server, &reply, to);
+            self.release_held();
         }
         self.inflight = Inflight::None;
-        self.take_pushes(usize::MAX, false);
+        // A reply may follow at once (the command that waited for this
+        // drain): invalidations stay behind it.
+        self.take_pushes(usize::MAX, true);
+    }
+
+    /// Writes the invalidations held back for a reply.
+    fn release_held(&mut self) {
+        for push in std::mem::take(&mut self.held) {
+            self.add_push(push, false);
+        }
     }
 
     /// Moves the pushes already queued for this client into `out`, until
@@ -320,6 +341,7 @@ async fn serve(
             }
         }
         outbox.drain().await;
+        outbox.release_held();
         if !outbox.out.is_empty() {
             server
                 .stats
@@ -597,6 +619,7 @@ async fn execute(
         }
         Action::Block(job) => {
             outbox.drain().await;
+            outbox.release_held();
             // Earlier replies go out before the client waits: a pipeline
             // of blocking pops gets each reply as it is served.
             if write_out(stream, &mut outbox.out, &server).await.is_err() {

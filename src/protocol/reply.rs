@@ -118,6 +118,20 @@ impl Reply {
         matches!(self, Reply::Error(_))
     }
 
+    /// Appends only the pushes of this reply (itself, or those among its
+    /// frames): what a client with replies switched off still receives.
+    pub fn encode_pushes(&self, out: &mut BytesMut, resp3: bool) {
+        match self {
+            Reply::Push(_) => self.encode(out, resp3),
+            Reply::Frames(frames) => {
+                for f in frames {
+                    f.encode_pushes(out, resp3);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Appends the encoding of this reply to `out`.
     pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
         match self {

@@ -38,9 +38,9 @@ pub struct Tracked {
     pub entry: Arc<ClientEntry>,
     /// REDIRECT target: its id and registry entry.
     pub redirect: Option<(u64, Arc<ClientEntry>)>,
-    /// BCAST mode, with its prefixes (empty: every key).
+    /// BCAST mode.
     pub bcast: bool,
-    /// The prefixes, sorted.
+    /// Its prefixes, sorted (BCAST without any has the empty one).
     pub prefixes: Vec<Bytes>,
     /// OPTIN: only reads right after CLIENT CACHING YES are tracked.
     pub optin: bool,
@@ -79,13 +79,7 @@ impl Tracker {
         self.disable(id);
         if t.bcast {
             let mut prefixes = self.prefixes.write();
-            let all = [Bytes::new()];
-            let list = if t.prefixes.is_empty() {
-                &all[..]
-            } else {
-                &t.prefixes[..]
-            };
-            for p in list {
+            for p in &t.prefixes {
                 prefixes.entry(p.clone()).or_default().insert(id);
             }
         }
