@@ -49,8 +49,8 @@ pub fn spublish(s: &mut Session, a: Args) -> Action {
     publish_to(s, Kind::Shard, a)
 }
 
-/// Delivers now, once the client's earlier writes are acknowledged (a
-/// subscriber told of a change can read it). Inside EXEC or a script the
+/// Delivers now, once the client's earlier commands have their replies (a
+/// subscriber told of a change can read it): at once when they have. Inside EXEC or a script the
 /// message waits for the unit to commit, and the reply counts the
 /// receivers at the time the command ran, as Redis's does.
 fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
@@ -65,6 +65,9 @@ fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
                 Ok(Reply::Int(n as i64))
             }),
         };
+    }
+    if s.settled {
+        return Reply::Int(hub.publish(kind, &channel, &message) as i64).into();
     }
     Action::Job(Box::pin(async move {
         Reply::Int(hub.publish(kind, &channel, &message) as i64)

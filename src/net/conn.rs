@@ -541,6 +541,7 @@ async fn execute(
         }
     }
     crate::families::tracking::before_command(session, spec, &args);
+    session.settled = outbox.slots.is_empty() && outbox.squash.is_empty();
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
     outbox.resp3 = session.resp3;

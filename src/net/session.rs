@@ -207,6 +207,10 @@ pub struct Session {
     pub asking: bool,
     /// What the client is subscribed to.
     pub subs: crate::pubsub::Subscriptions,
+    /// Set by the connection before a command runs when none of the
+    /// client's earlier commands is still waiting for its reply: the
+    /// command may then take effect at once (PUBLISH need not wait).
+    pub settled: bool,
     /// CLIENT TRACKING settings, while on.
     pub tracking: Option<Arc<crate::pubsub::tracking::Tracked>>,
     /// CLIENT CACHING YES|NO was sent: it covers the next command.
@@ -264,6 +268,7 @@ impl Session {
         let subs = crate::pubsub::Subscriptions::new(server.pubsub.clone(), entry.clone());
         Session {
             subs,
+            settled: false,
             tracking: None,
             caching: false,
             server,
