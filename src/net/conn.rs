@@ -627,13 +627,32 @@ async fn execute(
                 return true;
             }
             outbox.written();
-            tokio::select! {
-                r = job => outbox.push_ready(r, to),
-                // A blocked client that leaves (or is killed) leaves nothing
-                // behind: dropping the job drops its registration.
-                _ = peer_gone(stream, buf, &server) => return true,
-                _ = session.entry.kill.notified() => return true,
-                _ = server.shutdown.notified() => return true,
+            let mut job = job;
+            loop {
+                let served = tokio::select! {
+                    r = &mut job => Some(r),
+                    // A RESP3 client gets its messages and invalidations
+                    // while it waits, as in Redis.
+                    Some(push) = outbox.pushes.recv() => {
+                        outbox.add_push(push, false);
+                        outbox.take_pushes(PUSH_WRITE_BYTES, false);
+                        None
+                    }
+                    // A blocked client that leaves (or is killed) leaves
+                    // nothing behind: dropping the job drops its
+                    // registration.
+                    _ = peer_gone(stream, buf, &server) => return true,
+                    _ = session.entry.kill.notified() => return true,
+                    _ = server.shutdown.notified() => return true,
+                };
+                if let Some(r) = served {
+                    outbox.push_ready(r, to);
+                    break;
+                }
+                if write_out(stream, &mut outbox.out, &server).await.is_err() {
+                    return true;
+                }
+                outbox.written();
             }
         }
         Action::Silent => {}
