@@ -593,9 +593,9 @@ async fn handshake(addr: std::net::SocketAddr, password: &str) -> Result<(String
         let mut stream = tokio::io::BufReader::new(stream);
         let mut req = Vec::new();
         if !password.is_empty() {
-            super::dump::resp_command(&mut req, &[b"AUTH", password.as_bytes()]);
+            crate::protocol::encode_command(&mut req, &[b"AUTH", password.as_bytes()]);
         }
-        super::dump::resp_command(&mut req, &[b"CLUSTER", b"MYID"]);
+        crate::protocol::encode_command(&mut req, &[b"CLUSTER", b"MYID"]);
         stream
             .get_mut()
             .write_all(&req)

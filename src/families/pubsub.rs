@@ -66,6 +66,9 @@ fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
             }),
         };
     }
+    if s.bus_link {
+        return Reply::Int(hub.publish_local(kind, &channel, &message) as i64).into();
+    }
     if s.settled {
         return Reply::Int(hub.publish(kind, &channel, &message) as i64).into();
     }

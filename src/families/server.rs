@@ -346,7 +346,10 @@ pub fn client(s: &mut Session, a: Args) -> Action {
         }
         "setname" => match valid_name(a.get(2)) {
             Ok(()) => {
-                s.entry.info.lock().name = String::from_utf8_lossy(a.get(2)).into_owned();
+                let name = String::from_utf8_lossy(a.get(2)).into_owned();
+                s.bus_link = s.server.cluster.is_some()
+                    && name.starts_with(crate::cluster::bus::LINK_NAME_PREFIX);
+                s.entry.info.lock().name = name;
                 Reply::Ok.into()
             }
             Err(r) => r.into(),

@@ -211,6 +211,9 @@ pub struct Session {
     /// client's earlier commands is still waiting for its reply: the
     /// command may then take effect at once (PUBLISH need not wait).
     pub settled: bool,
+    /// The client is another cluster node's bus link (it named itself so):
+    /// what it publishes is delivered here only.
+    pub bus_link: bool,
     /// CLIENT TRACKING settings, while on.
     pub tracking: Option<Arc<crate::pubsub::tracking::Tracked>>,
     /// CLIENT CACHING YES|NO was sent: it covers the next command.
@@ -269,6 +272,7 @@ impl Session {
         Session {
             subs,
             settled: false,
+            bus_link: false,
             tracking: None,
             caching: false,
             server,

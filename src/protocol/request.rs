@@ -352,3 +352,14 @@ mod tests {
         assert!(buf.is_empty());
     }
 }
+
+/// Appends one command as a client sends it (an array of bulk strings):
+/// what cairn sends other servers (MIGRATE, MEET, the cluster bus).
+pub fn encode_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
+    for p in parts {
+        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+}

@@ -214,6 +214,9 @@ struct Limit {
     secs: AtomicU64,
 }
 
+/// Where a PUBLISH goes beyond this node: called with channel and message.
+pub type Forward = Box<dyn Fn(&[u8], &[u8]) + Send + Sync>;
+
 /// Subscribers of one channel (or pattern), in subscription order.
 type Subscribers = Vec<Arc<ClientEntry>>;
 
@@ -230,6 +233,8 @@ pub struct Hub {
     limits: [Limit; 2],
     /// Client-side caching.
     pub tracking: tracking::Tracker,
+    /// In cluster mode: sends a PUBLISH made here to the other nodes.
+    forward: std::sync::OnceLock<Forward>,
 }
 
 impl Hub {
@@ -297,10 +302,30 @@ impl Hub {
         }
     }
 
-    /// PUBLISH (or SPUBLISH with `kind` Shard): delivers `message` to the
-    /// channel's subscribers (and, for PUBLISH, every matching pattern's)
-    /// and returns how many deliveries it made.
+    /// Sets where PUBLISHes go beyond this node (cluster mode, once).
+    pub fn set_forward(&self, f: Forward) {
+        let _ = self.forward.set(f);
+    }
+
+    /// PUBLISH (or SPUBLISH with `kind` Shard): delivers `message` to this
+    /// node's subscribers (see [`Hub::publish_local`]) and, for PUBLISH in
+    /// cluster mode, sends it on to the other nodes. The count is this
+    /// node's, as Redis Cluster's is.
     pub fn publish(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
+        let n = self.publish_local(kind, channel, message);
+        if kind == Kind::Channel {
+            if let Some(forward) = self.forward.get() {
+                forward(channel, message);
+            }
+        }
+        n
+    }
+
+    /// Delivers `message` to the channel's subscribers here (and, for a
+    /// plain channel, every matching pattern's) and returns how many
+    /// deliveries it made: a message from another node, or a keyspace
+    /// notification (node-local in Redis Cluster too).
+    pub fn publish_local(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
         let mut receivers = 0;
         if let Some(subs) = self.map(kind).get(channel) {
             let head = if kind == Kind::Shard {
