@@ -462,6 +462,8 @@ commands! {
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
     "migrate", -6, "write movablekeys", (3, 3, 1), "RW ACCESS DELETE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::migrate,
         "Atomically transfer a key from a Redis instance to another one.", "host port key|\"\" destination-db timeout [COPY] [REPLACE] [AUTH password] [AUTH2 username password] [KEYS key [key ...]]", "nondeterministic_output";
+    "monitor", 1, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", pubsub::monitor,
+        "Listen for all requests received by the server in real time", "", "";
     "move", 3, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
         "Move a key to another database.", "key db", "";
     "mset", -3, "write denyoom", (1, -1, 2), "OW UPDATE", "@write @string @slow", "string", "1.0.1", string::mset,

@@ -146,3 +146,17 @@ pub fn subscribed_pong(message: Option<&Bytes>) -> Reply {
         Reply::Bulk(message.cloned().unwrap_or_default()),
     ])
 }
+
+/// MONITOR: from now on the client receives a line for every command the
+/// server runs. Sent again, it is ignored without a reply, as in Redis.
+pub fn monitor(s: &mut Session, _a: Args) -> Action {
+    if s.monitor {
+        return Action::Silent;
+    }
+    if s.in_exec {
+        return Reply::err("MONITOR isn't allowed for DENY BLOCKING client").into();
+    }
+    s.server.pubsub.monitors.add(s.entry.clone());
+    s.monitor = true;
+    Reply::Ok.into()
+}

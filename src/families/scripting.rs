@@ -301,6 +301,10 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
         server.script_wrote.store(true, Ordering::Release);
     }
     session.resp3 = resp3;
+    let monitors = &server.pubsub.monitors;
+    if monitors.active() {
+        monitors.feed(counted, session.db, "lua", args.all());
+    }
     let action = (spec.handler)(session, args);
     server.record_call(counted, 0);
     action

@@ -67,6 +67,9 @@ pub fn quit(_s: &mut Session, _a: Args) -> Action {
 pub fn reset(s: &mut Session, _a: Args) -> Action {
     s.multi = None;
     s.subs.clear();
+    if std::mem::take(&mut s.monitor) {
+        s.server.pubsub.monitors.remove(s.entry.id);
+    }
     if s.tracking.take().is_some() {
         s.server.pubsub.tracking.disable(s.entry.id);
     }
@@ -239,10 +242,14 @@ fn client_class(e: &crate::server::ClientEntry) -> &'static str {
 fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
-    // In Redis's order: P (subscribed), x (MULTI), d (a watched key
-    // changed), e (NO-EVICT).
+    // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), t R B
+    // (tracking, broken redirect, BCAST), d (a watched key changed), e
+    // (NO-EVICT).
     let mut flags = String::new();
     let mailbox = &e.mailbox;
+    if s.server.pubsub.monitors.contains(e.id) {
+        flags.push('O');
+    }
     if mailbox.subscribed() {
         flags.push('P');
     }

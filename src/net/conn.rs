@@ -292,6 +292,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     let mut session = Session::new(server.clone(), entry.clone());
     serve(&mut session, &mut stream, pushes).await;
     server.pubsub.tracking.disable(id);
+    server.pubsub.monitors.remove(id);
     server.clients.remove(&id);
 }
 
@@ -497,6 +498,20 @@ async fn execute(
             return false;
         }
     }
+    if session.monitor
+        && (checked.has_flag("write")
+            || checked.has_flag("readonly")
+            || matches!(
+                checked.name,
+                "publish" | "spublish" | "eval" | "evalsha" | "fcall"
+            ))
+    {
+        // A MONITOR client is a replica to Redis: no keys for it.
+        refuse_in_multi(session);
+        let r = Reply::err("Replica can't interact with the keyspace");
+        reject(session, outbox, checked, r, refused);
+        return false;
+    }
     if !session.resp3
         && session.subs.any()
         && !matches!(
@@ -541,6 +556,12 @@ async fn execute(
         }
     }
     crate::families::tracking::before_command(session, spec, &args);
+    let monitored = server.pubsub.monitors.active().then(|| {
+        if spec.name == "exec" {
+            feed_transaction(session);
+        }
+        args.all().to_vec()
+    });
     session.settled = outbox.slots.is_empty() && outbox.squash.is_empty();
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
@@ -664,9 +685,34 @@ async fn execute(
             close = true;
         }
     }
+    if let Some(argv) = monitored {
+        let addr = &session.entry.addr;
+        server
+            .pubsub
+            .monitors
+            .feed(checked, session.db, addr, &argv);
+    }
     server.record_call(checked, started.elapsed().as_micros() as u64);
     show_transaction(session);
     close
+}
+
+/// MONITOR shows a transaction's commands when EXEC runs them, before
+/// EXEC itself, and none when a watched key changed (EXEC then runs
+/// nothing). The watch is judged now; a change racing EXEC may still
+/// abort it after its commands were shown.
+fn feed_transaction(session: &Session) {
+    let Some(multi) = &session.multi else {
+        return;
+    };
+    if multi.failed || session.watching.failed(crate::shard::now_ms()) {
+        return;
+    }
+    let monitors = &session.server.pubsub.monitors;
+    for (spec, args) in &multi.queue {
+        let spec = command::call_spec(spec, args).unwrap_or(spec);
+        monitors.feed(spec, session.db, &session.entry.addr, args.all());
+    }
 }
 
 /// Makes a command in a slot being migrated away check, in the

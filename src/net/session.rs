@@ -214,6 +214,8 @@ pub struct Session {
     /// The client is another cluster node's bus link (it named itself so):
     /// what it publishes is delivered here only.
     pub bus_link: bool,
+    /// MONITOR mode: the client only watches commands go by.
+    pub monitor: bool,
     /// CLIENT TRACKING settings, while on.
     pub tracking: Option<Arc<crate::pubsub::tracking::Tracked>>,
     /// CLIENT CACHING YES|NO was sent: it covers the next command.
@@ -273,6 +275,7 @@ impl Session {
             subs,
             settled: false,
             bus_link: false,
+            monitor: false,
             tracking: None,
             caching: false,
             server,

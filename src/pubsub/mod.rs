@@ -23,6 +23,7 @@
 //!   commit of the unit (`WriteCtx::publish`), so a subscriber never hears
 //!   of a change it cannot read yet, nor of a transaction WATCH aborted.
 
+pub mod monitor;
 pub mod subscriptions;
 pub mod tracking;
 
@@ -73,6 +74,8 @@ pub enum Push {
     Invalidate(Option<Vec<Bytes>>),
     /// The REDIRECT target of this client's tracking went away (its id).
     RedirectBroken(u64),
+    /// Bytes sent as they are in either protocol (a MONITOR line).
+    Line(Bytes),
 }
 
 /// The channel RESP2 clients receive invalidations on.
@@ -114,6 +117,7 @@ impl Push {
             ])
             .encode(out, true),
             Push::RedirectBroken(_) => {}
+            Push::Line(line) => out.put_slice(line),
         }
     }
 
@@ -127,6 +131,7 @@ impl Push {
                     .map_or(0, |k| k.iter().map(|k| k.len() + 16).sum())
             }
             Push::RedirectBroken(_) => 48,
+            Push::Line(line) => line.len(),
         }
     }
 
@@ -138,7 +143,7 @@ impl Push {
     /// Whether it waits for the reply being written: an invalidation must
     /// not overtake the value of a read it invalidates.
     pub fn after_reply(&self) -> bool {
-        !matches!(self, Push::Frame(_))
+        matches!(self, Push::Invalidate(_) | Push::RedirectBroken(_))
     }
 }
 
@@ -233,6 +238,8 @@ pub struct Hub {
     limits: [Limit; 2],
     /// Client-side caching.
     pub tracking: tracking::Tracker,
+    /// MONITOR clients.
+    pub monitors: monitor::Monitors,
     /// In cluster mode: sends a PUBLISH made here to the other nodes.
     forward: std::sync::OnceLock<Forward>,
 }
