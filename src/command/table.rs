@@ -89,7 +89,21 @@ impl CommandSpec {
 
     /// Whether a flag is set.
     pub fn has_flag(&self, flag: &str) -> bool {
-        self.flags.split(' ').any(|f| f == flag)
+        // Asked several times per command: a byte scan, no iterator of
+        // string slices.
+        let (flags, flag) = (self.flags.as_bytes(), flag.as_bytes());
+        let mut at = 0;
+        while at + flag.len() <= flags.len() {
+            let end = at + flag.len();
+            if &flags[at..end] == flag && flags.get(end).is_none_or(|&b| b == b' ') {
+                return true;
+            }
+            match flags[at..].iter().position(|&b| b == b' ') {
+                Some(space) => at += space + 1,
+                None => return false,
+            }
+        }
+        false
     }
 
     /// The key-spec flags (`RW ACCESS DELETE`...) of the key at index `pos`

@@ -439,7 +439,7 @@ pub fn abort_for_shutdown(server: &Server) {
 /// The BUSY reply a command gets while a script has run longer than
 /// `busy-reply-threshold`, unless it is allowed then (`allow_busy`).
 pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
-    if spec.has_flag("allow_busy") {
+    if !server.scripts.running() || spec.has_flag("allow_busy") {
         return None;
     }
     let handle = server.scripts.kill_handle();

@@ -240,6 +240,15 @@ fn bulk(out: &mut BytesMut, b: &[u8]) {
 }
 
 fn put_int(out: &mut BytesMut, i: i64) {
+    // Lengths and counts are mostly one or two digits.
+    if (0..10).contains(&i) {
+        out.put_u8(b'0' + i as u8);
+        return;
+    }
+    if (10..100).contains(&i) {
+        out.put_slice(&[b'0' + (i / 10) as u8, b'0' + (i % 10) as u8]);
+        return;
+    }
     let mut buf = itoa_buf(i);
     out.put_slice(buf.as_bytes_mut());
 }
