@@ -490,4 +490,19 @@ fn publish_reaches_subscribers_on_every_node() {
         common::error_line(&err),
         format!("MOVED {slot} 127.0.0.1:{}", nodes[owner].port)
     );
+    // CLIENT LIST shows a subscriber as P, and READONLY as r.
+    let mut c = nodes[0].client();
+    let list: String = cmd(&["CLIENT", "LIST", "TYPE", "pubsub"])
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        list.contains(" flags=P ") && list.contains(" sub=1 psub=1 "),
+        "{list}"
+    );
+    common::ok(&mut c, &["READONLY"]);
+    let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
+    assert!(info.contains(" flags=r "), "{info}");
+    common::ok(&mut c, &["READWRITE"]);
+    let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
+    assert!(info.contains(" flags=N "), "{info}");
 }

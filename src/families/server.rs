@@ -84,6 +84,7 @@ pub fn reset(s: &mut Session, _a: Args) -> Action {
     info.resp = 2;
     info.name.clear();
     info.no_evict = false;
+    info.readonly = false;
     Reply::Simple("RESET").into()
 }
 
@@ -243,8 +244,8 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
     // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), t R B
-    // (tracking, broken redirect, BCAST), d (a watched key changed), e
-    // (NO-EVICT).
+    // (tracking, broken redirect, BCAST), d (a watched key changed), r
+    // (READONLY), e (NO-EVICT).
     let mut flags = String::new();
     let mailbox = &e.mailbox;
     if s.server.pubsub.monitors.contains(e.id) {
@@ -272,6 +273,9 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
     {
         flags.push('d');
+    }
+    if info.readonly {
+        flags.push('r');
     }
     if info.no_evict {
         flags.push('e');
