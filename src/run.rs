@@ -53,7 +53,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     let shards = ShardSet::open(&config)?;
     let mut server = Server::new(config, shards);
     if server.config.cluster.enabled {
-        server.cluster = Some(crate::cluster::node::open_for(&server, local.port())?);
+        let cluster = crate::cluster::node::open_for(&server, local.port())?;
+        let bus = crate::cluster::bus::Bus::new(cluster.clone(), tokio::runtime::Handle::current());
+        server.pubsub.set_forward(Box::new(move |channel, message| {
+            bus.forward(channel, message)
+        }));
+        server.cluster = Some(cluster);
     }
     let server = Arc::new(server);
     if let Some(c) = &server.cluster {

@@ -46,6 +46,8 @@ pub struct ClientInfo {
     pub last_active: Option<Instant>,
     /// CLIENT NO-EVICT.
     pub no_evict: bool,
+    /// READONLY was sent (cluster mode).
+    pub readonly: bool,
     /// Commands queued since MULTI, or -1 outside a transaction.
     pub multi: i64,
     /// The client's WATCH flag while it watches keys (CLIENT LIST's `d`).

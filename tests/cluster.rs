@@ -1,7 +1,8 @@
 //! Cluster mode across several nodes: three cairn nodes on loopback share a
 //! topology in a local etcd; Redis's own tooling (`redis-cli --cluster`,
 //! `redis-benchmark --cluster`) builds and reshapes the cluster, and the
-//! Rust client crate's cluster connection runs a workload through it.
+//! Rust client crate's cluster connection runs a workload through it; a
+//! PUBLISH on one node reaches the subscribers of every node.
 //!
 //! Needs etcd (Debian's etcd-server) and redis-cli / redis-benchmark
 //! (redis-tools); `.ci/run` installs both.
@@ -420,4 +421,88 @@ fn a_big_hash_moves_in_chunks_without_stalling_its_node() {
         worst < Duration::from_millis(500),
         "a read waited {worst:?}"
     );
+}
+
+#[test]
+fn publish_reaches_subscribers_on_every_node() {
+    let etcd = TestEtcd::start();
+    let nodes = common::cluster::three_nodes(&etcd.endpoint, "t-pubsub");
+    let mut conn = nodes[0].client();
+    let mut sub = conn.as_pubsub();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    sub.subscribe("news").unwrap();
+    sub.psubscribe("n*").unwrap();
+    // Published on another node: delivered here, counted there (Redis
+    // Cluster counts the publishing node's receivers only).
+    let n: i64 = cmd(&["PUBLISH", "news", "from-1"])
+        .query(&mut nodes[1].client())
+        .unwrap();
+    assert_eq!(n, 0);
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let m = sub.get_message().unwrap();
+        got.push((
+            m.get_pattern::<Option<String>>().unwrap(),
+            m.get_channel_name().to_string(),
+            m.get_payload::<String>().unwrap(),
+        ));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (None, "news".to_string(), "from-1".to_string()),
+            (
+                Some("n*".to_string()),
+                "news".to_string(),
+                "from-1".to_string()
+            ),
+        ]
+    );
+    // Published here: counted here, and not echoed back by the others.
+    let n: i64 = cmd(&["PUBLISH", "news", "local"])
+        .query(&mut nodes[0].client())
+        .unwrap();
+    assert_eq!(n, 2);
+    for _ in 0..2 {
+        let m = sub.get_message().unwrap();
+        assert_eq!(m.get_payload::<String>().unwrap(), "local");
+    }
+    sub.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    assert!(sub.get_message().is_err(), "a message arrived twice");
+    // Shard channels stay with their slot's owner: SPUBLISH elsewhere is
+    // redirected.
+    let slot = cairn::cluster::key_slot(b"orders");
+    let owner = nodes
+        .iter()
+        .position(|s| {
+            cmd(&["SPUBLISH", "orders", "x"])
+                .query::<i64>(&mut s.client())
+                .is_ok()
+        })
+        .unwrap();
+    let other = (owner + 1) % 3;
+    let err = cmd(&["SPUBLISH", "orders", "x"])
+        .query::<i64>(&mut nodes[other].client())
+        .unwrap_err();
+    assert_eq!(
+        common::error_line(&err),
+        format!("MOVED {slot} 127.0.0.1:{}", nodes[owner].port)
+    );
+    // CLIENT LIST shows a subscriber as P, and READONLY as r.
+    let mut c = nodes[0].client();
+    let list: String = cmd(&["CLIENT", "LIST", "TYPE", "pubsub"])
+        .query(&mut c)
+        .unwrap();
+    assert!(
+        list.contains(" flags=P ") && list.contains(" sub=1 psub=1 "),
+        "{list}"
+    );
+    common::ok(&mut c, &["READONLY"]);
+    let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
+    assert!(info.contains(" flags=r "), "{info}");
+    common::ok(&mut c, &["READWRITE"]);
+    let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
+    assert!(info.contains(" flags=N "), "{info}");
 }

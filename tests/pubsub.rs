@@ -227,3 +227,66 @@ fn publish_in_exec_goes_out_when_the_transaction_commits() {
     let msg = b"*3\r\n$7\r\nmessage\r\n$6\r\nevents\r\n$3\r\nlua\r\n";
     assert_eq!(read_exact_bytes(&mut sub, msg.len()), msg);
 }
+
+/// Redis 7.0 writes a RESP3 client's own messages from EXEC inside EXEC's
+/// array (a protocol bug Redis 7.2 fixed); cairn sends them after it, as
+/// 7.2 does.
+#[test]
+fn own_messages_from_exec_follow_its_reply_in_resp3() {
+    let server = TestServer::start();
+    let mut c = server.tcp();
+    send(&mut c, &[b"HELLO", b"3"]);
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"modules\r\n*0\r\n") {
+        c.read_exact(&mut byte).unwrap();
+        seen.push(byte[0]);
+    }
+    send(&mut c, &[b"SUBSCRIBE", b"me"]);
+    let confirm = b">3\r\n$9\r\nsubscribe\r\n$2\r\nme\r\n:1\r\n";
+    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    for cmd in [
+        &[&b"MULTI"[..]][..],
+        &[b"PUBLISH", b"me", b"hi"],
+        &[b"EXEC"],
+    ] {
+        send(&mut c, cmd);
+    }
+    let want = b"+OK\r\n+QUEUED\r\n*1\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$2\r\nme\r\n$2\r\nhi\r\n";
+    assert_eq!(
+        String::from_utf8_lossy(&read_exact_bytes(&mut c, want.len())),
+        String::from_utf8_lossy(want)
+    );
+}
+
+/// A RESP3 client blocked in BLPOP still receives its messages.
+#[test]
+fn a_blocked_resp3_client_gets_its_messages() {
+    let server = TestServer::start();
+    let mut c = server.tcp();
+    send(&mut c, &[b"HELLO", b"3"]);
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"modules\r\n*0\r\n") {
+        c.read_exact(&mut byte).unwrap();
+        seen.push(byte[0]);
+    }
+    send(&mut c, &[b"SUBSCRIBE", b"news"]);
+    let confirm = b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
+    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    send(&mut c, &[b"BLPOP", b"jobs", b"0"]);
+    let mut other = server.client();
+    eventually("the client to block", || {
+        let info = match q(&mut other, &["INFO", "clients"]) {
+            Value::BulkString(b) => String::from_utf8(b).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        info.contains("blocked_clients:1")
+    });
+    assert_eq!(int(&mut other, &["PUBLISH", "news", "hello"]), 1);
+    let msg = b">3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n";
+    assert_eq!(read_exact_bytes(&mut c, msg.len()), msg);
+    assert_eq!(int(&mut other, &["LPUSH", "jobs", "j1"]), 1);
+    let popped = b"*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n";
+    assert_eq!(read_exact_bytes(&mut c, popped.len()), popped);
+}

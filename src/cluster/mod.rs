@@ -2,6 +2,7 @@
 //! owns a slot) and cluster mode: the shared topology (`topology`), this
 //! node's part in it (`node`), its store (`etcd`) and routing (`routing`).
 
+pub mod bus;
 pub mod etcd;
 pub mod node;
 pub mod routing;

@@ -89,7 +89,21 @@ impl CommandSpec {
 
     /// Whether a flag is set.
     pub fn has_flag(&self, flag: &str) -> bool {
-        self.flags.split(' ').any(|f| f == flag)
+        // Asked several times per command: a byte scan, no iterator of
+        // string slices.
+        let (flags, flag) = (self.flags.as_bytes(), flag.as_bytes());
+        let mut at = 0;
+        while at + flag.len() <= flags.len() {
+            let end = at + flag.len();
+            if &flags[at..end] == flag && flags.get(end).is_none_or(|&b| b == b' ') {
+                return true;
+            }
+            match flags[at..].iter().position(|&b| b == b' ') {
+                Some(space) => at += space + 1,
+                None => return false,
+            }
+        }
+        false
     }
 
     /// The key-spec flags (`RW ACCESS DELETE`...) of the key at index `pos`
@@ -462,6 +476,8 @@ commands! {
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
     "migrate", -6, "write movablekeys", (3, 3, 1), "RW ACCESS DELETE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::migrate,
         "Atomically transfer a key from a Redis instance to another one.", "host port key|\"\" destination-db timeout [COPY] [REPLACE] [AUTH password] [AUTH2 username password] [KEYS key [key ...]]", "nondeterministic_output";
+    "monitor", 1, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", pubsub::monitor,
+        "Listen for all requests received by the server in real time", "", "";
     "move", 3, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
         "Move a key to another database.", "key db", "";
     "mset", -3, "write denyoom", (1, -1, 2), "OW UPDATE", "@write @string @slow", "string", "1.0.1", string::mset,
@@ -783,8 +799,12 @@ commands! {
     /// 7.0 describes them in COMMAND INFO. The handler is the container's:
     /// the rows feed COMMAND INFO, LIST and GETKEYS, not routing.
     SUBCOMMANDS;
+    "client|caching", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
+        "Instruct the server about tracking or not keys in the next request", "", "";
     "client|getname", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
         "Get the current connection name", "", "";
+    "client|getredir", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
+        "Get tracking notifications redirection client ID if any", "", "";
     "client|help", 2, "loading stale", (0, 0, 0), "", "@slow @connection", "connection", "5.0.0", server::client,
         "Show helpful text about the different subcommands", "", "";
     "client|id", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "5.0.0", server::client,
@@ -801,6 +821,10 @@ commands! {
         "Instruct the server whether to reply to commands", "", "";
     "client|setname", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
         "Set the current connection name", "", "";
+    "client|tracking", -3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
+        "Enable or disable server assisted client side caching support", "", "";
+    "client|trackinginfo", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.2.0", server::client,
+        "Return information about server assisted client side caching for the current connection", "", "";
     "cluster|addslots", -3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
         "Assign new hash slots to receiving node", "", "";
     "cluster|addslotsrange", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,

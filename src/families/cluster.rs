@@ -35,9 +35,14 @@ pub fn asking(s: &mut Session, _a: Args) -> Action {
 /// READONLY and READWRITE: accepted in cluster mode. They choose whether a
 /// client may read from replicas; cairn has none, so routing is the same
 /// either way and there is nothing to remember.
-pub fn read_mode(s: &mut Session, _a: Args) -> Action {
+pub fn read_mode(s: &mut Session, a: Args) -> Action {
     match enabled(s) {
-        Ok(_) => Reply::Ok.into(),
+        Ok(_) => {
+            // Only shown by CLIENT LIST (`r`): cairn has no replicas to
+            // read from.
+            s.entry.info.lock().readonly = a.get(0).eq_ignore_ascii_case(b"readonly");
+            Reply::Ok.into()
+        }
         Err(r) => r.into(),
     }
 }
@@ -593,9 +598,9 @@ async fn handshake(addr: std::net::SocketAddr, password: &str) -> Result<(String
         let mut stream = tokio::io::BufReader::new(stream);
         let mut req = Vec::new();
         if !password.is_empty() {
-            super::dump::resp_command(&mut req, &[b"AUTH", password.as_bytes()]);
+            crate::protocol::encode_command(&mut req, &[b"AUTH", password.as_bytes()]);
         }
-        super::dump::resp_command(&mut req, &[b"CLUSTER", b"MYID"]);
+        crate::protocol::encode_command(&mut req, &[b"CLUSTER", b"MYID"]);
         stream
             .get_mut()
             .write_all(&req)

@@ -344,16 +344,6 @@ fn distinct(ids: &[usize]) -> Vec<usize> {
     out
 }
 
-/// One RESP command.
-pub(crate) fn resp_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
-    for p in parts {
-        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
 /// A collection with more members than this moves in chunks, not as one
 /// DUMP payload, when a cluster node migrates it (see [`move_big`]).
 const BIG_KEY: u64 = 10_000;
@@ -594,7 +584,7 @@ impl Target {
     async fn call(&mut self, parts: &[&[u8]]) -> Result<String, Reply> {
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
         let mut out = Vec::new();
-        resp_command(&mut out, parts);
+        crate::protocol::encode_command(&mut out, parts);
         tokio::time::timeout(self.wait, self.io.get_mut().write_all(&out))
             .await
             .map_err(|_| migrate_io_err("writing"))?
@@ -690,11 +680,11 @@ async fn exchange(
     if let Some(auth) = &m.auth {
         let mut parts: Vec<&[u8]> = vec![b"AUTH"];
         parts.extend(auth.iter().map(|p| &p[..]));
-        resp_command(&mut out, &parts);
+        crate::protocol::encode_command(&mut out, &parts);
     }
     let db = m.db.to_string();
     if select {
-        resp_command(&mut out, &[b"SELECT", db.as_bytes()]);
+        crate::protocol::encode_command(&mut out, &[b"SELECT", db.as_bytes()]);
     }
     for (_, key, payload, ttl) in found {
         let ttl = ttl.to_string();
@@ -707,7 +697,7 @@ async fn exchange(
         if m.replace {
             parts.push(b"REPLACE");
         }
-        resp_command(&mut out, &parts);
+        crate::protocol::encode_command(&mut out, &parts);
     }
     match tokio::time::timeout(wait, stream.write_all(&out)).await {
         Ok(Ok(())) => {}

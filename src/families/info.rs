@@ -74,10 +74,11 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
         "clients" => {
             let _ = write!(
                 out,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:0\r\n",
+                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n",
                 srv.clients.len(),
                 srv.runtime.read().maxclients(),
-                srv.shards.blocked.blocked_clients()
+                srv.shards.blocked.blocked_clients(),
+                srv.pubsub.tracking.stats().0
             );
         }
         "memory" => {
@@ -141,9 +142,10 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                         .map(|sh| f(&sh.stats).load(Relaxed))
                         .sum()
                 };
+            let tracking = srv.pubsub.tracking.stats();
             let _ = write!(
                 out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntotal_error_replies:{}\r\n",
+                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\n",
                 st.connections.load(Relaxed),
                 st.commands.load(Relaxed),
                 st.net_in.load(Relaxed),
@@ -155,6 +157,9 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 srv.pubsub.channel_count(crate::pubsub::Kind::Channel),
                 srv.pubsub.numpat(),
                 srv.pubsub.channel_count(crate::pubsub::Kind::Shard),
+                tracking.1,
+                tracking.2,
+                tracking.3,
                 st.errors.load(Relaxed)
             );
         }

@@ -25,6 +25,7 @@ pub mod set;
 pub mod sort;
 pub mod stream;
 pub mod string;
+pub mod tracking;
 pub mod transaction;
 pub mod zset;
 

@@ -49,8 +49,8 @@ pub fn spublish(s: &mut Session, a: Args) -> Action {
     publish_to(s, Kind::Shard, a)
 }
 
-/// Delivers now, once the client's earlier writes are acknowledged (a
-/// subscriber told of a change can read it). Inside EXEC or a script the
+/// Delivers now, once the client's earlier commands have their replies (a
+/// subscriber told of a change can read it): at once when they have. Inside EXEC or a script the
 /// message waits for the unit to commit, and the reply counts the
 /// receivers at the time the command ran, as Redis's does.
 fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
@@ -65,6 +65,12 @@ fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
                 Ok(Reply::Int(n as i64))
             }),
         };
+    }
+    if s.bus_link {
+        return Reply::Int(hub.publish_local(kind, &channel, &message) as i64).into();
+    }
+    if s.settled {
+        return Reply::Int(hub.publish(kind, &channel, &message) as i64).into();
     }
     Action::Job(Box::pin(async move {
         Reply::Int(hub.publish(kind, &channel, &message) as i64)
@@ -139,4 +145,18 @@ pub fn subscribed_pong(message: Option<&Bytes>) -> Reply {
         Reply::Bulk(Bytes::from_static(b"pong")),
         Reply::Bulk(message.cloned().unwrap_or_default()),
     ])
+}
+
+/// MONITOR: from now on the client receives a line for every command the
+/// server runs. Sent again, it is ignored without a reply, as in Redis.
+pub fn monitor(s: &mut Session, _a: Args) -> Action {
+    if s.monitor {
+        return Action::Silent;
+    }
+    if s.in_exec {
+        return Reply::err("MONITOR isn't allowed for DENY BLOCKING client").into();
+    }
+    s.server.pubsub.monitors.add(s.entry.clone());
+    s.monitor = true;
+    Reply::Ok.into()
 }

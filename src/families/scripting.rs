@@ -301,6 +301,10 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
         server.script_wrote.store(true, Ordering::Release);
     }
     session.resp3 = resp3;
+    let monitors = &server.pubsub.monitors;
+    if monitors.active() {
+        monitors.feed(counted, session.db, "lua", args.all());
+    }
     let action = (spec.handler)(session, args);
     server.record_call(counted, 0);
     action
@@ -435,7 +439,7 @@ pub fn abort_for_shutdown(server: &Server) {
 /// The BUSY reply a command gets while a script has run longer than
 /// `busy-reply-threshold`, unless it is allowed then (`allow_busy`).
 pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
-    if spec.has_flag("allow_busy") {
+    if !server.scripts.running() || spec.has_flag("allow_busy") {
         return None;
     }
     let handle = server.scripts.kill_handle();

@@ -67,6 +67,13 @@ pub fn quit(_s: &mut Session, _a: Args) -> Action {
 pub fn reset(s: &mut Session, _a: Args) -> Action {
     s.multi = None;
     s.subs.clear();
+    if std::mem::take(&mut s.monitor) {
+        s.server.pubsub.monitors.remove(s.entry.id);
+    }
+    if s.tracking.take().is_some() {
+        s.server.pubsub.tracking.disable(s.entry.id);
+    }
+    s.caching = false;
     s.watching = Default::default();
     s.db = 0;
     s.resp3 = false;
@@ -77,6 +84,7 @@ pub fn reset(s: &mut Session, _a: Args) -> Action {
     info.resp = 2;
     info.name.clear();
     info.no_evict = false;
+    info.readonly = false;
     Reply::Simple("RESET").into()
 }
 
@@ -235,15 +243,29 @@ fn client_class(e: &crate::server::ClientEntry) -> &'static str {
 fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
-    // In Redis's order: P (subscribed), x (MULTI), d (a watched key
-    // changed), e (NO-EVICT).
+    // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), t R B
+    // (tracking, broken redirect, BCAST), d (a watched key changed), r
+    // (READONLY), e (NO-EVICT).
     let mut flags = String::new();
     let mailbox = &e.mailbox;
+    if s.server.pubsub.monitors.contains(e.id) {
+        flags.push('O');
+    }
     if mailbox.subscribed() {
         flags.push('P');
     }
     if info.multi >= 0 {
         flags.push('x');
+    }
+    let tracking = s.server.pubsub.tracking.get(e.id);
+    if let Some(t) = &tracking {
+        flags.push('t');
+        if t.broken.load(std::sync::atomic::Ordering::Acquire) {
+            flags.push('R');
+        }
+        if t.bcast {
+            flags.push('B');
+        }
     }
     if info
         .watch_dirty
@@ -251,6 +273,9 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
     {
         flags.push('d');
+    }
+    if info.readonly {
+        flags.push('r');
     }
     if info.no_evict {
         flags.push('e');
@@ -261,7 +286,7 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let me = e.id == s.entry.id;
     let omem = mailbox.pending.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir=-1 resp={}",
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir={} resp={}",
         e.id,
         e.addr,
         e.laddr,
@@ -277,6 +302,7 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         omem,
         omem,
         if info.last_cmd.is_empty() { "NULL" } else if me { "client|list" } else { info.last_cmd },
+        tracking.map_or(-1, |t| t.redirect.as_ref().map_or(0, |(id, _)| *id as i64)),
         info.resp,
     )
 }
@@ -284,6 +310,10 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
 /// CLIENT HELP: Redis 7.0's lines for the subcommands cairn implements.
 const CLIENT_HELP: &[&str] = &[
     "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "CACHING (YES|NO)",
+    "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
+    "GETREDIR",
+    "    Return the client ID we are redirecting to when tracking is enabled.",
     "ID",
     "    Return the ID of the current connection.",
     "INFO",
@@ -300,6 +330,11 @@ const CLIENT_HELP: &[&str] = &[
     "    Protect current client connection from eviction.",
     "REPLY (ON|OFF|SKIP)",
     "    Control the replies sent to the current connection.",
+    "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
+    "         [OPTIN] [OPTOUT] [NOLOOP]",
+    "    Control server assisted client side caching.",
+    "TRACKINGINFO",
+    "    Report tracking status for the current connection.",
     "HELP",
     "    Print this help.",
 ];
@@ -322,7 +357,10 @@ pub fn client(s: &mut Session, a: Args) -> Action {
         }
         "setname" => match valid_name(a.get(2)) {
             Ok(()) => {
-                s.entry.info.lock().name = String::from_utf8_lossy(a.get(2)).into_owned();
+                let name = String::from_utf8_lossy(a.get(2)).into_owned();
+                s.bus_link = s.server.cluster.is_some()
+                    && name.starts_with(crate::cluster::bus::LINK_NAME_PREFIX);
+                s.entry.info.lock().name = name;
                 Reply::Ok.into()
             }
             Err(r) => r.into(),
@@ -394,6 +432,10 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 error(SYNTAX).into()
             }
         }
+        "tracking" => super::tracking::tracking(s, &a),
+        "caching" => super::tracking::caching(s, &a),
+        "getredir" => super::tracking::getredir(s),
+        "trackinginfo" => super::tracking::trackinginfo(s),
         "help" => super::help_reply(CLIENT_HELP).into(),
         _ => unknown_subcommand(a.get(1), "CLIENT"),
     }

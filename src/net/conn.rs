@@ -57,6 +57,10 @@ fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
     }
     if !to.suppressed {
         r.encode(out, to.resp3);
+    } else {
+        // Pub/Sub confirmations are pushes: CLIENT REPLY OFF does not
+        // silence them, as in Redis.
+        r.encode_pushes(out, to.resp3);
     }
 }
 
@@ -106,6 +110,8 @@ struct Outbox {
     push_bytes: usize,
     /// This client.
     entry: Arc<ClientEntry>,
+    /// Invalidations waiting for the reply being written.
+    held: Vec<Push>,
 }
 
 impl Outbox {
@@ -153,9 +159,11 @@ impl Outbox {
         self.flush_squash();
         if self.slots.is_empty() {
             // Messages that arrived before this reply was made go first,
-            // as Redis would have queued them first.
-            self.take_pushes(usize::MAX);
+            // as Redis would have queued them first; invalidations wait
+            // for it (see `Push::after_reply`).
+            self.take_pushes(usize::MAX, true);
             emit(&mut self.out, &self.server, &r, to);
+            self.release_held();
         } else {
             self.slots.push_back((Slot::Ready(r), to));
         }
@@ -177,6 +185,7 @@ impl Outbox {
                     }
                 }
                 Slot::Group(rx, flags) => {
+                    self.take_pushes(usize::MAX, true);
                     let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
                     match got {
                         Reply::Array(items) if items.len() == flags.len() => {
@@ -194,25 +203,49 @@ impl Outbox {
                     continue;
                 }
             };
+            // Messages published before this reply was made (by the
+            // command itself: a script publishing to this client) go
+            // first, as in Redis 7.0. Not before EXEC's: Redis 7.0 wrote
+            // them inside EXEC's array, breaking its length; cairn sends
+            // them after it, as Redis 7.2 does.
+            if to.cmd.is_none_or(|c| c.name != "exec") {
+                self.take_pushes(usize::MAX, true);
+            }
             emit(&mut self.out, &self.server, &reply, to);
+            self.release_held();
         }
         self.inflight = Inflight::None;
-        self.take_pushes(usize::MAX);
+        // A reply may follow at once (the command that waited for this
+        // drain): invalidations stay behind it.
+        self.take_pushes(usize::MAX, true);
+    }
+
+    /// Writes the invalidations held back for a reply.
+    fn release_held(&mut self) {
+        for push in std::mem::take(&mut self.held) {
+            self.add_push(push, false);
+        }
     }
 
     /// Moves the pushes already queued for this client into `out`, until
-    /// `out` holds `room` bytes.
-    fn take_pushes(&mut self, room: usize) {
+    /// `out` holds `room` bytes; with `hold`, invalidations are kept back
+    /// for after the reply about to be written.
+    fn take_pushes(&mut self, room: usize, hold: bool) {
         while self.out.len() < room {
             let Ok(push) = self.pushes.try_recv() else {
                 return;
             };
-            self.add_push(push);
+            self.add_push(push, hold);
         }
     }
 
-    fn add_push(&mut self, push: Push) {
-        push.encode(&mut self.out, self.resp3);
+    fn add_push(&mut self, push: Push, hold: bool) {
+        if hold && push.after_reply() {
+            self.held.push(push);
+            return;
+        }
+        let subscribed = self.entry.mailbox.subscribed();
+        push.encode(&mut self.out, self.resp3, subscribed);
         self.push_bytes += push.len();
     }
 
@@ -258,6 +291,8 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     server.clients.insert(id, entry.clone());
     let mut session = Session::new(server.clone(), entry.clone());
     serve(&mut session, &mut stream, pushes).await;
+    server.pubsub.tracking.disable(id);
+    server.pubsub.monitors.remove(id);
     server.clients.remove(&id);
 }
 
@@ -279,6 +314,7 @@ async fn serve(
         resp3: false,
         push_bytes: 0,
         entry: session.entry.clone(),
+        held: Vec::new(),
     };
     loop {
         let mut close = false;
@@ -306,6 +342,7 @@ async fn serve(
             }
         }
         outbox.drain().await;
+        outbox.release_held();
         if !outbox.out.is_empty() {
             server
                 .stats
@@ -348,8 +385,8 @@ async fn serve(
             },
             Some(push) = outbox.pushes.recv() => {
                 // Written with whatever else is already queued, in one go.
-                outbox.add_push(push);
-                outbox.take_pushes(PUSH_WRITE_BYTES);
+                outbox.add_push(push, false);
+                outbox.take_pushes(PUSH_WRITE_BYTES, false);
             }
             _ = session.entry.kill.notified() => return,
             _ = server.shutdown.notified() => return,
@@ -461,6 +498,20 @@ async fn execute(
             return false;
         }
     }
+    if session.monitor
+        && (checked.has_flag("write")
+            || checked.has_flag("readonly")
+            || matches!(
+                checked.name,
+                "publish" | "spublish" | "eval" | "evalsha" | "fcall"
+            ))
+    {
+        // A MONITOR client is a replica to Redis: no keys for it.
+        refuse_in_multi(session);
+        let r = Reply::err("Replica can't interact with the keyspace");
+        reject(session, outbox, checked, r, refused);
+        return false;
+    }
     if !session.resp3
         && session.subs.any()
         && !matches!(
@@ -504,7 +555,16 @@ async fn execute(
             return false;
         }
     }
+    crate::families::tracking::before_command(session, spec, &args);
+    let monitored = server.pubsub.monitors.active().then(|| {
+        if spec.name == "exec" {
+            feed_transaction(session);
+        }
+        args.all().to_vec()
+    });
+    session.settled = outbox.slots.is_empty() && outbox.squash.is_empty();
     let mut action = (spec.handler)(session, args);
+    action = crate::families::tracking::after_command(session, spec, action);
     outbox.resp3 = session.resp3;
     if let Some((keys, gone, moving)) = guard {
         action = while_present(action, keys, gone, moving);
@@ -581,19 +641,39 @@ async fn execute(
         }
         Action::Block(job) => {
             outbox.drain().await;
+            outbox.release_held();
             // Earlier replies go out before the client waits: a pipeline
             // of blocking pops gets each reply as it is served.
             if write_out(stream, &mut outbox.out, &server).await.is_err() {
                 return true;
             }
             outbox.written();
-            tokio::select! {
-                r = job => outbox.push_ready(r, to),
-                // A blocked client that leaves (or is killed) leaves nothing
-                // behind: dropping the job drops its registration.
-                _ = peer_gone(stream, buf, &server) => return true,
-                _ = session.entry.kill.notified() => return true,
-                _ = server.shutdown.notified() => return true,
+            let mut job = job;
+            loop {
+                let served = tokio::select! {
+                    r = &mut job => Some(r),
+                    // A RESP3 client gets its messages and invalidations
+                    // while it waits, as in Redis.
+                    Some(push) = outbox.pushes.recv() => {
+                        outbox.add_push(push, false);
+                        outbox.take_pushes(PUSH_WRITE_BYTES, false);
+                        None
+                    }
+                    // A blocked client that leaves (or is killed) leaves
+                    // nothing behind: dropping the job drops its
+                    // registration.
+                    _ = peer_gone(stream, buf, &server) => return true,
+                    _ = session.entry.kill.notified() => return true,
+                    _ = server.shutdown.notified() => return true,
+                };
+                if let Some(r) = served {
+                    outbox.push_ready(r, to);
+                    break;
+                }
+                if write_out(stream, &mut outbox.out, &server).await.is_err() {
+                    return true;
+                }
+                outbox.written();
             }
         }
         Action::Silent => {}
@@ -605,9 +685,34 @@ async fn execute(
             close = true;
         }
     }
+    if let Some(argv) = monitored {
+        let addr = &session.entry.addr;
+        server
+            .pubsub
+            .monitors
+            .feed(checked, session.db, addr, &argv);
+    }
     server.record_call(checked, started.elapsed().as_micros() as u64);
     show_transaction(session);
     close
+}
+
+/// MONITOR shows a transaction's commands when EXEC runs them, before
+/// EXEC itself, and none when a watched key changed (EXEC then runs
+/// nothing). The watch is judged now; a change racing EXEC may still
+/// abort it after its commands were shown.
+fn feed_transaction(session: &Session) {
+    let Some(multi) = &session.multi else {
+        return;
+    };
+    if multi.failed || session.watching.failed(crate::shard::now_ms()) {
+        return;
+    }
+    let monitors = &session.server.pubsub.monitors;
+    for (spec, args) in &multi.queue {
+        let spec = command::call_spec(spec, args).unwrap_or(spec);
+        monitors.feed(spec, session.db, &session.entry.addr, args.all());
+    }
 }
 
 /// Makes a command in a slot being migrated away check, in the

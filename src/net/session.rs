@@ -207,6 +207,19 @@ pub struct Session {
     pub asking: bool,
     /// What the client is subscribed to.
     pub subs: crate::pubsub::Subscriptions,
+    /// Set by the connection before a command runs when none of the
+    /// client's earlier commands is still waiting for its reply: the
+    /// command may then take effect at once (PUBLISH need not wait).
+    pub settled: bool,
+    /// The client is another cluster node's bus link (it named itself so):
+    /// what it publishes is delivered here only.
+    pub bus_link: bool,
+    /// MONITOR mode: the client only watches commands go by.
+    pub monitor: bool,
+    /// CLIENT TRACKING settings, while on.
+    pub tracking: Option<Arc<crate::pubsub::tracking::Tracked>>,
+    /// CLIENT CACHING YES|NO was sent: it covers the next command.
+    pub caching: bool,
     /// In a script's session in cluster mode: the one slot its commands may
     /// use (its declared keys', else the first one used), unless the script
     /// may cross slots (`None`).
@@ -260,6 +273,11 @@ impl Session {
         let subs = crate::pubsub::Subscriptions::new(server.pubsub.clone(), entry.clone());
         Session {
             subs,
+            settled: false,
+            bus_link: false,
+            monitor: false,
+            tracking: None,
+            caching: false,
             server,
             entry,
             db: 0,

@@ -5,4 +5,4 @@ pub mod reply;
 pub mod request;
 
 pub use reply::Reply;
-pub use request::{ProtocolError, RequestParser};
+pub use request::{encode_command, ProtocolError, RequestParser};

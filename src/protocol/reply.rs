@@ -118,6 +118,20 @@ impl Reply {
         matches!(self, Reply::Error(_))
     }
 
+    /// Appends only the pushes of this reply (itself, or those among its
+    /// frames): what a client with replies switched off still receives.
+    pub fn encode_pushes(&self, out: &mut BytesMut, resp3: bool) {
+        match self {
+            Reply::Push(_) => self.encode(out, resp3),
+            Reply::Frames(frames) => {
+                for f in frames {
+                    f.encode_pushes(out, resp3);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// Appends the encoding of this reply to `out`.
     pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
         match self {
@@ -226,6 +240,15 @@ fn bulk(out: &mut BytesMut, b: &[u8]) {
 }
 
 fn put_int(out: &mut BytesMut, i: i64) {
+    // Lengths and counts are mostly one or two digits.
+    if (0..10).contains(&i) {
+        out.put_u8(b'0' + i as u8);
+        return;
+    }
+    if (10..100).contains(&i) {
+        out.put_slice(&[b'0' + (i / 10) as u8, b'0' + (i % 10) as u8]);
+        return;
+    }
     let mut buf = itoa_buf(i);
     out.put_slice(buf.as_bytes_mut());
 }

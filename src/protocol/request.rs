@@ -274,6 +274,17 @@ fn hex(c: u8) -> Option<u8> {
     (c as char).to_digit(16).map(|d| d as u8)
 }
 
+/// Appends one command as a client sends it (an array of bulk strings):
+/// what cairn sends other servers (MIGRATE, MEET, the cluster bus).
+pub fn encode_command(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", parts.len()).as_bytes());
+    for p in parts {
+        out.extend_from_slice(format!("${}\r\n", p.len()).as_bytes());
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

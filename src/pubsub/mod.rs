@@ -23,8 +23,10 @@
 //!   commit of the unit (`WriteCtx::publish`), so a subscriber never hears
 //!   of a change it cannot read yet, nor of a transaction WATCH aborted.
 
+pub mod monitor;
 pub mod notify;
 pub mod subscriptions;
+pub mod tracking;
 
 pub use subscriptions::Subscriptions;
 
@@ -65,33 +67,84 @@ impl Kind {
 
 /// Something pushed to a client outside the request/reply flow.
 #[derive(Debug, Clone)]
-pub struct Push(Bytes);
+pub enum Push {
+    /// A Pub/Sub message, as its RESP2 array (`*...`); RESP3 replaces the
+    /// first byte with `>`.
+    Frame(Bytes),
+    /// A tracking invalidation: these keys, or (`None`) every key.
+    Invalidate(Option<Vec<Bytes>>),
+    /// The REDIRECT target of this client's tracking went away (its id).
+    RedirectBroken(u64),
+    /// Bytes sent as they are in either protocol (a MONITOR line).
+    Line(Bytes),
+}
+
+/// The channel RESP2 clients receive invalidations on.
+pub const INVALIDATE_CHANNEL: &[u8] = b"__redis__:invalidate";
 
 impl Push {
-    /// A push whose RESP2 encoding is `frame`, an array (`*...`).
-    pub fn from_resp2(frame: Bytes) -> Push {
-        debug_assert_eq!(frame.first(), Some(&b'*'));
-        Push(frame)
-    }
-
     /// Appends the push as a client of protocol `resp3` receives it.
-    pub fn encode(&self, out: &mut BytesMut, resp3: bool) {
-        if resp3 {
-            out.put_u8(b'>');
-            out.put_slice(&self.0[1..]);
-        } else {
-            out.put_slice(&self.0);
+    /// `subscribed`: a RESP2 client in subscribed mode, which alone can be
+    /// sent invalidations (as messages); others get nothing, as in Redis.
+    pub fn encode(&self, out: &mut BytesMut, resp3: bool, subscribed: bool) {
+        use crate::protocol::Reply;
+        match self {
+            Push::Frame(frame) if resp3 => {
+                out.put_u8(b'>');
+                out.put_slice(&frame[1..]);
+            }
+            Push::Frame(frame) => out.put_slice(frame),
+            Push::Invalidate(keys) => {
+                let keys = match keys {
+                    Some(k) => Reply::Array(k.iter().cloned().map(Reply::Bulk).collect()),
+                    None => Reply::Nil,
+                };
+                let head = if resp3 {
+                    Reply::Push(vec![Reply::bulk(&b"invalidate"[..]), keys])
+                } else if subscribed {
+                    Reply::Array(vec![
+                        Reply::bulk(&b"message"[..]),
+                        Reply::bulk(INVALIDATE_CHANNEL),
+                        keys,
+                    ])
+                } else {
+                    return;
+                };
+                head.encode(out, resp3);
+            }
+            Push::RedirectBroken(id) if resp3 => Reply::Push(vec![
+                Reply::bulk(&b"tracking-redir-broken"[..]),
+                Reply::Int(*id as i64),
+            ])
+            .encode(out, true),
+            Push::RedirectBroken(_) => {}
+            Push::Line(line) => out.put_slice(line),
         }
     }
 
-    /// Its size on the wire.
+    /// What it counts toward the client's output buffer.
     pub fn len(&self) -> usize {
-        self.0.len()
+        match self {
+            Push::Frame(frame) => frame.len(),
+            Push::Invalidate(keys) => {
+                32 + keys
+                    .as_ref()
+                    .map_or(0, |k| k.iter().map(|k| k.len() + 16).sum())
+            }
+            Push::RedirectBroken(_) => 48,
+            Push::Line(line) => line.len(),
+        }
     }
 
-    /// Whether it is empty (never, for a real push).
+    /// Whether it is empty (never).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        false
+    }
+
+    /// Whether it waits for the reply being written: an invalidation must
+    /// not overtake the value of a read it invalidates.
+    pub fn after_reply(&self) -> bool {
+        matches!(self, Push::Invalidate(_) | Push::RedirectBroken(_))
     }
 }
 
@@ -133,6 +186,25 @@ impl Mailbox {
         self.counts.iter().any(|c| c.load(Ordering::Relaxed) > 0)
     }
 
+    /// Queues `push`, counting it; false when the client is gone.
+    pub fn send(&self, push: Push) -> bool {
+        self.queue(push).is_some()
+    }
+
+    /// Queues `push`; the bytes now pending for the client, or `None` when
+    /// it is gone.
+    fn queue(&self, push: Push) -> Option<usize> {
+        let n = push.len();
+        // Counted before it is sent: the connection may write it (and
+        // subtract it) as soon as it is in the channel.
+        let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
+        if self.tx.send(push).is_err() {
+            self.pending.fetch_sub(n, Ordering::Relaxed);
+            return None;
+        }
+        Some(pending)
+    }
+
     /// Records that `n` bytes of pushes went out on the socket.
     pub fn written(&self, n: usize) {
         self.pending.fetch_sub(n, Ordering::Relaxed);
@@ -147,6 +219,9 @@ struct Limit {
     soft: AtomicU64,
     secs: AtomicU64,
 }
+
+/// Where a PUBLISH goes beyond this node: called with channel and message.
+pub type Forward = Box<dyn Fn(&[u8], &[u8]) + Send + Sync>;
 
 /// Subscribers of one channel (or pattern), in subscription order.
 type Subscribers = Vec<Arc<ClientEntry>>;
@@ -164,6 +239,12 @@ pub struct Hub {
     limits: [Limit; 2],
     /// `notify-keyspace-events` as [`notify`] flags (0: off).
     notify: std::sync::atomic::AtomicU32,
+    /// Client-side caching.
+    pub tracking: tracking::Tracker,
+    /// MONITOR clients.
+    pub monitors: monitor::Monitors,
+    /// In cluster mode: sends a PUBLISH made here to the other nodes.
+    forward: std::sync::OnceLock<Forward>,
 }
 
 impl Hub {
@@ -177,6 +258,9 @@ impl Hub {
             .split(' ')
             .filter_map(|w| w.parse().ok())
             .collect();
+        self.tracking
+            .max_keys
+            .store(rt.size("tracking-table-max-keys"), Ordering::Relaxed);
         // Groups of (hard, soft, seconds) for normal, replica, pubsub.
         for (limit, group) in self.limits.iter().zip([0, 2]) {
             if let Some(g) = nums.get(group * 3..group * 3 + 3) {
@@ -236,10 +320,30 @@ impl Hub {
         }
     }
 
-    /// PUBLISH (or SPUBLISH with `kind` Shard): delivers `message` to the
-    /// channel's subscribers (and, for PUBLISH, every matching pattern's)
-    /// and returns how many deliveries it made.
+    /// Sets where PUBLISHes go beyond this node (cluster mode, once).
+    pub fn set_forward(&self, f: Forward) {
+        let _ = self.forward.set(f);
+    }
+
+    /// PUBLISH (or SPUBLISH with `kind` Shard): delivers `message` to this
+    /// node's subscribers (see [`Hub::publish_local`]) and, for PUBLISH in
+    /// cluster mode, sends it on to the other nodes. The count is this
+    /// node's, as Redis Cluster's is.
     pub fn publish(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
+        let n = self.publish_local(kind, channel, message);
+        if kind == Kind::Channel {
+            if let Some(forward) = self.forward.get() {
+                forward(channel, message);
+            }
+        }
+        n
+    }
+
+    /// Delivers `message` to the channel's subscribers here (and, for a
+    /// plain channel, every matching pattern's) and returns how many
+    /// deliveries it made: a message from another node, or a keyspace
+    /// notification (node-local in Redis Cluster too).
+    pub fn publish_local(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
         let mut receivers = 0;
         if let Some(subs) = self.map(kind).get(channel) {
             let head = if kind == Kind::Shard {
@@ -286,16 +390,13 @@ impl Hub {
     /// client is gone. Disconnects the client if that takes it past its
     /// output buffer limit.
     fn deliver(&self, client: &ClientEntry, frame: &Bytes) -> usize {
-        let mailbox = &client.mailbox;
-        // Counted before it is sent: the connection may write it (and
-        // subtract it) as soon as it is in the channel.
-        let pending = mailbox.pending.fetch_add(frame.len(), Ordering::Relaxed) + frame.len();
-        if mailbox.tx.send(Push::from_resp2(frame.clone())).is_err() {
-            mailbox.pending.fetch_sub(frame.len(), Ordering::Relaxed);
-            return 0;
+        match client.mailbox.queue(Push::Frame(frame.clone())) {
+            Some(pending) => {
+                self.check_limit(client, pending);
+                1
+            }
+            None => 0,
         }
-        self.check_limit(client, pending);
-        1
     }
 
     /// Redis's output buffer limit check: over the hard limit, or over the

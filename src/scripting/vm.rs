@@ -521,6 +521,12 @@ impl ScriptVm {
         self.note_memory();
     }
 
+    /// Whether a script or function runs now (asked before every command:
+    /// no handle is made for it).
+    pub fn running(&self) -> bool {
+        self.kill.running.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// A handle for SCRIPT KILL / FUNCTION KILL and BUSY decisions.
     pub fn kill_handle(&self) -> KillHandle {
         KillHandle {

@@ -210,6 +210,7 @@ impl ShardActor {
             };
             ctx.observer = shared.observer();
             ctx.notify_flags = shared.hub.notify_flags();
+            ctx.tracked = shared.tracking();
             for Submit { f, reply } in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
@@ -280,16 +281,28 @@ impl ShardActor {
         for (db, key) in w.broadcasts {
             blocked.broadcast(db, &key);
         }
-        for db in w.flushed {
+        for &db in &w.flushed {
             blocked.broadcast_db(db);
         }
-        for (shard_channel, channel, message) in w.messages {
-            let kind = if shard_channel {
-                crate::pubsub::Kind::Shard
-            } else {
-                crate::pubsub::Kind::Channel
+        for (route, channel, message) in w.messages {
+            use crate::pubsub::Kind;
+            use crate::storage::tables::Route;
+            let hub = &self.shared.hub;
+            match route {
+                Route::Channel => hub.publish(Kind::Channel, &channel, &message),
+                Route::ShardChannel => hub.publish(Kind::Shard, &channel, &message),
+                Route::Local => hub.publish_local(Kind::Channel, &channel, &message),
             };
-            self.shared.hub.publish(kind, &channel, &message);
+        }
+        // A flush tells every tracking client to drop everything, once
+        // (from shard 0, which every flush includes): the keys it removed
+        // need no messages of their own.
+        if !w.flushed.is_empty() {
+            if self.shared.id == 0 {
+                self.shared.hub.tracking.invalidate_all();
+            }
+        } else if !w.tracked.is_empty() {
+            self.shared.hub.tracking.invalidate(&w.tracked);
         }
     }
 
@@ -342,6 +355,7 @@ impl ShardActor {
             let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
             ctx.observer = self.shared.observer();
             ctx.notify_flags = self.shared.hub.notify_flags();
+            ctx.tracked = self.shared.tracking();
             keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
             // Expired streams wake their blocked group readers.
@@ -395,6 +409,7 @@ impl ShardActor {
         };
         ctx.observer = shared.observer();
         ctx.notify_flags = shared.hub.notify_flags();
+        ctx.tracked = shared.tracking();
         ctx.capture = Some(Vec::new());
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.

@@ -164,6 +164,12 @@ impl ShardShared {
             .then(|| self.watches.clone() as Arc<dyn crate::storage::tables::RowObserver>)
     }
 
+    /// What a transaction opened now collects for client-side caching:
+    /// the names of the keys it changes, while any client tracks keys.
+    pub fn tracking(&self) -> Option<std::cell::RefCell<Vec<(bytes::Bytes, u64)>>> {
+        self.hub.tracking.active().then(Default::default)
+    }
+
     /// Opens a fresh snapshot of this shard.
     pub fn snapshot(&self) -> Result<ReadCtx, StoreError> {
         ReadCtx::begin(&self.db, now_ms())

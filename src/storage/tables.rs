@@ -330,12 +330,29 @@ pub struct Wakeups {
     /// Messages published by the transaction's commands, sent once it has
     /// committed.
     pub messages: Vec<Message>,
+    /// Names of the keys changed (with the client that changed them, when
+    /// it asked to be told so: see [`WriteCtx::writer`]), while clients
+    /// track keys for client-side caching.
+    pub tracked: Vec<(bytes::Bytes, u64)>,
 }
 
 /// A message a write publishes when it commits (PUBLISH inside EXEC or a
-/// script; keyspace notifications): whether it goes to a shard channel,
-/// the channel, the payload.
-pub type Message = (bool, bytes::Bytes, bytes::Bytes);
+/// script; keyspace notifications): where it goes, the channel, the
+/// payload.
+pub type Message = (Route, bytes::Bytes, bytes::Bytes);
+
+/// Where a [`Message`] goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// PUBLISH: this node's subscribers, and in cluster mode the other
+    /// nodes'.
+    Channel,
+    /// SPUBLISH: the shard channel's subscribers.
+    ShardChannel,
+    /// A keyspace notification: this node's subscribers only (node-local
+    /// in Redis Cluster too).
+    Local,
+}
 
 /// Told of every row a write puts or removes in `meta`, `sub` or `zscore`
 /// (WATCH's hook; see `shard::watch`). `removed` is true when a `meta` row
@@ -430,6 +447,12 @@ pub struct WriteCtx<'t> {
     pub flushed: Vec<u8>,
     /// Messages to publish after the commit (see [`Wakeups::messages`]).
     pub messages: Vec<Message>,
+    /// Collects the names of changed keys while clients track keys (see
+    /// [`Wakeups::tracked`]); `None` otherwise.
+    pub tracked: Option<std::cell::RefCell<Vec<(bytes::Bytes, u64)>>>,
+    /// The client running the current command, when it tracks keys with
+    /// NOLOOP (0 otherwise): its own changes are not sent back to it.
+    pub writer: u64,
     /// Key lookups of read-like steps in writes (hits, misses): see
     /// `KvRead::note_lookup`; the shard adds them to its INFO counters.
     pub lookups: std::cell::Cell<(u64, u64)>,
@@ -485,6 +508,8 @@ impl<'t> WriteCtx<'t> {
             broadcasts: Vec::new(),
             flushed: Vec::new(),
             messages: Vec::new(),
+            tracked: None,
+            writer: 0,
             lookups: Default::default(),
             state,
             observer: None,
@@ -557,9 +582,25 @@ impl<'t> WriteCtx<'t> {
     /// Tells the observer, if any, that a row changed.
     #[inline]
     fn changed(&self, table: Table, key: &[u8], removed: bool) {
+        if self.quiet || !matches!(table, Table::Meta | Table::Sub | Table::ZScore) {
+            return;
+        }
         if let Some(o) = &self.observer {
-            if !self.quiet && matches!(table, Table::Meta | Table::Sub | Table::ZScore) {
-                o.row_changed(table, key, removed && table == Table::Meta);
+            o.row_changed(table, key, removed && table == Table::Meta);
+        }
+        if let Some(tracked) = &self.tracked {
+            let name = match table {
+                Table::Meta => super::encoding::decode_meta_key(key).map(|(_, _, n)| n),
+                _ => super::encoding::decode_version_row(key).map(|(_, n)| n),
+            };
+            let Some(name) = name else { return };
+            let mut tracked = tracked.borrow_mut();
+            // A collection's rows come one after another: one entry each.
+            if tracked
+                .last()
+                .is_none_or(|(k, w)| &k[..] != name || *w != self.writer)
+            {
+                tracked.push((bytes::Bytes::copy_from_slice(name), self.writer));
             }
         }
     }
@@ -575,7 +616,7 @@ impl<'t> WriteCtx<'t> {
         f: impl FnOnce(&mut Self) -> Result<T, E>,
         modified: impl FnOnce(&T) -> bool,
     ) -> Result<T, E> {
-        if self.observer.is_none() {
+        if self.observer.is_none() && self.tracked.is_none() {
             return f(self);
         }
         let was = std::mem::replace(&mut self.quiet, true);
@@ -583,10 +624,8 @@ impl<'t> WriteCtx<'t> {
         self.quiet = was;
         let out = out?;
         if modified(&out) {
-            if let Some(o) = &self.observer {
-                let present = self.get(Table::Meta, meta_key)?.is_some();
-                o.row_changed(Table::Meta, meta_key, !present);
-            }
+            let present = self.get(Table::Meta, meta_key)?.is_some();
+            self.changed(Table::Meta, meta_key, !present);
         }
         Ok(out)
     }
@@ -608,13 +647,19 @@ impl<'t> WriteCtx<'t> {
             broadcasts: std::mem::take(&mut self.broadcasts),
             flushed: std::mem::take(&mut self.flushed),
             messages: std::mem::take(&mut self.messages),
+            tracked: self.tracked.as_ref().map(|t| t.take()).unwrap_or_default(),
         }
     }
 
     /// Publishes a message once this transaction commits (never, if it
     /// does not).
     pub fn publish(&mut self, shard_channel: bool, channel: bytes::Bytes, message: bytes::Bytes) {
-        self.messages.push((shard_channel, channel, message));
+        let route = if shard_channel {
+            Route::ShardChannel
+        } else {
+            Route::Channel
+        };
+        self.messages.push((route, channel, message));
     }
 
     /// Reports keyspace event `event` of class `class` (a
@@ -628,7 +673,7 @@ impl<'t> WriteCtx<'t> {
         for (channel, payload) in
             crate::pubsub::notify::messages(self.notify_flags, class, event, db, key)
         {
-            self.messages.push((false, channel, payload));
+            self.messages.push((Route::Local, channel, payload));
         }
     }
 

@@ -1,0 +1,242 @@
+//! Client-side caching across clients and shards: invalidations for
+//! writes by others (one shard, a transaction over two shards, expiry by
+//! the reaper), after the reply of the client's own write and never with
+//! NOLOOP, BCAST prefixes, RESP2 redirection with FLUSHALL's null message
+//! and a broken redirection, and tracking-table-max-keys. The exact bytes
+//! of each reply are recorded from Redis in the compatibility transcripts;
+//! these tests check the flows those single-connection files cannot.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::{int, ok, q, TestServer};
+use redis::Value;
+
+fn send(s: &mut TcpStream, args: &[&str]) {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+    }
+    s.write_all(&out).unwrap();
+}
+
+/// Reads exactly what `want` is, or fails showing what came instead.
+fn expect(s: &mut TcpStream, want: &str) {
+    let mut got = vec![0u8; want.len()];
+    if let Err(e) = s.read_exact(&mut got) {
+        panic!("waiting for {want:?}: {e}");
+    }
+    assert_eq!(String::from_utf8_lossy(&got), want);
+}
+
+/// Nothing arrives within `ms`.
+fn quiet(s: &mut TcpStream, ms: u64) {
+    s.set_read_timeout(Some(Duration::from_millis(ms))).unwrap();
+    let mut buf = [0u8; 256];
+    match s.read(&mut buf) {
+        Ok(n) => panic!("unexpected {:?}", String::from_utf8_lossy(&buf[..n])),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
+    }
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+}
+
+fn invalidate(keys: &[&str]) -> String {
+    let mut out = format!(">2\r\n$10\r\ninvalidate\r\n*{}\r\n", keys.len());
+    for k in keys {
+        out.push_str(&format!("${}\r\n{k}\r\n", k.len()));
+    }
+    out
+}
+
+/// A RESP3 connection with tracking on (extra options appended).
+fn tracking_client(server: &TestServer, options: &[&str]) -> TcpStream {
+    let mut c = server.tcp();
+    send(&mut c, &["HELLO", "3"]);
+    // HELLO's map: read up to its last field.
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"modules\r\n*0\r\n") {
+        c.read_exact(&mut byte).unwrap();
+        seen.push(byte[0]);
+    }
+    let mut cmd = vec!["CLIENT", "TRACKING", "on"];
+    cmd.extend_from_slice(options);
+    send(&mut c, &cmd);
+    expect(&mut c, "+OK\r\n");
+    c
+}
+
+#[test]
+fn writes_by_others_invalidate_once_until_read_again() {
+    let server = TestServer::start();
+    let mut other = server.client();
+    let mut t = tracking_client(&server, &[]);
+    send(&mut t, &["MGET", "a", "b"]);
+    expect(&mut t, "*2\r\n_\r\n_\r\n");
+    ok(&mut other, &["SET", "a", "1"]);
+    expect(&mut t, &invalidate(&["a"]));
+    // Told once: the key is tracked again only after another read.
+    ok(&mut other, &["SET", "a", "2"]);
+    quiet(&mut t, 200);
+    // A transaction over both shards invalidates each key it changes.
+    assert_ne!(common::shard_of("a", 2), common::shard_of("b", 2));
+    send(&mut t, &["GET", "a"]);
+    expect(&mut t, "$1\r\n2\r\n");
+    ok(&mut other, &["MULTI"]);
+    q(&mut other, &["SET", "a", "3"]);
+    q(&mut other, &["SET", "b", "3"]);
+    q(&mut other, &["EXEC"]);
+    let mut got = vec![0u8; invalidate(&["a"]).len() * 2];
+    t.read_exact(&mut got).unwrap();
+    let got = String::from_utf8(got).unwrap();
+    assert!(
+        got == invalidate(&["a"]) + &invalidate(&["b"])
+            || got == invalidate(&["b"]) + &invalidate(&["a"]),
+        "{got:?}"
+    );
+    // Expiry by the background reaper is a change too.
+    send(&mut t, &["GET", "a"]);
+    expect(&mut t, "$1\r\n3\r\n");
+    assert_eq!(int(&mut other, &["PEXPIRE", "a", "100"]), 1);
+    expect(&mut t, &invalidate(&["a"]));
+    send(&mut t, &["GET", "a"]);
+    expect(&mut t, "$1\r\n3\r\n");
+    t.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    expect(&mut t, &invalidate(&["a"]));
+}
+
+#[test]
+fn own_writes_come_after_the_reply_and_never_with_noloop() {
+    let server = TestServer::start();
+    let mut t = tracking_client(&server, &[]);
+    send(&mut t, &["GET", "k"]);
+    expect(&mut t, "_\r\n");
+    send(&mut t, &["SET", "k", "v"]);
+    expect(&mut t, &format!("+OK\r\n{}", invalidate(&["k"])));
+
+    let mut n = tracking_client(&server, &["NOLOOP"]);
+    send(&mut n, &["GET", "k"]);
+    expect(&mut n, "$1\r\nv\r\n");
+    send(&mut n, &["SET", "k", "w"]);
+    expect(&mut n, "+OK\r\n");
+    quiet(&mut n, 200);
+    // Others' writes still reach it.
+    send(&mut n, &["GET", "k"]);
+    expect(&mut n, "$1\r\nw\r\n");
+    let mut other = server.client();
+    ok(&mut other, &["SET", "k", "x"]);
+    expect(&mut n, &invalidate(&["k"]));
+}
+
+#[test]
+fn bcast_prefixes_see_every_matching_key() {
+    let server = TestServer::start();
+    let mut other = server.client();
+    let mut t = tracking_client(&server, &["BCAST", "PREFIX", "user:", "PREFIX", "obj:"]);
+    ok(&mut other, &["SET", "user:1", "x"]);
+    expect(&mut t, &invalidate(&["user:1"]));
+    ok(&mut other, &["SET", "zzz", "x"]);
+    quiet(&mut t, 200);
+    ok(&mut other, &["SET", "obj:9", "x"]);
+    expect(&mut t, &invalidate(&["obj:9"]));
+    let info = common::info_cairn(&mut other);
+    let _ = info;
+    let stats = match q(&mut other, &["INFO", "stats"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(stats.contains("tracking_total_prefixes:2"), "{stats}");
+}
+
+#[test]
+fn resp2_redirection_flush_and_broken_redirect() {
+    let server = TestServer::start();
+    let mut other = server.client();
+    let mut sub = server.tcp();
+    send(&mut sub, &["CLIENT", "ID"]);
+    let mut id = String::new();
+    let mut byte = [0u8; 1];
+    while !id.ends_with("\r\n") {
+        sub.read_exact(&mut byte).unwrap();
+        id.push(byte[0] as char);
+    }
+    let id = id.trim_start_matches(':').trim_end().to_string();
+    send(&mut sub, &["SUBSCRIBE", "__redis__:invalidate"]);
+    expect(
+        &mut sub,
+        "*3\r\n$9\r\nsubscribe\r\n$20\r\n__redis__:invalidate\r\n:1\r\n",
+    );
+    let mut t = server.tcp();
+    send(&mut t, &["CLIENT", "TRACKING", "on", "REDIRECT", &id]);
+    expect(&mut t, "+OK\r\n");
+    send(&mut t, &["GET", "r1"]);
+    expect(&mut t, "$-1\r\n");
+    ok(&mut other, &["SET", "r1", "1"]);
+    expect(
+        &mut sub,
+        "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n*1\r\n$2\r\nr1\r\n",
+    );
+    ok(&mut other, &["FLUSHALL"]);
+    expect(
+        &mut sub,
+        "*3\r\n$7\r\nmessage\r\n$20\r\n__redis__:invalidate\r\n$-1\r\n",
+    );
+    quiet(&mut sub, 200);
+    // The target leaves: the redirection is broken.
+    drop(sub);
+    std::thread::sleep(Duration::from_millis(100));
+    send(&mut t, &["GET", "r2"]);
+    expect(&mut t, "$-1\r\n");
+    ok(&mut other, &["SET", "r2", "1"]);
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        send(&mut t, &["CLIENT", "GETREDIR"]);
+        expect(&mut t, &format!(":{id}\r\n"));
+        let list: String = match q(&mut other, &["CLIENT", "LIST"]) {
+            Value::BulkString(b) => String::from_utf8(b).unwrap(),
+            other => panic!("{other:?}"),
+        };
+        if list.contains("flags=tR") {
+            break;
+        }
+        assert!(Instant::now() < until, "{list}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_table_is_bounded_by_tracking_table_max_keys() {
+    let server = TestServer::start();
+    let mut other = server.client();
+    ok(
+        &mut other,
+        &["CONFIG", "SET", "tracking-table-max-keys", "2"],
+    );
+    let mut t = tracking_client(&server, &[]);
+    send(&mut t, &["MGET", "x1", "x2", "x3"]);
+    // Remembering the third key evicts one, which is invalidated at once.
+    let mut got = vec![0u8; 256];
+    std::thread::sleep(Duration::from_millis(200));
+    let n = t.read(&mut got).unwrap();
+    let got = String::from_utf8_lossy(&got[..n]).into_owned();
+    assert!(got.starts_with("*3\r\n_\r\n_\r\n_\r\n"), "{got:?}");
+    assert!(
+        got.contains(">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\nx"),
+        "{got:?}"
+    );
+    let stats = match q(&mut other, &["INFO", "stats"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(stats.contains("tracking_total_keys:2"), "{stats}");
+    assert_eq!(int(&mut other, &["DBSIZE"]), 0);
+}
