@@ -7,25 +7,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::TestServer;
-
-fn send(s: &mut TcpStream, args: &[&[u8]]) {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    s.write_all(&out).unwrap();
-}
+use common::{send_raw, TestServer};
 
 /// Sends a command and reads its reply (up to `want` bytes).
 fn call(s: &mut TcpStream, args: &[&[u8]], want: &[u8]) {
-    send(s, args);
+    send_raw(s, args);
     let mut got = vec![0u8; want.len()];
     s.read_exact(&mut got).unwrap();
     assert_eq!(
@@ -142,7 +132,7 @@ fn monitor_shows_every_command_as_redis_does() {
         &[b"GET", b"k"],
         b"-ERR Replica can't interact with the keyspace\r\n",
     );
-    send(&mut m, &[b"MONITOR"]);
+    send_raw(&mut m, &[b"MONITOR"]);
     call(&mut m, &[b"PING"], b"+PONG\r\n");
     assert_eq!(lines(&mut m, 1), vec!["+T [0 ADDR] \"PING\""]);
     call(&mut m, &[b"RESET"], b"+RESET\r\n");

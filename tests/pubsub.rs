@@ -8,23 +8,12 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::{int, ok, q, TestServer};
+use common::{hello3, int, ok, q, send_raw, text, TestServer};
 use redis::Value;
-
-/// Sends one command as a RESP array.
-fn send(s: &mut TcpStream, args: &[&[u8]]) {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    s.write_all(&out).unwrap();
-}
 
 /// Reads until `want` bytes arrived (or fails after the socket timeout).
 fn read_exact_bytes(s: &mut TcpStream, want: usize) -> Vec<u8> {
@@ -45,7 +34,7 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 /// A subscriber that subscribed to `channel` and then stops reading.
 fn stalled_subscriber(server: &TestServer, channel: &str) -> TcpStream {
     let mut sub = server.tcp();
-    send(&mut sub, &[b"SUBSCRIBE", channel.as_bytes()]);
+    send_raw(&mut sub, &[b"SUBSCRIBE", channel.as_bytes()]);
     let confirm = format!(
         "*3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:1\r\n",
         channel.len()
@@ -106,11 +95,7 @@ fn subscriber_past_the_hard_limit_is_disconnected() {
         numsub(&mut c, "flood") == 0
     });
     assert!(closed_by_server(&mut sub));
-    let clients = match q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]) {
-        Value::BulkString(b) => String::from_utf8(b).unwrap(),
-        Value::VerbatimString { text, .. } => text,
-        other => panic!("CLIENT LIST answered {other:?}"),
-    };
+    let clients = text(q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]));
     assert_eq!(clients, "");
 }
 
@@ -135,11 +120,7 @@ fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
         int(&mut c, &["PUBLISH", "slow", &payload]);
     }
     // CLIENT LIST shows what waits for it.
-    let list = match q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]) {
-        Value::BulkString(b) => String::from_utf8(b).unwrap(),
-        Value::VerbatimString { text, .. } => text,
-        other => panic!("CLIENT LIST answered {other:?}"),
-    };
+    let list = text(q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]));
     assert!(list.contains("flags=P") && list.contains("sub=1"), "{list}");
     let omem: u64 = list
         .split(' ')
@@ -161,9 +142,9 @@ fn a_client_that_leaves_is_unsubscribed() {
     let server = TestServer::start();
     let mut c = server.client();
     let mut sub = server.tcp();
-    send(&mut sub, &[b"SUBSCRIBE", b"a", b"b"]);
-    send(&mut sub, &[b"PSUBSCRIBE", b"a*"]);
-    send(&mut sub, &[b"SSUBSCRIBE", b"s"]);
+    send_raw(&mut sub, &[b"SUBSCRIBE", b"a", b"b"]);
+    send_raw(&mut sub, &[b"PSUBSCRIBE", b"a*"]);
+    send_raw(&mut sub, &[b"SSUBSCRIBE", b"s"]);
     eventually("the subscriptions", || {
         matches!(q(&mut c, &["PUBSUB", "NUMPAT"]), Value::Int(1))
             && matches!(
@@ -188,7 +169,7 @@ fn publish_in_exec_goes_out_when_the_transaction_commits() {
     let mut c = server.client();
     let mut other = server.client();
     let mut sub = server.tcp();
-    send(&mut sub, &[b"SUBSCRIBE", b"events"]);
+    send_raw(&mut sub, &[b"SUBSCRIBE", b"events"]);
     let confirm = b"*3\r\n$9\r\nsubscribe\r\n$6\r\nevents\r\n:1\r\n";
     assert_eq!(read_exact_bytes(&mut sub, confirm.len()), confirm);
 
@@ -235,14 +216,8 @@ fn publish_in_exec_goes_out_when_the_transaction_commits() {
 fn own_messages_from_exec_follow_its_reply_in_resp3() {
     let server = TestServer::start();
     let mut c = server.tcp();
-    send(&mut c, &[b"HELLO", b"3"]);
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !seen.ends_with(b"modules\r\n*0\r\n") {
-        c.read_exact(&mut byte).unwrap();
-        seen.push(byte[0]);
-    }
-    send(&mut c, &[b"SUBSCRIBE", b"me"]);
+    hello3(&mut c);
+    send_raw(&mut c, &[b"SUBSCRIBE", b"me"]);
     let confirm = b">3\r\n$9\r\nsubscribe\r\n$2\r\nme\r\n:1\r\n";
     assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
     for cmd in [
@@ -250,7 +225,7 @@ fn own_messages_from_exec_follow_its_reply_in_resp3() {
         &[b"PUBLISH", b"me", b"hi"],
         &[b"EXEC"],
     ] {
-        send(&mut c, cmd);
+        send_raw(&mut c, cmd);
     }
     let want = b"+OK\r\n+QUEUED\r\n*1\r\n:1\r\n>3\r\n$7\r\nmessage\r\n$2\r\nme\r\n$2\r\nhi\r\n";
     assert_eq!(
@@ -264,24 +239,14 @@ fn own_messages_from_exec_follow_its_reply_in_resp3() {
 fn a_blocked_resp3_client_gets_its_messages() {
     let server = TestServer::start();
     let mut c = server.tcp();
-    send(&mut c, &[b"HELLO", b"3"]);
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !seen.ends_with(b"modules\r\n*0\r\n") {
-        c.read_exact(&mut byte).unwrap();
-        seen.push(byte[0]);
-    }
-    send(&mut c, &[b"SUBSCRIBE", b"news"]);
+    hello3(&mut c);
+    send_raw(&mut c, &[b"SUBSCRIBE", b"news"]);
     let confirm = b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
     assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
-    send(&mut c, &[b"BLPOP", b"jobs", b"0"]);
+    send_raw(&mut c, &[b"BLPOP", b"jobs", b"0"]);
     let mut other = server.client();
     eventually("the client to block", || {
-        let info = match q(&mut other, &["INFO", "clients"]) {
-            Value::BulkString(b) => String::from_utf8(b).unwrap(),
-            other => panic!("{other:?}"),
-        };
-        info.contains("blocked_clients:1")
+        text(q(&mut other, &["INFO", "clients"])).contains("blocked_clients:1")
     });
     assert_eq!(int(&mut other, &["PUBLISH", "news", "hello"]), 1);
     let msg = b">3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n";

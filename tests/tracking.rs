@@ -8,19 +8,15 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use common::{int, ok, q, TestServer};
-use redis::Value;
 
 fn send(s: &mut TcpStream, args: &[&str]) {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
-    s.write_all(&out).unwrap();
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    common::send_raw(s, &args);
 }
 
 /// Reads exactly what `want` is, or fails showing what came instead.
@@ -60,14 +56,7 @@ fn invalidate(keys: &[&str]) -> String {
 /// A RESP3 connection with tracking on (extra options appended).
 fn tracking_client(server: &TestServer, options: &[&str]) -> TcpStream {
     let mut c = server.tcp();
-    send(&mut c, &["HELLO", "3"]);
-    // HELLO's map: read up to its last field.
-    let mut seen = Vec::new();
-    let mut byte = [0u8; 1];
-    while !seen.ends_with(b"modules\r\n*0\r\n") {
-        c.read_exact(&mut byte).unwrap();
-        seen.push(byte[0]);
-    }
+    common::hello3(&mut c);
     let mut cmd = vec!["CLIENT", "TRACKING", "on"];
     cmd.extend_from_slice(options);
     send(&mut c, &cmd);
@@ -148,12 +137,7 @@ fn bcast_prefixes_see_every_matching_key() {
     quiet(&mut t, 200);
     ok(&mut other, &["SET", "obj:9", "x"]);
     expect(&mut t, &invalidate(&["obj:9"]));
-    let info = common::info_cairn(&mut other);
-    let _ = info;
-    let stats = match q(&mut other, &["INFO", "stats"]) {
-        Value::BulkString(b) => String::from_utf8(b).unwrap(),
-        other => panic!("{other:?}"),
-    };
+    let stats = common::text(q(&mut other, &["INFO", "stats"]));
     assert!(stats.contains("tracking_total_prefixes:2"), "{stats}");
 }
 
@@ -201,10 +185,7 @@ fn resp2_redirection_flush_and_broken_redirect() {
     loop {
         send(&mut t, &["CLIENT", "GETREDIR"]);
         expect(&mut t, &format!(":{id}\r\n"));
-        let list: String = match q(&mut other, &["CLIENT", "LIST"]) {
-            Value::BulkString(b) => String::from_utf8(b).unwrap(),
-            other => panic!("{other:?}"),
-        };
+        let list: String = common::text(q(&mut other, &["CLIENT", "LIST"]));
         if list.contains("flags=tR") {
             break;
         }
@@ -233,10 +214,7 @@ fn the_table_is_bounded_by_tracking_table_max_keys() {
         got.contains(">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\nx"),
         "{got:?}"
     );
-    let stats = match q(&mut other, &["INFO", "stats"]) {
-        Value::BulkString(b) => String::from_utf8(b).unwrap(),
-        other => panic!("{other:?}"),
-    };
+    let stats = common::text(q(&mut other, &["INFO", "stats"]));
     assert!(stats.contains("tracking_total_keys:2"), "{stats}");
     assert_eq!(int(&mut other, &["DBSIZE"]), 0);
 }

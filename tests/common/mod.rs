@@ -197,3 +197,32 @@ pub fn field(info: &HashMap<String, u64>, name: &str) -> u64 {
         .get(name)
         .unwrap_or_else(|| panic!("INFO cairn has no {name}: {info:?}"))
 }
+
+/// Sends one command on a raw connection, as a RESP array of bulk strings.
+pub fn send_raw(s: &mut TcpStream, args: &[&[u8]]) {
+    use std::io::Write;
+    let mut out = Vec::new();
+    cairn::protocol::encode_command(&mut out, args);
+    s.write_all(&out).unwrap();
+}
+
+/// Switches a raw connection to RESP3 (HELLO 3) and reads HELLO's map.
+pub fn hello3(s: &mut TcpStream) {
+    use std::io::Read;
+    send_raw(s, &[b"HELLO", b"3"]);
+    let mut seen = Vec::new();
+    let mut byte = [0u8; 1];
+    while !seen.ends_with(b"modules\r\n*0\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        seen.push(byte[0]);
+    }
+}
+
+/// A bulk or verbatim string reply as text (INFO, CLIENT LIST).
+pub fn text(v: Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        Value::VerbatimString { text, .. } => text,
+        other => panic!("not a string reply: {other:?}"),
+    }
+}
