@@ -69,20 +69,25 @@ fn numsub(c: &mut redis::Connection, channel: &str) -> i64 {
     }
 }
 
-#[test]
-fn subscriber_past_the_hard_limit_is_disconnected() {
-    let server = TestServer::start();
+/// Sets `client-output-buffer-limit` to `limit` and starts a subscriber of
+/// `channel` that stops reading; returns a client and the subscriber.
+fn limited_subscriber(
+    server: &TestServer,
+    limit: &str,
+    channel: &str,
+) -> (redis::Connection, TcpStream) {
     let mut c = server.client();
     ok(
         &mut c,
-        &[
-            "CONFIG",
-            "SET",
-            "client-output-buffer-limit",
-            "pubsub 1mb 0 0",
-        ],
+        &["CONFIG", "SET", "client-output-buffer-limit", limit],
     );
-    let mut sub = stalled_subscriber(&server, "flood");
+    (c, stalled_subscriber(server, channel))
+}
+
+#[test]
+fn subscriber_past_the_hard_limit_is_disconnected() {
+    let server = TestServer::start();
+    let (mut c, mut sub) = limited_subscriber(&server, "pubsub 1mb 0 0", "flood");
     let payload = "x".repeat(64 * 1024);
     // Far more than the socket buffers and the limit together: the
     // subscriber is cut off part way, and later PUBLISHes reach nobody.
@@ -102,17 +107,7 @@ fn subscriber_past_the_hard_limit_is_disconnected() {
 #[test]
 fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
     let server = TestServer::start();
-    let mut c = server.client();
-    ok(
-        &mut c,
-        &[
-            "CONFIG",
-            "SET",
-            "client-output-buffer-limit",
-            "pubsub 0 256kb 1",
-        ],
-    );
-    let mut sub = stalled_subscriber(&server, "slow");
+    let (mut c, mut sub) = limited_subscriber(&server, "pubsub 0 256kb 1", "slow");
     let payload = "y".repeat(64 * 1024);
     // Over the soft limit, the client stays until the limit has held for
     // more than a second: the next message after that closes it.

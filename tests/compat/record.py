@@ -454,25 +454,24 @@ class Conn:
         start = time.monotonic()
         while not self.closed and count_replies(self.buf) == 0:
             left = start + RAW_NO_REPLY_WAIT - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not self._take(left):
                 break
-            d = self._recv(left)
-            if d is None:
-                break
-            if d == b"":
-                self.closed = True
-            else:
-                self.buf += d
-        while not self.closed:
-            d = self._recv(RAW_GRACE)
-            if d is None:
-                break
-            if d == b"":
-                self.closed = True
-            else:
-                self.buf += d
+        while not self.closed and self._take(RAW_GRACE):
+            pass
         r, self.buf = self.buf, b""
         return r, self.closed
+
+    def _take(self, wait: float) -> bool:
+        """Reads what arrives within `wait` into the buffer, noting a close;
+        False when nothing came."""
+        d = self._recv(wait)
+        if d is None:
+            return False
+        if d == b"":
+            self.closed = True
+        else:
+            self.buf += d
+        return True
 
     def read_drain(self) -> tuple[bytes, bool]:
         """Every frame the server pushes without being asked (!drain).
@@ -484,15 +483,8 @@ class Conn:
         deadline = time.monotonic() + READ_TIMEOUT
         while not self.closed:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not self._take(min(DRAIN_QUIET, left)):
                 break
-            d = self._recv(min(DRAIN_QUIET, left))
-            if d is None:
-                break
-            if d == b"":
-                self.closed = True
-            else:
-                self.buf += d
         r, self.buf = self.buf, b""
         if not self.closed and frames_len(r) != len(r):
             raise RuntimeError(f"!drain read a partial frame: {r!r}")
