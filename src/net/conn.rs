@@ -498,42 +498,8 @@ async fn execute(
             return false;
         }
     }
-    if session.monitor
-        && (checked.has_flag("write")
-            || checked.has_flag("readonly")
-            || matches!(
-                checked.name,
-                "publish" | "spublish" | "eval" | "evalsha" | "fcall"
-            ))
-    {
-        // A MONITOR client is a replica to Redis: no keys for it.
+    if let Some(r) = mode_refusal(session, checked) {
         refuse_in_multi(session);
-        let r = Reply::err("Replica can't interact with the keyspace");
-        reject(session, outbox, checked, r, refused);
-        return false;
-    }
-    if !session.resp3
-        && session.subs.any()
-        && !matches!(
-            spec.name,
-            "ping"
-                | "subscribe"
-                | "psubscribe"
-                | "ssubscribe"
-                | "unsubscribe"
-                | "punsubscribe"
-                | "sunsubscribe"
-                | "quit"
-                | "reset"
-        )
-    {
-        // RESP2 cannot tell a reply from a message: a subscribed client
-        // may only manage its subscriptions (Redis's rule and text).
-        refuse_in_multi(session);
-        let r = Reply::err(format!(
-            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
-            checked.name
-        ));
         reject(session, outbox, checked, r, refused);
         return false;
     }
@@ -713,6 +679,46 @@ fn feed_transaction(session: &Session) {
         let spec = command::call_spec(spec, args).unwrap_or(spec);
         monitors.feed(spec, session.db, &session.entry.addr, args.all());
     }
+}
+
+/// What a client in MONITOR mode, or subscribed in RESP2, may not run, with
+/// Redis's error (checked after routing, before MULTI queues, as Redis
+/// does).
+fn mode_refusal(session: &Session, checked: &'static command::CommandSpec) -> Option<Reply> {
+    if session.monitor
+        && (checked.has_flag("write")
+            || checked.has_flag("readonly")
+            || matches!(
+                checked.name,
+                "publish" | "spublish" | "eval" | "evalsha" | "fcall"
+            ))
+    {
+        // A MONITOR client is a replica to Redis: no keys for it.
+        return Some(Reply::err("Replica can't interact with the keyspace"));
+    }
+    let allowed_subscribed = |name: &str| {
+        matches!(
+            name,
+            "ping"
+                | "subscribe"
+                | "psubscribe"
+                | "ssubscribe"
+                | "unsubscribe"
+                | "punsubscribe"
+                | "sunsubscribe"
+                | "quit"
+                | "reset"
+        )
+    };
+    // RESP2 cannot tell a reply from a message: a subscribed client may
+    // only manage its subscriptions.
+    let container = checked.name.split('|').next().unwrap_or(checked.name);
+    (!session.resp3 && session.subs.any() && !allowed_subscribed(container)).then(|| {
+        Reply::err(format!(
+            "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
+            checked.name
+        ))
+    })
 }
 
 /// Makes a command in a slot being migrated away check, in the
