@@ -58,6 +58,12 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         server.pubsub.set_forward(Box::new(move |channel, message| {
             bus.forward(channel, message)
         }));
+        // Shard-channel subscribers of a slot that moves away are
+        // unsubscribed (and told), as in Redis.
+        let hub = server.pubsub.clone();
+        cluster.set_on_view(Box::new(move |view| {
+            hub.drop_unserved_shard_channels(|slot| view.serves(slot))
+        }));
         server.cluster = Some(cluster);
     }
     let server = Arc::new(server);

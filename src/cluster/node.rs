@@ -69,7 +69,13 @@ pub struct Cluster {
     /// Keys MIGRATE is moving in chunks: commands on them answer TRYAGAIN
     /// until they are gone from here (or the move failed).
     pub moving: dashmap::DashSet<bytes::Bytes>,
+    /// Told of every view installed (set once, at start).
+    on_view: std::sync::OnceLock<ViewHook>,
 }
+
+/// What runs after a new view is installed (ending subscriptions to shard
+/// channels of slots that moved away).
+pub type ViewHook = Box<dyn Fn(&View) + Send + Sync>;
 
 /// Why a topology change was not made.
 #[derive(Debug)]
@@ -126,6 +132,7 @@ impl Cluster {
             announce,
             reachable: AtomicBool::new(true),
             moving: Default::default(),
+            on_view: Default::default(),
         });
         cluster.save()?;
         Ok(cluster)
@@ -221,8 +228,20 @@ impl Cluster {
     pub fn set_myid(&self, id: String) {
         *self.myid.write() = id;
         let applied = self.applied.lock().clone();
-        let view = applied.0.view(&self.myid(), applied.1);
-        *self.view.write() = Arc::new(view);
+        let view = Arc::new(applied.0.view(&self.myid(), applied.1));
+        *self.view.write() = view.clone();
+        self.viewed(&view);
+    }
+
+    /// Sets what runs after each new view (once).
+    pub fn set_on_view(&self, hook: ViewHook) {
+        let _ = self.on_view.set(hook);
+    }
+
+    fn viewed(&self, view: &View) {
+        if let Some(hook) = self.on_view.get() {
+            hook(view);
+        }
     }
 
     /// The current document and revision from the store.
@@ -272,15 +291,17 @@ impl Cluster {
 
     /// Installs a newer topology version.
     fn apply(&self, t: Topology, revision: i64) {
-        {
+        let view = {
             let mut applied = self.applied.lock();
             if revision <= applied.1 {
                 return;
             }
-            let view = t.view(&self.myid(), revision);
+            let view = Arc::new(t.view(&self.myid(), revision));
             *applied = (t, revision);
-            *self.view.write() = Arc::new(view);
-        }
+            *self.view.write() = view.clone();
+            view
+        };
+        self.viewed(&view);
         if let Err(e) = self.save() {
             tracing::warn!(error = %e, "cannot write the cluster config file");
         }

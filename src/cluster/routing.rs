@@ -96,7 +96,20 @@ pub async fn check(
         return Route::Here;
     };
     if let Some(down) = down_state(server, view, any_write) {
-        return Route::Refuse(Reply::Error(down.text().into()));
+        // Sharded Pub/Sub may go on in a down cluster, for the slots this
+        // node serves (`cluster-allow-pubsubshard-when-down`).
+        let shard_pubsub = cmds
+            .iter()
+            .all(|(spec, _)| matches!(spec.name, "ssubscribe" | "sunsubscribe" | "spublish"));
+        let allowed = shard_pubsub
+            && server
+                .runtime
+                .read()
+                .get("cluster-allow-pubsubshard-when-down")
+                == "yes";
+        if !allowed {
+            return Route::Refuse(Reply::Error(down.text().into()));
+        }
     }
     // MIGRATE works on the local keys of an open slot.
     if (migrating || importing) && is_migrate {

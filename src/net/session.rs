@@ -269,8 +269,16 @@ impl Drop for Watching {
 impl Session {
     /// A new session for a registered client.
     pub fn new(server: Arc<Server>, entry: Arc<ClientEntry>) -> Session {
-        let authenticated = server.runtime.read().requirepass().is_empty();
         let subs = crate::pubsub::Subscriptions::new(server.pubsub.clone(), entry.clone());
+        Session::with_subs(server, entry, subs)
+    }
+
+    fn with_subs(
+        server: Arc<Server>,
+        entry: Arc<ClientEntry>,
+        subs: crate::pubsub::Subscriptions,
+    ) -> Session {
+        let authenticated = server.runtime.read().requirepass().is_empty();
         Session {
             subs,
             settled: false,
@@ -297,7 +305,9 @@ impl Session {
     /// The session a script's commands run in: the caller's client and
     /// database, already authenticated, blocking commands not blocking.
     pub fn for_script(server: Arc<Server>, entry: Arc<ClientEntry>, db: u8) -> Session {
-        let mut s = Session::new(server, entry);
+        // The caller's subscriptions stay when the script's session ends.
+        let subs = crate::pubsub::Subscriptions::borrowed(server.pubsub.clone(), entry.clone());
+        let mut s = Session::with_subs(server, entry, subs);
         s.db = db;
         s.authenticated = true;
         s.in_exec = true;

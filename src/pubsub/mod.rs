@@ -158,8 +158,11 @@ pub struct Mailbox {
     /// Unix seconds since when `pending` has been over the soft limit
     /// (0: it is not).
     soft_since: AtomicU64,
-    /// Subscriptions by kind: channels, patterns, shard channels.
+    /// Subscriptions by kind: channels, patterns, shard channels (read
+    /// without a lock by CLIENT LIST and on every command).
     pub counts: [AtomicU32; 3],
+    /// The subscribed names (see `subscriptions`).
+    pub(crate) names: parking_lot::Mutex<subscriptions::AllNames>,
 }
 
 impl Mailbox {
@@ -171,6 +174,7 @@ impl Mailbox {
             pending: AtomicUsize::new(0),
             soft_since: AtomicU64::new(0),
             counts: Default::default(),
+            names: Default::default(),
         };
         (mailbox, rx)
     }
@@ -427,6 +431,25 @@ impl Hub {
                 "client closed for overcoming of output buffer limits"
             );
             client.kill.notify_one();
+        }
+    }
+
+    /// Ends the subscriptions to shard channels whose slot this node no
+    /// longer serves (a topology change), telling each subscriber.
+    pub fn drop_unserved_shard_channels(&self, serves: impl Fn(u16) -> bool) {
+        let mut gone: Vec<(u16, Bytes, Subscribers)> = self
+            .shard_channels
+            .iter()
+            .map(|e| (crate::cluster::key_slot(e.key()), e))
+            .filter(|(slot, _)| !serves(*slot))
+            .map(|(slot, e)| (slot, e.key().clone(), e.value().clone()))
+            .collect();
+        // In Redis's order: by slot, then by channel name.
+        gone.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        for (_, channel, clients) in gone {
+            for client in clients {
+                subscriptions::drop_shard_channel(self, &client, &channel);
+            }
         }
     }
 

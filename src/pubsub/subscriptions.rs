@@ -1,84 +1,122 @@
 //! One client's subscriptions, kept in step with the [`Hub`] registry.
+//!
+//! The names live in the client's [`Mailbox`](super::Mailbox), behind a
+//! lock its own commands take, so the server can also end a subscription
+//! (a shard channel whose slot moved to another node). Lock order: these
+//! names, then the hub's maps.
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
-use super::{Hub, Kind};
+use super::{Hub, Kind, Push};
 use crate::protocol::Reply;
 use crate::server::ClientEntry;
 
 /// Names of one kind, in the order they were subscribed (UNSUBSCRIBE
 /// without arguments confirms them in that order).
-#[derive(Default)]
-struct Names {
+#[derive(Debug, Default)]
+pub struct Names {
     order: Vec<Bytes>,
     set: HashSet<Bytes>,
 }
 
-/// What one client listens to. Dropping it takes the client off the
-/// registry, so a client that leaves (or is killed) leaves nothing behind.
-pub struct Subscriptions {
-    hub: Arc<Hub>,
-    client: Arc<ClientEntry>,
-    names: [Names; 3],
+impl Names {
+    fn insert(&mut self, name: &Bytes) -> bool {
+        let added = self.set.insert(name.clone());
+        if added {
+            self.order.push(name.clone());
+        }
+        added
+    }
+
+    fn remove(&mut self, name: &Bytes) -> bool {
+        let removed = self.set.remove(name);
+        if removed {
+            self.order.retain(|n| n != name);
+        }
+        removed
+    }
 }
+
+/// A client's names of each kind: channels, patterns, shard channels.
+pub type AllNames = [Names; 3];
 
 const KINDS: [Kind; 3] = [Kind::Channel, Kind::Pattern, Kind::Shard];
 
+/// The count a confirmation of `kind` reports: channels and patterns
+/// together, shard channels apart (as Redis 7.0 counts them).
+fn count(names: &AllNames, kind: Kind) -> i64 {
+    let n = match kind {
+        Kind::Shard => names[Kind::Shard as usize].order.len(),
+        _ => names[0].order.len() + names[1].order.len(),
+    };
+    n as i64
+}
+
+/// A (un)subscription confirmation.
+fn confirm(kind: Kind, subscribe: bool, name: Option<Bytes>, count: i64) -> Reply {
+    Reply::Push(vec![
+        Reply::Bulk(Bytes::from_static(kind.verb(subscribe).as_bytes())),
+        name.map_or(Reply::Nil, Reply::Bulk),
+        Reply::Int(count),
+    ])
+}
+
+/// Keeps CLIENT LIST's lock-free counts in step with the names.
+fn publish_count(client: &ClientEntry, names: &AllNames, kind: Kind) {
+    client.mailbox.counts[kind as usize]
+        .store(names[kind as usize].order.len() as u32, Ordering::Relaxed);
+}
+
+/// What one client listens to, as its session changes it. Dropping it
+/// takes the client off the registry, so a client that leaves (or is
+/// killed) leaves nothing behind.
+pub struct Subscriptions {
+    hub: Arc<Hub>,
+    client: Arc<ClientEntry>,
+    /// Whether dropping this ends the client's subscriptions: not for a
+    /// script's session, which shares its caller's client.
+    owner: bool,
+}
+
 impl Subscriptions {
-    /// No subscriptions yet.
+    /// The subscriptions of `client`, ended when this is dropped.
     pub fn new(hub: Arc<Hub>, client: Arc<ClientEntry>) -> Subscriptions {
         Subscriptions {
             hub,
             client,
-            names: Default::default(),
+            owner: true,
+        }
+    }
+
+    /// A view of `client`'s subscriptions that leaves them in place when
+    /// dropped (a script's session).
+    pub fn borrowed(hub: Arc<Hub>, client: Arc<ClientEntry>) -> Subscriptions {
+        Subscriptions {
+            hub,
+            client,
+            owner: false,
         }
     }
 
     /// Whether the client listens to anything.
     pub fn any(&self) -> bool {
-        self.names.iter().any(|n| !n.order.is_empty())
-    }
-
-    /// The count a confirmation of `kind` reports: channels and patterns
-    /// together, shard channels apart (as Redis 7.0 counts them).
-    fn count(&self, kind: Kind) -> i64 {
-        let n = match kind {
-            Kind::Shard => self.names[Kind::Shard as usize].order.len(),
-            _ => self.names[0].order.len() + self.names[1].order.len(),
-        };
-        n as i64
-    }
-
-    fn confirm(&self, kind: Kind, subscribe: bool, name: Option<Bytes>) -> Reply {
-        Reply::Push(vec![
-            Reply::Bulk(Bytes::from_static(kind.verb(subscribe).as_bytes())),
-            name.map_or(Reply::Nil, Reply::Bulk),
-            Reply::Int(self.count(kind)),
-        ])
-    }
-
-    fn publish_count(&self, kind: Kind) {
-        self.client.mailbox.counts[kind as usize].store(
-            self.names[kind as usize].order.len() as u32,
-            Ordering::Relaxed,
-        );
+        self.client.mailbox.subscribed()
     }
 
     /// (P|S)SUBSCRIBE: one confirmation per name, already subscribed or not.
     pub fn subscribe(&mut self, kind: Kind, names: &[Bytes]) -> Vec<Reply> {
+        let mut all = self.client.mailbox.names.lock();
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let list = &mut self.names[kind as usize];
-            if list.set.insert(name.clone()) {
-                list.order.push(name.clone());
+            if all[kind as usize].insert(name) {
                 self.hub.add(kind, name, &self.client);
-                self.publish_count(kind);
+                publish_count(&self.client, &all, kind);
             }
-            out.push(self.confirm(kind, true, Some(name.clone())));
+            out.push(confirm(kind, true, Some(name.clone()), count(&all, kind)));
         }
         out
     }
@@ -87,46 +125,66 @@ impl Subscriptions {
     /// no names, one per subscription of that kind, or a single one with a
     /// nil name when there is none.
     pub fn unsubscribe(&mut self, kind: Kind, names: &[Bytes]) -> Vec<Reply> {
+        let mut all = self.client.mailbox.names.lock();
         let names: Vec<Bytes> = if names.is_empty() {
-            self.names[kind as usize].order.clone()
+            all[kind as usize].order.clone()
         } else {
             names.to_vec()
         };
         if names.is_empty() {
-            return vec![self.confirm(kind, false, None)];
+            return vec![confirm(kind, false, None, count(&all, kind))];
         }
         let mut out = Vec::with_capacity(names.len());
         for name in names {
-            let list = &mut self.names[kind as usize];
-            if list.set.remove(&name) {
-                list.order.retain(|n| *n != name);
+            if all[kind as usize].remove(&name) {
                 self.hub.remove(kind, &name, self.client.id);
-                self.publish_count(kind);
+                publish_count(&self.client, &all, kind);
             }
-            out.push(self.confirm(kind, false, Some(name)));
+            out.push(confirm(kind, false, Some(name), count(&all, kind)));
         }
         out
     }
 
     /// RESET: every subscription dropped, without confirmations.
     pub fn clear(&mut self) {
+        let mut all = self.client.mailbox.names.lock();
         for kind in KINDS {
-            // A session that never subscribed (a script's, sharing its
-            // caller's client) must not touch the client's counts.
-            if self.names[kind as usize].order.is_empty() {
+            if all[kind as usize].order.is_empty() {
                 continue;
             }
-            let list = std::mem::take(&mut self.names[kind as usize]);
-            for name in list.order {
+            for name in std::mem::take(&mut all[kind as usize]).order {
                 self.hub.remove(kind, &name, self.client.id);
             }
-            self.publish_count(kind);
+            publish_count(&self.client, &all, kind);
         }
     }
 }
 
 impl Drop for Subscriptions {
     fn drop(&mut self) {
-        self.clear();
+        if self.owner {
+            self.clear();
+        }
     }
+}
+
+/// Ends `client`'s subscription to the shard channel `name` (its slot is
+/// no longer served here) and tells it with an `sunsubscribe` push, as
+/// Redis does, so it can subscribe again on the slot's new owner.
+pub(super) fn drop_shard_channel(hub: &Hub, client: &ClientEntry, name: &Bytes) {
+    let mut all = client.mailbox.names.lock();
+    if !all[Kind::Shard as usize].remove(name) {
+        return;
+    }
+    hub.remove(Kind::Shard, name, client.id);
+    publish_count(client, &all, Kind::Shard);
+    let mut frame = BytesMut::new();
+    confirm(
+        Kind::Shard,
+        false,
+        Some(name.clone()),
+        count(&all, Kind::Shard),
+    )
+    .encode(&mut frame, false);
+    client.mailbox.send(Push::Frame(frame.freeze()));
 }
