@@ -227,6 +227,15 @@ fn own_messages_from_exec_follow_its_reply_in_resp3() {
         String::from_utf8_lossy(&read_exact_bytes(&mut c, want.len())),
         String::from_utf8_lossy(want)
     );
+    // A script run by the subscriber leaves its subscriptions alone (its
+    // session shares the client).
+    send_raw(&mut c, &[b"EVAL", b"return redis.call('ping')", b"0"]);
+    send_raw(&mut c, &[b"PUBLISH", b"me", b"again"]);
+    let want = b"+PONG\r\n>3\r\n$7\r\nmessage\r\n$2\r\nme\r\n$5\r\nagain\r\n:1\r\n";
+    assert_eq!(
+        String::from_utf8_lossy(&read_exact_bytes(&mut c, want.len())),
+        String::from_utf8_lossy(want)
+    );
 }
 
 /// A RESP3 client blocked in BLPOP still receives its messages.

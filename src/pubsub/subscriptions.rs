@@ -102,9 +102,11 @@ impl Subscriptions {
         }
     }
 
-    /// Whether the client listens to anything.
+    /// Whether the client listens to anything. A script's session never
+    /// does (in Redis it runs in a client of its own): PING there is
+    /// PING.
     pub fn any(&self) -> bool {
-        self.client.mailbox.subscribed()
+        self.owner && self.client.mailbox.subscribed()
     }
 
     /// (P|S)SUBSCRIBE: one confirmation per name, already subscribed or not.
