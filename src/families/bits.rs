@@ -168,9 +168,7 @@ pub fn bitop(s: &mut Session, a: Args) -> Action {
             let v = bits::bitop(op, &refs);
             let len = v.len() as i64;
             if v.is_empty() {
-                if keyspace::delete_if_live(w, kd)? {
-                    w.event(notify::GENERIC, "del", kd);
-                }
+                w.delete_reported(kd)?;
             } else {
                 let old = keyspace::lookup_for_write(w, kd)?;
                 keyspace::store(w, kd, old.as_ref(), &Meta::string(v, 0))?;

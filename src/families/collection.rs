@@ -59,10 +59,7 @@ pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
                         KeyType::ZSet => (notify::ZSET, "zrem"),
                         _ => (notify::SET, "srem"),
                     };
-                    w.event(class, event, k);
-                    if emptied {
-                        w.event(notify::GENERIC, "del", k);
-                    }
+                    w.event_emptying(class, event, k, emptied);
                 }
                 Ok(Reply::Int(n))
             },

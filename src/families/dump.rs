@@ -321,9 +321,7 @@ fn migrate_keys(server: Arc<Server>, db: u8, m: Migrate) -> Action {
                 .run(id, move |w| {
                     for key in mine {
                         let k = Key::new(db, &key);
-                        if keyspace::delete_if_live(w, k)? {
-                            w.event(notify::GENERIC, "del", k);
-                        }
+                        w.delete_reported(k)?;
                     }
                     Ok(())
                 })
@@ -451,9 +449,7 @@ async fn move_big(
                     shard,
                     Box::new(move |w| {
                         let k = Key::new(db, &k);
-                        if keyspace::delete_if_live(w, k)? {
-                            w.event(notify::GENERIC, "del", k);
-                        }
+                        w.delete_reported(k)?;
                         Ok(Reply::Ok)
                     }),
                 )

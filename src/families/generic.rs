@@ -257,10 +257,7 @@ pub fn copy(s: &mut Session, a: Args) -> Action {
         return s.write(&src.clone(), move |w, ks| {
             let dumped = dump(w, ks)?;
             // COPY reads its source, and Redis counts that lookup.
-            w.note_lookup(dumped.is_some());
-            if dumped.is_none() {
-                w.event(notify::KEY_MISS, "keymiss", ks);
-            }
+            w.looked_up(ks, dumped.is_some());
             match dumped {
                 None => Ok(Reply::Int(0)),
                 Some(d) => Ok(apply(w, &d)?),

@@ -196,10 +196,12 @@ impl ListEdit {
 /// Reports a pop from the list at `key` (`lpop` or `rpop`), then `del` if
 /// it left the list empty (deleted), as Redis does.
 fn popped(w: &mut WriteCtx, key: Key, left: bool, emptied: bool) {
-    w.event(notify::LIST, if left { "lpop" } else { "rpop" }, key);
-    if emptied {
-        w.event(notify::GENERIC, "del", key);
-    }
+    w.event_emptying(
+        notify::LIST,
+        if left { "lpop" } else { "rpop" },
+        key,
+        emptied,
+    );
 }
 
 /// Elements `start..=end` (0-based, in range) of a list seen as a
@@ -262,7 +264,7 @@ fn push(s: &mut Session, a: Args, left: bool, only_existing: bool) -> Action {
         }
         let n = l.len() as i64;
         l.save(w, k)?;
-        w.event(notify::LIST, if left { "lpush" } else { "rpush" }, k);
+        pushed(w, k, left);
         Ok(Reply::Int(n))
     })
 }
@@ -486,10 +488,7 @@ pub fn lrem(s: &mut Session, a: Args) -> Action {
             all.retain(|_| *it.next().unwrap());
             l.rewrite(w, &all)?;
             l.save(w, k)?;
-            w.event(notify::LIST, "lrem", k);
-            if all.is_empty() {
-                w.event(notify::GENERIC, "del", k);
-            }
+            w.event_emptying(notify::LIST, "lrem", k, all.is_empty());
         }
         Ok(Reply::Int(removed as i64))
     })
@@ -518,10 +517,7 @@ pub fn ltrim(s: &mut Session, a: Args) -> Action {
         }
         let emptied = l.len() == 0;
         l.save(w, k)?;
-        w.event(notify::LIST, "ltrim", k);
-        if emptied {
-            w.event(notify::GENERIC, "del", k);
-        }
+        w.event_emptying(notify::LIST, "ltrim", k, emptied);
         Ok(Reply::Ok)
     })
 }

@@ -173,7 +173,7 @@ pub async fn on_views<T>(
         .map(|id| Counted {
             inner: &snaps[uniq.binary_search(id).unwrap()],
             stats: &server.stats,
-            hub: &server.pubsub,
+            hub: Some(&server.pubsub),
         })
         .collect();
     let readers: Vec<&dyn KvRead> = counted.iter().map(|c| c as &dyn KvRead).collect();
@@ -243,8 +243,9 @@ pub(crate) struct Counted<'a> {
     pub(crate) inner: &'a dyn KvRead,
     /// Where the hits and misses go.
     pub(crate) stats: &'a crate::server::ServerStats,
-    /// Where `keymiss` notifications go.
-    pub(crate) hub: &'a crate::pubsub::Hub,
+    /// Where `keymiss` notifications go; `None` for a lookup Redis makes
+    /// without notifying (OBJECT's).
+    pub(crate) hub: Option<&'a crate::pubsub::Hub>,
 }
 
 impl KvRead for Counted<'_> {
@@ -272,7 +273,9 @@ impl KvRead for Counted<'_> {
     }
 
     fn note_miss(&self, db: u8, key: &[u8]) {
-        crate::pubsub::notify::key_miss(self.hub, db, key);
+        if let Some(hub) = self.hub {
+            crate::pubsub::notify::key_miss(hub, db, key);
+        }
     }
 
     fn note_lookup(&self, hit: bool) {
@@ -286,6 +289,18 @@ impl KvRead for Counted<'_> {
     }
 }
 
+/// How a one-key read looks its key up (Redis's LOOKUP_* flags).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lookup {
+    /// The read is an access to the key (OBJECT IDLETIME / FREQ).
+    Touch,
+    /// No access recorded (LOOKUP_NOTOUCH).
+    NoTouch,
+    /// No access, and a miss is not reported as `keymiss`
+    /// (LOOKUP_NOTOUCH | LOOKUP_NONOTIFY).
+    Unnoticed,
+}
+
 impl Session {
     /// A read of one key on its shard; `f` gets the snapshot and the key.
     /// The read counts as an access to the key (OBJECT IDLETIME / FREQ).
@@ -294,23 +309,33 @@ impl Session {
         key: &Bytes,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        self.read_with(key, true, f)
+        self.read_with(key, Lookup::Touch, f)
     }
 
     /// A read that leaves the key's access time alone (Redis's
-    /// LOOKUP_NOTOUCH: OBJECT, TYPE, TTL).
+    /// LOOKUP_NOTOUCH: TYPE, TTL).
     pub fn read_untouched(
         &self,
         key: &Bytes,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        self.read_with(key, false, f)
+        self.read_with(key, Lookup::NoTouch, f)
+    }
+
+    /// A read that neither touches the key nor reports a miss as
+    /// `keymiss` (Redis's LOOKUP_NOTOUCH | LOOKUP_NONOTIFY: OBJECT).
+    pub fn read_unnoticed(
+        &self,
+        key: &Bytes,
+        f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
+    ) -> Action {
+        self.read_with(key, Lookup::Unnoticed, f)
     }
 
     fn read_with(
         &self,
         key: &Bytes,
-        touch: bool,
+        lookup: Lookup,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
         let (db, name) = (self.db, key.clone());
@@ -318,13 +343,13 @@ impl Session {
         Action::Read {
             shard: self.shard_of(key),
             f: Box::new(move |r| {
-                if touch {
+                if lookup == Lookup::Touch {
                     server.access.touch(db, &name);
                 }
                 let r = Counted {
                     inner: r,
                     stats: &server.stats,
-                    hub: &server.pubsub,
+                    hub: (lookup != Lookup::Unnoticed).then_some(&*server.pubsub),
                 };
                 settle(f(&r, Key::new(db, &name)))
             }),
@@ -371,7 +396,7 @@ impl Session {
                     let r = Counted {
                         inner: r,
                         stats: &server.stats,
-                        hub: &server.pubsub,
+                        hub: Some(&server.pubsub),
                     };
                     let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
                     let readers: Vec<&dyn KvRead> = ks.iter().map(|_| &r as &dyn KvRead).collect();
@@ -390,7 +415,7 @@ impl Session {
                     .map(|id| Counted {
                         inner: readers[uniq.binary_search(id).unwrap()],
                         stats: &server.stats,
-                        hub: &server.pubsub,
+                        hub: Some(&server.pubsub),
                     })
                     .collect();
                 let per_key: Vec<&dyn KvRead> = counted.iter().map(|c| c as &dyn KvRead).collect();

@@ -212,43 +212,6 @@ const HELP: &[&str] = &[
 /// report this reference count.
 const SHARED_REFCOUNT: i64 = i32::MAX as i64;
 
-/// A reader that reports no `keymiss`: Redis's OBJECT looks its key up
-/// without notifications (LOOKUP_NONOTIFY), its misses still counted.
-struct NoMiss<'a>(&'a dyn crate::storage::KvRead);
-
-impl crate::storage::KvRead for NoMiss<'_> {
-    fn now_ms(&self) -> u64 {
-        self.0.now_ms()
-    }
-
-    fn get(
-        &self,
-        table: crate::storage::Table,
-        key: &[u8],
-    ) -> Result<Option<Vec<u8>>, crate::storage::StoreError> {
-        self.0.get(table, key)
-    }
-
-    fn scan(
-        &self,
-        table: crate::storage::Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), crate::storage::StoreError> {
-        self.0.scan(table, start, end, reverse, visit)
-    }
-
-    fn key_count(&self, db: u8) -> Result<i64, crate::storage::StoreError> {
-        self.0.key_count(db)
-    }
-
-    fn note_lookup(&self, hit: bool) {
-        self.0.note_lookup(hit);
-    }
-}
-
 /// OBJECT ENCODING|FREQ|IDLETIME|REFCOUNT key, OBJECT HELP
 pub fn object(s: &mut Session, a: Args) -> Action {
     let sub = String::from_utf8_lossy(a.get(1)).to_ascii_lowercase();
@@ -261,16 +224,14 @@ pub fn object(s: &mut Session, a: Args) -> Action {
     match sub.as_str() {
         "encoding" => {
             let limits = s.server.encoding_limits();
-            s.read_untouched(&key, move |r, k| {
-                let r = &NoMiss(r);
+            s.read_unnoticed(&key, move |r, k| {
                 Ok(match keys::read(r, k)? {
                     None => Reply::Nil,
                     Some(st) => Reply::bulk(encoding_of(&st.value, &limits)),
                 })
             })
         }
-        "refcount" => s.read_untouched(&key, move |r, k| {
-            let r = &NoMiss(r);
+        "refcount" => s.read_unnoticed(&key, move |r, k| {
             Ok(match keys::read(r, k)? {
                 None => Reply::Nil,
                 Some(st) => match st.value {
@@ -284,8 +245,7 @@ pub fn object(s: &mut Session, a: Args) -> Action {
         "idletime" | "freq" => {
             let lfu = lfu_policy(s);
             let idle = sub == "idletime";
-            s.read_untouched(&key, move |r, k| {
-                let r = &NoMiss(r);
+            s.read_unnoticed(&key, move |r, k| {
                 // Redis looks the key up before it checks the policy.
                 if crate::storage::keyspace::lookup_header(r, k)?.is_none() {
                     return Ok(Reply::Nil);

@@ -117,10 +117,7 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
         let emptied = set.size == 0;
         set.save(w, k)?;
         if !picked.is_empty() {
-            w.event(notify::SET, "spop", k);
-            if emptied {
-                w.event(notify::GENERIC, "del", k);
-            }
+            w.event_emptying(notify::SET, "spop", k, emptied);
         }
         Ok(match count {
             None => Reply::bulk(picked.into_iter().next().unwrap_or_default()),
@@ -179,7 +176,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             }
             let emptied = from.size == 0;
             from.save(w, ks)?;
-            moved_out(w, ks, emptied);
+            w.event_emptying(notify::SET, "srem", ks, emptied);
             let mut to = Edit::load_or_create(w, kd, SET)?;
             let added = to.put(w, &m, &[])?;
             to.save(w, kd)?;
@@ -215,7 +212,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
                 }
                 let emptied = from.size == 0;
                 from.save(w, k)?;
-                moved_out(w, k, emptied);
+                w.event_emptying(notify::SET, "srem", k, emptied);
                 Ok(Ok(true))
             })
             .await?;
@@ -243,14 +240,6 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             }
         }
     })
-}
-
-/// SMOVE's events on its source: `srem`, then `del` if it emptied it.
-fn moved_out(w: &mut WriteCtx, key: Key, emptied: bool) {
-    w.event(notify::SET, "srem", key);
-    if emptied {
-        w.event(notify::GENERIC, "del", key);
-    }
 }
 
 /// Which set operation.
@@ -363,9 +352,7 @@ fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
         move |w, kd, sets| {
             let result = combine(op, sets);
             if result.is_empty() {
-                if keyspace::delete_if_live(w, kd)? {
-                    w.event(notify::GENERIC, "del", kd);
-                }
+                w.delete_reported(kd)?;
             } else {
                 let existed = keyspace::delete_if_live(w, kd)?;
                 w.replacing(existed, |w| store_set(w, kd, &result))?;

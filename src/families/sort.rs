@@ -200,9 +200,7 @@ fn sort_command(s: &mut Session, a: Args, readonly: bool) -> Action {
 /// it), with Redis's `sortstore` or `del` event.
 fn store(w: &mut crate::storage::WriteCtx, key: Key, items: &[Vec<u8>]) -> Result<(), Fail> {
     if items.is_empty() {
-        if keyspace::delete_if_live(w, key)? {
-            w.event(notify::GENERIC, "del", key);
-        }
+        w.delete_reported(key)?;
         return Ok(());
     }
     let existed = keyspace::delete_if_live(w, key)?;
@@ -224,7 +222,7 @@ fn read_everywhere(s: &Session, src: Bytes, opts: Arc<Opts>) -> Action {
                 .map(|&inner| super::Counted {
                     inner,
                     stats: &server.stats,
-                    hub: &server.pubsub,
+                    hub: Some(&server.pubsub),
                 })
                 .collect();
             let reader_of = |name: &[u8]| &counted[shards.shard_of_key(name)] as &dyn KvRead;

@@ -156,10 +156,7 @@ pub fn set(s: &mut Session, a: Args) -> Action {
         let old = keyspace::lookup_for_write(w, k)?;
         if opts.get {
             // SET ... GET reads the old value: Redis counts the lookup.
-            w.note_lookup(old.is_some());
-            if old.is_none() {
-                w.event(notify::KEY_MISS, "keymiss", k);
-            }
+            w.looked_up(k, old.is_some());
         }
         let old_value = match (&old, opts.get) {
             (Some(m), true) if m.ktype != KeyType::String => return Err(wrongtype()),
@@ -189,10 +186,7 @@ pub fn set(s: &mut Session, a: Args) -> Action {
 /// counts in INFO's keyspace hits and misses.
 fn read_for_write(w: &mut WriteCtx, k: Key) -> Result<Option<Meta>, Fail> {
     let old = string_for_write(w, k)?;
-    w.note_lookup(old.is_some());
-    if old.is_none() {
-        w.event(notify::KEY_MISS, "keymiss", k);
-    }
+    w.looked_up(k, old.is_some());
     Ok(old)
 }
 

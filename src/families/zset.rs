@@ -888,19 +888,10 @@ pub fn zrem(s: &mut Session, a: Args) -> Action {
         let emptied = z.e.size == 0;
         z.save(w, k)?;
         if n > 0 {
-            removed(w, k, "zrem", emptied);
+            w.event_emptying(notify::ZSET, "zrem", k, emptied);
         }
         Ok(Reply::Int(n))
     })
-}
-
-/// Reports a removal from the zset at `key` (`event`), then `del` if it
-/// emptied (deleted) it.
-fn removed(w: &mut WriteCtx, key: Key, event: &str, emptied: bool) {
-    w.event(notify::ZSET, event, key);
-    if emptied {
-        w.event(notify::GENERIC, "del", key);
-    }
 }
 
 fn remove_range(s: &mut Session, a: Args, range: Range, event: &'static str) -> Action {
@@ -916,7 +907,7 @@ fn remove_range(s: &mut Session, a: Args, range: Range, event: &'static str) -> 
         let emptied = z.e.size == 0;
         z.save(w, k)?;
         if !items.is_empty() {
-            removed(w, k, event, emptied);
+            w.event_emptying(notify::ZSET, event, k, emptied);
         }
         Ok(Reply::Int(items.len() as i64))
     })
@@ -970,7 +961,12 @@ fn pop_entries(
     let emptied = z.e.size == 0;
     z.save(w, key)?;
     if !picked.is_empty() {
-        removed(w, key, if max { "zpopmax" } else { "zpopmin" }, emptied);
+        w.event_emptying(
+            notify::ZSET,
+            if max { "zpopmax" } else { "zpopmin" },
+            key,
+            emptied,
+        );
     }
     Ok(Some(picked))
 }

@@ -119,6 +119,44 @@ impl crate::storage::WriteCtx<'_> {
         self.notify(class, event, key.db, key.name);
     }
 
+    /// Reports `event` of `class` on `key`, then `del` when it left the
+    /// key empty (and so deleted it): a pop or removal, in Redis's order.
+    pub fn event_emptying(
+        &mut self,
+        class: u32,
+        event: &str,
+        key: crate::storage::keyspace::Key,
+        emptied: bool,
+    ) {
+        self.event(class, event, key);
+        if emptied {
+            self.event(GENERIC, "del", key);
+        }
+    }
+
+    /// Deletes `key` if it is live and reports `del` (DEL, MIGRATE's
+    /// source, a *STORE whose result is empty); whether it was there.
+    pub fn delete_reported(
+        &mut self,
+        key: crate::storage::keyspace::Key,
+    ) -> Result<bool, crate::storage::StoreError> {
+        let deleted = crate::storage::keyspace::delete_if_live(self, key)?;
+        if deleted {
+            self.event(GENERIC, "del", key);
+        }
+        Ok(deleted)
+    }
+
+    /// A write command's read of `key` (SET ... GET, INCR's operand,
+    /// COPY's source): counted in keyspace_hits / keyspace_misses as Redis
+    /// counts it, and a miss reported as `keymiss`.
+    pub fn looked_up(&mut self, key: crate::storage::keyspace::Key, hit: bool) {
+        crate::storage::KvRead::note_lookup(self, hit);
+        if !hit {
+            self.event(KEY_MISS, "keymiss", key);
+        }
+    }
+
     /// Runs `f` without reporting `new` when `replacing`: the *STORE
     /// commands overwrite an existing destination, which Redis does not
     /// report as a new key (cairn deletes it first, then writes afresh).
