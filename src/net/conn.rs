@@ -246,7 +246,7 @@ impl Outbox {
         }
         let subscribed = self.entry.mailbox.subscribed();
         push.encode(&mut self.out, self.resp3, subscribed);
-        self.push_bytes += push.len();
+        self.push_bytes += push.size();
     }
 
     /// After `out` went out on the socket: its pushes no longer count

@@ -122,8 +122,8 @@ impl Push {
         }
     }
 
-    /// What it counts toward the client's output buffer.
-    pub fn len(&self) -> usize {
+    /// The bytes it counts for in the client's output buffer.
+    pub fn size(&self) -> usize {
         match self {
             Push::Frame(frame) => frame.len(),
             Push::Invalidate(keys) => {
@@ -134,11 +134,6 @@ impl Push {
             Push::RedirectBroken(_) => 48,
             Push::Line(line) => line.len(),
         }
-    }
-
-    /// Whether it is empty (never).
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Whether it waits for the reply being written: an invalidation must
@@ -198,7 +193,7 @@ impl Mailbox {
     /// Queues `push`; the bytes now pending for the client, or `None` when
     /// it is gone.
     fn queue(&self, push: Push) -> Option<usize> {
-        let n = push.len();
+        let n = push.size();
         // Counted before it is sent: the connection may write it (and
         // subtract it) as soon as it is in the channel.
         let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
@@ -252,8 +247,9 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Takes the output buffer limits from the configuration (at start and
-    /// after CONFIG SET).
+    /// Takes what it needs from the configuration (at start and after
+    /// CONFIG SET): `notify-keyspace-events`, `client-output-buffer-limit`,
+    /// `tracking-table-max-keys`.
     pub fn configure(&self, rt: &crate::server::Runtime) {
         let flags = notify::parse(rt.get("notify-keyspace-events"));
         self.notify.store(flags, Ordering::Relaxed);
@@ -349,45 +345,46 @@ impl Hub {
     /// notification (node-local in Redis Cluster too).
     pub fn publish_local(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
         let mut receivers = 0;
-        if let Some(subs) = self.map(kind).get(channel) {
-            let head = if kind == Kind::Shard {
-                &b"smessage"[..]
-            } else {
-                b"message"
+        self.each_audience(kind, channel, |pattern, subs| {
+            let frame = match (kind, pattern) {
+                (Kind::Shard, _) => encode(&[b"smessage", channel, message]),
+                (_, None) => encode(&[b"message", channel, message]),
+                (_, Some(p)) => encode(&[b"pmessage", p, channel, message]),
             };
-            let frame = encode(&[head, channel, message]);
-            for client in subs.iter() {
+            for client in subs {
                 receivers += self.deliver(client, &frame);
             }
-        }
-        if kind == Kind::Channel && self.npatterns.load(Ordering::Acquire) > 0 {
-            for (pattern, subs) in self.patterns.read().iter() {
-                if !crate::util::glob::string_match(pattern, channel, false) {
-                    continue;
-                }
-                let frame = encode(&[b"pmessage", pattern, channel, message]);
-                for client in subs {
-                    receivers += self.deliver(client, &frame);
-                }
-            }
-        }
+        });
         receivers
     }
 
     /// How many deliveries a PUBLISH would make now (inside a transaction,
     /// whose messages go out when it commits).
     pub fn receivers(&self, kind: Kind, channel: &[u8]) -> usize {
-        let mut n = self.map(kind).get(channel).map_or(0, |s| s.len());
-        if kind == Kind::Channel && self.npatterns.load(Ordering::Acquire) > 0 {
-            n += self
-                .patterns
-                .read()
-                .iter()
-                .filter(|(p, _)| crate::util::glob::string_match(p, channel, false))
-                .map(|(_, subs)| subs.len())
-                .sum::<usize>();
-        }
+        let mut n = 0;
+        self.each_audience(kind, channel, |_, subs| n += subs.len());
         n
+    }
+
+    /// Calls `f` with the subscribers a message to `channel` reaches: the
+    /// channel's own (pattern `None`), then, for a plain channel, each
+    /// matching pattern's.
+    fn each_audience(
+        &self,
+        kind: Kind,
+        channel: &[u8],
+        mut f: impl FnMut(Option<&Bytes>, &[Arc<ClientEntry>]),
+    ) {
+        if let Some(subs) = self.map(kind).get(channel) {
+            f(None, &subs);
+        }
+        if kind == Kind::Channel && self.npatterns.load(Ordering::Acquire) > 0 {
+            for (pattern, subs) in self.patterns.read().iter() {
+                if crate::util::glob::string_match(pattern, channel, false) {
+                    f(Some(pattern), subs);
+                }
+            }
+        }
     }
 
     /// Queues `frame` for `client`; 1 when it was queued, 0 when the
@@ -420,7 +417,8 @@ impl Hub {
                 0 => since.store(now, Ordering::Relaxed),
                 t => over |= now - t > limit.secs.load(Ordering::Relaxed),
             }
-        } else {
+        } else if since.load(Ordering::Relaxed) != 0 {
+            // Stored only when it changes: this runs on every delivery.
             since.store(0, Ordering::Relaxed);
         }
         if over && !client.killed.swap(true, Ordering::AcqRel) {

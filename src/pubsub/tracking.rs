@@ -58,6 +58,9 @@ pub struct Tracker {
     clients: DashMap<u64, Arc<Tracked>>,
     /// Default mode: key -> ids of the clients that read it.
     table: DashMap<Bytes, HashSet<u64>>,
+    /// Keys in `table`, kept beside it: `DashMap::len` locks every map
+    /// shard, too dear for each tracked read.
+    keys: AtomicUsize,
     /// BCAST mode: prefix -> ids.
     prefixes: parking_lot::RwLock<BTreeMap<Bytes, HashSet<u64>>>,
     /// Tracking clients: writes collect changed keys only while this is
@@ -105,10 +108,18 @@ impl Tracker {
 
     /// Records that client `id` read `key` (before the read runs).
     pub fn remember(&self, id: u64, key: &Bytes) {
-        self.table.entry(key.clone()).or_default().insert(id);
-        let max = self.max_keys.load(Ordering::Relaxed);
-        if max > 0 && self.table.len() > max {
-            self.evict(self.table.len() - max);
+        let mut ids = self.table.entry(key.clone()).or_insert_with(|| {
+            self.keys.fetch_add(1, Ordering::Relaxed);
+            HashSet::new()
+        });
+        ids.insert(id);
+        drop(ids);
+        let (max, keys) = (
+            self.max_keys.load(Ordering::Relaxed),
+            self.keys.load(Ordering::Relaxed),
+        );
+        if max > 0 && keys > max {
+            self.evict(keys - max);
         }
     }
 
@@ -150,6 +161,7 @@ impl Tracker {
         let Some((_, ids)) = self.table.remove(key) else {
             return;
         };
+        self.keys.fetch_sub(1, Ordering::Relaxed);
         for id in ids {
             if !self.loops(id, writer) {
                 self.send(id, Push::Invalidate(Some(vec![key.clone()])));
@@ -164,7 +176,10 @@ impl Tracker {
 
     /// FLUSHDB / FLUSHALL: every tracking client drops everything.
     pub fn invalidate_all(&self) {
-        self.table.clear();
+        self.table.retain(|_, _| {
+            self.keys.fetch_sub(1, Ordering::Relaxed);
+            false
+        });
         let ids: Vec<u64> = self.clients.iter().map(|e| *e.key()).collect();
         for id in ids {
             self.send(id, Push::Invalidate(None));
