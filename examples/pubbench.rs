@@ -76,13 +76,10 @@ fn now_ns() -> u64 {
         .as_nanos() as u64
 }
 
+/// One command as a client sends it.
 fn command(args: &[&[u8]]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
+    let mut out = Vec::new();
+    cairn::protocol::encode_command(&mut out, args);
     out
 }
 

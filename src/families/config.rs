@@ -1184,7 +1184,8 @@ fn parse_notify(value: &str) -> Result<String, String> {
     }
     // Kept after A so notifications still see it; CONFIG GET hides it
     // there, as Redis's display does (see `get_value`).
-    if flags & ALL == ALL && flags & (1 << 10) != 0 {
+    const NEW: u16 = 1 << 10; // `n`, LETTERS[10]
+    if flags & ALL == ALL && flags & NEW != 0 {
         out.push('n');
     }
     Ok(out)

@@ -229,7 +229,6 @@ fn valid_name(n: &[u8]) -> Result<(), Reply> {
     Ok(())
 }
 
-/// One CLIENT LIST / CLIENT INFO line.
 /// A client's class for CLIENT LIST / KILL TYPE: `pubsub` while it is
 /// subscribed, else `normal` (cairn has no replicas or masters).
 fn client_class(e: &crate::server::ClientEntry) -> &'static str {
@@ -240,6 +239,7 @@ fn client_class(e: &crate::server::ClientEntry) -> &'static str {
     }
 }
 
+/// One CLIENT LIST / CLIENT INFO line.
 fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());

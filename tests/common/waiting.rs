@@ -168,9 +168,8 @@ pub fn first_reply(ps: &[&Pending]) -> (usize, Value) {
 
 /// A RESP array of bulk strings.
 pub fn resp(args: &[&str]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
-    }
+    let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+    let mut out = Vec::new();
+    cairn::protocol::encode_command(&mut out, &args);
     out
 }
