@@ -350,18 +350,8 @@ def sorted_aggregate(reply: bytes) -> bytes:
     return reply[:head_end] + b"".join(sorted(elems))
 
 
-def frames_len(buf: bytes) -> int:
-    """How many bytes of buf the complete replies it starts with take."""
-    p = 0
-    while p < len(buf):
-        try:
-            p = reply_end(buf, p)
-        except (Incomplete, BadReply):
-            break
-    return p
-
-
-def count_replies(buf: bytes) -> int:
+def complete_replies(buf: bytes) -> tuple[int, int]:
+    """How many complete replies buf starts with, and the bytes they take."""
     n = 0
     p = 0
     while p < len(buf):
@@ -370,7 +360,16 @@ def count_replies(buf: bytes) -> int:
         except (Incomplete, BadReply):
             break
         n += 1
-    return n
+    return n, p
+
+
+def frames_len(buf: bytes) -> int:
+    """How many bytes of buf the complete replies it starts with take."""
+    return complete_replies(buf)[1]
+
+
+def count_replies(buf: bytes) -> int:
+    return complete_replies(buf)[0]
 
 
 # --------------------------------------------------------------------------
