@@ -15,6 +15,8 @@
 //! * [`server`] — state shared by all connections.
 //! * [`util`] — Redis-exact helpers: glob matching, number parsing and
 //!   formatting, bit operations, LCS.
+//! * [`logging`] — the server log: Redis's loglevel names, logfile, and
+//!   CONFIG SET loglevel while running.
 //! * [`run`] — starting and stopping a server (used by main and the tests).
 //! * [`scripting`] — the Lua engine behind EVAL and FUNCTION: sandbox, `redis`
 //!   API, reply conversions, cjson/cmsgpack/bit/struct.
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod command;
 pub mod config;
 pub mod families;
+pub mod logging;
 pub mod net;
 pub mod protocol;
 pub mod pubsub;

@@ -20,19 +20,16 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.log_level));
-    // A log pipe that closes (`cairn 2>&1 | head`) must not take the server
-    // down with it: tracing-subscriber reports a failed write with
-    // eprintln!, which panics on a closed stderr, so that report is off and
-    // failed writes are dropped. Colour codes only go to a terminal.
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr)
-        .log_internal_errors(false)
-        .init();
+    // The log's level and file are Redis parameters: `[redis]` or the
+    // top-level `log_level`, which Config::load has checked.
+    let values = cairn::families::config::initial_values(&config).unwrap_or_default();
+    if let Err(e) = cairn::logging::init(values.get("loglevel"), values.get("logfile")) {
+        eprintln!(
+            "cairn: can't open the log file {}: {e}",
+            values.get("logfile")
+        );
+        std::process::exit(1);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -696,3 +696,75 @@ fn stops_after_its_log_pipe_closes() {
         again.shutdown();
     }
 }
+
+/// `loglevel` and `logfile` as Redis names them: the log goes to the file
+/// config.toml names, at the level it names, and CONFIG SET loglevel
+/// changes the level while the server runs.
+#[test]
+fn loglevel_and_logfile() {
+    let cwd = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let log = cwd.path().join("cairn.log");
+    std::fs::write(
+        cwd.path().join("config.toml"),
+        format!(
+            "log_level = \"warning\"\n[redis]\nlogfile = \"{}\"\n",
+            log.display()
+        ),
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .current_dir(cwd.path())
+        .args(["--port", &port.to_string(), "--shards", "1"])
+        .arg("--dir")
+        .arg(data.path())
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn cairn");
+    let mut p = Proc { child, port };
+    p.wait_ready();
+    let mut c = p.client();
+    let say = |c: &mut Connection, level: &str, text: &str| {
+        let script = format!("redis.log(redis.{level}, '{text}')");
+        let _: Value = redis::cmd("EVAL").arg(script).arg(0).query(c).unwrap();
+    };
+    let loglevel = |c: &mut Connection| -> Vec<String> {
+        redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("loglevel")
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(loglevel(&mut c), ["loglevel", "warning"]);
+    say(&mut c, "LOG_NOTICE", "notice-while-warning");
+    say(&mut c, "LOG_WARNING", "warning-while-warning");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("loglevel")
+        .arg("verbose")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(loglevel(&mut c), ["loglevel", "verbose"]);
+    say(&mut c, "LOG_VERBOSE", "verbose-while-verbose");
+    say(&mut c, "LOG_DEBUG", "debug-while-verbose");
+    p.shutdown();
+    let text = std::fs::read_to_string(&log).expect("the log file exists");
+    assert!(text.contains("warning-while-warning"), "{text}");
+    assert!(text.contains("verbose-while-verbose"), "{text}");
+    assert!(!text.contains("notice-while-warning"), "{text}");
+    assert!(!text.contains("debug-while-verbose"), "{text}");
+    // Not a line of it on stderr, and no colour codes in the file.
+    let mut err = String::new();
+    p.child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert_eq!(err, "");
+    assert!(!text.contains('\u{1b}'), "{text}");
+}

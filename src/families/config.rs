@@ -1318,6 +1318,7 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
     }
     *rt = staged;
     s.server.pubsub.configure(&rt);
+    crate::logging::set_level(rt.get("loglevel"));
     Reply::Ok.into()
 }
 
@@ -1358,6 +1359,7 @@ const LEGACY_KEYS: &[(&str, &str)] = &[
     ("requirepass", "requirepass"),
     ("proto-max-bulk-len", "proto_max_bulk_len"),
     ("maxclients", "maxclients"),
+    ("loglevel", "log_level"),
 ];
 
 /// The values the config file sets: `[redis]` entries, then the legacy
@@ -1368,6 +1370,9 @@ pub fn initial_values(cfg: &crate::config::Config) -> Result<Values, String> {
         let v = match *key {
             "requirepass" => cfg.requirepass.clone(),
             "proto_max_bulk_len" => cfg.proto_max_bulk_len.to_string(),
+            // Redis's names, or tracing's (what log_level took before).
+            "log_level" => crate::logging::redis_level(&cfg.log_level)
+                .map_or_else(|| cfg.log_level.clone(), str::to_string),
             _ => cfg.maxclients.to_string(),
         };
         vals.load(param, &v)
@@ -1429,7 +1434,14 @@ pub fn rewrite(server: &Server) -> Result<(), String> {
                 .and_then(|t| t.as_table_like())
                 .is_some_and(|t| t.contains_key(p.name));
             if doc.contains_key(key) && !in_redis {
-                let new = if *key == "requirepass" {
+                let written = doc.get(key).and_then(|v| v.as_str());
+                if *key == "log_level"
+                    && written.and_then(crate::logging::redis_level) == Some(value.as_str())
+                {
+                    // `warn` and `warning` are one level: the file's word stays.
+                    continue;
+                }
+                let new = if matches!(*key, "requirepass" | "log_level") {
                     toml_edit::Value::from(value.as_str())
                 } else {
                     toml_edit::Value::from(value.parse::<i64>().unwrap_or(0))

@@ -843,9 +843,11 @@ fn redis_table(lua: &Lua, run: &Arc<Mutex<RunState>>) -> mlua::Result<Table> {
                 })
                 .collect();
             let msg = parts.join(" ");
+            // Redis's four levels on tracing's, as `loglevel` maps them
+            // (src/logging.rs).
             match level as i64 {
-                0 => tracing::debug!(target: "lua", "{msg}"),
-                1 => tracing::info!(target: "lua", "{msg}"),
+                0 => tracing::trace!(target: "lua", "{msg}"),
+                1 => tracing::debug!(target: "lua", "{msg}"),
                 2 => tracing::info!(target: "lua", "{msg}"),
                 _ => tracing::warn!(target: "lua", "{msg}"),
             }

@@ -49,7 +49,6 @@ impl TestServer {
         cfg.dir = path.clone();
         cfg.shards = 2;
         cfg.durability = Durability::Everysec;
-        cfg.log_level = "warn".into();
         tweak(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
