@@ -216,14 +216,25 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
         "keyspace" => {
             out.push_str("# Keyspace\r\n");
             for db in 0..DATABASES as u8 {
-                let (mut keys, mut expires) = (0, 0);
+                let (mut keys, mut expires, mut sum) = (0, 0, 0i128);
                 for sh in srv.shards.shards() {
                     let c = sh.counts(db);
                     keys += c.keys;
                     expires += c.expires;
+                    sum += c.expire_sum;
                 }
+                // The mean time to live of the keys with one; keys expired
+                // and not reaped yet pull it down, never below 0.
+                let avg_ttl = if expires > 0 {
+                    (sum / i128::from(expires) - i128::from(crate::shard::now_ms())).max(0)
+                } else {
+                    0
+                };
                 if keys > 0 {
-                    let _ = write!(out, "db{db}:keys={keys},expires={expires},avg_ttl=0\r\n");
+                    let _ = write!(
+                        out,
+                        "db{db}:keys={keys},expires={expires},avg_ttl={avg_ttl}\r\n"
+                    );
                 }
             }
         }

@@ -105,7 +105,8 @@ pub struct ShardShared {
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
     snapshot_cache: parking_lot::Mutex<Option<(u64, Arc<ReadCtx>)>>,
-    counts: [[AtomicI64; 2]; DATABASES],
+    /// Per database: keys, keys with an expiry, their mean expiry time.
+    counts: [[AtomicI64; 3]; DATABASES],
 }
 
 impl ShardShared {
@@ -124,7 +125,7 @@ impl ShardShared {
             blocked,
             watches: Arc::default(),
             snapshot_cache: parking_lot::Mutex::new(None),
-            counts: std::array::from_fn(|_| [AtomicI64::new(0), AtomicI64::new(0)]),
+            counts: std::array::from_fn(|_| Default::default()),
         }
     }
 
@@ -133,15 +134,23 @@ impl ShardShared {
         for (slot, c) in self.counts.iter().zip(counts) {
             slot[0].store(c.keys, Ordering::Relaxed);
             slot[1].store(c.expires, Ordering::Relaxed);
+            let mean = if c.expires > 0 {
+                c.expire_sum / i128::from(c.expires)
+            } else {
+                0
+            };
+            slot[2].store(mean as i64, Ordering::Relaxed);
         }
     }
 
     /// Committed key counts of database `db`.
     pub fn counts(&self, db: u8) -> DbCounts {
         let c = &self.counts[db as usize];
+        let expires = c[1].load(Ordering::Relaxed);
         DbCounts {
             keys: c[0].load(Ordering::Relaxed),
-            expires: c[1].load(Ordering::Relaxed),
+            expires,
+            expire_sum: i128::from(c[2].load(Ordering::Relaxed)) * i128::from(expires),
         }
     }
 

@@ -158,6 +158,7 @@ fn settle_replaced(
         counts.keys += 1;
     }
     counts.expires += (new.expire_ms != 0) as i64 - (old_expire != 0) as i64;
+    counts.expire_sum += i128::from(new.expire_ms) - i128::from(old_expire);
     w.state.counts_dirty = true;
     Ok(())
 }
@@ -175,6 +176,7 @@ pub fn delete(w: &mut WriteCtx, key: Key, old: &Meta) -> Result<(), StoreError> 
     let counts = &mut w.state.counts[key.db as usize];
     counts.keys -= 1;
     counts.expires -= (old.expire_ms != 0) as i64;
+    counts.expire_sum -= i128::from(old.expire_ms);
     w.state.counts_dirty = true;
     Ok(())
 }

@@ -250,6 +250,9 @@ pub struct DbCounts {
     pub keys: i64,
     /// Keys with an expiry.
     pub expires: i64,
+    /// The sum of those keys' expiry times (ms): INFO's `avg_ttl` is the
+    /// mean less now, exact where Redis samples.
+    pub expire_sum: i128,
 }
 
 /// Number of logical databases (SELECT 0..15).
@@ -281,12 +284,36 @@ impl ShardState {
             u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8]))
         });
         let mut counts = [DbCounts::default(); NAMESPACES];
+        let mut without_sums = [false; NAMESPACES];
         for (i, c) in counts.iter_mut().enumerate() {
             if let Some(v) = sys.get(count_key(i as u8).as_slice())? {
                 let v = v.value();
-                if v.len() == 16 {
+                if v.len() >= 16 {
                     c.keys = i64::from_be_bytes(v[..8].try_into().unwrap());
-                    c.expires = i64::from_be_bytes(v[8..].try_into().unwrap());
+                    c.expires = i64::from_be_bytes(v[8..16].try_into().unwrap());
+                }
+                match v.get(16..32) {
+                    Some(sum) => c.expire_sum = i128::from_be_bytes(sum.try_into().unwrap()),
+                    None => without_sums[i] = c.expires > 0,
+                }
+            }
+        }
+        if without_sums.contains(&true) {
+            // A file written before the sums were kept: one pass over the
+            // expiry index adds them up.
+            drop(sys);
+            let ttl = txn.open_table(TTL)?;
+            for row in ttl.iter()? {
+                let (k, _) = row?;
+                let k = k.value();
+                // `expire_ms:u64 ns_len:u8 ns...`, ns being the database.
+                if let (Some((expire, _)), Some(&[1, ns])) =
+                    (super::encoding::decode_ttl_key(k), k.get(8..10))
+                {
+                    let ns = ns as usize;
+                    if without_sums.get(ns) == Some(&true) {
+                        counts[ns].expire_sum += i128::from(expire);
+                    }
                 }
             }
         }
@@ -940,6 +967,7 @@ impl<'t> WriteCtx<'t> {
             for (i, c) in counts.iter().enumerate() {
                 let mut v = c.keys.to_be_bytes().to_vec();
                 v.extend_from_slice(&c.expires.to_be_bytes());
+                v.extend_from_slice(&c.expire_sum.to_be_bytes());
                 self.put(Table::Sys, &count_key(i as u8), &v)?;
             }
             self.state.counts_dirty = false;
@@ -1253,6 +1281,7 @@ mod tests {
         state.counts[3] = DbCounts {
             keys: 7,
             expires: 2,
+            expire_sum: 3_000_000_000_000,
         };
         state.counts_dirty = true;
         let txn = db.begin_write().unwrap();
@@ -1268,8 +1297,44 @@ mod tests {
             s.counts[3],
             DbCounts {
                 keys: 7,
-                expires: 2
+                expires: 2,
+                expire_sum: 3_000_000_000_000,
             }
         );
+    }
+
+    /// A file whose counts predate the expiry sums gets them from its
+    /// expiry index when it opens.
+    #[test]
+    fn expiry_sums_rebuilt_for_old_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.redb");
+        let db = open(&path);
+        let txn = db.begin_write().unwrap();
+        {
+            let mut sys = txn.open_table(SYS).unwrap();
+            let mut old = 3i64.to_be_bytes().to_vec();
+            old.extend_from_slice(&2i64.to_be_bytes());
+            sys.insert(count_key(4).as_slice(), old.as_slice()).unwrap();
+            let mut ttl = txn.open_table(TTL).unwrap();
+            for (at, name) in [(5_000u64, &b"a"[..]), (7_000, b"b")] {
+                let k = super::super::encoding::ttl_key(at, 4, 0, name);
+                ttl.insert(k.as_slice(), &[][..]).unwrap();
+            }
+            let other = super::super::encoding::ttl_key(9_000, 5, 0, b"c");
+            ttl.insert(other.as_slice(), &[][..]).unwrap();
+        }
+        txn.commit().unwrap();
+        let s = ShardState::load(&db).unwrap();
+        assert_eq!(
+            s.counts[4],
+            DbCounts {
+                keys: 3,
+                expires: 2,
+                expire_sum: 12_000,
+            }
+        );
+        // Database 5 has no count row: nothing is made up for it.
+        assert_eq!(s.counts[5], DbCounts::default());
     }
 }
