@@ -21,6 +21,12 @@
 //! * [`scripting`] — the Lua engine behind EVAL and FUNCTION: sandbox, `redis`
 //!   API, reply conversions, cjson/cmsgpack/bit/struct.
 
+/// mimalloc instead of glibc's malloc: every op allocates row keys and
+/// values and redb allocates its pages; glibc's free-list upkeep
+/// (consolidating, unlinking chunks) took ~20% of a shard thread under RPUSH.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 pub mod cluster;
 pub mod command;
 pub mod config;

@@ -5,12 +5,6 @@ use clap::Parser;
 
 use cairn::config::{Config, Flags};
 
-/// mimalloc instead of glibc's malloc: every op allocates row keys and
-/// values and redb allocates its pages; glibc's free-list upkeep
-/// (consolidating, unlinking chunks) took ~20% of a shard thread under RPUSH.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let flags = Flags::parse();
     let config = match Config::load(&flags) {

@@ -51,6 +51,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })?;
     let shards = ShardSet::open(&config)?;
+    crate::families::memory::mark_startup();
     let mut server = Server::new(config, shards);
     if server.config.cluster.enabled {
         let cluster = crate::cluster::node::open_for(&server, local.port())?;
@@ -70,6 +71,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     if let Some(c) = &server.cluster {
         c.start();
     }
+    crate::families::info::start_sampling(&server);
     // Function libraries persist; scripts do not (as in Redis).
     if let Err(e) = crate::families::functions::load_stored(&server) {
         tracing::error!(error = %e, "cannot read the stored function libraries");

@@ -86,6 +86,12 @@ pub struct ServerStats {
     pub misses: AtomicU64,
     /// Error replies sent.
     pub errors: AtomicU64,
+    /// Socket reads that brought client input.
+    pub reads: AtomicU64,
+    /// Socket writes of replies.
+    pub writes: AtomicU64,
+    /// Recent samples of the counters above: INFO's instantaneous rates.
+    pub samples: parking_lot::Mutex<crate::families::info::RateSamples>,
 }
 
 /// Run-time settable configuration (CONFIG SET): every Redis parameter's

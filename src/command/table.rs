@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, object, persistence,
-    pubsub, scripting, server, set, sort, stream, string, transaction, zset,
+    bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, lolwut, memory,
+    object, persistence, pubsub, scripting, server, set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -456,6 +456,8 @@ commands! {
         "Pop an element from a list, push it to another list and return it.", "source destination LEFT|RIGHT LEFT|RIGHT", "";
     "lmpop", -4, "write", (1, 2, 0), "RW ACCESS DELETE", "@write @list @slow", "list", "7.0.0", list::lmpop,
         "Pop elements from a list.", "numkeys key [key ...] LEFT|RIGHT [COUNT count]", "";
+    "lolwut", -1, "readonly fast", (0, 0, 0), "", "@read @fast", "server", "5.0.0", lolwut::lolwut,
+        "Display some computer art and the Redis version", "[VERSION version]", "";
     "lpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::lpop,
         "Remove and get the first elements in a list.", "key [count]", "";
     "lpos", -3, "readonly", (1, 1, 1), "RO ACCESS", "@read @list @slow", "list", "6.0.6", list::lpos,
@@ -472,6 +474,8 @@ commands! {
         "Set the value of an element in a list by its index.", "key index element", "";
     "ltrim", 4, "write", (1, 1, 1), "RW DELETE", "@write @list @slow", "list", "1.0.0", list::ltrim,
         "Trim a list to the specified range.", "key start stop", "";
+    "memory", -2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
+        "A container for memory diagnostics commands", "subcommand [arg ...]", "";
     "mget", -2, "readonly fast", (1, -1, 1), "RO ACCESS", "@read @string @fast", "string", "1.0.0", string::mget,
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
     "migrate", -6, "write movablekeys", (3, 3, 1), "RW ACCESS DELETE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::migrate,
@@ -921,6 +925,18 @@ commands! {
         "Restore all the functions on the given payload.", "serialized-value [FLUSH|APPEND|REPLACE]", "request_policy:all_shards response_policy:all_succeeded";
     "function|stats", 2, "noscript allow_busy", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
         "Return information about the function currently running (name, description, duration).", "", "nondeterministic_output request_policy:all_shards response_policy:special";
+    "memory|doctor", 2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
+        "Outputs memory problems report", "", "nondeterministic_output request_policy:all_shards response_policy:special";
+    "memory|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
+        "Show helpful text about the different subcommands", "", "";
+    "memory|malloc-stats", 2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
+        "Show allocator internal stats", "", "nondeterministic_output request_policy:all_shards response_policy:special";
+    "memory|purge", 2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
+        "Ask the allocator to release memory", "", "request_policy:all_shards response_policy:all_succeeded";
+    "memory|stats", 2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
+        "Show memory usage details", "", "nondeterministic_output request_policy:all_shards response_policy:special";
+    "memory|usage", -3, "readonly", (2, 2, 1), "RO", "@read @slow", "server", "4.0.0", memory::memory,
+        "Estimate the memory usage of a key", "key [SAMPLES count]", "";
     "object|encoding", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "2.2.3", object::object,
         "Inspect the internal encoding of a Redis object", "key", "nondeterministic_output";
     "object|freq", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "4.0.0", object::object,

@@ -1338,6 +1338,8 @@ pub fn resetstat(server: &Server) {
         &st.commands,
         &st.net_in,
         &st.net_out,
+        &st.reads,
+        &st.writes,
         &st.hits,
         &st.misses,
         &st.errors,

@@ -616,6 +616,18 @@ const MIGRATE_IDLE: std::time::Duration = std::time::Duration::from_secs(10);
 #[derive(Default)]
 pub struct MigrateConns(parking_lot::Mutex<HashMap<String, (TcpStream, i64, Instant)>>);
 
+impl MigrateConns {
+    /// How many idle connections are kept (INFO's migrate_cached_sockets).
+    pub fn len(&self) -> usize {
+        self.0.lock().len()
+    }
+
+    /// Whether none is kept.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Sends AUTH, SELECT (unless a reused connection has the database
 /// selected) and one RESTORE per key to the target and reads its answers:
 /// per key, accepted or the target's error text; or the IOERR reply when

@@ -55,55 +55,27 @@ pub fn rss_bytes() -> u64 {
 pub fn section(s: &Session, name: &str, out: &mut String) {
     let srv = &s.server;
     let st = &srv.stats;
-    let uptime = srv.started.elapsed().as_secs();
     match name {
-        "server" => {
-            let _ = write!(
-                out,
-                "# Server\r\nredis_version:{}\r\ncairn_version:{}\r\nredis_mode:standalone\r\nos:{} {}\r\narch_bits:64\r\nmultiplexing_api:epoll\r\nprocess_id:{}\r\ntcp_port:{}\r\nuptime_in_seconds:{}\r\nuptime_in_days:{}\r\nexecutable:cairn\r\nconfig_file:\r\n",
-                super::server::REDIS_VERSION,
-                env!("CARGO_PKG_VERSION"),
-                std::env::consts::OS,
-                std::env::consts::ARCH,
-                std::process::id(),
-                srv.port.load(Relaxed),
-                uptime,
-                uptime / 86400
-            );
-        }
+        "server" => server_section(s, out),
         "clients" => {
+            // The largest output queue a client has now (pushes not yet
+            // written); cairn keeps no per-client input buffer to measure.
+            let max_out = srv
+                .clients
+                .iter()
+                .map(|c| c.mailbox.pending.load(Relaxed))
+                .max()
+                .unwrap_or(0);
             let _ = write!(
                 out,
-                "# Clients\r\nconnected_clients:{}\r\nmaxclients:{}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\n",
+                "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:{max_out}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\nclients_in_timeout_table:0\r\n",
                 srv.clients.len(),
                 srv.runtime.read().maxclients(),
                 srv.shards.blocked.blocked_clients(),
                 srv.pubsub.tracking.stats().0
             );
         }
-        "memory" => {
-            use std::sync::atomic::Ordering::Relaxed;
-            let rss = rss_bytes();
-            let lua = srv.scripts.memory_stats();
-            let (libraries, functions, code) = (
-                srv.function_counts.0.load(Relaxed),
-                srv.function_counts.1.load(Relaxed),
-                srv.function_counts.2.load(Relaxed),
-            );
-            // One Lua state runs both scripts and functions here: its
-            // memory is reported as the eval VM's.
-            let scripts_total = lua.script_bytes as u64 + code;
-            let _ = write!(
-                out,
-                "# Memory\r\nused_memory:{rss}\r\nused_memory_human:{:.2}M\r\nused_memory_rss:{rss}\r\nused_memory_peak:{rss}\r\nused_memory_lua:{l}\r\nused_memory_vm_eval:{l}\r\nused_memory_lua_human:{lh}\r\nused_memory_scripts_eval:{se}\r\nnumber_of_cached_scripts:{ns}\r\nnumber_of_functions:{functions}\r\nnumber_of_libraries:{libraries}\r\nused_memory_vm_functions:0\r\nused_memory_vm_total:{l}\r\nused_memory_vm_total_human:{lh}\r\nused_memory_functions:{code}\r\nused_memory_scripts:{scripts_total}\r\nused_memory_scripts_human:{sh}\r\nmaxmemory:0\r\nmaxmemory_policy:noeviction\r\nmem_allocator:libc\r\n",
-                rss as f64 / 1048576.0,
-                l = lua.lua_bytes,
-                lh = bytes_to_human(lua.lua_bytes as u64),
-                se = lua.script_bytes,
-                ns = lua.scripts,
-                sh = bytes_to_human(scripts_total),
-            );
-        }
+        "memory" => memory_section(s, out),
         "persistence" => {
             let ps = &srv.persistence;
             let started = ps.started_ms.load(Relaxed);
@@ -143,25 +115,104 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                         .sum()
                 };
             let tracking = srv.pubsub.tracking.stats();
-            let _ = write!(
-                out,
-                "# Stats\r\ntotal_connections_received:{}\r\ntotal_commands_processed:{}\r\ntotal_net_input_bytes:{}\r\ntotal_net_output_bytes:{}\r\nrejected_connections:{}\r\nexpired_keys:{}\r\nevicted_keys:0\r\nkeyspace_hits:{}\r\nkeyspace_misses:{}\r\npubsub_channels:{}\r\npubsub_patterns:{}\r\npubsubshard_channels:{}\r\ntracking_total_keys:{}\r\ntracking_total_items:{}\r\ntracking_total_prefixes:{}\r\ntotal_error_replies:{}\r\n",
-                st.connections.load(Relaxed),
-                st.commands.load(Relaxed),
-                st.net_in.load(Relaxed),
-                st.net_out.load(Relaxed),
-                st.rejected.load(Relaxed),
-                expired,
-                st.hits.load(Relaxed) + shard_sum(&|sh| &sh.hits),
-                st.misses.load(Relaxed) + shard_sum(&|sh| &sh.misses),
-                srv.pubsub.channel_count(crate::pubsub::Kind::Channel),
-                srv.pubsub.numpat(),
-                srv.pubsub.channel_count(crate::pubsub::Kind::Shard),
-                tracking.1,
-                tracking.2,
-                tracking.3,
-                st.errors.load(Relaxed)
-            );
+            let rates = st.samples.lock().rates();
+            let fields: [(&str, String); 50] = [
+                (
+                    "total_connections_received",
+                    st.connections.load(Relaxed).to_string(),
+                ),
+                (
+                    "total_commands_processed",
+                    st.commands.load(Relaxed).to_string(),
+                ),
+                ("instantaneous_ops_per_sec", rates.ops.to_string()),
+                ("total_net_input_bytes", st.net_in.load(Relaxed).to_string()),
+                (
+                    "total_net_output_bytes",
+                    st.net_out.load(Relaxed).to_string(),
+                ),
+                ("total_net_repl_input_bytes", "0".into()),
+                ("total_net_repl_output_bytes", "0".into()),
+                (
+                    "instantaneous_input_kbps",
+                    format!("{:.2}", rates.input_kbps),
+                ),
+                (
+                    "instantaneous_output_kbps",
+                    format!("{:.2}", rates.output_kbps),
+                ),
+                ("instantaneous_input_repl_kbps", "0.00".into()),
+                ("instantaneous_output_repl_kbps", "0.00".into()),
+                (
+                    "rejected_connections",
+                    st.rejected.load(Relaxed).to_string(),
+                ),
+                ("sync_full", "0".into()),
+                ("sync_partial_ok", "0".into()),
+                ("sync_partial_err", "0".into()),
+                ("expired_keys", expired.to_string()),
+                ("expired_stale_perc", "0.00".into()),
+                ("expired_time_cap_reached_count", "0".into()),
+                ("expire_cycle_cpu_milliseconds", "0".into()),
+                ("evicted_keys", "0".into()),
+                ("evicted_clients", "0".into()),
+                ("total_eviction_exceeded_time", "0".into()),
+                ("current_eviction_exceeded_time", "0".into()),
+                (
+                    "keyspace_hits",
+                    (st.hits.load(Relaxed) + shard_sum(&|sh| &sh.hits)).to_string(),
+                ),
+                (
+                    "keyspace_misses",
+                    (st.misses.load(Relaxed) + shard_sum(&|sh| &sh.misses)).to_string(),
+                ),
+                (
+                    "pubsub_channels",
+                    srv.pubsub
+                        .channel_count(crate::pubsub::Kind::Channel)
+                        .to_string(),
+                ),
+                ("pubsub_patterns", srv.pubsub.numpat().to_string()),
+                (
+                    "pubsubshard_channels",
+                    srv.pubsub
+                        .channel_count(crate::pubsub::Kind::Shard)
+                        .to_string(),
+                ),
+                // cairn never forks: saves read a snapshot instead.
+                ("latest_fork_usec", "0".into()),
+                ("total_forks", "0".into()),
+                (
+                    "migrate_cached_sockets",
+                    srv.migrate_conns.len().to_string(),
+                ),
+                ("slave_expires_tracked_keys", "0".into()),
+                ("active_defrag_hits", "0".into()),
+                ("active_defrag_misses", "0".into()),
+                ("active_defrag_key_hits", "0".into()),
+                ("active_defrag_key_misses", "0".into()),
+                ("total_active_defrag_time", "0".into()),
+                ("current_active_defrag_time", "0".into()),
+                ("tracking_total_keys", tracking.1.to_string()),
+                ("tracking_total_items", tracking.2.to_string()),
+                ("tracking_total_prefixes", tracking.3.to_string()),
+                ("unexpected_error_replies", "0".into()),
+                ("total_error_replies", st.errors.load(Relaxed).to_string()),
+                ("dump_payload_sanitizations", "0".into()),
+                ("total_reads_processed", st.reads.load(Relaxed).to_string()),
+                (
+                    "total_writes_processed",
+                    st.writes.load(Relaxed).to_string(),
+                ),
+                ("io_threaded_reads_processed", "0".into()),
+                ("io_threaded_writes_processed", "0".into()),
+                ("reply_buffer_shrinks", "0".into()),
+                ("reply_buffer_expands", "0".into()),
+            ];
+            out.push_str("# Stats\r\n");
+            for (name, value) in fields {
+                let _ = write!(out, "{name}:{value}\r\n");
+            }
         }
         "replication" => {
             out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
@@ -259,9 +310,10 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             };
             let _ = write!(
                 out,
-                "# Cairn\r\nshards:{}\r\ndurability:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{}\r\nzscore_rows:{}\r\ngc_pending:{}\r\n",
+                "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{}\r\nzscore_rows:{}\r\ngc_pending:{}\r\n",
                 shards.len(),
                 srv.shards.durability.name(),
+                super::memory::disk_bytes(srv),
                 shards.iter().map(|sh| sh.stats.max_batch.load(Relaxed)).max().unwrap_or(0),
                 sum(|s| s.commits.load(Relaxed)),
                 sum(|s| s.fsyncs.load(Relaxed)),
@@ -277,6 +329,242 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
         }
         _ => {}
     }
+}
+
+/// INFO server: Redis 7.0's fields in its order, cairn's version second.
+fn server_section(s: &Session, out: &mut String) {
+    let srv = &s.server;
+    let uptime = srv.started.elapsed().as_secs();
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let hz = srv.runtime.read().int("hz");
+    let absolute = |p: &std::path::Path| {
+        std::fs::canonicalize(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    let executable = std::env::current_exe()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let config_file = srv.config.file.as_deref().map(absolute).unwrap_or_default();
+    let _ = write!(
+        out,
+        "# Server\r\nredis_version:{}\r\ncairn_version:{}\r\nredis_git_sha1:00000000\r\nredis_git_dirty:0\r\nredis_build_id:0\r\nredis_mode:{}\r\nos:{} {} {}\r\narch_bits:64\r\nmonotonic_clock:POSIX clock_gettime\r\nmultiplexing_api:epoll\r\natomicvar_api:c11-builtin\r\ngcc_version:0.0.0\r\nprocess_id:{}\r\nprocess_supervised:no\r\nrun_id:{}\r\ntcp_port:{}\r\nserver_time_usec:{now_us}\r\nuptime_in_seconds:{uptime}\r\nuptime_in_days:{}\r\nhz:{hz}\r\nconfigured_hz:{hz}\r\nlru_clock:{}\r\nexecutable:{executable}\r\nconfig_file:{config_file}\r\nio_threads_active:0\r\n",
+        super::server::REDIS_VERSION,
+        env!("CARGO_PKG_VERSION"),
+        if srv.cluster.is_some() { "cluster" } else { "standalone" },
+        if std::env::consts::OS == "linux" { "Linux" } else { std::env::consts::OS },
+        release.trim(),
+        std::env::consts::ARCH,
+        std::process::id(),
+        run_id(),
+        srv.port.load(Relaxed),
+        uptime / 86400,
+        (now_us / 1_000_000) & ((1 << 24) - 1),
+    );
+}
+
+/// This process's run id: 40 random hex characters, drawn once.
+fn run_id() -> &'static str {
+    static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ID.get_or_init(|| {
+        use rand::Rng;
+        let mut rng = rand::thread_rng();
+        (0..40)
+            .map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0'))
+            .collect()
+    })
+}
+
+/// How many samples the instantaneous rates average over, and how often
+/// one is taken (Redis: 16 samples, every 100 ms).
+const RATE_SAMPLES: usize = 16;
+const RATE_PERIOD: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Samples of the command and byte counters, for INFO's
+/// `instantaneous_*` fields.
+#[derive(Debug, Default)]
+pub struct RateSamples {
+    /// The counters at the last sample: (when, commands, bytes in, bytes out).
+    last: Option<(std::time::Instant, u64, u64, u64)>,
+    /// Per-second rates of the latest samples: (ops, bytes in, bytes out).
+    recent: std::collections::VecDeque<(f64, f64, f64)>,
+}
+
+/// INFO's instantaneous rates.
+pub struct Rates {
+    /// Commands per second.
+    pub ops: u64,
+    /// Kilobytes read per second.
+    pub input_kbps: f64,
+    /// Kilobytes written per second.
+    pub output_kbps: f64,
+}
+
+impl RateSamples {
+    /// Takes a sample of the counters.
+    fn sample(&mut self, commands: u64, input: u64, output: u64) {
+        let now = std::time::Instant::now();
+        if let Some((at, c, i, o)) = self.last {
+            let secs = now.duration_since(at).as_secs_f64().max(1e-3);
+            let rate = |now: u64, then: u64| now.saturating_sub(then) as f64 / secs;
+            if self.recent.len() == RATE_SAMPLES {
+                self.recent.pop_front();
+            }
+            self.recent
+                .push_back((rate(commands, c), rate(input, i), rate(output, o)));
+        }
+        self.last = Some((now, commands, input, output));
+    }
+
+    /// The mean rates over the samples kept.
+    pub fn rates(&self) -> Rates {
+        let n = self.recent.len().max(1) as f64;
+        let sum = self
+            .recent
+            .iter()
+            .fold((0.0, 0.0, 0.0), |a, r| (a.0 + r.0, a.1 + r.1, a.2 + r.2));
+        Rates {
+            ops: (sum.0 / n).round() as u64,
+            input_kbps: sum.1 / n / 1024.0,
+            output_kbps: sum.2 / n / 1024.0,
+        }
+    }
+}
+
+/// Samples the server's counters every 100 ms until it stops.
+pub fn start_sampling(server: &std::sync::Arc<crate::server::Server>) {
+    let weak = std::sync::Arc::downgrade(server);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(RATE_PERIOD);
+        loop {
+            tick.tick().await;
+            let Some(srv) = weak.upgrade() else { return };
+            if srv.stopping.load(Relaxed) {
+                return;
+            }
+            let st = &srv.stats;
+            st.samples.lock().sample(
+                st.commands.load(Relaxed),
+                st.net_in.load(Relaxed),
+                st.net_out.load(Relaxed),
+            );
+        }
+    });
+}
+
+/// INFO memory: Redis 7.0's fields, in its order, from the allocator's
+/// figures (see `families::memory` for what they stand for here).
+fn memory_section(s: &Session, out: &mut String) {
+    let srv = &s.server;
+    let u = super::memory::usage();
+    let o = super::memory::overhead(srv, &u);
+    let lua = srv.scripts.memory_stats();
+    let (libraries, functions) = (
+        srv.function_counts.0.load(Relaxed),
+        srv.function_counts.1.load(Relaxed),
+    );
+    let net = u.allocated.saturating_sub(u.startup).max(1);
+    let dataset = u.allocated.saturating_sub(o.total);
+    let (maxmemory, policy) = {
+        let rt = srv.runtime.read();
+        (
+            rt.get("maxmemory").parse::<u64>().unwrap_or(0),
+            rt.get("maxmemory-policy").to_string(),
+        )
+    };
+    let system = total_system_memory();
+    let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
+    let rss_over = u.rss as i64 - u.allocated as i64;
+    let h = bytes_to_human;
+    // One Lua state runs both scripts and functions here: its memory is
+    // reported as the eval VM's.
+    let l = lua.lua_bytes as u64;
+    let scripts_total = lua.script_bytes as u64 + o.functions;
+    let fields: [(&str, String); 51] = [
+        ("used_memory", u.allocated.to_string()),
+        ("used_memory_human", h(u.allocated)),
+        ("used_memory_rss", u.rss.to_string()),
+        ("used_memory_rss_human", h(u.rss)),
+        ("used_memory_peak", u.peak.to_string()),
+        ("used_memory_peak_human", h(u.peak)),
+        (
+            "used_memory_peak_perc",
+            format!("{:.2}%", ratio(u.allocated * 100, u.peak)),
+        ),
+        ("used_memory_overhead", o.total.to_string()),
+        ("used_memory_startup", u.startup.to_string()),
+        ("used_memory_dataset", dataset.to_string()),
+        (
+            "used_memory_dataset_perc",
+            format!("{:.2}%", ratio(dataset * 100, net)),
+        ),
+        ("allocator_allocated", u.allocated.to_string()),
+        ("allocator_active", u.allocated.to_string()),
+        ("allocator_resident", u.rss.to_string()),
+        ("total_system_memory", system.to_string()),
+        ("total_system_memory_human", h(system)),
+        ("used_memory_lua", l.to_string()),
+        ("used_memory_vm_eval", l.to_string()),
+        ("used_memory_lua_human", h(l)),
+        ("used_memory_scripts_eval", lua.script_bytes.to_string()),
+        ("number_of_cached_scripts", lua.scripts.to_string()),
+        ("number_of_functions", functions.to_string()),
+        ("number_of_libraries", libraries.to_string()),
+        ("used_memory_vm_functions", "0".into()),
+        ("used_memory_vm_total", l.to_string()),
+        ("used_memory_vm_total_human", h(l)),
+        ("used_memory_functions", o.functions.to_string()),
+        ("used_memory_scripts", scripts_total.to_string()),
+        ("used_memory_scripts_human", h(scripts_total)),
+        ("maxmemory", maxmemory.to_string()),
+        ("maxmemory_human", h(maxmemory)),
+        ("maxmemory_policy", policy),
+        ("allocator_frag_ratio", "1.00".into()),
+        ("allocator_frag_bytes", "0".into()),
+        (
+            "allocator_rss_ratio",
+            format!("{:.2}", ratio(u.rss, u.allocated)),
+        ),
+        ("allocator_rss_bytes", rss_over.to_string()),
+        ("rss_overhead_ratio", "1.00".into()),
+        ("rss_overhead_bytes", "0".into()),
+        (
+            "mem_fragmentation_ratio",
+            format!("{:.2}", ratio(u.rss, u.allocated)),
+        ),
+        ("mem_fragmentation_bytes", rss_over.to_string()),
+        ("mem_not_counted_for_evict", "0".into()),
+        ("mem_replication_backlog", "0".into()),
+        ("mem_total_replication_buffers", "0".into()),
+        ("mem_clients_slaves", "0".into()),
+        ("mem_clients_normal", o.clients.to_string()),
+        ("mem_cluster_links", "0".into()),
+        ("mem_aof_buffer", "0".into()),
+        ("mem_allocator", super::memory::allocator_name()),
+        ("active_defrag_running", "0".into()),
+        ("lazyfree_pending_objects", "0".into()),
+        ("lazyfreed_objects", "0".into()),
+    ];
+    out.push_str("# Memory\r\n");
+    for (name, value) in fields {
+        let _ = write!(out, "{name}:{value}\r\n");
+    }
+}
+
+/// The machine's memory (Linux's MemTotal), 0 if unknown.
+fn total_system_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| {
+            let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+            let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+            Some(kb * 1024)
+        })
+        .unwrap_or(0)
 }
 
 /// User and system CPU seconds of this process (Linux), from /proc.

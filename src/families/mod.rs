@@ -16,6 +16,8 @@ pub mod hash;
 pub mod hll;
 pub mod info;
 pub mod list;
+pub mod lolwut;
+pub mod memory;
 pub mod object;
 pub mod persistence;
 pub mod pubsub;

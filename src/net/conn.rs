@@ -355,6 +355,7 @@ async fn serve(
                 _ = session.entry.kill.notified() => return,
                 _ = server.shutdown.notified() => return,
             }
+            server.stats.writes.fetch_add(1, Ordering::Relaxed);
             outbox.written();
             outbox.out.clear();
             if outbox.out.capacity() > 1 << 20 {
@@ -381,7 +382,10 @@ async fn serve(
         tokio::select! {
             n = stream.read_buf(&mut buf) => match n {
                 Ok(0) | Err(_) => return,
-                Ok(n) => { server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed); }
+                Ok(n) => {
+                    server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed);
+                    server.stats.reads.fetch_add(1, Ordering::Relaxed);
+                }
             },
             Some(push) = outbox.pushes.recv() => {
                 // Written with whatever else is already queued, in one go.
