@@ -259,3 +259,69 @@ fn a_blocked_resp3_client_gets_its_messages() {
     let popped = b"*2\r\n$4\r\njobs\r\n$2\r\nj1\r\n";
     assert_eq!(read_exact_bytes(&mut c, popped.len()), popped);
 }
+
+/// A command over keys of several shards reports its keyspace events in
+/// argument order, as Redis does: the shards' messages go out together, in
+/// the order of the steps that made them, once the round has committed.
+#[test]
+fn cross_shard_keyspace_events_keep_argument_order() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Eg$"]);
+    // Keys alternating between the two shards.
+    let mut keys: Vec<String> = Vec::new();
+    let (mut on0, mut on1) = (Vec::new(), Vec::new());
+    for i in 0.. {
+        let k = format!("key{i}");
+        if common::shard_of(&k, 2) == 0 {
+            on0.push(k);
+        } else {
+            on1.push(k);
+        }
+        if on0.len() >= 10 && on1.len() >= 10 {
+            break;
+        }
+    }
+    for (a, b) in on0.into_iter().zip(on1) {
+        keys.push(b);
+        keys.push(a);
+    }
+    let mut sub = server.tcp();
+    send_raw(
+        &mut sub,
+        &[b"SUBSCRIBE", b"__keyevent@0__:set", b"__keyevent@0__:del"],
+    );
+    let mut expect_len = 0;
+    for ch in ["__keyevent@0__:set", "__keyevent@0__:del"] {
+        expect_len += format!("*3\r\n$9\r\nsubscribe\r\n${}\r\n{ch}\r\n:1\r\n", ch.len()).len();
+    }
+    read_exact_bytes(&mut sub, expect_len);
+    let mut mset: Vec<&str> = vec!["MSET"];
+    for k in &keys {
+        mset.push(k);
+        mset.push("v");
+    }
+    ok(&mut c, &mset);
+    let mut del: Vec<&str> = vec!["DEL"];
+    del.extend(keys.iter().map(String::as_str));
+    assert_eq!(int(&mut c, &del), keys.len() as i64);
+    let mut expected = Vec::new();
+    for event in ["set", "del"] {
+        let ch = format!("__keyevent@0__:{event}");
+        for k in &keys {
+            expected.extend_from_slice(
+                format!(
+                    "*3\r\n$7\r\nmessage\r\n${}\r\n{ch}\r\n${}\r\n{k}\r\n",
+                    ch.len(),
+                    k.len()
+                )
+                .as_bytes(),
+            );
+        }
+    }
+    let got = read_exact_bytes(&mut sub, expected.len());
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(&expected)
+    );
+}

@@ -461,17 +461,27 @@ impl Session {
             // plan, and collect later: the parts run in parallel on their
             // shard threads, and the coordinator can start the next plan.
             let mut pending = Vec::with_capacity(uniq.len());
+            // Each key's events take its place among the arguments.
+            let place = locked.reserve_place();
             for id in uniq {
-                let mine: Vec<Bytes> = keys
+                let mine: Vec<(u64, Bytes)> = keys
                     .iter()
                     .zip(&ids)
-                    .filter(|(_, &i)| i == id)
-                    .map(|(k, _)| k.clone())
+                    .enumerate()
+                    .filter(|(_, (_, &i))| i == id)
+                    .map(|(at, (k, _))| (at as u64, k.clone()))
                     .collect();
                 let f = f.clone();
                 pending.push(locked.send(id, move |w| {
-                    let ks: Vec<Key> = mine.iter().map(|k| Key::new(db, k)).collect();
-                    Ok(f(w, &ks))
+                    let mut total = 0;
+                    for (at, k) in &mine {
+                        w.message_place = (place, *at);
+                        match f(w, &[Key::new(db, k)]) {
+                            Ok(n) => total += n,
+                            failed => return Ok(failed),
+                        }
+                    }
+                    Ok(Ok(total))
                 }));
             }
             async move {

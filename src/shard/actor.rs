@@ -284,16 +284,7 @@ impl ShardActor {
         for &db in &w.flushed {
             blocked.broadcast_db(db);
         }
-        for (route, channel, message) in w.messages {
-            use crate::pubsub::Kind;
-            use crate::storage::tables::Route;
-            let hub = &self.shared.hub;
-            match route {
-                Route::Channel => hub.publish(Kind::Channel, &channel, &message),
-                Route::ShardChannel => hub.publish(Kind::Shard, &channel, &message),
-                Route::Local => hub.publish_local(Kind::Channel, &channel, &message),
-            };
-        }
+        publish(&self.shared.hub, w.messages);
         // A flush tells every tracking client to drop everything, once
         // (from shard 0, which every flush includes): the keys it removed
         // need no messages of their own.
@@ -416,7 +407,8 @@ impl ShardActor {
         let mut step_failed = false;
         let outcome = loop {
             match lock.steps.recv() {
-                Ok(Step::Run(f, tx)) => {
+                Ok(Step::Run(f, place, tx)) => {
+                    ctx.message_place = (place, 0);
                     let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx)))
                         .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
                     step_failed |= r.is_err();
@@ -438,7 +430,15 @@ impl ShardActor {
             self.reload_state();
             return;
         };
-        let signals = ctx.take_wakeups();
+        let places = std::mem::take(&mut ctx.message_places);
+        let mut signals = ctx.take_wakeups();
+        // Messages go out with the whole round's, after every participant
+        // has committed (see `CommitRound::messages`).
+        round.messages.lock().extend(
+            places
+                .into_iter()
+                .zip(std::mem::take(&mut signals.messages)),
+        );
         let finished = ctx
             .put(
                 Table::Sys,
@@ -482,8 +482,14 @@ impl ShardActor {
         if result.is_ok() {
             self.shared.committed();
         }
-        barrier.wait();
+        let publisher = barrier.wait().is_leader();
         drop(visible);
+        if publisher && result.is_ok() {
+            let mut messages = std::mem::take(&mut *round.messages.lock());
+            // Stable: a step's own messages keep their order.
+            messages.sort_by_key(|(place, _)| *place);
+            publish(&self.shared.hub, messages.into_iter().map(|(_, m)| m));
+        }
         match &result {
             Ok(()) => {
                 self.last_round = round.txid;
@@ -498,6 +504,22 @@ impl ShardActor {
             Err(_) => self.reload_state(),
         }
         let _ = done.send(result.map_err(|e| e.to_string()));
+    }
+}
+
+/// Publishes the messages of committed writes, in order.
+fn publish(
+    hub: &crate::pubsub::Hub,
+    messages: impl IntoIterator<Item = crate::storage::tables::Message>,
+) {
+    use crate::pubsub::Kind;
+    use crate::storage::tables::Route;
+    for (route, channel, message) in messages {
+        match route {
+            Route::Channel => hub.publish(Kind::Channel, &channel, &message),
+            Route::ShardChannel => hub.publish(Kind::Shard, &channel, &message),
+            Route::Local => hub.publish_local(Kind::Channel, &channel, &message),
+        };
     }
 }
 

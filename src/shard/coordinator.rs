@@ -39,9 +39,12 @@ pub type StepFn = Box<dyn FnOnce(&mut WriteCtx) -> Result<StepOut, StoreError> +
 
 /// Messages a locked shard obeys.
 pub enum Step {
-    /// Run a step and send back its result.
+    /// Run a step and send back its result. The number is the step's
+    /// place in the round (across all its shards), which orders the
+    /// round's messages.
     Run(
         StepFn,
+        u64,
         tokio::sync::oneshot::Sender<Result<StepOut, StoreError>>,
     ),
     /// Commit together with the other participants, unless one of them
@@ -75,6 +78,11 @@ pub struct CommitRound {
     /// Whether the record must be fsynced before the participants commit
     /// (`durability = always`).
     pub sync: bool,
+    /// The messages (keyspace events, PUBLISH) of every participant, each
+    /// with the place of the step that made it: published together, in
+    /// step order, once all have committed, so a command over keys of
+    /// several shards reports its events in the order Redis would.
+    pub messages: parking_lot::Mutex<Vec<((u64, u64), crate::storage::tables::Message)>>,
 }
 
 /// What a plan decides: `Ok(reply)` (its writes stand) or `Err(reply)` (it
@@ -94,6 +102,8 @@ pub struct Locked {
     senders: Vec<std::sync::mpsc::Sender<Step>>,
     /// Set once the commit or the rollback has been asked for.
     finished: AtomicBool,
+    /// Steps sent so far: the next step's place in the round.
+    steps_sent: std::sync::atomic::AtomicU64,
 }
 
 /// Why a coordinated command failed.
@@ -154,6 +164,7 @@ impl Locked {
                 set.durability == crate::config::Durability::Always,
             ),
             finished: AtomicBool::new(false),
+            steps_sent: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -173,11 +184,19 @@ impl Locked {
         let (tx, rx) = tokio::sync::oneshot::channel();
         let step: StepFn = Box::new(move |w| f(w).map(|t| Box::new(t) as StepOut));
         // A closed channel shows up as Unavailable when the result is awaited.
-        let _ = self.senders[idx].send(Step::Run(step, tx));
+        let place = self.steps_sent.fetch_add(1, Ordering::Relaxed);
+        let _ = self.senders[idx].send(Step::Run(step, place, tx));
         Pending {
             rx,
             _t: std::marker::PhantomData,
         }
+    }
+
+    /// A place in the round's order for a command whose steps on several
+    /// shards each make messages for some of its keys: they set
+    /// `WriteCtx::message_place` to (this, the key's position).
+    pub fn reserve_place(&self) -> u64 {
+        self.steps_sent.fetch_add(1, Ordering::Relaxed)
     }
 
     /// Runs `f` on shard `id` and waits for its output.
@@ -201,6 +220,7 @@ impl Locked {
             parts: parking_lot::Mutex::new(Vec::with_capacity(self.senders.len())),
             log: self.log.0.clone(),
             sync: self.log.1,
+            messages: Default::default(),
         });
         let mut waits = Vec::new();
         let mut sent = true;

@@ -474,6 +474,14 @@ pub struct WriteCtx<'t> {
     pub flushed: Vec<u8>,
     /// Messages to publish after the commit (see [`Wakeups::messages`]).
     pub messages: Vec<Message>,
+    /// Where each of `messages` goes in a coordinated round's combined
+    /// list: the `message_place` current when it was made.
+    pub message_places: Vec<(u64, u64)>,
+    /// Set by a coordinated round for each step (its place in the round),
+    /// and by a step over several keys for each key (the command's place
+    /// and the key's position), so the round's messages go out in the
+    /// order Redis would make them.
+    pub message_place: (u64, u64),
     /// Collects the names of changed keys while clients track keys (see
     /// [`Wakeups::tracked`]); `None` otherwise.
     pub tracked: Option<std::cell::RefCell<Vec<(bytes::Bytes, u64)>>>,
@@ -535,6 +543,8 @@ impl<'t> WriteCtx<'t> {
             broadcasts: Vec::new(),
             flushed: Vec::new(),
             messages: Vec::new(),
+            message_places: Vec::new(),
+            message_place: (0, 0),
             tracked: None,
             writer: 0,
             lookups: Default::default(),
@@ -573,6 +583,7 @@ impl<'t> WriteCtx<'t> {
             ));
         }
         self.messages.truncate(undo.messages);
+        self.message_places.truncate(undo.messages);
         for (table, key, old) in undo.rows.into_iter().rev() {
             match old {
                 Some(v) => self.put(table, &key, &v)?,
@@ -668,6 +679,7 @@ impl<'t> WriteCtx<'t> {
     /// Takes the keys to wake once this transaction has committed, and the
     /// lookup counts of its read-like steps.
     pub fn take_wakeups(&mut self) -> Wakeups {
+        self.message_places.clear();
         Wakeups {
             lookups: self.lookups.take(),
             signals: std::mem::take(&mut self.signals),
@@ -687,6 +699,7 @@ impl<'t> WriteCtx<'t> {
             Route::Channel
         };
         self.messages.push((route, channel, message));
+        self.message_places.push(self.message_place);
     }
 
     /// Reports keyspace event `event` of class `class` (a
@@ -701,6 +714,7 @@ impl<'t> WriteCtx<'t> {
             crate::pubsub::notify::messages(self.notify_flags, class, event, db, key)
         {
             self.messages.push((Route::Local, channel, payload));
+            self.message_places.push(self.message_place);
         }
     }
 
