@@ -98,3 +98,41 @@ fn stat_prints_its_table() {
         "--stat:\n{stat}"
     );
 }
+
+#[test]
+fn redis_cli_monitor_shows_other_clients_commands() {
+    let srv = TestServer::start();
+    let mut child = Command::new("stdbuf")
+        .args(["-oL", "redis-cli", "-p", &srv.port.to_string(), "monitor"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("redis-cli (Debian package redis-tools) must be installed");
+    // Bounded: if no line ever comes, the tool is killed and the reads end.
+    let pid = child.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(20));
+        let _ = Command::new("kill").arg(&pid).status();
+    });
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), "OK");
+    let mut a = srv.client();
+    let mut b = srv.client();
+    ok(&mut a, &["SET", "from-a", "1"]);
+    let _: Option<String> = redis::cmd("GET").arg("from-a").query(&mut b).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        seen.push(line.trim_end().to_string());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    // `<time> [0 127.0.0.1:<port>] "SET" "from-a" "1"`, then the GET.
+    assert!(seen[0].ends_with("\"SET\" \"from-a\" \"1\""), "{seen:?}");
+    assert!(seen[1].ends_with("\"GET\" \"from-a\""), "{seen:?}");
+    assert!(seen[0].contains(" [0 127.0.0.1:"), "{seen:?}");
+}
