@@ -236,8 +236,11 @@ fn latency_events() {
     assert_eq!(array(q(&mut c, &["LATENCY", "HISTORY", "command"])), []);
 }
 
-/// LATENCY HISTOGRAM's reply as (command, calls, [(µs, cumulative)]).
-fn histogram(c: &mut Connection, args: &[&str]) -> Vec<(String, i64, Vec<(i64, i64)>)> {
+/// One command of LATENCY HISTOGRAM: (command, calls, [(µs, cumulative)]).
+type Cdf = (String, i64, Vec<(i64, i64)>);
+
+/// LATENCY HISTOGRAM's reply.
+fn histogram(c: &mut Connection, args: &[&str]) -> Vec<Cdf> {
     let mut all = vec!["LATENCY", "HISTOGRAM"];
     all.extend_from_slice(args);
     let flat = array(q(c, &all));
