@@ -147,6 +147,23 @@ fn slowlog_redaction_and_exec() {
             vec!["SLOWLOG", "RESET"]
         ]
     );
+
+    // A script's commands come from the script's client. (Redis logs them
+    // before the script; cairn runs the script after dispatch has logged
+    // EVAL, so they come after it.)
+    ok(&mut c, &["SLOWLOG", "RESET"]);
+    q(&mut c, &["EVAL", "redis.call('set','x','y') return 1", "0"]);
+    let entries: Vec<Vec<Value>> = array(q(&mut c, &["SLOWLOG", "GET", "2"]))
+        .into_iter()
+        .map(array)
+        .collect();
+    assert!(entries.iter().any(|e| argv(e)[0] == "EVAL"));
+    let set = entries.iter().find(|e| argv(e)[0] == "set").unwrap();
+    assert_eq!(argv(set), ["set", "x", "y"]);
+    assert_eq!(
+        (text(&set[4]), text(&set[5])),
+        ("?:0".into(), String::new())
+    );
 }
 
 // Pins: a blocking command's wait is not its time (Redis logs the time it

@@ -90,6 +90,11 @@ impl SlowLog {
     }
 
     fn push(&self, usec: u64, argv: &[Bytes], spec: &CommandSpec, session: &Session) {
+        let name = session.entry.info.lock().name.clone();
+        self.push_as(usec, argv, spec, session.entry.addr.clone(), name);
+    }
+
+    fn push_as(&self, usec: u64, argv: &[Bytes], spec: &CommandSpec, peer: String, name: String) {
         let entry = Entry {
             id: self.next_id.fetch_add(1, Relaxed),
             time: std::time::SystemTime::now()
@@ -97,8 +102,8 @@ impl SlowLog {
                 .map_or(0, |d| d.as_secs()),
             usec,
             argv: trimmed(&redacted(spec, argv)),
-            peer: session.entry.addr.clone(),
-            name: session.entry.info.lock().name.clone(),
+            peer,
+            name,
         };
         let max = self.max_len.load(Relaxed);
         let mut entries = self.entries.lock();
@@ -198,6 +203,17 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
                 }
             }
         }
+    }
+}
+
+/// A command a script runs: logged as Redis logs it, from the script's
+/// own client (`?:0`, no name). cairn runs it inside the script's unit and
+/// does not time it alone, so it counts 0 µs: it is logged only with a
+/// threshold of 0.
+pub fn script_call(server: &crate::server::Server, spec: &'static CommandSpec, argv: &[Bytes]) {
+    let log = &server.slowlog;
+    if log.wants(0) && !spec.has_flag("skip_slowlog") {
+        log.push_as(0, argv, spec, "?:0".into(), String::new());
     }
 }
 
