@@ -259,6 +259,10 @@ fn redacted(spec: &CommandSpec, argv: &[Bytes]) -> Vec<Bytes> {
         }
         "migrate" => {
             for j in 6..argv.len() {
+                // What follows KEYS is key names.
+                if is(j, "keys") {
+                    break;
+                }
                 if is(j, "auth") && j + 1 < argv.len() {
                     out[j + 1] = HIDDEN;
                 } else if is(j, "auth2") && j + 2 < argv.len() {
@@ -372,5 +376,58 @@ mod tests {
         let t = trimmed(&long);
         assert_eq!(t[0].len(), 128 + "... (2 more bytes)".len());
         assert!(t[0].ends_with(b"... (2 more bytes)"));
+    }
+
+    #[test]
+    fn redacts_secrets() {
+        let v = |words: &[&str]| -> Vec<Bytes> {
+            words.iter().map(|w| Bytes::from(w.to_string())).collect()
+        };
+        let spec = |name| command::lookup_with_subcommands(name).unwrap();
+        let migrate = v(&[
+            "MIGRATE", "h", "1", "", "0", "5000", "AUTH2", "u", "p", "KEYS", "auth", "k",
+        ]);
+        assert_eq!(
+            redacted(spec(b"migrate"), &migrate),
+            v(&[
+                "MIGRATE",
+                "h",
+                "1",
+                "",
+                "0",
+                "5000",
+                "AUTH2",
+                "(redacted)",
+                "(redacted)",
+                "KEYS",
+                "auth",
+                "k"
+            ])
+        );
+        let hello = v(&["HELLO", "3", "SETNAME", "auth", "AUTH", "u", "p"]);
+        assert_eq!(
+            redacted(spec(b"hello"), &hello),
+            v(&[
+                "HELLO",
+                "3",
+                "SETNAME",
+                "auth",
+                "AUTH",
+                "(redacted)",
+                "(redacted)"
+            ])
+        );
+        let set = v(&["CONFIG", "SET", "requirepass", "x", "maxclients", "10"]);
+        assert_eq!(
+            redacted(spec(b"config|set"), &set),
+            v(&[
+                "CONFIG",
+                "SET",
+                "requirepass",
+                "(redacted)",
+                "maxclients",
+                "10"
+            ])
+        );
     }
 }
