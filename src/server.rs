@@ -65,6 +65,8 @@ pub struct CommandStat {
     pub failed: AtomicU64,
     /// Calls refused before running (wrong number of arguments, NOAUTH).
     pub rejected: AtomicU64,
+    /// Latency distribution (LATENCY HISTOGRAM, INFO latencystats).
+    pub latency: crate::families::latency::Histogram,
 }
 
 /// Server-wide statistics.
@@ -161,6 +163,11 @@ pub struct Server {
     /// Pub/Sub subscribers (shared with the shards, which publish the
     /// messages of transactions and scripts when they commit).
     pub pubsub: Arc<crate::pubsub::Hub>,
+    /// SLOWLOG's entries and thresholds.
+    pub slowlog: crate::families::slowlog::SlowLog,
+    /// The latency monitor (shared with the shards, which time commits
+    /// and reaper slices).
+    pub latency: Arc<crate::families::latency::LatencyMonitor>,
 }
 
 impl Server {
@@ -200,7 +207,11 @@ impl Server {
             .map_or(0, |d| d.as_secs());
         let pubsub = shards.hub.clone();
         pubsub.configure(&runtime);
+        let (slowlog, latency) = (Default::default(), shards.latency.clone());
+        crate::families::latency::configure(&slowlog, &latency, &runtime);
         Server {
+            slowlog,
+            latency,
             pubsub,
             config,
             runtime: parking_lot::RwLock::new(runtime),
@@ -264,6 +275,9 @@ impl Server {
         let stat = self.command_stat(spec);
         stat.calls.fetch_add(1, Ordering::Relaxed);
         stat.usec.fetch_add(usec, Ordering::Relaxed);
+        if self.latency.tracking() {
+            stat.latency.record(usec);
+        }
     }
 
     /// Counts an error reply going to a client: total_error_replies, its

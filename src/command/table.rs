@@ -4,8 +4,9 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, lolwut, memory,
-    object, persistence, pubsub, scripting, server, set, sort, stream, string, transaction, zset,
+    bits, blocking, cluster, dump, functions, generic, geo, hash, hll, latency, list, lolwut,
+    memory, object, persistence, pubsub, scripting, server, set, slowlog, sort, stream, string,
+    transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -444,6 +445,8 @@ commands! {
         "Find all keys matching the given pattern.", "pattern", "request_policy:all_shards nondeterministic_output_order";
     "lastsave", 1, "loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "1.0.0", server::lastsave,
         "Get the UNIX time stamp of the last successful save to disk.", "", "nondeterministic_output";
+    "latency", -2, "", (0, 0, 0), "", "@slow", "server", "2.8.13", latency::latency,
+        "A container for latency diagnostics commands", "", "";
     "lcs", -3, "readonly", (1, 2, 1), "RO ACCESS", "@read @string @slow", "string", "7.0.0", string::lcs,
         "Find longest common substring.", "key1 key2 [LEN] [IDX] [MINMATCHLEN min-match-len] [WITHMATCHLEN]", "";
     "lindex", 3, "readonly", (1, 1, 1), "RO ACCESS", "@read @list @slow", "list", "1.0.0", list::lindex,
@@ -592,6 +595,8 @@ commands! {
         "Intersect multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "sismember", 3, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::sismember,
         "Determine if a given value is a member of a set.", "key member", "";
+    "slowlog", -2, "", (0, 0, 0), "", "@slow", "server", "2.2.12", slowlog::slowlog,
+        "A container for slow log commands", "", "";
     "smembers", 2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::smembers,
         "Get all the members in a set.", "key", "nondeterministic_output_order";
     "smismember", -3, "readonly fast", (1, 1, 1), "RO ACCESS", "@read @set @fast", "set", "6.2.0", set::smismember,
@@ -925,6 +930,20 @@ commands! {
         "Restore all the functions on the given payload.", "serialized-value [FLUSH|APPEND|REPLACE]", "request_policy:all_shards response_policy:all_succeeded";
     "function|stats", 2, "noscript allow_busy", (0, 0, 0), "", "@slow @scripting", "scripting", "7.0.0", functions::function,
         "Return information about the function currently running (name, description, duration).", "", "nondeterministic_output request_policy:all_shards response_policy:special";
+    "latency|doctor", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.13", latency::latency,
+        "Return a human readable latency analysis report.", "", "nondeterministic_output request_policy:all_nodes response_policy:special";
+    "latency|graph", 3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.13", latency::latency,
+        "Return a latency graph for the event.", "event", "nondeterministic_output request_policy:all_nodes response_policy:special";
+    "latency|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "2.8.13", latency::latency,
+        "Show helpful text about the different subcommands.", "", "";
+    "latency|histogram", -2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "7.0.0", latency::latency,
+        "Return the cumulative distribution of latencies of a subset of commands or all.", "[command [command ...]]", "nondeterministic_output request_policy:all_nodes response_policy:special";
+    "latency|history", 3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.13", latency::latency,
+        "Return timestamp-latency samples for the event.", "event", "nondeterministic_output request_policy:all_nodes response_policy:special";
+    "latency|latest", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.13", latency::latency,
+        "Return the latest latency samples for all events.", "", "nondeterministic_output request_policy:all_nodes response_policy:special";
+    "latency|reset", -2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.8.13", latency::latency,
+        "Reset latency data for one or more events.", "[event [event ...]]", "request_policy:all_nodes response_policy:all_succeeded";
     "memory|doctor", 2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
         "Outputs memory problems report", "", "nondeterministic_output request_policy:all_shards response_policy:special";
     "memory|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "4.0.0", memory::memory,
@@ -969,6 +988,14 @@ commands! {
         "Kill the script currently in execution.", "", "request_policy:all_shards response_policy:one_succeeded";
     "script|load", 3, "noscript stale", (0, 0, 0), "", "@slow @scripting", "scripting", "2.6.0", scripting::script,
         "Load the specified Lua script into the script cache.", "script", "request_policy:all_nodes response_policy:all_succeeded";
+    "slowlog|get", -2, "admin loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.2.12", slowlog::slowlog,
+        "Get the slow log's entries", "[count]", "request_policy:all_nodes nondeterministic_output";
+    "slowlog|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "6.2.0", slowlog::slowlog,
+        "Show helpful text about the different subcommands", "", "";
+    "slowlog|len", 2, "admin loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.2.12", slowlog::slowlog,
+        "Get the slow log's length", "", "request_policy:all_nodes response_policy:agg_sum nondeterministic_output";
+    "slowlog|reset", 2, "admin loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "2.2.12", slowlog::slowlog,
+        "Clear all entries from the slow log", "", "request_policy:all_nodes response_policy:all_succeeded";
     "xgroup|create", -5, "write denyoom", (2, 2, 1), "RW INSERT", "@write @stream @slow", "stream", "5.0.0", stream::group::xgroup,
         "Create a consumer group.", "", "";
     "xgroup|createconsumer", 5, "write denyoom", (2, 2, 1), "RW INSERT", "@write @stream @slow", "stream", "6.2.0", stream::group::xgroup,

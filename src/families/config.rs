@@ -1319,6 +1319,7 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
     *rt = staged;
     s.server.pubsub.configure(&rt);
     crate::logging::set_level(rt.get("loglevel"));
+    crate::families::latency::configure(&s.server.slowlog, &s.server.latency, &rt);
     Reply::Ok.into()
 }
 
@@ -1331,6 +1332,7 @@ pub fn resetstat(server: &Server) {
         for c in [&stat.calls, &stat.usec, &stat.failed, &stat.rejected] {
             c.store(0, Relaxed);
         }
+        stat.latency.reset();
     }
     let st = &server.stats;
     for c in [

@@ -7,7 +7,7 @@ use crate::net::session::Session;
 use crate::storage::tables::DATABASES;
 
 /// Every section, in the order INFO prints them.
-pub const ALL_SECTIONS: [&str; 13] = [
+pub const ALL_SECTIONS: [&str; 14] = [
     "server",
     "clients",
     "memory",
@@ -18,6 +18,7 @@ pub const ALL_SECTIONS: [&str; 13] = [
     "modules",
     "commandstats",
     "errorstats",
+    "latencystats",
     "cluster",
     "keyspace",
     "cairn",
@@ -232,6 +233,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 let _ = write!(out, "errorstat_{code}:count={count}\r\n");
             }
         }
+        "latencystats" => crate::families::latency::info_section(srv, out),
         "cluster" => {
             let on = u8::from(srv.cluster.is_some());
             let _ = write!(out, "# Cluster\r\ncluster_enabled:{on}\r\n");

@@ -305,6 +305,7 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
     if monitors.active() {
         monitors.feed(counted, session.db, "lua", args.all());
     }
+    crate::families::slowlog::script_call(&server, counted, args.all());
     let action = (spec.handler)(session, args);
     server.record_call(counted, 0);
     action

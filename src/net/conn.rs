@@ -533,6 +533,7 @@ async fn execute(
         args.all().to_vec()
     });
     session.settled = outbox.slots.is_empty() && outbox.squash.is_empty();
+    let kept = crate::families::slowlog::keep(session, checked, &args);
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
     outbox.resp3 = session.resp3;
@@ -548,6 +549,8 @@ async fn execute(
         cmd: Some(checked),
     };
     let mut close = false;
+    // A blocked command's wait is not part of its time (as in Redis).
+    let mut waited = std::time::Duration::ZERO;
     match action {
         Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {
@@ -619,6 +622,7 @@ async fn execute(
             }
             outbox.written();
             let mut job = job;
+            let wait_began = Instant::now();
             loop {
                 let served = tokio::select! {
                     r = &mut job => Some(r),
@@ -637,6 +641,7 @@ async fn execute(
                     _ = server.shutdown.notified() => return true,
                 };
                 if let Some(r) = served {
+                    waited = wait_began.elapsed();
                     outbox.push_ready(r, to);
                     break;
                 }
@@ -662,7 +667,10 @@ async fn execute(
             .monitors
             .feed(checked, session.db, addr, &argv);
     }
-    server.record_call(checked, started.elapsed().as_micros() as u64);
+    // Statistics, latency sample and slow log; what the time covers is
+    // documented in `families::slowlog`.
+    let usec = started.elapsed().saturating_sub(waited).as_micros() as u64;
+    crate::families::slowlog::after_call(session, checked, usec, kept);
     show_transaction(session);
     close
 }

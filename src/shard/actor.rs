@@ -137,7 +137,10 @@ impl ShardActor {
     /// lock (that is for multi-shard commits: see `serve_lock`), so
     /// readers never wait for its fsync.
     fn commit(&mut self, txn: redb::WriteTransaction) -> Result<(), StoreError> {
+        let started = Instant::now();
         txn.commit()?;
+        let fsynced = self.durability == Durability::Always;
+        self.shared.latency.commit_took(fsynced, started);
         self.note_commit();
         Ok(())
     }
@@ -314,10 +317,13 @@ impl ShardActor {
         self.intent
             .sync()
             .map_err(|e| StoreError::Internal(format!("coordination log: {e}")))?;
+        let started = Instant::now();
         let mut txn = self.shared.db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         txn.commit()?;
+        use crate::families::latency::SHARD_SYNC;
+        self.shared.latency.observe_since(SHARD_SYNC, started);
         self.shared.committed();
         self.shared.stats.durable_now();
         self.intent.durable(self.shared.id, self.last_round);
@@ -530,9 +536,12 @@ impl Actor for ShardActor {
         // Clients may flood the mailbox; never let it push back on them.
         ctx.set_mailbox_capacity(1 << 24);
         ctx.run_interval(REAPER_INTERVAL, |act, _| {
+            let started = Instant::now();
             if let Err(e) = act.reap() {
                 tracing::error!(shard = act.shared.id, error = %e, "reaper slice failed");
             }
+            use crate::families::latency::EXPIRE_CYCLE;
+            act.shared.latency.observe_since(EXPIRE_CYCLE, started);
         });
         if let Some(every) = self.sync_interval() {
             ctx.run_interval(Duration::from_millis(100), move |act, _| {

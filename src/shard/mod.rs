@@ -101,6 +101,8 @@ pub struct ShardShared {
     pub hub: Arc<crate::pubsub::Hub>,
     /// Keys clients WATCH, marked by every write of this shard.
     pub watches: Arc<watch::WatchRegistry>,
+    /// Where slow commits and reaper slices are reported.
+    pub latency: Arc<crate::families::latency::LatencyMonitor>,
     /// The latest snapshot and the commit count it was opened at: readers
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
@@ -115,9 +117,11 @@ impl ShardShared {
         db: Arc<Database>,
         blocked: Arc<blocking::BlockRegistry>,
         hub: Arc<crate::pubsub::Hub>,
+        latency: Arc<crate::families::latency::LatencyMonitor>,
     ) -> ShardShared {
         ShardShared {
             hub,
+            latency,
             id,
             db,
             commit_lock: parking_lot::RwLock::new(()),

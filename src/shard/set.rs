@@ -69,6 +69,8 @@ pub struct ShardSet {
     pub hub: Arc<crate::pubsub::Hub>,
     /// The coordination log (crash atomicity of multi-shard commits).
     pub intent: Arc<super::intent::IntentLog>,
+    /// The latency monitor the shards report commits and reaper slices to.
+    pub latency: Arc<crate::families::latency::LatencyMonitor>,
 }
 
 impl ShardSet {
@@ -98,6 +100,7 @@ impl ShardSet {
         }
         let blocked = Arc::new(super::blocking::BlockRegistry::default());
         let hub = Arc::new(crate::pubsub::Hub::default());
+        let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
             let path = dir.join(format!("shard-{i}.redb"));
@@ -126,6 +129,7 @@ impl ShardSet {
                 Arc::new(db),
                 blocked.clone(),
                 hub.clone(),
+                latency.clone(),
             )));
             states.push(state);
         }
@@ -167,6 +171,7 @@ impl ShardSet {
             durability,
             coordinator: super::coordinator::Coordinator::start(me.clone()),
             intent,
+            latency,
         }))
     }
 

@@ -1,0 +1,433 @@
+//! The slow log (SLOWLOG GET / LEN / RESET / HELP) and what runs after
+//! every command: its statistics, its latency sample and its slow log
+//! entry.
+//!
+//! # What the time covers
+//! A command's time is measured by the connection from dispatch (after the
+//! argument count and permission checks) until its reply is ready, less
+//! the time a blocking command waited for data. A write queued on a
+//! shard's actor is counted when it is queued: its apply and commit happen
+//! later in the shard's batch (see DESIGN-NOTES), so a slow write shows in
+//! the `aof-*` latency events rather than here. Reads, multi-shard plans
+//! and jobs are awaited, so their time is all in.
+//!
+//! # Cost
+//! The log sits behind one mutex taken only to add an entry or answer
+//! SLOWLOG. A fast command costs one comparison against an atomic
+//! threshold, plus, while the log is on, a copy of its argument handles
+//! (reference counts, into a reused vector) so that a slow one can be
+//! logged after its arguments were consumed.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+use bytes::Bytes;
+
+use crate::command::{self, Args, CommandSpec};
+use crate::net::session::{Action, Session};
+use crate::protocol::Reply;
+
+/// Most arguments an entry keeps (the last one says how many were cut).
+const MAX_ARGC: usize = 32;
+/// Longest argument an entry keeps, in bytes.
+const MAX_STRING: usize = 128;
+
+/// One logged command.
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    /// Unix time in seconds.
+    time: u64,
+    usec: u64,
+    argv: Vec<Bytes>,
+    peer: String,
+    name: String,
+}
+
+/// The slow log, newest entry first.
+#[derive(Debug)]
+pub struct SlowLog {
+    /// `slowlog-log-slower-than` in µs; `u64::MAX` while the log is off
+    /// (a negative threshold).
+    slower_than: AtomicU64,
+    max_len: AtomicUsize,
+    next_id: AtomicU64,
+    entries: parking_lot::Mutex<VecDeque<Entry>>,
+}
+
+impl Default for SlowLog {
+    fn default() -> SlowLog {
+        SlowLog {
+            slower_than: AtomicU64::new(10_000),
+            max_len: AtomicUsize::new(128),
+            next_id: AtomicU64::new(0),
+            entries: Default::default(),
+        }
+    }
+}
+
+impl SlowLog {
+    /// Takes `slowlog-log-slower-than` and `slowlog-max-len`. A shorter
+    /// length trims the log at its next entry, as in Redis.
+    pub fn configure(&self, slower_than: i64, max_len: i64) {
+        // With a length of 0 entries are still added, and trimmed away at
+        // once, as in Redis.
+        self.slower_than
+            .store(u64::try_from(slower_than).unwrap_or(u64::MAX), Relaxed);
+        self.max_len.store(max_len.max(0) as usize, Relaxed);
+    }
+
+    /// Whether commands are being logged at all.
+    fn armed(&self) -> bool {
+        self.slower_than.load(Relaxed) != u64::MAX
+    }
+
+    /// Whether a command of `usec` must be logged.
+    fn wants(&self, usec: u64) -> bool {
+        usec >= self.slower_than.load(Relaxed)
+    }
+
+    fn push(&self, usec: u64, argv: &[Bytes], spec: &CommandSpec, session: &Session) {
+        let name = session.entry.info.lock().name.clone();
+        self.push_as(usec, argv, spec, session.entry.addr.clone(), name);
+    }
+
+    fn push_as(&self, usec: u64, argv: &[Bytes], spec: &CommandSpec, peer: String, name: String) {
+        let entry = Entry {
+            id: self.next_id.fetch_add(1, Relaxed),
+            time: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            usec,
+            argv: trimmed(&redacted(spec, argv)),
+            peer,
+            name,
+        };
+        let max = self.max_len.load(Relaxed);
+        let mut entries = self.entries.lock();
+        entries.push_front(entry);
+        entries.truncate(max);
+    }
+}
+
+/// A command's arguments kept for the slow log until it has run.
+pub enum Kept {
+    /// The log is off.
+    Nothing,
+    /// The command's own arguments.
+    Command(Vec<Bytes>),
+    /// EXEC: the commands it runs (EXEC itself is never logged).
+    Exec(Vec<(&'static CommandSpec, Vec<Bytes>)>),
+}
+
+thread_local! {
+    /// Emptied vectors, reused so keeping arguments does not allocate.
+    static SPARE: RefCell<Vec<Vec<Bytes>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Before a command runs: keeps its arguments if the log is on (or the
+/// command is CONFIG SET, which may turn it on and is then logged).
+pub fn keep(session: &Session, checked: &'static CommandSpec, args: &Args) -> Kept {
+    let log = &session.server.slowlog;
+    if !log.armed() && checked.name != "config|set" {
+        return Kept::Nothing;
+    }
+    if checked.name == "exec" {
+        // The commands are logged only if the transaction will run them.
+        let Some(multi) = &session.multi else {
+            return Kept::Nothing;
+        };
+        if multi.failed || session.watching.failed(crate::shard::now_ms()) {
+            return Kept::Nothing;
+        }
+        return Kept::Exec(
+            multi
+                .queue
+                .iter()
+                .map(|(spec, a)| {
+                    (
+                        command::call_spec(spec, a).unwrap_or(spec),
+                        a.all().to_vec(),
+                    )
+                })
+                .collect(),
+        );
+    }
+    let mut argv = SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default();
+    argv.extend_from_slice(args.all());
+    Kept::Command(argv)
+}
+
+/// After a command ran for `usec` µs: counts the call, keeps a latency
+/// sample if it reached the monitor's threshold, and logs it if it
+/// reached the slow log's.
+pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, kept: Kept) {
+    let server = &session.server;
+    server.record_call(checked, usec);
+    let ms = usec / 1000;
+    let latency = &server.latency;
+    if ms >= latency_threshold(latency) {
+        let event = if checked.has_flag("fast") {
+            super::latency::FAST_COMMAND
+        } else {
+            super::latency::COMMAND
+        };
+        latency.observe(event, ms);
+    }
+    let log = &server.slowlog;
+    match kept {
+        Kept::Nothing => {}
+        Kept::Command(mut argv) => {
+            if log.wants(usec) && !checked.has_flag("skip_slowlog") {
+                log.push(usec, &argv, checked, session);
+            }
+            argv.clear();
+            SPARE.with(|s| {
+                let mut spare = s.borrow_mut();
+                if spare.len() < 4 {
+                    spare.push(argv);
+                }
+            });
+        }
+        Kept::Exec(commands) => {
+            // The transaction runs as one unit: each command is given an
+            // even share of its time.
+            let share = usec / commands.len().max(1) as u64;
+            if log.wants(share) {
+                for (spec, argv) in commands {
+                    if !spec.has_flag("skip_slowlog") {
+                        log.push(share, &argv, spec, session);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A command a script runs: logged as Redis logs it, from the script's
+/// own client (`?:0`, no name). cairn runs it inside the script's unit and
+/// does not time it alone, so it counts 0 µs: it is logged only with a
+/// threshold of 0.
+pub fn script_call(server: &crate::server::Server, spec: &'static CommandSpec, argv: &[Bytes]) {
+    let log = &server.slowlog;
+    if log.wants(0) && !spec.has_flag("skip_slowlog") {
+        log.push_as(0, argv, spec, "?:0".into(), String::new());
+    }
+}
+
+/// The monitor's threshold, read without a lock (`u64::MAX` when off).
+fn latency_threshold(m: &super::latency::LatencyMonitor) -> u64 {
+    // Reading through `observe` would build the event name first; the
+    // common case is a fast command and a monitor that is off.
+    m.threshold_now()
+}
+
+/// Redis's redaction of secrets: AUTH's arguments, HELLO's AUTH pair,
+/// sensitive CONFIG SET values, ACL SETUSER's rules, MIGRATE's AUTH.
+fn redacted(spec: &CommandSpec, argv: &[Bytes]) -> Vec<Bytes> {
+    const HIDDEN: Bytes = Bytes::from_static(b"(redacted)");
+    let mut out = argv.to_vec();
+    let is = |i: usize, w: &str| argv[i].eq_ignore_ascii_case(w.as_bytes());
+    match spec.name {
+        "auth" => out[1..].fill(HIDDEN),
+        "acl|setuser" => out[2..].fill(HIDDEN),
+        "hello" => {
+            let mut j = 2;
+            while j < argv.len() {
+                if is(j, "auth") && j + 2 < argv.len() {
+                    out[j + 1] = HIDDEN;
+                    out[j + 2] = HIDDEN;
+                    j += 3;
+                } else if is(j, "setname") {
+                    j += 2;
+                } else {
+                    j += 1;
+                }
+            }
+        }
+        "config|set" => {
+            for j in (2..argv.len().saturating_sub(1)).step_by(2) {
+                if ["masterauth", "masteruser", "requirepass"]
+                    .iter()
+                    .any(|p| is(j, p))
+                {
+                    out[j + 1] = HIDDEN;
+                }
+            }
+        }
+        "migrate" => {
+            for j in 6..argv.len() {
+                // What follows KEYS is key names.
+                if is(j, "keys") {
+                    break;
+                }
+                if is(j, "auth") && j + 1 < argv.len() {
+                    out[j + 1] = HIDDEN;
+                } else if is(j, "auth2") && j + 2 < argv.len() {
+                    out[j + 1] = HIDDEN;
+                    out[j + 2] = HIDDEN;
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Redis's trimming: at most 32 arguments, the last saying how many more
+/// there were, and each at most 128 bytes followed by how many more.
+fn trimmed(argv: &[Bytes]) -> Vec<Bytes> {
+    let keep = if argv.len() > MAX_ARGC {
+        MAX_ARGC - 1
+    } else {
+        argv.len()
+    };
+    let mut out: Vec<Bytes> = argv[..keep]
+        .iter()
+        .map(|a| {
+            if a.len() > MAX_STRING {
+                let mut s = a[..MAX_STRING].to_vec();
+                s.extend_from_slice(
+                    format!("... ({} more bytes)", a.len() - MAX_STRING).as_bytes(),
+                );
+                Bytes::from(s)
+            } else {
+                a.clone()
+            }
+        })
+        .collect();
+    if keep < argv.len() {
+        out.push(Bytes::from(format!(
+            "... ({} more arguments)",
+            argv.len() - keep
+        )));
+    }
+    out
+}
+
+const HELP: &[&str] = &[
+    "SLOWLOG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+    "GET [<count>]",
+    "    Return top <count> entries from the slowlog (default: 10, -1 mean all).",
+    "    Entries are made of:",
+    "    id, timestamp, time in microseconds, arguments array, client IP and port,",
+    "    client name",
+    "LEN",
+    "    Return the length of the slowlog.",
+    "RESET",
+    "    Reset the slowlog.",
+    "HELP",
+    "    Prints this help.",
+];
+
+/// SLOWLOG GET [count] | LEN | RESET | HELP
+pub fn slowlog(s: &mut Session, a: Args) -> Action {
+    let sub = String::from_utf8_lossy(a.get(1)).to_ascii_lowercase();
+    let log = &s.server.slowlog;
+    let reply = match sub.as_str() {
+        "help" => super::help_reply(HELP),
+        "len" => Reply::Int(log.entries.lock().len() as i64),
+        "reset" => {
+            log.entries.lock().clear();
+            Reply::Ok
+        }
+        "get" if a.len() <= 3 => {
+            let count = match a.from(2).first() {
+                None => 10,
+                Some(c) => match crate::util::num::parse_i64(c) {
+                    Some(-1) => usize::MAX,
+                    Some(n) if n >= 0 => n as usize,
+                    _ => return Reply::err("count should be greater than or equal to -1").into(),
+                },
+            };
+            let entries = log.entries.lock();
+            Reply::Array(entries.iter().take(count).map(entry_reply).collect())
+        }
+        "get" => super::subcommand_syntax(&a),
+        _ => return super::server::unknown_subcommand(a.get(1), "SLOWLOG"),
+    };
+    reply.into()
+}
+
+fn entry_reply(e: &Entry) -> Reply {
+    Reply::Array(vec![
+        Reply::Int(e.id as i64),
+        Reply::Int(e.time as i64),
+        Reply::Int(e.usec as i64),
+        Reply::Array(e.argv.iter().cloned().map(Reply::Bulk).collect()),
+        Reply::bulk(e.peer.clone()),
+        Reply::bulk(e.name.clone()),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trims_like_redis() {
+        let argv: Vec<Bytes> = (0..34).map(|i| Bytes::from(i.to_string())).collect();
+        let t = trimmed(&argv);
+        assert_eq!(t.len(), 32);
+        assert_eq!(t[31], Bytes::from("... (3 more arguments)"));
+        let long = vec![Bytes::from("a".repeat(130))];
+        let t = trimmed(&long);
+        assert_eq!(t[0].len(), 128 + "... (2 more bytes)".len());
+        assert!(t[0].ends_with(b"... (2 more bytes)"));
+    }
+
+    #[test]
+    fn redacts_secrets() {
+        let v = |words: &[&str]| -> Vec<Bytes> {
+            words.iter().map(|w| Bytes::from(w.to_string())).collect()
+        };
+        let spec = |name| command::lookup_with_subcommands(name).unwrap();
+        let migrate = v(&[
+            "MIGRATE", "h", "1", "", "0", "5000", "AUTH2", "u", "p", "KEYS", "auth", "k",
+        ]);
+        assert_eq!(
+            redacted(spec(b"migrate"), &migrate),
+            v(&[
+                "MIGRATE",
+                "h",
+                "1",
+                "",
+                "0",
+                "5000",
+                "AUTH2",
+                "(redacted)",
+                "(redacted)",
+                "KEYS",
+                "auth",
+                "k"
+            ])
+        );
+        let hello = v(&["HELLO", "3", "SETNAME", "auth", "AUTH", "u", "p"]);
+        assert_eq!(
+            redacted(spec(b"hello"), &hello),
+            v(&[
+                "HELLO",
+                "3",
+                "SETNAME",
+                "auth",
+                "AUTH",
+                "(redacted)",
+                "(redacted)"
+            ])
+        );
+        let set = v(&["CONFIG", "SET", "requirepass", "x", "maxclients", "10"]);
+        assert_eq!(
+            redacted(spec(b"config|set"), &set),
+            v(&[
+                "CONFIG",
+                "SET",
+                "requirepass",
+                "(redacted)",
+                "maxclients",
+                "10"
+            ])
+        );
+    }
+}
