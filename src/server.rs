@@ -25,7 +25,7 @@ pub struct ClientEntry {
     pub info: parking_lot::Mutex<ClientInfo>,
     /// Set by CLIENT KILL; the connection closes when it sees it.
     pub kill: tokio::sync::Notify,
-    /// Whether CLIENT KILL has targeted this client.
+    /// Whether CLIENT KILL (or ACL DELUSER) has targeted this client.
     pub killed: AtomicBool,
     /// Where Pub/Sub messages for this client are queued.
     pub mailbox: crate::pubsub::Mailbox,
@@ -52,6 +52,9 @@ pub struct ClientInfo {
     pub multi: i64,
     /// The client's WATCH flag while it watches keys (CLIENT LIST's `d`).
     pub watch_dirty: Option<Arc<AtomicBool>>,
+    /// The ACL user it authenticated as (`None`: default), for CLIENT
+    /// LIST, CLIENT KILL USER, ACL DELUSER and the caller's scripts.
+    pub user: Option<Arc<crate::acl::UserSlot>>,
 }
 
 /// Per-command call counts for INFO commandstats.
@@ -155,6 +158,8 @@ pub struct Server {
     /// Pub/Sub subscribers (shared with the shards, which publish the
     /// messages of transactions and scripts when they commit).
     pub pubsub: Arc<crate::pubsub::Hub>,
+    /// ACL users and the ACL LOG.
+    pub acl: crate::acl::Acl,
 }
 
 impl Server {
@@ -194,7 +199,9 @@ impl Server {
             .map_or(0, |d| d.as_secs());
         let pubsub = shards.hub.clone();
         pubsub.configure(&runtime);
+        let acl = crate::acl::startup(&runtime);
         Server {
+            acl,
             pubsub,
             config,
             runtime: parking_lot::RwLock::new(runtime),

@@ -272,6 +272,9 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
         return Reply::err("Unknown Redis command called from script").into();
     };
     let counted = command::call_spec(spec, &args).unwrap_or(spec);
+    if let Some(r) = crate::acl::check::script_refusal(session, counted, &args) {
+        return r.into();
+    }
     let server = session.server.clone();
     if let Some(cluster) = &server.cluster {
         let refused =
