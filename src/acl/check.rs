@@ -74,9 +74,10 @@ fn check_selector(
         let positions = keys.get_or_insert_with(|| spec.key_positions(argv));
         for &pos in positions.iter() {
             let need = needed(spec.flags_of_key(argv, pos));
-            let ok = s.keys.iter().any(|(pat, perm)| {
-                perm & need == need && string_match(pat, &argv[pos], false)
-            });
+            let ok = s
+                .keys
+                .iter()
+                .any(|(pat, perm)| perm & need == need && string_match(pat, &argv[pos], false));
             if !ok {
                 return Err(Denied::Key(pos));
             }
@@ -136,8 +137,7 @@ pub fn refusal(session: &Session, spec: &'static CommandSpec, args: &Args) -> Op
             spec.name
         ),
         Denied::Key(_) => {
-            "NOPERM this user has no permissions to access one of the keys used as arguments"
-                .into()
+            "NOPERM this user has no permissions to access one of the keys used as arguments".into()
         }
         Denied::Channel(_) => {
             "NOPERM this user has no permissions to access one of the channels used as arguments"

@@ -4,8 +4,8 @@
 
 use super::args::Args;
 use crate::families::{
-    acl, bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, object, persistence,
-    pubsub, scripting, server, set, sort, stream, string, transaction, zset,
+    acl, bits, blocking, cluster, dump, functions, generic, geo, hash, hll, list, object,
+    persistence, pubsub, scripting, server, set, sort, stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 

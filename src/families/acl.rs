@@ -182,7 +182,10 @@ fn getuser(s: &Session, name: &[u8]) -> Action {
         ]
     };
     let mut map = vec![
-        (b("flags"), Reply::Set(u.flags().into_iter().map(b).collect())),
+        (
+            b("flags"),
+            Reply::Set(u.flags().into_iter().map(b).collect()),
+        ),
         (
             b("passwords"),
             Reply::Array(u.passwords.iter().map(|p| b(p)).collect()),

@@ -1317,7 +1317,9 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
         }
     }
     let new_pass = (rt.requirepass() != staged.requirepass()
-        || pairs.chunks(2).any(|p| p[0].eq_ignore_ascii_case(b"requirepass")))
+        || pairs
+            .chunks(2)
+            .any(|p| p[0].eq_ignore_ascii_case(b"requirepass")))
     .then(|| staged.requirepass().to_string());
     *rt = staged;
     s.server.pubsub.configure(&rt);

@@ -144,7 +144,12 @@ fn check_auth(
 pub fn auth(s: &mut Session, a: Args) -> Action {
     let r = match a.len() {
         2 => check_auth(s, &a.get(0).clone(), None, a.get(1)),
-        3 => check_auth(s, &a.get(0).clone(), Some(&a.get(1).clone()), &a.get(2).clone()),
+        3 => check_auth(
+            s,
+            &a.get(0).clone(),
+            Some(&a.get(1).clone()),
+            &a.get(2).clone(),
+        ),
         _ => Err(error(SYNTAX)),
     };
     r.map_or_else(Action::Reply, |()| Reply::Ok.into())

@@ -442,10 +442,7 @@ async fn execute(
             "wrong number of arguments for '{}' command",
             checked.name
         )))
-    } else if !session.authenticated
-        && !checked.has_flag("no_auth")
-        && server.acl.auth_required()
-    {
+    } else if !session.authenticated && !checked.has_flag("no_auth") && server.acl.auth_required() {
         Some(Reply::Error("NOAUTH Authentication required.".into()))
     } else if session.multi.is_some() && checked.has_flag("no_multi") {
         Some(Reply::err("Command not allowed inside a transaction"))
