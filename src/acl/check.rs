@@ -73,7 +73,13 @@ fn check_selector(
     if !s.allkeys {
         let positions = keys.get_or_insert_with(|| spec.key_positions(argv));
         for &pos in positions.iter() {
-            let need = needed(spec.flags_of_key(argv, pos));
+            let flags = spec.flags_of_key(argv, pos);
+            // Shard channels sit where keys do (for routing) but are not
+            // keys: Redis leaves NOT_KEY specs out of the key check.
+            if flags.split_whitespace().any(|f| f == "NOT_KEY") {
+                continue;
+            }
+            let need = needed(flags);
             let ok = s
                 .keys
                 .iter()
