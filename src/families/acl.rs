@@ -98,7 +98,8 @@ fn setuser(s: &mut Session, a: &Args) -> Action {
         }
     };
     let allchannels = pubsub_default(s);
-    let mut user = match s.server.acl.get(&name) {
+    let existing = s.server.acl.get(&name);
+    let mut user = match &existing {
         Some(slot) => (*slot.user()).clone(),
         None => User::new(allchannels),
     };
@@ -111,8 +112,73 @@ fn setuser(s: &mut Session, a: &Args) -> Action {
             .into();
         }
     }
+    if let Some(slot) = existing {
+        close_revoked_subscribers(s, &slot, &user);
+    }
     s.server.acl.put(&name, user);
     Reply::Ok.into()
+}
+
+/// Redis's ACLKillPubsubClientsIfNeeded: when the new rules drop a
+/// channel pattern the user had, its subscribed clients that listen to
+/// something the new rules deny are disconnected. Patterns must be
+/// allowed literally, channels by match.
+fn close_revoked_subscribers(s: &Session, slot: &Arc<UserSlot>, new: &User) {
+    if new.selectors.iter().any(|sel| sel.allchannels) {
+        return;
+    }
+    let upcoming: Vec<&[u8]> = new
+        .selectors
+        .iter()
+        .flat_map(|sel| sel.channels.iter().map(|c| &c[..]))
+        .collect();
+    let old = slot.user();
+    // Every channel was allowed before and is not now: not a superset.
+    let kept = !old.selectors.iter().any(|sel| sel.allchannels)
+        && old
+            .selectors
+            .iter()
+            .flat_map(|sel| sel.channels.iter())
+            .all(|c| upcoming.contains(&&c[..]));
+    if kept {
+        return;
+    }
+    let allowed = |name: &[u8], literal: bool| {
+        upcoming.iter().any(|p| {
+            if literal {
+                *p == name
+            } else {
+                crate::util::glob::string_match(p, name, false)
+            }
+        })
+    };
+    for e in s.server.clients.iter() {
+        if e.id == s.entry.id || !e.mailbox.subscribed() {
+            continue;
+        }
+        let mine = e
+            .info
+            .lock()
+            .user
+            .as_ref()
+            .is_some_and(|u| Arc::ptr_eq(u, slot));
+        if !mine {
+            continue;
+        }
+        let denied = {
+            let names = e.mailbox.names.lock();
+            let [channels, patterns, shard] = &*names;
+            patterns.iter().any(|p| !allowed(p, true))
+                || channels
+                    .iter()
+                    .chain(shard.iter())
+                    .any(|c| !allowed(c, false))
+        };
+        if denied {
+            e.killed.store(true, std::sync::atomic::Ordering::Relaxed);
+            e.kill.notify_one();
+        }
+    }
 }
 
 /// ACL DELUSER name...: the clients of a deleted user are disconnected
