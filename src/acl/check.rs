@@ -123,6 +123,26 @@ fn needed(flags: &str) -> u8 {
     })
 }
 
+/// `redis.acl_check_cmd`: whether the session's user may run `argv` (a
+/// container without a known subcommand is judged as itself).
+pub fn allows(session: &Session, argv: &[Bytes]) -> bool {
+    if session.user.unrestricted() {
+        return true;
+    }
+    let Some(spec) = crate::command::lookup(&argv[0]) else {
+        return false;
+    };
+    let spec = if argv.len() >= 2 && crate::command::is_container(spec) {
+        match crate::command::subcommand_of(spec, &argv[1].to_ascii_lowercase()) {
+            Some(sub) => sub,
+            None => return false,
+        }
+    } else {
+        spec
+    };
+    check(&session.user.user(), spec, argv).is_ok()
+}
+
 /// Dispatch's check (also for commands being queued in MULTI): Redis's
 /// NOPERM error, after an ACL LOG entry. Free for unrestricted users.
 #[inline]

@@ -195,6 +195,10 @@ impl Host for LocalHost<'_, '_> {
         begin_in_cluster(&mut self.session, flags, keys)
     }
 
+    fn acl_check(&mut self, argv: &[Bytes]) -> bool {
+        crate::acl::check::allows(&self.session, argv)
+    }
+
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         let action = script_action(&mut self.session, argv, resp3);
         let server = self.session.server.clone();
@@ -316,6 +320,10 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
 impl Host for ScriptHost<'_> {
     fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
         begin_in_cluster(&mut self.session, flags, keys)
+    }
+
+    fn acl_check(&mut self, argv: &[Bytes]) -> bool {
+        crate::acl::check::allows(&self.session, argv)
     }
 
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
