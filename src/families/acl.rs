@@ -351,6 +351,13 @@ fn dryrun(s: &Session, a: &Args) -> Action {
         ))
         .into();
     };
+    if !spec.arity_ok(argv.len()) {
+        return Reply::err(format!(
+            "wrong number of arguments for '{}' command",
+            spec.name
+        ))
+        .into();
+    }
     use crate::acl::check::{check, Denied};
     match check(&slot.user(), spec, argv) {
         Ok(()) => Reply::Ok.into(),
