@@ -177,6 +177,8 @@ fn acl_log_entries() {
     );
     assert_eq!((cmd[3].1.as_str(), cmd[4].1.as_str()), ("set", "lim"));
     assert!(cmd[6].1.contains(" user=lim "), "{}", cmd[6].1);
+    assert!(cmd[6].1.contains(" cmd=set "), "{}", cmd[6].1);
+    assert!(newest[6].1.contains(" cmd=auth "), "{}", newest[6].1);
     let Value::Array(one) = q(&mut c, &["ACL", "LOG", "1"]) else {
         panic!("ACL LOG 1")
     };

@@ -220,7 +220,8 @@ fn log_denied(
         Denied::Key(i) => (Reason::Key, argv[i].to_vec()),
         Denied::Channel(i) => (Reason::Channel, argv[i].to_vec()),
     };
-    add_entry(session, reason, context, object, session.user.name.clone());
+    let user = session.user.name.clone();
+    add_entry(session, reason, context, object, user, spec.name);
 }
 
 /// Logs a failed AUTH / HELLO AUTH (`command` as the client typed it).
@@ -230,12 +231,18 @@ pub fn log_auth_failure(session: &Session, command: &[u8], username: &[u8]) {
     } else {
         Context::Toplevel
     };
+    let cmd = if command.eq_ignore_ascii_case(b"hello") {
+        "hello"
+    } else {
+        "auth"
+    };
     add_entry(
         session,
         Reason::Auth,
         context,
         command.to_vec(),
         username.to_vec(),
+        cmd,
     );
 }
 
@@ -245,6 +252,7 @@ fn add_entry(
     context: Context,
     object: Vec<u8>,
     username: Vec<u8>,
+    cmd: &str,
 ) {
     let server = &session.server;
     let max = server.runtime.read().int("acllog-max-len").max(0) as usize;
@@ -255,7 +263,21 @@ fn add_entry(
         object,
         username,
         ctime_ms: crate::shard::now_ms(),
-        client_info: crate::families::server::client_line(session, &session.entry),
+        client_info: with_cmd(
+            crate::families::server::client_line(session, &session.entry),
+            cmd,
+        ),
     };
     server.acl.log.lock().add(entry, max);
+}
+
+/// The client-info line with `cmd=` naming the refused command, as Redis
+/// shows it (the client's last command is the one being refused).
+fn with_cmd(line: String, cmd: &str) -> String {
+    let Some(at) = line.find(" cmd=") else {
+        return line;
+    };
+    let start = at + " cmd=".len();
+    let end = line[start..].find(' ').map_or(line.len(), |e| start + e);
+    format!("{}{cmd}{}", &line[..start], &line[end..])
 }

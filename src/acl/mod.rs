@@ -161,8 +161,11 @@ impl Acl {
     }
 
     /// Removes a user; its slot is returned so its clients can be closed.
+    /// Until they are, the slot allows nothing.
     pub fn remove(&self, name: &[u8]) -> Option<Arc<UserSlot>> {
-        self.users.write().remove(name)
+        let slot = self.users.write().remove(name)?;
+        slot.set(User::new(false));
+        Some(slot)
     }
 
     /// Replaces every user (ACL LOAD): the default user keeps its slot
@@ -179,10 +182,15 @@ impl Acl {
         for (name, u) in new {
             users.insert(name.clone(), UserSlot::new(&name, u));
         }
-        old.into_iter()
+        let gone: Vec<Arc<UserSlot>> = old
+            .into_iter()
             .filter(|(n, _)| n.as_slice() != b"default")
             .map(|(_, s)| s)
-            .collect()
+            .collect();
+        for slot in &gone {
+            slot.set(User::new(false));
+        }
+        gone
     }
 
     /// Every user as a line of an ACL file (`user <name> <rules>`).
