@@ -1,6 +1,7 @@
 //! cairn: a disk-backed, Redis-compatible server.
 //!
 //! # Layout
+//! * [`acl`] — ACL users, their rules, the permission check, the ACL LOG.
 //! * [`config`] — config.toml fields, defaults, command-line overrides.
 //! * [`protocol`] — RESP decoding (redis-protocol + inline) and reply encoding.
 //! * [`net`] — listener, connection tasks, per-client session state.
@@ -27,6 +28,7 @@
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+pub mod acl;
 pub mod cluster;
 pub mod command;
 pub mod config;

@@ -25,7 +25,7 @@ pub struct ClientEntry {
     pub info: parking_lot::Mutex<ClientInfo>,
     /// Set by CLIENT KILL; the connection closes when it sees it.
     pub kill: tokio::sync::Notify,
-    /// Whether CLIENT KILL has targeted this client.
+    /// Whether CLIENT KILL (or ACL DELUSER) has targeted this client.
     pub killed: AtomicBool,
     /// Where Pub/Sub messages for this client are queued.
     pub mailbox: crate::pubsub::Mailbox,
@@ -52,6 +52,9 @@ pub struct ClientInfo {
     pub multi: i64,
     /// The client's WATCH flag while it watches keys (CLIENT LIST's `d`).
     pub watch_dirty: Option<Arc<AtomicBool>>,
+    /// The ACL user it authenticated as (`None`: default), for CLIENT
+    /// LIST, CLIENT KILL USER, ACL DELUSER and the caller's scripts.
+    pub user: Option<Arc<crate::acl::UserSlot>>,
 }
 
 /// Per-command call counts for INFO commandstats.
@@ -168,6 +171,8 @@ pub struct Server {
     /// The latency monitor (shared with the shards, which time commits
     /// and reaper slices).
     pub latency: Arc<crate::families::latency::LatencyMonitor>,
+    /// ACL users and the ACL LOG.
+    pub acl: crate::acl::Acl,
 }
 
 impl Server {
@@ -209,9 +214,11 @@ impl Server {
         pubsub.configure(&runtime);
         let (slowlog, latency) = (Default::default(), shards.latency.clone());
         crate::families::latency::configure(&slowlog, &latency, &runtime);
+        let acl = crate::acl::startup(&runtime);
         Server {
             slowlog,
             latency,
+            acl,
             pubsub,
             config,
             runtime: parking_lot::RwLock::new(runtime),

@@ -4,7 +4,7 @@
 
 use super::args::Args;
 use crate::families::{
-    bits, blocking, cluster, dump, functions, generic, geo, hash, hll, latency, list, lolwut,
+    acl, bits, blocking, cluster, dump, functions, generic, geo, hash, hll, latency, list, lolwut,
     memory, object, persistence, pubsub, scripting, server, set, slowlog, sort, stream, string,
     transaction, zset,
 };
@@ -281,6 +281,8 @@ macro_rules! commands {
 commands! {
     /// Every command, sorted by name.
     TABLE;
+    "acl", -2, "", (0, 0, 0), "", "@slow", "server", "6.0.0", acl::acl,
+        "A container for Access List Control commands", "subcommand [arg ...]", "";
     "append", 3, "write denyoom fast", (1, 1, 1), "RW INSERT", "@write @string @fast", "string", "2.0.0", string::append,
         "Append a value to a key.", "key value", "";
     "asking", 1, "fast", (0, 0, 0), "", "@fast @connection", "cluster", "3.0.0", cluster::asking,
@@ -808,6 +810,32 @@ commands! {
     /// 7.0 describes them in COMMAND INFO. The handler is the container's:
     /// the rows feed COMMAND INFO, LIST and GETKEYS, not routing.
     SUBCOMMANDS;
+    "acl|cat", -2, "noscript loading stale", (0, 0, 0), "", "@slow", "server", "6.0.0", acl::acl,
+        "List the ACL categories or the commands inside a category", "[categoryname]", "";
+    "acl|deluser", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "Remove the specified ACL users and the associated rules", "username [username ...]", "";
+    "acl|dryrun", -4, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "7.0.0", acl::acl,
+        "Returns whether the user can execute the given command without executing the command.", "username command [arg [arg ...]]", "";
+    "acl|genpass", -2, "noscript loading stale", (0, 0, 0), "", "@slow", "server", "6.0.0", acl::acl,
+        "Generate a pseudorandom secure password to use for ACL users", "[bits]", "";
+    "acl|getuser", 3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "Get the rules for a specific ACL user", "username", "";
+    "acl|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "6.0.0", acl::acl,
+        "Show helpful text about the different subcommands", "", "";
+    "acl|list", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "List the current ACL rules in ACL config file format", "", "";
+    "acl|load", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "Reload the ACLs from the configured ACL file", "", "";
+    "acl|log", -2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "List latest events denied because of ACLs in place", "[count|RESET]", "";
+    "acl|save", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "Save the current ACL rules in the configured ACL file", "", "";
+    "acl|setuser", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "Modify or create the rules for a specific ACL user", "username [rule [rule ...]]", "";
+    "acl|users", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "6.0.0", acl::acl,
+        "List the username of all the configured ACL rules", "", "";
+    "acl|whoami", 2, "noscript loading stale", (0, 0, 0), "", "@slow", "server", "6.0.0", acl::acl,
+        "Return the name of the user associated to the current connection", "", "";
     "client|caching", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.0.0", server::client,
         "Instruct the server about tracking or not keys in the next request", "", "";
     "client|getname", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,

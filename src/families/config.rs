@@ -1316,10 +1316,19 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
             Err(why) => return failed(&name, &why),
         }
     }
+    let new_pass = (rt.requirepass() != staged.requirepass()
+        || pairs
+            .chunks(2)
+            .any(|p| p[0].eq_ignore_ascii_case(b"requirepass")))
+    .then(|| staged.requirepass().to_string());
     *rt = staged;
     s.server.pubsub.configure(&rt);
     crate::logging::set_level(rt.get("loglevel"));
     crate::families::latency::configure(&s.server.slowlog, &s.server.latency, &rt);
+    // requirepass is the default user's password, as in Redis.
+    if let Some(pass) = new_pass {
+        s.server.acl.set_requirepass(&pass);
+    }
     Reply::Ok.into()
 }
 

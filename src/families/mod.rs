@@ -3,6 +3,7 @@
 //! shard (inside a snapshot or the batch transaction) and never touches a
 //! socket.
 
+pub mod acl;
 pub mod bits;
 pub mod blocking;
 pub mod cluster;

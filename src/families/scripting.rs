@@ -195,6 +195,10 @@ impl Host for LocalHost<'_, '_> {
         begin_in_cluster(&mut self.session, flags, keys)
     }
 
+    fn acl_check(&mut self, argv: &[Bytes]) -> bool {
+        crate::acl::check::allows(&self.session, argv)
+    }
+
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         let action = script_action(&mut self.session, argv, resp3);
         let server = self.session.server.clone();
@@ -272,6 +276,9 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
         return Reply::err("Unknown Redis command called from script").into();
     };
     let counted = command::call_spec(spec, &args).unwrap_or(spec);
+    if let Some(r) = crate::acl::check::script_refusal(session, counted, &args) {
+        return r.into();
+    }
     let server = session.server.clone();
     if let Some(cluster) = &server.cluster {
         let refused =
@@ -314,6 +321,10 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
 impl Host for ScriptHost<'_> {
     fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
         begin_in_cluster(&mut self.session, flags, keys)
+    }
+
+    fn acl_check(&mut self, argv: &[Bytes]) -> bool {
+        crate::acl::check::allows(&self.session, argv)
     }
 
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {

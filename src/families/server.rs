@@ -2,6 +2,7 @@
 //! SELECT, CLIENT, COMMAND, CONFIG, INFO, TIME, LASTSAVE, SHUTDOWN.
 
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::command::{
@@ -78,8 +79,10 @@ pub fn reset(s: &mut Session, _a: Args) -> Action {
     s.db = 0;
     s.resp3 = false;
     s.reply_mode = ReplyMode::On;
-    s.authenticated = s.server.runtime.read().requirepass().is_empty();
+    s.authenticated = s.server.acl.default_is_open();
+    s.user = s.server.acl.default_user();
     let mut info = s.entry.info.lock();
+    info.user = None;
     info.db = 0;
     info.resp = 2;
     info.name.clear();
@@ -105,31 +108,48 @@ pub fn lastsave(s: &mut Session, _a: Args) -> Action {
     Reply::Int(s.server.last_save_time() as i64).into()
 }
 
-/// Checks a password (and user) against requirepass.
-fn check_auth(s: &mut Session, user: Option<&[u8]>, pass: &[u8]) -> Result<(), Reply> {
-    let required = s.server.runtime.read().requirepass().to_string();
-    if required.is_empty() && user.is_none() {
+/// Checks a password against an ACL user (`default` when none is
+/// named); on success the connection becomes that user. A failure is
+/// logged in the ACL LOG under `command` (AUTH or HELLO as typed).
+fn check_auth(
+    s: &mut Session,
+    command: &[u8],
+    user: Option<&[u8]>,
+    pass: &[u8],
+) -> Result<(), Reply> {
+    if user.is_none() && s.server.acl.default_user().user().nopass {
         return Err(Reply::err(
             "AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?",
         ));
     }
-    let user_ok = user.is_none_or(|u| u == b"default");
-    let pass_ok = required.is_empty() || pass == required.as_bytes();
-    if user_ok && pass_ok {
-        s.authenticated = true;
-        Ok(())
-    } else {
-        Err(Reply::Error(
-            "WRONGPASS invalid username-password pair or user is disabled.".into(),
-        ))
+    let name = user.unwrap_or(b"default");
+    match s.server.acl.authenticate(name, pass) {
+        Some(slot) => {
+            s.authenticated = true;
+            let is_default = Arc::ptr_eq(&slot, &s.server.acl.default_user());
+            s.entry.info.lock().user = (!is_default).then(|| slot.clone());
+            s.user = slot;
+            Ok(())
+        }
+        None => {
+            crate::acl::check::log_auth_failure(s, command, name);
+            Err(Reply::Error(
+                "WRONGPASS invalid username-password pair or user is disabled.".into(),
+            ))
+        }
     }
 }
 
 /// AUTH [username] password
 pub fn auth(s: &mut Session, a: Args) -> Action {
     let r = match a.len() {
-        2 => check_auth(s, None, a.get(1)),
-        3 => check_auth(s, Some(&a.get(1).clone()), &a.get(2).clone()),
+        2 => check_auth(s, &a.get(0).clone(), None, a.get(1)),
+        3 => check_auth(
+            s,
+            &a.get(0).clone(),
+            Some(&a.get(1).clone()),
+            &a.get(2).clone(),
+        ),
         _ => Err(error(SYNTAX)),
     };
     r.map_or_else(Action::Reply, |()| Reply::Ok.into())
@@ -169,7 +189,7 @@ pub fn hello(s: &mut Session, a: Args) -> Action {
         }
     }
     if let Some((u, p)) = creds {
-        if let Err(r) = check_auth(s, Some(&u), &p) {
+        if let Err(r) = check_auth(s, &a.get(0).clone(), Some(&u), &p) {
             return r.into();
         }
     }
@@ -239,8 +259,9 @@ fn client_class(e: &crate::server::ClientEntry) -> &'static str {
     }
 }
 
-/// One CLIENT LIST / CLIENT INFO line.
-fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
+/// One CLIENT LIST / CLIENT INFO line (also an ACL LOG entry's
+/// client-info).
+pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
     // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), t R B
@@ -286,7 +307,7 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let me = e.id == s.entry.id;
     let omem = mailbox.pending.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user=default redir={} resp={}",
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={}",
         e.id,
         e.addr,
         e.laddr,
@@ -302,6 +323,7 @@ fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
         omem,
         omem,
         if info.last_cmd.is_empty() { "NULL" } else if me { "client|list" } else { info.last_cmd },
+        info.user.as_ref().map_or_else(|| "default".into(), |u| u.name_str()),
         tracking.map_or(-1, |t| t.redirect.as_ref().map_or(0, |(id, _)| *id as i64)),
         info.resp,
     )
@@ -473,6 +495,9 @@ fn client_kill(s: &Session, a: &Args) -> Action {
         } else if is(&pair[0], "laddr") {
             laddr = Some(v);
         } else if is(&pair[0], "user") {
+            if s.server.acl.get(&pair[1]).is_none() {
+                return Reply::err(format!("No such user '{v}'")).into();
+            }
             user = Some(v);
         } else if is(&pair[0], "type") {
             if !matches!(
@@ -502,7 +527,11 @@ fn client_kill(s: &Session, a: &Args) -> Action {
         let hit = id.is_none_or(|i| i == e.id)
             && addr.as_ref().is_none_or(|x| *x == e.addr)
             && laddr.as_ref().is_none_or(|x| *x == e.laddr)
-            && user.as_ref().is_none_or(|u| u == "default")
+            && user.as_ref().is_none_or(|u| {
+                let info = e.info.lock();
+                let name = info.user.as_ref().map_or(&b"default"[..], |s| &s.name[..]);
+                u.as_bytes() == name
+            })
             && class.as_deref().is_none_or(|c| c == client_class(&e))
             && !(skipme && e.id == me);
         if hit {

@@ -149,6 +149,10 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
         .map(|(spec, args)| {
             // Dispatch refused unknown subcommands while queueing.
             let counted = command::call_spec(spec, &args).unwrap_or(spec);
+            // The rules may have changed since the command was queued.
+            if let Some(r) = crate::acl::check::exec_refusal(s, counted, &args) {
+                return (counted, Action::Reply(r));
+            }
             (counted, (spec.handler)(s, args))
         })
         .collect();

@@ -446,10 +446,12 @@ async fn execute(
             "wrong number of arguments for '{}' command",
             checked.name
         )))
-    } else if !session.authenticated && !checked.has_flag("no_auth") {
+    } else if !session.authenticated && !checked.has_flag("no_auth") && server.acl.auth_required() {
         Some(Reply::Error("NOAUTH Authentication required.".into()))
     } else if session.multi.is_some() && checked.has_flag("no_multi") {
         Some(Reply::err("Command not allowed inside a transaction"))
+    } else if let Some(r) = crate::acl::check::refusal(session, checked, &args) {
+        Some(r)
     } else {
         // A script past busy-reply-threshold holds every shard: only
         // commands allowed then (SCRIPT KILL, SHUTDOWN...) are answered.

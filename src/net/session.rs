@@ -187,6 +187,8 @@ pub struct Session {
     pub resp3: bool,
     /// Whether AUTH succeeded (or no password is set).
     pub authenticated: bool,
+    /// The ACL user commands are checked against.
+    pub user: Arc<crate::acl::UserSlot>,
     /// CLIENT REPLY mode.
     pub reply_mode: ReplyMode,
     /// The transaction being queued (between MULTI and EXEC).
@@ -278,8 +280,9 @@ impl Session {
         entry: Arc<ClientEntry>,
         subs: crate::pubsub::Subscriptions,
     ) -> Session {
-        let authenticated = server.runtime.read().requirepass().is_empty();
+        let authenticated = server.acl.default_is_open();
         Session {
+            user: server.acl.default_user(),
             subs,
             settled: false,
             bus_link: false,
@@ -307,7 +310,11 @@ impl Session {
     pub fn for_script(server: Arc<Server>, entry: Arc<ClientEntry>, db: u8) -> Session {
         // The caller's subscriptions stay when the script's session ends.
         let subs = crate::pubsub::Subscriptions::borrowed(server.pubsub.clone(), entry.clone());
+        let user = entry.info.lock().user.clone();
         let mut s = Session::with_subs(server, entry, subs);
+        if let Some(u) = user {
+            s.user = u;
+        }
         s.db = db;
         s.authenticated = true;
         s.in_exec = true;

@@ -24,6 +24,12 @@ pub struct Names {
 }
 
 impl Names {
+    /// The names, in subscription order (ACL SETUSER checks them against
+    /// a user's new channel rules).
+    pub fn iter(&self) -> impl Iterator<Item = &Bytes> {
+        self.order.iter()
+    }
+
     fn insert(&mut self, name: &Bytes) -> bool {
         let added = self.set.insert(name.clone());
         if added {
