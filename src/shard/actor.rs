@@ -353,7 +353,11 @@ impl ShardActor {
             ctx.observer = self.shared.observer();
             ctx.notify_flags = self.shared.hub.notify_flags();
             ctx.tracked = self.shared.tracking();
-            keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
+            // Under CLIENT PAUSE nothing may change, expiry included
+            // (expired keys still read as missing).
+            if !self.shared.pause.writes_paused() {
+                keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
+            }
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
             // Expired streams wake their blocked group readers.
             wakeups = ctx.take_wakeups();

@@ -71,6 +71,8 @@ pub struct ShardSet {
     pub intent: Arc<super::intent::IntentLog>,
     /// The latency monitor the shards report commits and reaper slices to.
     pub latency: Arc<crate::families::latency::LatencyMonitor>,
+    /// CLIENT PAUSE, which the connections and the reapers observe.
+    pub pause: Arc<super::pause::Pause>,
 }
 
 impl ShardSet {
@@ -101,6 +103,7 @@ impl ShardSet {
         let blocked = Arc::new(super::blocking::BlockRegistry::default());
         let hub = Arc::new(crate::pubsub::Hub::default());
         let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
+        let pause = Arc::new(super::pause::Pause::default());
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
             let path = dir.join(format!("shard-{i}.redb"));
@@ -130,6 +133,7 @@ impl ShardSet {
                 blocked.clone(),
                 hub.clone(),
                 latency.clone(),
+                pause.clone(),
             )));
             states.push(state);
         }
@@ -172,6 +176,7 @@ impl ShardSet {
             coordinator: super::coordinator::Coordinator::start(me.clone()),
             intent,
             latency,
+            pause,
         }))
     }
 
