@@ -33,7 +33,8 @@ pub struct ClientEntry {
     /// (CLIENT LIST's `b` flag).
     pub blocked: AtomicBool,
     /// How CLIENT UNBLOCK reaches its blocked command, if it is in one.
-    pub unblock: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<crate::net::unblock::Unblock>>>,
+    pub unblock:
+        parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<crate::net::unblock::Unblock>>>,
 }
 
 /// The parts of a client's state others may read.

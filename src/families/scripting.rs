@@ -474,9 +474,7 @@ pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
 pub fn may_write(server: &Server, name: &str, args: &Args) -> bool {
     let flags = match name {
         "eval" => crate::scripting::script_flags(args.get(1)),
-        "evalsha" => server
-            .scripts
-            .flags(&String::from_utf8_lossy(args.get(1))),
+        "evalsha" => server.scripts.flags(&String::from_utf8_lossy(args.get(1))),
         "fcall" => server
             .scripts
             .function_flags(&String::from_utf8_lossy(args.get(1))),

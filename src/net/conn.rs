@@ -722,9 +722,10 @@ fn held_by_write_pause(session: &Session, checked: &command::CommandSpec, args: 
                 && crate::families::scripting::may_write(&session.server, spec.name, args))
     };
     match (&session.multi, checked.name) {
-        (Some(multi), "exec") => multi.queue.iter().any(|(spec, args)| {
-            may_write(command::call_spec(spec, args).unwrap_or(spec), args)
-        }),
+        (Some(multi), "exec") => multi
+            .queue
+            .iter()
+            .any(|(spec, args)| may_write(command::call_spec(spec, args).unwrap_or(spec), args)),
         _ => may_write(checked, args),
     }
 }

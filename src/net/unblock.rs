@@ -30,9 +30,7 @@ impl Unblock {
     pub fn reply(self, timed_out: Reply) -> Reply {
         match self {
             Unblock::Timeout => timed_out,
-            Unblock::Error => {
-                Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into())
-            }
+            Unblock::Error => Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()),
         }
     }
 }

@@ -58,7 +58,8 @@ impl Pause {
                 Some((k, end)) if end > now => (k.max(kind), end.max(until)),
                 _ => (kind, until),
             });
-            self.kind.store(st.map_or(0, |(k, _)| k as u8), Ordering::Release);
+            self.kind
+                .store(st.map_or(0, |(k, _)| k as u8), Ordering::Release);
         });
     }
 
