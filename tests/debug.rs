@@ -145,7 +145,9 @@ fn help_lists_what_cairn_does_and_the_rest_is_unknown() {
     ] {
         assert_eq!(
             err(&mut c, &["DEBUG", sub, "x"]),
-            format!("ERR unknown subcommand or wrong number of arguments for '{sub}'. Try DEBUG HELP."),
+            format!(
+                "ERR unknown subcommand or wrong number of arguments for '{sub}'. Try DEBUG HELP."
+            ),
         );
     }
     // Still alive.
@@ -228,7 +230,10 @@ fn set_active_expire_0_keeps_expired_keys_until_reenabled() {
     ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "1"]);
     let deadline = Instant::now() + Duration::from_secs(5);
     while int(&mut c, &["DBSIZE"]) != 1 {
-        assert!(Instant::now() < deadline, "the expired key was never reaped");
+        assert!(
+            Instant::now() < deadline,
+            "the expired key was never reaped"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(keyspace_keys(&mut c), 1);
@@ -265,7 +270,20 @@ fn fill(c: &mut redis::Connection) {
     q(c, &["XADD", "stream", "1-1", "a", "1"]);
     q(c, &["XADD", "stream", "2-0", "b", "2"]);
     ok(c, &["XGROUP", "CREATE", "stream", "g", "0"]);
-    q(c, &["XREADGROUP", "GROUP", "g", "alice", "COUNT", "1", "STREAMS", "stream", ">"]);
+    q(
+        c,
+        &[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "alice",
+            "COUNT",
+            "1",
+            "STREAMS",
+            "stream",
+            ">",
+        ],
+    );
     q(c, &["PFADD", "hll", "a", "b", "c"]);
     // PFCOUNT writes its cache into the value: once here, so that the
     // reads of `contents` change nothing.
@@ -352,7 +370,8 @@ fn reload_reopens_every_shard_and_keeps_every_type_and_ttl() {
     // And the data outlives a restart after a reload.
     let dir = s.stop().unwrap();
     let again = TestServer::start_in(dir.path().to_path_buf(), |cfg| {
-        cfg.redis.insert("enable-debug-command".into(), "yes".into());
+        cfg.redis
+            .insert("enable-debug-command".into(), "yes".into());
     });
     let mut c = again.client();
     assert_eq!(contents(&mut c), before);
@@ -384,4 +403,44 @@ fn populate_fills_missing_keys_across_shards() {
     ok(&mut c, &["SELECT", "2"]);
     ok(&mut c, &["DEBUG", "POPULATE", "5"]);
     assert_eq!(int(&mut c, &["DBSIZE"]), 5);
+}
+
+#[test]
+fn inside_multi_debug_runs_in_the_transaction() {
+    let s = with_debug("yes");
+    let mut c = s.client();
+    let replies: Vec<Value> = redis::pipe()
+        .atomic()
+        .cmd("DEBUG")
+        .arg("POPULATE")
+        .arg("100")
+        .cmd("DEBUG")
+        .arg("SLEEP")
+        .arg("0")
+        .cmd("DBSIZE")
+        .cmd("DEBUG")
+        .arg("DIGEST-VALUE")
+        .arg("key:1")
+        .query(&mut c)
+        .unwrap_or_else(|e| panic!("EXEC: {e}"));
+    assert_eq!(replies[0], Value::Okay);
+    assert_eq!(replies[1], Value::Okay);
+    assert_eq!(replies[2], Value::Int(100));
+    assert_ne!(
+        replies[3],
+        Value::Array(vec![Value::SimpleString(
+            "0000000000000000000000000000000000000000".into()
+        )])
+    );
+    assert_eq!(int(&mut c, &["DBSIZE"]), 100);
+
+    // The transaction holds the shards a reopen needs.
+    let mut raw = s.tcp();
+    for args in [&[&b"MULTI"[..]][..], &[b"DEBUG", b"RELOAD"], &[b"EXEC"]] {
+        common::send_raw(&mut raw, args);
+    }
+    let want = b"+OK\r\n+QUEUED\r\n*1\r\n-ERR DEBUG RELOAD inside MULTI is not allowed\r\n";
+    let mut got = vec![0; want.len()];
+    std::io::Read::read_exact(&mut raw, &mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }

@@ -313,6 +313,10 @@ fn reload(s: &Session, a: &Args) -> Action {
         return Reply::err("DEBUG RELOAD only supports the MERGE, NOFLUSH and NOSAVE options.")
             .into();
     }
+    if s.in_exec {
+        // The transaction holds the shards the reopen needs.
+        return Reply::err("DEBUG RELOAD inside MULTI is not allowed").into();
+    }
     let shards = s.server.shards.clone();
     Action::Job(Box::pin(async move {
         match shards.reopen().await {

@@ -11,6 +11,7 @@ use crate::protocol::Reply;
 use crate::shard::WriteFn;
 use crate::storage::encoding::Meta;
 use crate::storage::keyspace::{self, Key};
+use crate::storage::{StoreError, WriteCtx};
 
 /// Keys per write op.
 const BATCH: usize = 1000;
@@ -50,22 +51,30 @@ pub fn populate(s: &Session, a: &Args) -> Action {
             .to_vec(),
     };
     let (shards, db) = (s.server.shards.clone(), s.db);
+    let entries = (0..count).map(move |n| {
+        let mut name = prefix.clone();
+        name.extend_from_slice(format!(":{n}").as_bytes());
+        name.truncate(MAX_NAME);
+        let mut value = format!("value:{n}").into_bytes();
+        if size > 0 {
+            value.resize(size, 0);
+        }
+        (name, value)
+    });
+    if s.in_exec {
+        // Inside EXEC the shards are held by the transaction: the keys go
+        // in as its steps.
+        return in_transaction(shards, db, entries);
+    }
     Action::Job(Box::pin(async move {
         let mut batches: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); shards.len()];
         let mut pending = VecDeque::new();
-        for n in 0..count {
-            let mut name = prefix.clone();
-            name.extend_from_slice(format!(":{n}").as_bytes());
-            name.truncate(MAX_NAME);
-            let mut value = format!("value:{n}").into_bytes();
-            if size > 0 {
-                value.resize(size, 0);
-            }
+        for (name, value) in entries {
             let id = shards.shard_of_key(&name);
             batches[id].push((name, value));
             if batches[id].len() >= BATCH {
                 let batch = std::mem::take(&mut batches[id]);
-                pending.push_back(shards.submit(id, add_missing(db, batch)));
+                pending.push_back(shards.submit(id, op(db, batch)));
             }
             while pending.len() > IN_FLIGHT {
                 if let Some(err) = failed(pending.pop_front()).await {
@@ -75,7 +84,7 @@ pub fn populate(s: &Session, a: &Args) -> Action {
         }
         for (id, batch) in batches.into_iter().enumerate() {
             if !batch.is_empty() {
-                pending.push_back(shards.submit(id, add_missing(db, batch)));
+                pending.push_back(shards.submit(id, op(db, batch)));
             }
         }
         while let Some(p) = pending.pop_front() {
@@ -85,6 +94,30 @@ pub fn populate(s: &Session, a: &Args) -> Action {
         }
         Reply::Ok
     }))
+}
+
+/// POPULATE as steps of the transaction that holds every shard.
+fn in_transaction(
+    shards: std::sync::Arc<crate::shard::ShardSet>,
+    db: u8,
+    entries: impl Iterator<Item = (Vec<u8>, Vec<u8>)>,
+) -> Action {
+    let mut batches: Vec<Vec<(Vec<u8>, Vec<u8>)>> = vec![Vec::new(); shards.len()];
+    for (name, value) in entries {
+        batches[shards.shard_of_key(&name)].push((name, value));
+    }
+    let ids = (0..shards.len()).collect();
+    crate::families::coordinated(ids, move |locked| async move {
+        let sent: Vec<_> = batches
+            .into_iter()
+            .enumerate()
+            .map(|(id, batch)| locked.send(id, move |w| add_missing(w, db, batch)))
+            .collect();
+        for step in sent {
+            step.wait().await?;
+        }
+        Ok(Ok(Reply::Ok))
+    })
 }
 
 /// The error a write op answered, if it did.
@@ -97,14 +130,17 @@ async fn failed(op: Option<tokio::sync::oneshot::Receiver<Reply>>) -> Option<Rep
 }
 
 /// Stores each key that does not exist (an expired one is replaced).
-fn add_missing(db: u8, batch: Vec<(Vec<u8>, Vec<u8>)>) -> WriteFn {
-    Box::new(move |w| {
-        for (name, value) in batch {
-            let key = Key::new(db, &name);
-            if keyspace::lookup_for_write(w, key)?.is_none() {
-                keyspace::store(w, key, None, &Meta::string(value, 0))?;
-            }
+fn add_missing(w: &mut WriteCtx, db: u8, batch: Vec<(Vec<u8>, Vec<u8>)>) -> Result<(), StoreError> {
+    for (name, value) in batch {
+        let key = Key::new(db, &name);
+        if keyspace::lookup_for_write(w, key)?.is_none() {
+            keyspace::store(w, key, None, &Meta::string(value, 0))?;
         }
-        Ok(Reply::Ok)
-    })
+    }
+    Ok(())
+}
+
+/// [`add_missing`] as a write op of its own.
+fn op(db: u8, batch: Vec<(Vec<u8>, Vec<u8>)>) -> WriteFn {
+    Box::new(move |w| add_missing(w, db, batch).map(|()| Reply::Ok))
 }
