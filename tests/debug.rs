@@ -154,20 +154,27 @@ fn help_lists_what_cairn_does_and_the_rest_is_unknown() {
     assert_eq!(q(&mut c, &["PING"]), Value::SimpleString("PONG".into()));
 }
 
+/// DEBUG SLEEP `secs` from a client of its own, on a thread; returns once
+/// the sleep has surely begun.
+fn sleep_elsewhere(port: u16, secs: &'static str) -> std::thread::JoinHandle<()> {
+    let sleeper = std::thread::spawn(move || {
+        let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        ok(&mut c, &["DEBUG", "SLEEP", secs]);
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    sleeper
+}
+
 #[test]
 fn sleep_holds_other_clients_reads_and_writes() {
     let s = with_debug("yes");
     let mut other = s.client();
     ok(&mut other, &["SET", "k", "v"]);
     let port = s.port;
-    let sleeper = std::thread::spawn(move || {
-        let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        ok(&mut c, &["DEBUG", "SLEEP", "0.6"]);
-    });
-    std::thread::sleep(Duration::from_millis(150));
+    let sleeper = sleep_elsewhere(port, "0.6");
     let started = Instant::now();
     assert_eq!(q(&mut other, &["GET", "k"]), bulk("v"));
     let read_waited = started.elapsed();
@@ -179,14 +186,7 @@ fn sleep_holds_other_clients_reads_and_writes() {
     );
 
     // And a write issued during the sleep waits for it too.
-    let sleeper = std::thread::spawn(move || {
-        let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-            .unwrap()
-            .get_connection()
-            .unwrap();
-        ok(&mut c, &["DEBUG", "SLEEP", "0.5"]);
-    });
-    std::thread::sleep(Duration::from_millis(150));
+    let sleeper = sleep_elsewhere(port, "0.5");
     let started = Instant::now();
     ok(&mut other, &["SET", "k", "x"]);
     let write_waited = started.elapsed();

@@ -10,7 +10,7 @@
 use crate::rdb::keys;
 use crate::rdb::object::Value;
 use crate::scripting::sha1::sha1;
-use crate::storage::encoding::{self, Meta};
+use crate::storage::encoding::Meta;
 use crate::storage::keyspace::Key;
 use crate::storage::tables::DATABASES;
 use crate::storage::{KvRead, StoreError, Table};
@@ -110,34 +110,15 @@ pub fn dataset(readers: &[&dyn KvRead]) -> Result<Digest, StoreError> {
         // Keys combine by xor, so each shard's may be folded in any order.
         let (mut keys_xor, mut any) = ([0u8; 20], false);
         for r in readers {
-            let start = encoding::meta_db_prefix(db);
-            let end = encoding::prefix_successor(&start);
-            let mut failed = None;
-            r.scan(Table::Meta, &start, end.as_deref(), false, &mut |k, v| {
-                let Some((_, _, name)) = encoding::decode_meta_key(k) else {
-                    return true;
-                };
-                let step = Meta::decode(v)
-                    .map_err(StoreError::from)
-                    .and_then(|meta| with_value(*r, Key::new(db, name), meta));
-                match step {
-                    Ok((value, expires)) => {
-                        let mut d = [0; 20];
-                        mix_in(&mut d, name);
-                        self::value(&mut d, &value, expires);
-                        xor_in(&mut keys_xor, &d);
-                        any = true;
-                        true
-                    }
-                    Err(e) => {
-                        failed = Some(e);
-                        false
-                    }
-                }
+            keys::each_key(*r, db, |name, meta| {
+                let (value, expires) = with_value(*r, Key::new(db, name), meta)?;
+                let mut d = [0; 20];
+                mix_in(&mut d, name);
+                self::value(&mut d, &value, expires);
+                xor_in(&mut keys_xor, &d);
+                any = true;
+                Ok::<(), StoreError>(())
             })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
         }
         if any {
             // The database number first, so the same keys in another

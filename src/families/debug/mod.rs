@@ -276,6 +276,8 @@ fn protocol(name: &[u8], resp3: bool) -> Action {
     let reply = match name.to_ascii_lowercase().as_slice() {
         b"string" => Reply::bulk("Hello World"),
         b"integer" => Reply::Int(12345),
+        // Redis's sample value, not an approximation of pi.
+        #[allow(clippy::approx_constant)]
         b"double" => Reply::Double(3.141),
         b"bignum" => Reply::BigNumber("1234567999999999999999999999999999999".into()),
         b"null" => Reply::Nil,
