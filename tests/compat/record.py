@@ -17,7 +17,8 @@ Python 3.11 standard library only.  If redis-server is missing it is installed
 with apt-get (Debian package `redis-server`).  The server runs on a free port on
 127.0.0.1 with a temporary directory and no persistence, and is stopped at the
 end.  A case whose first line is `!cluster` runs on a fresh cluster-mode server
-of its own.  Nothing is ever sent anywhere but 127.0.0.1.
+of its own, one whose first line is `!debug` on a fresh server started with
+`--enable-debug-command local`.  Nothing is ever sent anywhere but 127.0.0.1.
 """
 
 from __future__ import annotations
