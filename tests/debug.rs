@@ -444,3 +444,48 @@ fn inside_multi_debug_runs_in_the_transaction() {
     std::io::Read::read_exact(&mut raw, &mut got).unwrap();
     assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }
+
+#[test]
+fn reload_under_load_loses_nothing() {
+    let s = with_debug("yes");
+    let port = s.port;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Writers and readers keep going while the shards reopen: every
+    // acknowledged write must be there afterwards.
+    let workers: Vec<_> = (0..3)
+        .map(|w| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                    .unwrap()
+                    .get_connection()
+                    .unwrap();
+                let mut n = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let key = format!("w{w}:{n}");
+                    ok(&mut c, &["SET", &key, &n.to_string()]);
+                    assert_eq!(q(&mut c, &["GET", &key]), bulk(&n.to_string()));
+                    int(&mut c, &["INCR", &format!("count{w}")]);
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let mut c = s.client();
+    for _ in 0..5 {
+        std::thread::sleep(Duration::from_millis(60));
+        ok(&mut c, &["DEBUG", "RELOAD"]);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let written: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    // Each worker's keys and its counter.
+    let total: u64 = written.iter().map(|n| n + 1).sum();
+    assert_eq!(int(&mut c, &["DBSIZE"]) as u64, total);
+    for (w, &n) in written.iter().enumerate() {
+        assert!(n > 0, "worker {w} made no progress");
+        assert_eq!(int(&mut c, &["GET", &format!("count{w}")]) as u64, n);
+        let last = format!("w{w}:{}", n - 1);
+        assert_eq!(q(&mut c, &["GET", &last]), bulk(&(n - 1).to_string()));
+    }
+}
