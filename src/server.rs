@@ -29,6 +29,12 @@ pub struct ClientEntry {
     pub killed: AtomicBool,
     /// Where Pub/Sub messages for this client are queued.
     pub mailbox: crate::pubsub::Mailbox,
+    /// While it waits in a blocking command or is held by CLIENT PAUSE
+    /// (CLIENT LIST's `b` flag).
+    pub blocked: AtomicBool,
+    /// How CLIENT UNBLOCK reaches its blocked command, if it is in one.
+    pub unblock:
+        parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<crate::net::unblock::Unblock>>>,
 }
 
 /// The parts of a client's state others may read.
@@ -95,8 +101,28 @@ pub struct ServerStats {
     pub reads: AtomicU64,
     /// Socket writes of replies.
     pub writes: AtomicU64,
+    /// Clients blocked other than on keys (in WAIT, or held by CLIENT
+    /// PAUSE): INFO's blocked_clients counts them with the key waiters.
+    pub held: AtomicU64,
     /// Recent samples of the counters above: INFO's instantaneous rates.
     pub samples: parking_lot::Mutex<crate::families::info::RateSamples>,
+}
+
+/// Counts a client in [`ServerStats::held`] while it lives.
+pub struct Held<'a>(&'a AtomicU64);
+
+impl<'a> Held<'a> {
+    /// Starts counting.
+    pub fn new(count: &'a AtomicU64) -> Held<'a> {
+        count.fetch_add(1, Ordering::Relaxed);
+        Held(count)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Run-time settable configuration (CONFIG SET): every Redis parameter's

@@ -856,6 +856,8 @@ commands! {
         "Get the list of client connections", "", "nondeterministic_output";
     "client|no-evict", 3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "7.0.0", server::client,
         "Set client eviction mode for the current connection", "", "";
+    "client|pause", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "2.9.50", server::client,
+        "Stop processing commands from clients for some time", "", "";
     "client|reply", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "3.2.0", server::client,
         "Instruct the server whether to reply to commands", "", "";
     "client|setname", 3, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "2.6.9", server::client,
@@ -864,6 +866,10 @@ commands! {
         "Enable or disable server assisted client side caching support", "", "";
     "client|trackinginfo", 2, "noscript loading stale", (0, 0, 0), "", "@slow @connection", "connection", "6.2.0", server::client,
         "Return information about server assisted client side caching for the current connection", "", "";
+    "client|unblock", -3, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "5.0.0", server::client,
+        "Unblock a client blocked in a blocking command from a different connection", "", "";
+    "client|unpause", 2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous @connection", "connection", "6.2.0", server::client,
+        "Resume processing of clients that were paused", "", "";
     "cluster|addslots", -3, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
         "Assign new hash slots to receiving node", "", "";
     "cluster|addslotsrange", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,

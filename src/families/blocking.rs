@@ -11,6 +11,7 @@ use bytes::Bytes;
 use super::{list, zset};
 use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
+use crate::net::unblock::{Unblock, Unblocker, Woke};
 use crate::protocol::Reply;
 use crate::shard::blocking::{serves, Handoff, Stage, Waiter};
 use crate::shard::ShardSet;
@@ -83,6 +84,7 @@ fn block(
     // Only a pop whose keys all live on one shard is a single write there.
     let ids: Vec<usize> = touched.iter().map(|k| shards.shard_of_key(k)).collect();
     let one_shard = ids.windows(2).all(|w| w[0] == w[1]).then(|| ids[0]);
+    let mut unblocker = Unblocker::new(&s.entry);
     Action::Block(Box::pin(async move {
         let attempt = Arc::new(attempt);
         let (tx, mut rx) = tokio::sync::oneshot::channel();
@@ -119,27 +121,23 @@ fn block(
             if served {
                 return finish(handed_over(&mut rx).await);
             }
-            let woken = guard.waiter.notify.notified();
-            match deadline {
-                None => woken.await,
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() || tokio::time::timeout(left, woken).await.is_err() {
-                        let served = {
-                            let mut stage = guard.waiter.stage.lock();
-                            if *stage == Stage::Waiting {
-                                *stage = Stage::Gone;
-                            }
-                            *stage == Stage::Served
-                        };
-                        if served {
-                            // Served just in time: the reply is on its way.
-                            return finish(handed_over(&mut rx).await);
-                        }
-                        return Reply::NilArray;
-                    }
+            let ended = match unblocker.wait(&guard.waiter.notify, deadline).await {
+                Woke::Notified => continue,
+                Woke::TimedOut => Unblock::Timeout,
+                Woke::Unblocked(how) => how,
+            };
+            let served = {
+                let mut stage = guard.waiter.stage.lock();
+                if *stage == Stage::Waiting {
+                    *stage = Stage::Gone;
                 }
+                *stage == Stage::Served
+            };
+            if served {
+                // Served just in time: the reply is on its way.
+                return finish(handed_over(&mut rx).await);
             }
+            return ended.reply(Reply::NilArray);
         }
     }))
 }

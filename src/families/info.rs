@@ -72,7 +72,8 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 "# Clients\r\nconnected_clients:{}\r\ncluster_connections:0\r\nmaxclients:{}\r\nclient_recent_max_input_buffer:0\r\nclient_recent_max_output_buffer:{max_out}\r\nblocked_clients:{}\r\ntracking_clients:{}\r\nclients_in_timeout_table:0\r\n",
                 srv.clients.len(),
                 srv.runtime.read().maxclients(),
-                srv.shards.blocked.blocked_clients(),
+                srv.shards.blocked.blocked_clients()
+                    + srv.stats.held.load(Relaxed) as usize,
                 srv.pubsub.tracking.stats().0
             );
         }

@@ -272,12 +272,22 @@ pub fn wait(s: &mut Session, a: Args) -> Action {
     if wanted <= 0 || s.in_exec {
         return Reply::Int(0).into();
     }
+    let server = s.server.clone();
+    let mut unblocker = crate::net::unblock::Unblocker::new(&s.entry);
     Action::Block(Box::pin(async move {
+        let _held = crate::server::Held::new(&server.stats.held);
         // 0, or a deadline past what the clock can hold: wait for ever.
-        match tokio::time::Instant::now().checked_add(timeout) {
-            Some(deadline) if !timeout.is_zero() => tokio::time::sleep_until(deadline).await,
-            _ => std::future::pending::<()>().await,
+        let timeout = async {
+            match tokio::time::Instant::now().checked_add(timeout) {
+                Some(deadline) if !timeout.is_zero() => tokio::time::sleep_until(deadline).await,
+                _ => std::future::pending::<()>().await,
+            }
+        };
+        // No replica ever acknowledges: the wait ends by its timeout or
+        // CLIENT UNBLOCK, with the count of replicas that did (none).
+        tokio::select! {
+            _ = timeout => Reply::Int(0),
+            how = unblocker.requested() => how.reply(Reply::Int(0)),
         }
-        Reply::Int(0)
     }))
 }

@@ -466,3 +466,19 @@ pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
         BUSY_SCRIPT.into()
     }))
 }
+
+/// Whether EVAL, EVALSHA or FCALL may write (what CLIENT PAUSE WRITE holds
+/// back, as Redis judges it from the script's flags): every script but one
+/// declaring `no-writes`. A script or function not found may write: the
+/// call waits, then fails as it would have.
+pub fn may_write(server: &Server, name: &str, args: &Args) -> bool {
+    let flags = match name {
+        "eval" => crate::scripting::script_flags(args.get(1)),
+        "evalsha" => server.scripts.flags(&String::from_utf8_lossy(args.get(1))),
+        "fcall" => server
+            .scripts
+            .function_flags(&String::from_utf8_lossy(args.get(1))),
+        _ => None,
+    };
+    !flags.is_some_and(|f| f.no_writes)
+}

@@ -9,8 +9,10 @@ use crate::command::{
     docs, lookup, lookup_with_subcommands, subcommands_of, CommandSpec, KeySpec, TABLE,
 };
 use crate::net::session::{Action, ReplyMode, Session};
+use crate::net::unblock::Unblock;
 use crate::protocol::Reply;
 use crate::pubsub::Kind;
+use crate::shard::pause::PauseKind;
 use crate::storage::tables::DATABASES;
 
 /// The Redis version cairn answers as (what clients check for features).
@@ -264,7 +266,8 @@ fn client_class(e: &crate::server::ClientEntry) -> &'static str {
 pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
-    // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), t R B
+    // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), b
+    // (blocked, or held by CLIENT PAUSE), t R B
     // (tracking, broken redirect, BCAST), d (a watched key changed), r
     // (READONLY), e (NO-EVICT).
     let mut flags = String::new();
@@ -277,6 +280,9 @@ pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String
     }
     if info.multi >= 0 {
         flags.push('x');
+    }
+    if e.blocked.load(std::sync::atomic::Ordering::Relaxed) {
+        flags.push('b');
     }
     let tracking = s.server.pubsub.tracking.get(e.id);
     if let Some(t) = &tracking {
@@ -329,36 +335,56 @@ pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String
     )
 }
 
-/// CLIENT HELP: Redis 7.0's lines for the subcommands cairn implements.
+/// CLIENT HELP: Redis 7.0.15's lines (cairn implements every subcommand).
 const CLIENT_HELP: &[&str] = &[
     "CLIENT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "CACHING (YES|NO)",
     "    Enable/disable tracking of the keys for next command in OPTIN/OPTOUT modes.",
     "GETREDIR",
     "    Return the client ID we are redirecting to when tracking is enabled.",
+    "GETNAME",
+    "    Return the name of the current connection.",
     "ID",
     "    Return the ID of the current connection.",
     "INFO",
     "    Return information about the current client connection.",
-    "GETNAME",
-    "    Return the name of the current connection.",
-    "SETNAME <name>",
-    "    Assign the name <name> to the current connection.",
-    "LIST [TYPE normal|master|replica|pubsub] [ID <id> [<id> ...]]",
-    "    Return information about client connections.",
-    "KILL <ip:port>|<option> <value> [<option> <value> [...]]",
-    "    Kill connections.",
-    "NO-EVICT (ON|OFF)",
-    "    Protect current client connection from eviction.",
+    "KILL <ip:port>",
+    "    Kill connection made from <ip:port>.",
+    "KILL <option> <value> [<option> <value> [...]]",
+    "    Kill connections. Options are:",
+    "    * ADDR (<ip:port>|<unixsocket>:0)",
+    "      Kill connections made from the specified address",
+    "    * LADDR (<ip:port>|<unixsocket>:0)",
+    "      Kill connections made to specified local address",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Kill connections by type.",
+    "    * USER <username>",
+    "      Kill connections authenticated by <username>.",
+    "    * SKIPME (YES|NO)",
+    "      Skip killing current connection (default: yes).",
+    "LIST [options ...]",
+    "    Return information about client connections. Options:",
+    "    * TYPE (NORMAL|MASTER|REPLICA|PUBSUB)",
+    "      Return clients of specified type.",
+    "UNPAUSE",
+    "    Stop the current client pause, resuming traffic.",
+    "PAUSE <timeout> [WRITE|ALL]",
+    "    Suspend all, or just write, clients for <timeout> milliseconds.",
     "REPLY (ON|OFF|SKIP)",
     "    Control the replies sent to the current connection.",
+    "SETNAME <name>",
+    "    Assign the name <name> to the current connection.",
+    "UNBLOCK <clientid> [TIMEOUT|ERROR]",
+    "    Unblock the specified blocked client.",
     "TRACKING (ON|OFF) [REDIRECT <id>] [BCAST] [PREFIX <prefix> [...]]",
     "         [OPTIN] [OPTOUT] [NOLOOP]",
     "    Control server assisted client side caching.",
     "TRACKINGINFO",
     "    Report tracking status for the current connection.",
+    "NO-EVICT (ON|OFF)",
+    "    Protect current client connection from eviction.",
     "HELP",
-    "    Print this help.",
+    "    Prints this help.",
 ];
 
 /// CLIENT subcommand [args]
@@ -430,6 +456,12 @@ pub fn client(s: &mut Session, a: Args) -> Action {
             Reply::Verbatim(out).into()
         }
         "kill" => client_kill(s, &a),
+        "pause" => client_pause(s, &a),
+        "unpause" => {
+            s.server.shards.pause.unpause();
+            Reply::Ok.into()
+        }
+        "unblock" => client_unblock(s, &a),
         "no-evict" => {
             let v = a.get(2);
             if is(v, "on") || is(v, "off") {
@@ -461,6 +493,72 @@ pub fn client(s: &mut Session, a: Args) -> Action {
         "help" => super::help_reply(CLIENT_HELP).into(),
         _ => unknown_subcommand(a.get(1), "CLIENT"),
     }
+}
+
+/// Redis's reply to a subcommand given too many arguments, naming it as
+/// typed.
+fn subcommand_syntax_error(sub: &[u8], container: &str) -> Action {
+    Reply::err(format!(
+        "unknown subcommand or wrong number of arguments for '{}'. Try {container} HELP.",
+        String::from_utf8_lossy(sub)
+    ))
+    .into()
+}
+
+/// CLIENT PAUSE timeout [WRITE|ALL]: holds every client's commands (or
+/// those that may write) for `timeout` milliseconds; see `shard::pause`.
+fn client_pause(s: &Session, a: &Args) -> Action {
+    if a.len() > 4 {
+        return subcommand_syntax_error(a.get(1), "CLIENT");
+    }
+    let Some(ms) = crate::util::num::parse_i64(a.get(2)) else {
+        return Reply::err("timeout is not an integer or out of range").into();
+    };
+    if ms < 0 {
+        return Reply::err("timeout is negative").into();
+    }
+    let kind = match a.from(3).first() {
+        None => PauseKind::All,
+        Some(m) if is(m, "write") => PauseKind::Write,
+        Some(m) if is(m, "all") => PauseKind::All,
+        Some(_) => return Reply::err("CLIENT PAUSE mode must be WRITE or ALL").into(),
+    };
+    // Redis adds the timeout to the Unix time in milliseconds: where that
+    // overflows, the end lies in the past and nothing is paused.
+    let now_ms = crate::shard::now_ms() as i64;
+    if now_ms.checked_add(ms).is_none() {
+        return Reply::Ok.into();
+    }
+    let now = std::time::Instant::now();
+    // Past what the clock can hold: a century is as good as for ever.
+    let until = now
+        .checked_add(std::time::Duration::from_millis(ms as u64))
+        .unwrap_or(now + std::time::Duration::from_secs(100 * 365 * 86_400));
+    s.server.shards.pause.pause(kind, until);
+    Reply::Ok.into()
+}
+
+/// CLIENT UNBLOCK client-id [TIMEOUT|ERROR]: 1 when that client was
+/// blocked in a command and now is not.
+fn client_unblock(s: &Session, a: &Args) -> Action {
+    if a.len() > 4 {
+        return subcommand_syntax_error(a.get(1), "CLIENT");
+    }
+    let how = match a.from(3).first() {
+        None => Unblock::Timeout,
+        Some(m) if is(m, "timeout") => Unblock::Timeout,
+        Some(m) if is(m, "error") => Unblock::Error,
+        Some(_) => return Reply::err("CLIENT UNBLOCK reason should be TIMEOUT or ERROR").into(),
+    };
+    let id = match args::int(a.get(2)) {
+        Ok(id) => id,
+        Err(r) => return r.into(),
+    };
+    let target = u64::try_from(id)
+        .ok()
+        .and_then(|id| s.server.clients.get(&id).map(|e| e.value().clone()));
+    let done = target.is_some_and(|e| crate::net::unblock::unblock(&e, how));
+    Reply::Int(done as i64).into()
 }
 
 /// CLIENT KILL addr | CLIENT KILL [ID id] [ADDR addr] [LADDR addr] [USER u] [TYPE t] [SKIPME yes|no]

@@ -23,6 +23,7 @@ use crate::command::{self, Args};
 use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
 use crate::server::{ClientEntry, ClientInfo, Server};
+use crate::shard::pause::PauseKind;
 
 /// A reply slot in request order.
 enum Slot {
@@ -279,6 +280,8 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
         }),
         kill: tokio::sync::Notify::new(),
         killed: std::sync::atomic::AtomicBool::new(false),
+        blocked: std::sync::atomic::AtomicBool::new(false),
+        unblock: Default::default(),
     });
     server.stats.connections.fetch_add(1, Ordering::Relaxed);
     if server.clients.len() >= server.runtime.read().maxclients() {
@@ -509,6 +512,27 @@ async fn execute(
         reject(session, outbox, checked, r, refused);
         return false;
     }
+    // CLIENT PAUSE holds commands here, after every refusal and before
+    // MULTI queues them, as Redis does. Cluster bus links are never held:
+    // Redis's bus is not a client.
+    // Time held by CLIENT PAUSE or blocked is not part of the command's
+    // time (as in Redis).
+    let mut waited = std::time::Duration::ZERO;
+    if let Some((kind, _)) = server.shards.pause.current() {
+        let held = |kind| kind == PauseKind::All || held_by_write_pause(session, checked, &args);
+        if !session.bus_link && held(kind) {
+            let wait_began = Instant::now();
+            let pause = server.shards.pause.clone();
+            let _held = crate::server::Held::new(&server.stats.held);
+            if wait_blocked(session, outbox, stream, buf, pause.wait_while(held))
+                .await
+                .is_none()
+            {
+                return true;
+            }
+            waited += wait_began.elapsed();
+        }
+    }
     if let Some(multi) = &mut session.multi {
         // Between MULTI and EXEC, commands other than the transaction's
         // own are queued, to be parsed and run by EXEC.
@@ -551,8 +575,6 @@ async fn execute(
         cmd: Some(checked),
     };
     let mut close = false;
-    // A blocked command's wait is not part of its time (as in Redis).
-    let mut waited = std::time::Duration::ZERO;
     match action {
         Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {
@@ -615,43 +637,12 @@ async fn execute(
             outbox.push_ready(r, to);
         }
         Action::Block(job) => {
-            outbox.drain().await;
-            outbox.release_held();
-            // Earlier replies go out before the client waits: a pipeline
-            // of blocking pops gets each reply as it is served.
-            if write_out(stream, &mut outbox.out, &server).await.is_err() {
-                return true;
-            }
-            outbox.written();
-            let mut job = job;
             let wait_began = Instant::now();
-            loop {
-                let served = tokio::select! {
-                    r = &mut job => Some(r),
-                    // A RESP3 client gets its messages and invalidations
-                    // while it waits, as in Redis.
-                    Some(push) = outbox.pushes.recv() => {
-                        outbox.add_push(push, false);
-                        outbox.take_pushes(PUSH_WRITE_BYTES, false);
-                        None
-                    }
-                    // A blocked client that leaves (or is killed) leaves
-                    // nothing behind: dropping the job drops its
-                    // registration.
-                    _ = peer_gone(stream, buf, &server) => return true,
-                    _ = session.entry.kill.notified() => return true,
-                    _ = server.shutdown.notified() => return true,
-                };
-                if let Some(r) = served {
-                    waited = wait_began.elapsed();
-                    outbox.push_ready(r, to);
-                    break;
-                }
-                if write_out(stream, &mut outbox.out, &server).await.is_err() {
-                    return true;
-                }
-                outbox.written();
-            }
+            let Some(r) = wait_blocked(session, outbox, stream, buf, job).await else {
+                return true;
+            };
+            waited += wait_began.elapsed();
+            outbox.push_ready(r, to);
         }
         Action::Silent => {}
         Action::Close(r) => {
@@ -675,6 +666,68 @@ async fn execute(
     crate::families::slowlog::after_call(session, checked, usec, kept);
     show_transaction(session);
     close
+}
+
+/// Waits for `until` while the client is blocked (in a blocking command,
+/// or held by CLIENT PAUSE); `None` when the connection must close
+/// instead. Earlier replies go out first (a pipeline of blocking pops gets
+/// each reply as it is served), a RESP3 client keeps getting its pushes,
+/// and a client that leaves or is killed, or a server that stops, ends
+/// the wait: dropping `until` drops whatever it registered.
+async fn wait_blocked<T>(
+    session: &Session,
+    outbox: &mut Outbox,
+    stream: &TcpStream,
+    buf: &mut BytesMut,
+    until: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    let server = &session.server;
+    outbox.drain().await;
+    outbox.release_held();
+    write_out(stream, &mut outbox.out, server).await.ok()?;
+    outbox.written();
+    let entry = &session.entry;
+    entry.blocked.store(true, Ordering::Relaxed);
+    let mut until = std::pin::pin!(until);
+    let done = loop {
+        tokio::select! {
+            r = &mut until => break Some(r),
+            // A RESP3 client gets its messages and invalidations while it
+            // waits, as in Redis.
+            Some(push) = outbox.pushes.recv() => {
+                outbox.add_push(push, false);
+                outbox.take_pushes(PUSH_WRITE_BYTES, false);
+            }
+            _ = peer_gone(stream, buf, server) => break None,
+            _ = entry.kill.notified() => break None,
+            _ = server.shutdown.notified() => break None,
+        };
+        if write_out(stream, &mut outbox.out, server).await.is_err() {
+            break None;
+        }
+        outbox.written();
+    };
+    entry.blocked.store(false, Ordering::Relaxed);
+    done
+}
+
+/// Whether CLIENT PAUSE WRITE holds this command back: Redis holds what
+/// may write or replicate (write commands, scripts that may write,
+/// PUBLISH, SPUBLISH, PFCOUNT), and an EXEC whose queue holds any of them.
+fn held_by_write_pause(session: &Session, checked: &command::CommandSpec, args: &Args) -> bool {
+    let may_write = |spec: &command::CommandSpec, args: &Args| {
+        spec.has_flag("write")
+            || matches!(spec.name, "publish" | "spublish" | "pfcount")
+            || (matches!(spec.name, "eval" | "evalsha" | "fcall")
+                && crate::families::scripting::may_write(&session.server, spec.name, args))
+    };
+    match (&session.multi, checked.name) {
+        (Some(multi), "exec") => multi
+            .queue
+            .iter()
+            .any(|(spec, args)| may_write(command::call_spec(spec, args).unwrap_or(spec), args)),
+        _ => may_write(checked, args),
+    }
 }
 
 /// MONITOR shows a transaction's commands when EXEC runs them, before

@@ -4,6 +4,7 @@
 pub mod atomic;
 pub mod conn;
 pub mod session;
+pub mod unblock;
 
 use std::sync::Arc;
 

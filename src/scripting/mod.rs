@@ -37,6 +37,13 @@ pub use functions::{FunctionInfo, LibraryInfo};
 pub use sha1::sha1_hex;
 pub use vm::{MemoryStats, ScriptVm};
 
+/// The flags a script body declares in its `#!lua flags=...` line, or
+/// `None` without a valid shebang (EVAL's compatibility mode, or a script
+/// that will fail to load).
+pub fn script_flags(body: &[u8]) -> Option<ScriptFlags> {
+    shebang::parse(body, false).ok().flatten().map(|s| s.flags)
+}
+
 /// Runs commands on behalf of a script (implemented by the server).
 pub trait Host {
     /// Runs one command from inside a script and returns its reply exactly as

@@ -363,7 +363,12 @@ impl ShardActor {
             ctx.observer = self.shared.observer();
             ctx.notify_flags = self.shared.hub.notify_flags();
             ctx.tracked = self.shared.tracking();
-            if self.shared.switches.active_expire.load(Relaxed) {
+            // Under CLIENT PAUSE nothing may change, expiry included
+            // (expired keys still read as missing); DEBUG SET-ACTIVE-EXPIRE
+            // 0 turns expiry off.
+            if !self.shared.pause.writes_paused()
+                && self.shared.switches.active_expire.load(Relaxed)
+            {
                 keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             }
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;

@@ -26,6 +26,7 @@ pub mod actor;
 pub mod blocking;
 pub mod coordinator;
 pub mod intent;
+pub mod pause;
 pub mod set;
 pub mod watch;
 
@@ -137,6 +138,8 @@ pub struct ShardShared {
     pub watches: Arc<watch::WatchRegistry>,
     /// Where slow commits and reaper slices are reported.
     pub latency: Arc<crate::families::latency::LatencyMonitor>,
+    /// CLIENT PAUSE: the reaper expires nothing while writes are paused.
+    pub pause: Arc<pause::Pause>,
     /// The latest snapshot and the commit count it was opened at: readers
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
@@ -153,10 +156,12 @@ impl ShardShared {
         blocked: Arc<blocking::BlockRegistry>,
         hub: Arc<crate::pubsub::Hub>,
         latency: Arc<crate::families::latency::LatencyMonitor>,
+        pause: Arc<pause::Pause>,
     ) -> ShardShared {
         ShardShared {
             hub,
             latency,
+            pause,
             id,
             db: parking_lot::RwLock::new(Some(Arc::new(db))),
             path,

@@ -71,6 +71,8 @@ pub struct ShardSet {
     pub intent: Arc<super::intent::IntentLog>,
     /// The latency monitor the shards report commits and reaper slices to.
     pub latency: Arc<crate::families::latency::LatencyMonitor>,
+    /// CLIENT PAUSE, which the connections and the reapers observe.
+    pub pause: Arc<super::pause::Pause>,
     /// DEBUG's server-wide switches (every shard holds them too).
     pub switches: Arc<super::DebugSwitches>,
 }
@@ -114,6 +116,7 @@ impl ShardSet {
         let blocked = Arc::new(super::blocking::BlockRegistry::default());
         let hub = Arc::new(crate::pubsub::Hub::default());
         let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
+        let pause = Arc::new(super::pause::Pause::default());
         let cache_bytes = cfg.cache_mb * 1024 * 1024;
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
@@ -142,6 +145,7 @@ impl ShardSet {
                 blocked.clone(),
                 hub.clone(),
                 latency.clone(),
+                pause.clone(),
             )));
             states.push(state);
         }
@@ -185,6 +189,7 @@ impl ShardSet {
             coordinator: super::coordinator::Coordinator::start(me.clone()),
             intent,
             latency,
+            pause,
         }))
     }
 

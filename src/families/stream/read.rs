@@ -19,6 +19,7 @@ use super::{entries_reply, entry_reply, store};
 use crate::command::args::{error, int, is, Args, SYNTAX};
 use crate::families::{coordinated, on_views, settle, Fail};
 use crate::net::session::{Action, Session};
+use crate::net::unblock::{Unblocker, Woke};
 use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::shard::ShardSet;
@@ -188,18 +189,13 @@ fn blocked_count(count: usize) -> usize {
     }
 }
 
-/// Waits for a wake-up or the deadline; false when time is up.
-async fn wait(notify: &tokio::sync::Notify, deadline: Option<Instant>) -> bool {
-    let woken = notify.notified();
-    match deadline {
-        None => {
-            woken.await;
-            true
-        }
-        Some(d) => {
-            let left = d.saturating_duration_since(Instant::now());
-            !left.is_zero() && tokio::time::timeout(left, woken).await.is_ok()
-        }
+/// The reply of a blocked read whose wait ended without new entries (its
+/// timeout, or CLIENT UNBLOCK); `None` when woken to read again.
+fn ended(woke: Woke) -> Option<Reply> {
+    match woke {
+        Woke::Notified => None,
+        Woke::TimedOut => Some(Reply::NilArray),
+        Woke::Unblocked(how) => Some(how.reply(Reply::NilArray)),
     }
 }
 
@@ -235,6 +231,7 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
     }
     let server = s.server.clone();
     let shards = s.server.shards.clone();
+    let mut unblocker = Unblocker::new(&s.entry);
     let job = async move {
         let guard = args.block.map(|_| shards.blocked.register(db, &args.keys));
         let first = on_views(&server, db, &args.keys, |r, ks| -> Result<_, Fail> {
@@ -257,8 +254,8 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
         let deadline = deadline_of(block_ms);
         let count = blocked_count(args.count);
         loop {
-            if !wait(&guard.waiter.notify, deadline).await {
-                return Reply::NilArray;
+            if let Some(r) = ended(unblocker.wait(&guard.waiter.notify, deadline).await) {
+                return r;
             }
             let again = on_views(&server, db, &args.keys, |r, ks| {
                 // Once blocked, a key of another type is just not ready.
@@ -513,6 +510,7 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
         _ => return group_attempt(shards, req.clone(), false, req.count),
     };
     let db = s.db;
+    let mut unblocker = Unblocker::new(&s.entry);
     Action::Block(Box::pin(async move {
         let guard = shards.blocked.register(db, &req.keys);
         let first = crate::families::blocking::run(
@@ -526,8 +524,8 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
         let deadline = deadline_of(block_ms);
         let count = blocked_count(req.count);
         loop {
-            if !wait(&guard.waiter.notify, deadline).await {
-                return Reply::NilArray;
+            if let Some(r) = ended(unblocker.wait(&guard.waiter.notify, deadline).await) {
+                return r;
             }
             let r = crate::families::blocking::run(
                 &shards,
