@@ -489,3 +489,32 @@ fn reload_under_load_loses_nothing() {
         assert_eq!(q(&mut c, &["GET", &last]), bulk(&(n - 1).to_string()));
     }
 }
+
+/// This host's address on its way out (no packet is sent), if it has one
+/// besides loopback.
+fn outward_address() -> Option<std::net::IpAddr> {
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    probe.connect("192.0.2.1:9").ok()?;
+    let ip = probe.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[test]
+fn local_refuses_clients_from_other_addresses() {
+    let Some(ip) = outward_address() else {
+        eprintln!("no non-loopback address here: only loopback checked");
+        return;
+    };
+    let s = TestServer::start_with(|cfg| {
+        cfg.bind = "0.0.0.0".into();
+        cfg.redis
+            .insert("enable-debug-command".into(), "local".into());
+    });
+    let mut remote = redis::Client::open(format!("redis://{ip}:{}/", s.port))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    assert_eq!(err(&mut remote, &["DEBUG", "SLEEP", "0"]), NOT_ALLOWED);
+    let mut local = s.client();
+    ok(&mut local, &["DEBUG", "SLEEP", "0"]);
+}
