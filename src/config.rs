@@ -160,6 +160,10 @@ pub struct Flags {
     /// yes | no: serve as a Redis Cluster node (as Redis's flag).
     #[arg(long, value_name = "yes|no")]
     pub cluster_enabled: Option<String>,
+    /// no | yes | local: allow DEBUG (local: from loopback clients only),
+    /// as Redis's flag; sets `enable-debug-command` of the `[redis]` table.
+    #[arg(long, value_name = "no|yes|local")]
+    pub enable_debug_command: Option<String>,
 }
 
 impl Config {
@@ -239,6 +243,10 @@ impl Config {
                 }
             };
         }
+        if let Some(v) = &flags.enable_debug_command {
+            cfg.redis
+                .insert("enable-debug-command".into(), v.clone().into());
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -286,5 +294,20 @@ mod tests {
         let c = Config::from_toml("[cluster]\nenabled = true", "test").unwrap();
         assert!(c.cluster.enabled);
         assert_eq!(c.cluster.name, "cairn");
+    }
+
+    #[test]
+    fn the_debug_flag_sets_the_redis_parameter() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(&file, "").unwrap();
+        let flags = |v: &str| Flags {
+            config: Some(file.clone()),
+            enable_debug_command: Some(v.into()),
+            ..Default::default()
+        };
+        let c = Config::load(&flags("local")).unwrap();
+        assert_eq!(c.redis["enable-debug-command"].as_str(), Some("local"));
+        assert!(Config::load(&flags("sometimes")).is_err());
     }
 }

@@ -57,6 +57,9 @@ enum Kind {
     Topology,
     /// `!cluster` (first line only): the file runs on a fresh cluster node.
     Cluster,
+    /// `!debug` (first line only): the file runs on a fresh server that
+    /// allows DEBUG from local clients (`enable-debug-command local`).
+    Debug,
     /// `!conn <name>`: later entries use the connection `<name>`, opened on
     /// first use.
     Conn(Vec<u8>),
@@ -285,6 +288,7 @@ fn parse_case_file(name: &str, data: &[u8]) -> Result<Vec<Entry>, String> {
                     Kind::Conn(toks[1].clone())
                 }
                 (Some(b"cluster"), 1) if entries.is_empty() => Kind::Cluster,
+                (Some(b"debug"), 1) if entries.is_empty() => Kind::Debug,
                 _ => return Err(at("unknown or misplaced directive")),
             };
         } else {
@@ -576,6 +580,36 @@ fn is_stream_id(s: &[u8]) -> bool {
         && seq.iter().all(u8::is_ascii_digit)
 }
 
+/// A status line with what DEBUG OBJECT prints that no two servers share
+/// (`at:0x<address>`, `lru:<clock>`, `lru_seconds_idle:<seconds>`) made
+/// `#`, so such lines compare by the rest.
+fn mask_volatile(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let rest = &s[i..];
+        let (prefix, digit): (&[u8], fn(&u8) -> bool) = if rest.starts_with(b"0x") {
+            (b"0x", u8::is_ascii_hexdigit)
+        } else if rest.starts_with(b"lru:") {
+            (b"lru:", u8::is_ascii_digit)
+        } else if rest.starts_with(b"lru_seconds_idle:") {
+            (b"lru_seconds_idle:", u8::is_ascii_digit)
+        } else {
+            out.push(s[i]);
+            i += 1;
+            continue;
+        };
+        out.extend_from_slice(prefix);
+        i += prefix.len();
+        let n = s[i..].iter().take_while(|b| digit(b)).count();
+        if n > 0 {
+            out.push(b'#');
+        }
+        i += n;
+    }
+    out
+}
+
 /// Walk one reply in `e` at `ep` and one in `g` at `gp` side by side; return
 /// the offsets just past both if they have the same shape (see `same_shape`).
 fn shape_walk(e: &[u8], ep: usize, g: &[u8], gp: usize) -> Option<(usize, usize)> {
@@ -591,7 +625,10 @@ fn shape_walk(e: &[u8], ep: usize, g: &[u8], gp: usize) -> Option<(usize, usize)
             frame_int(gb).ok()?;
             Some((en, gn))
         }
-        b'+' => (eb == gb || (is_stream_id(eb) && is_stream_id(gb))).then_some((en, gn)),
+        b'+' => (eb == gb
+            || (is_stream_id(eb) && is_stream_id(gb))
+            || mask_volatile(eb) == mask_volatile(gb))
+        .then_some((en, gn)),
         b'-' | b'_' | b',' | b'#' | b'(' => (eb == gb).then_some((en, gn)),
         b'$' | b'!' | b'=' => {
             let ee = reply_end(e, ep).ok()?;
@@ -625,7 +662,9 @@ fn shape_walk(e: &[u8], ep: usize, g: &[u8], gp: usize) -> Option<(usize, usize)
 /// `!shape`: one complete reply each, the same RESP structure (types, lengths
 /// of aggregates, every string byte for byte), except that a simple or bulk
 /// string of the form `<digits>-<digits>` (a stream id) matches any other such
-/// string of the same type, and any integer reply matches any integer.
+/// string of the same type, any integer reply matches any integer, and a
+/// simple string matches one that differs only in DEBUG OBJECT's address and
+/// LRU clock (see `mask_volatile`).
 fn same_shape(expected: &[u8], got: &[u8]) -> bool {
     shape_walk(expected, 0, got, 0) == Some((expected.len(), got.len()))
 }
@@ -1190,6 +1229,7 @@ fn run_file(name: &str, dir: &Path, addr: SocketAddr, failures: &mut Vec<Failure
             | Kind::Shape
             | Kind::Topology
             | Kind::Cluster
+            | Kind::Debug
             | Kind::Frames => continue,
             Kind::Conn(name) => {
                 if !conns.contains_key(name) {
@@ -1368,13 +1408,25 @@ fn loopback_addr(var: &str, s: &str) -> SocketAddr {
     addr
 }
 
-/// Whether a case file starts with `!cluster` (an unreadable or invalid file
-/// is not: `run_file` reports it).
-fn is_cluster_case(dir: &Path, name: &str) -> bool {
+/// The file-level directive a case file starts with (`!cluster`,
+/// `!debug`), if any (an unreadable or invalid file has none: `run_file`
+/// reports it).
+fn file_kind(dir: &Path, name: &str) -> Option<Kind> {
     std::fs::read(dir.join("cases").join(format!("{name}.txt")))
         .ok()
         .and_then(|d| parse_case_file(name, &d).ok())
-        .is_some_and(|e| e.first().is_some_and(|e| e.kind == Kind::Cluster))
+        .and_then(|e| e.into_iter().next())
+        .map(|e| e.kind)
+        .filter(|k| matches!(k, Kind::Cluster | Kind::Debug))
+}
+
+/// A fresh plain server that allows DEBUG from local clients, as
+/// record.py starts Redis for a `!debug` case.
+fn start_debug_server() -> common::TestServer {
+    common::TestServer::start_with(|cfg| {
+        cfg.redis
+            .insert("enable-debug-command".into(), "local".into());
+    })
 }
 
 /// A fresh cairn cluster node of its own topology (no etcd), owning no slot,
@@ -1430,7 +1482,8 @@ fn compat_transcripts() {
     for name in &names {
         let before = failures.len();
         let mut node = None;
-        let addr = if is_cluster_case(&dir, name) {
+        let kind = file_kind(&dir, name);
+        let addr = if kind == Some(Kind::Cluster) {
             match (cluster_addr, plain_addr) {
                 (Some(a), _) => a,
                 (None, Some(_)) => {
@@ -1448,6 +1501,11 @@ fn compat_transcripts() {
                 }
             }
         } else if let Some(a) = plain_addr {
+            a
+        } else if kind == Some(Kind::Debug) {
+            let n = start_debug_server();
+            let a = SocketAddr::from(([127, 0, 0, 1], n.port));
+            node = Some(n);
             a
         } else {
             let port = plain.get_or_insert_with(common::TestServer::start).port;
@@ -1520,6 +1578,18 @@ fn compat_harness_same_shape() {
     // Stream ids (bulk or simple) match any other stream id of the same type.
     assert!(same_shape(b"$3\r\n1-0\r\n", b"$15\r\n1700000000000-7\r\n"));
     assert!(same_shape(b"+5-5\r\n", b"+123456-0\r\n"));
+    // DEBUG OBJECT's address and LRU clock may differ, nothing else.
+    let obj = |at: &str, lru: &str, idle: &str, enc: &str| {
+        format!("+Value at:0x{at} refcount:1 encoding:{enc} serializedlength:4 lru:{lru} lru_seconds_idle:{idle}\r\n")
+    };
+    assert!(same_shape(
+        obj("7f5edb5aa660", "535043", "0", "embstr").as_bytes(),
+        obj("1", "12", "7", "embstr").as_bytes()
+    ));
+    assert!(!same_shape(
+        obj("7f5edb5aa660", "535043", "0", "embstr").as_bytes(),
+        obj("7f5edb5aa660", "535043", "0", "raw").as_bytes()
+    ));
     assert!(!same_shape(b"+5-5\r\n", b"$3\r\n5-5\r\n"));
     // Integers match any integer; nothing else does.
     assert!(same_shape(b":0\r\n", b":-123\r\n"));

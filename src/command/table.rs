@@ -4,9 +4,9 @@
 
 use super::args::Args;
 use crate::families::{
-    acl, bits, blocking, cluster, dump, functions, generic, geo, hash, hll, latency, list, lolwut,
-    memory, object, persistence, pubsub, scripting, server, set, slowlog, sort, stream, string,
-    transaction, zset,
+    acl, bits, blocking, cluster, debug, dump, functions, generic, geo, hash, hll, latency, list,
+    lolwut, memory, object, persistence, pubsub, scripting, server, set, slowlog, sort, stream,
+    string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -329,6 +329,8 @@ commands! {
         "Copy a key.", "source destination [DB destination-db] [REPLACE]", "";
     "dbsize", 1, "readonly fast", (0, 0, 0), "", "@keyspace @read @fast", "server", "1.0.0", generic::dbsize,
         "Return the number of keys in the selected database.", "", "request_policy:all_shards response_policy:agg_sum";
+    "debug", -2, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", debug::debug,
+        "A container for debugging commands", "", "";
     "decr", 2, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::decr,
         "Decrement the integer value of a key by one.", "key", "";
     "decrby", 3, "write denyoom fast", (1, 1, 1), "RW ACCESS UPDATE", "@write @string @fast", "string", "1.0.0", string::decrby,

@@ -1261,7 +1261,14 @@ pub fn config_get(s: &Session, patterns: &[Bytes]) -> Action {
 /// Whether this client may set protected parameters
 /// (`enable-protected-configs`: yes, or local for loopback clients).
 fn protected_allowed(s: &Session, vals: &Values) -> bool {
-    match vals.get("enable-protected-configs") {
+    allowed_to(s, vals.get("enable-protected-configs"))
+}
+
+/// Whether a protected feature's setting (`enable-protected-configs`,
+/// `enable-debug-command`) lets this client use it: `yes`, or `local` and
+/// the client is on a loopback address.
+pub fn allowed_to(s: &Session, setting: &str) -> bool {
+    match setting {
         "yes" => true,
         "local" => {
             let addr = &s.entry.addr;

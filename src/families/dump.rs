@@ -21,7 +21,7 @@ use crate::server::Server;
 use crate::storage::encoding::{KeyType, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::KvRead;
-use crate::util::rdb::{seal, unseal, Reader};
+use crate::util::rdb::{seal, unseal_checked, Reader};
 
 /// A DUMP payload of `value`.
 pub fn payload(value: &Value, limits: &Limits) -> Vec<u8> {
@@ -31,15 +31,24 @@ pub fn payload(value: &Value, limits: &Limits) -> Vec<u8> {
 }
 
 /// The value in a DUMP payload, or Redis's error for a payload that fails
-/// its checksum or does not decode.
-pub fn parse_payload(payload: &[u8]) -> Result<Value, Reply> {
-    let body =
-        unseal(payload).ok_or_else(|| Reply::err("DUMP payload version or checksum are wrong"))?;
+/// its checksum (if `check_crc`) or does not decode.
+pub fn parse_payload(payload: &[u8], check_crc: bool) -> Result<Value, Reply> {
+    let body = unseal_checked(payload, check_crc)
+        .ok_or_else(|| Reply::err("DUMP payload version or checksum are wrong"))?;
     let bad = || Reply::err("Bad data format");
     let mut r = Reader::new(body);
     let ty = r.byte().ok_or_else(bad)?;
     // Bytes after the value are ignored, as Redis ignores them.
     object::decode(ty, &mut r).map_err(|_| bad())
+}
+
+/// Whether payloads' checksums are checked (unless DEBUG
+/// SET-SKIP-CHECKSUM-VALIDATION 1).
+pub fn crc_checked(server: &Server) -> bool {
+    let switches = &server.shards.switches;
+    !switches
+        .skip_checksum
+        .load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// DUMP key
@@ -118,7 +127,7 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
             Ok(t)
         }
     });
-    let value = parse_payload(a.get(3));
+    let value = parse_payload(a.get(3), crc_checked(&s.server));
     let server = s.server.clone();
     let nodes = server.encoding_limits().stream;
     s.write(a.get(1), move |w, k| {

@@ -161,8 +161,9 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
         }
     };
     let payload = a.get(2).clone();
+    let check_crc = super::dump::crc_checked(&server);
     change(server, move |vm| {
-        let Some(body) = rdb::unseal(&payload) else {
+        let Some(body) = rdb::unseal_checked(&payload, check_crc) else {
             return Err(Reply::err("DUMP payload version or checksum are wrong"));
         };
         let mut codes = Vec::new();

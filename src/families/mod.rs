@@ -9,6 +9,7 @@ pub mod blocking;
 pub mod cluster;
 pub mod collection;
 pub mod config;
+pub mod debug;
 pub mod dump;
 pub mod functions;
 pub mod generic;

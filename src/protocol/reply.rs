@@ -47,6 +47,9 @@ pub enum Reply {
     /// Several replies sent back to back for one command (SUBSCRIBE a b
     /// confirms each channel in its own frame).
     Frames(Vec<Reply>),
+    /// Attributes annotating the reply that follows it in the same
+    /// `Frames` (RESP3 `|`); RESP2 has none, so nothing is sent there.
+    Attribute(Vec<(Reply, Reply)>),
     /// Nested arrays of bulk strings already encoded (the bytes are the
     /// same in RESP2 and RESP3), built by [`Encoder`] straight from stored
     /// rows so a long range costs one buffer, not allocations per element.
@@ -179,6 +182,14 @@ impl Reply {
                     item.encode(out, resp3);
                 }
             }
+            Reply::Attribute(_) if !resp3 => {}
+            Reply::Attribute(pairs) => {
+                header(out, b'|', pairs.len());
+                for (k, v) in pairs {
+                    k.encode(out, resp3);
+                    v.encode(out, resp3);
+                }
+            }
             Reply::Map(pairs) => {
                 if resp3 {
                     header(out, b'%', pairs.len());
@@ -309,5 +320,11 @@ mod tests {
         assert_eq!(enc(m, true), "%1\r\n$1\r\na\r\n:1\r\n");
         assert_eq!(enc(Reply::Bool(true), false), ":1\r\n");
         assert_eq!(enc(Reply::err("x\r\ny"), false), "-ERR x  y\r\n");
+        let a = Reply::Frames(vec![
+            Reply::Attribute(vec![(Reply::bulk("k"), Reply::Int(1))]),
+            Reply::Ok,
+        ]);
+        assert_eq!(enc(a.clone(), false), "+OK\r\n");
+        assert_eq!(enc(a, true), "|1\r\n$1\r\nk\r\n:1\r\n+OK\r\n");
     }
 }

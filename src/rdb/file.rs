@@ -11,10 +11,9 @@ use std::io::{Read, Write};
 use super::keys;
 use super::object::{self, BadData, Limits, Value};
 use crate::families::Fail;
-use crate::storage::encoding::{self, Meta};
 use crate::storage::keyspace::Key;
 use crate::storage::tables::DATABASES;
-use crate::storage::{KvRead, StoreError, Table};
+use crate::storage::{KvRead, StoreError};
 use crate::util::rdb::{crc64_update, put_len, put_string, Reader, RDB_VERSION};
 
 /// Opcodes between keys.
@@ -110,52 +109,33 @@ pub fn write_snapshot<W: Write>(
     for db in 0..DATABASES as u8 {
         let mut selected = false;
         for view in views {
-            let mut failed: Option<SaveError> = None;
-            let start = encoding::meta_db_prefix(db);
-            let end = encoding::prefix_successor(&start);
             let now = view.now_ms();
-            view.scan(Table::Meta, &start, end.as_deref(), false, &mut |k, v| {
-                let mut step = || -> Result<(), SaveError> {
-                    let Some((_, _, name)) = encoding::decode_meta_key(k) else {
-                        return Ok(());
-                    };
-                    let meta = Meta::decode(v).map_err(StoreError::from)?;
-                    if meta.is_expired(now) {
-                        return Ok(());
-                    }
-                    // The scanned row is the key's metadata: no second lookup.
-                    let stored = match keys::read_meta(*view, Key::new(db, name), meta) {
-                        Ok(s) => s,
-                        Err(Fail::Store(e)) => return Err(e.into()),
-                        Err(Fail::Reply(_)) => return Ok(()),
-                    };
-                    if !selected {
-                        out.buf.push(op::SELECTDB);
-                        put_len(&mut out.buf, db as u64);
-                        selected = true;
-                    }
-                    if stored.expire_ms != 0 {
-                        out.buf.push(op::EXPIRETIME_MS);
-                        out.buf.extend_from_slice(&stored.expire_ms.to_le_bytes());
-                    }
-                    put_key(&mut out.buf, name, &stored.value, limits);
-                    stats.keys += 1;
-                    if out.buf.len() >= 64 * 1024 {
-                        out.emit()?;
-                    }
-                    Ok(())
-                };
-                match step() {
-                    Ok(()) => true,
-                    Err(e) => {
-                        failed = Some(e);
-                        false
-                    }
+            keys::each_key(*view, db, |name, meta| -> Result<(), SaveError> {
+                if meta.is_expired(now) {
+                    return Ok(());
                 }
+                // The scanned row is the key's metadata: no second lookup.
+                let stored = match keys::read_meta(*view, Key::new(db, name), meta) {
+                    Ok(s) => s,
+                    Err(Fail::Store(e)) => return Err(e.into()),
+                    Err(Fail::Reply(_)) => return Ok(()),
+                };
+                if !selected {
+                    out.buf.push(op::SELECTDB);
+                    put_len(&mut out.buf, db as u64);
+                    selected = true;
+                }
+                if stored.expire_ms != 0 {
+                    out.buf.push(op::EXPIRETIME_MS);
+                    out.buf.extend_from_slice(&stored.expire_ms.to_le_bytes());
+                }
+                put_key(&mut out.buf, name, &stored.value, limits);
+                stats.keys += 1;
+                if out.buf.len() >= 64 * 1024 {
+                    out.emit()?;
+                }
+                Ok(())
             })?;
-            if let Some(e) = failed {
-                return Err(e);
-            }
         }
     }
     out.buf.push(op::EOF);

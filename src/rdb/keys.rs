@@ -31,6 +31,35 @@ pub fn read(r: &dyn KvRead, key: Key) -> Result<Option<Stored>, Fail> {
     }
 }
 
+/// Visits every key of database `db` in `r` whose metadata row is stored,
+/// expired or not, in key order, with its name and metadata; stops at the
+/// first error `visit` returns.
+pub fn each_key<E: From<StoreError>>(
+    r: &dyn KvRead,
+    db: u8,
+    mut visit: impl FnMut(&[u8], Meta) -> Result<(), E>,
+) -> Result<(), E> {
+    let start = encoding::meta_db_prefix(db);
+    let end = encoding::prefix_successor(&start);
+    let mut failed = None;
+    r.scan(Table::Meta, &start, end.as_deref(), false, &mut |k, v| {
+        let Some((_, _, name)) = encoding::decode_meta_key(k) else {
+            return true;
+        };
+        let step = Meta::decode(v)
+            .map_err(|e| E::from(e.into()))
+            .and_then(|meta| visit(name, meta));
+        match step {
+            Ok(()) => true,
+            Err(e) => {
+                failed = Some(e);
+                false
+            }
+        }
+    })?;
+    failed.map_or(Ok(()), Err)
+}
+
 /// Reads a key whole given its live metadata, already read by the caller
 /// (a scan of every key need not look each one up again).
 pub fn read_meta(r: &dyn KvRead, key: Key, meta: Meta) -> Result<Stored, Fail> {

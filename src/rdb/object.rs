@@ -9,6 +9,8 @@
 //! payload may hold, including those older versions wrote (ziplist, zipmap,
 //! text scores, linked lists).
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use super::stream::{self, NodeLimits, StreamValue};
 use crate::util::listpack::{self, Item};
 use crate::util::num::{format_double, parse_i64};
@@ -116,9 +118,27 @@ type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 #[error("bad RDB value: {0}")]
 pub struct BadData(pub &'static str);
 
-/// Elements larger than this get a node of their own ("plain" node), as
-/// Redis's quicklist does (its `packed_threshold`, 1 GiB).
-const PLAIN_THRESHOLD: usize = 1 << 30;
+/// Elements this large get a node of their own ("plain" node), as Redis's
+/// quicklist does: its `packed_threshold`, 1 GiB unless DEBUG
+/// QUICKLIST-PACKED-THRESHOLD changed it. Process-wide, as in Redis.
+static PACKED_THRESHOLD: AtomicU64 = AtomicU64::new(DEFAULT_PACKED_THRESHOLD);
+const DEFAULT_PACKED_THRESHOLD: u64 = 1 << 30;
+
+/// Sets the quicklist's packed threshold (DEBUG QUICKLIST-PACKED-THRESHOLD):
+/// 0 restores the default; `false` (nothing changed) for a size at or
+/// past 4 GiB less 1 MiB, which Redis refuses.
+pub fn set_packed_threshold(size: u64) -> bool {
+    if size > (1 << 32) - (1 << 20) {
+        return false;
+    }
+    let size = if size == 0 {
+        DEFAULT_PACKED_THRESHOLD
+    } else {
+        size
+    };
+    PACKED_THRESHOLD.store(size, Ordering::Relaxed);
+    true
+}
 /// The quicklist node container codes.
 const CONTAINER_PLAIN: u64 = 1;
 const CONTAINER_PACKED: u64 = 2;
@@ -226,13 +246,51 @@ fn node_takes(bytes: usize, count: usize, len: usize, fill: i64) -> bool {
 /// A list as Redis 7.0's quicklist would hold it after pushing every
 /// element at the tail: listpack nodes filled up to the node limit.
 fn encode_quicklist(out: &mut Vec<u8>, items: &[Vec<u8>], fill: i64) {
+    let nodes = quicklist_nodes(items, fill);
+    put_len(out, nodes.len() as u64);
+    for n in nodes {
+        match n {
+            QuicklistNode::Packed(lp) => {
+                put_len(out, CONTAINER_PACKED);
+                put_string(out, &lp);
+            }
+            QuicklistNode::Plain(it) => {
+                put_len(out, CONTAINER_PLAIN);
+                put_string(out, it);
+            }
+        }
+    }
+}
+
+/// A node of the quicklist Redis would keep a list in.
+pub enum QuicklistNode<'a> {
+    /// A listpack of elements.
+    Packed(Vec<u8>),
+    /// One large element alone.
+    Plain(&'a [u8]),
+}
+
+impl QuicklistNode<'_> {
+    /// Its size as Redis counts it (the listpack's bytes, or the element's).
+    pub fn size(&self) -> usize {
+        match self {
+            QuicklistNode::Packed(lp) => lp.len(),
+            QuicklistNode::Plain(it) => it.len(),
+        }
+    }
+}
+
+/// The nodes Redis's quicklist would split `items` into under
+/// `list-max-listpack-size` `fill`.
+pub fn quicklist_nodes(items: &[Vec<u8>], fill: i64) -> Vec<QuicklistNode<'_>> {
     enum Node<'a> {
         Packed(listpack::Builder),
         Plain(&'a [u8]),
     }
+    let plain_from = PACKED_THRESHOLD.load(Ordering::Relaxed);
     let mut nodes: Vec<Node> = Vec::new();
     for it in items {
-        if it.len() >= PLAIN_THRESHOLD {
+        if it.len() as u64 >= plain_from {
             nodes.push(Node::Plain(it));
             continue;
         }
@@ -247,19 +305,13 @@ fn encode_quicklist(out: &mut Vec<u8>, items: &[Vec<u8>], fill: i64) {
             lp.push(it);
         }
     }
-    put_len(out, nodes.len() as u64);
-    for n in nodes {
-        match n {
-            Node::Packed(lp) => {
-                put_len(out, CONTAINER_PACKED);
-                put_string(out, &lp.finish());
-            }
-            Node::Plain(it) => {
-                put_len(out, CONTAINER_PLAIN);
-                put_string(out, it);
-            }
-        }
-    }
+    nodes
+        .into_iter()
+        .map(|n| match n {
+            Node::Packed(lp) => QuicklistNode::Packed(lp.finish()),
+            Node::Plain(it) => QuicklistNode::Plain(it),
+        })
+        .collect()
 }
 
 /// Reads a value of RDB type `ty` from `r`. Empty collections, repeated

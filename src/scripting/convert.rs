@@ -184,6 +184,8 @@ pub fn reply_to_lua(lua: &Lua, r: &Reply, resp3: bool) -> mlua::Result<Value> {
             wrap(lua, "set", set)?
         }
         Reply::Set(items) => array(lua, items, resp3)?,
+        // Only DEBUG PROTOCOL makes attributes, and scripts cannot call it.
+        Reply::Attribute(_) => Value::Nil,
         Reply::Map(pairs) if resp3 => {
             let map = lua.create_table()?;
             for (k, v) in pairs {

@@ -17,7 +17,7 @@ mod cjson;
 mod cmsgpack;
 mod convert;
 mod functions;
-mod sha1;
+pub(crate) mod sha1;
 mod shebang;
 mod structlib;
 mod vm;

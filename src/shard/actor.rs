@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use redb::Database;
 
 use super::blocking::{serves, Stage, Waiter};
 use super::{now_ms, ShardShared, WriteFn};
@@ -50,6 +49,17 @@ pub struct Shutdown {
 }
 
 impl Message for Shutdown {
+    type Result = ();
+}
+
+/// Close the file and open it again (DEBUG RELOAD, see
+/// `ShardSet::reopen`).
+pub struct Reopen {
+    /// The outcome.
+    pub done: tokio::sync::oneshot::Sender<Result<(), StoreError>>,
+}
+
+impl Message for Reopen {
     type Result = ();
 }
 
@@ -111,10 +121,6 @@ impl ShardActor {
         }
     }
 
-    fn db(&self) -> Arc<Database> {
-        self.shared.db.clone()
-    }
-
     fn begin(&mut self) -> Result<redb::WriteTransaction, StoreError> {
         self.begin_with(if self.durability == Durability::Always {
             redb::Durability::Immediate
@@ -127,7 +133,7 @@ impl ShardActor {
         &self,
         durability: redb::Durability,
     ) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.shared.db.begin_write()?;
+        let mut txn = self.shared.db()?.begin_write()?;
         txn.set_durability(durability)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         Ok(txn)
@@ -303,7 +309,7 @@ impl ShardActor {
     /// After an aborted transaction the in-memory counters may be ahead of
     /// the file; reread them.
     fn reload_state(&mut self) {
-        match ShardState::load(&self.db()) {
+        match self.shared.db().and_then(|db| ShardState::load(&db)) {
             Ok(s) => self.state = s,
             Err(e) => {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot reload shard state")
@@ -318,7 +324,7 @@ impl ShardActor {
             .sync()
             .map_err(|e| StoreError::Internal(format!("coordination log: {e}")))?;
         let started = Instant::now();
-        let mut txn = self.shared.db.begin_write()?;
+        let mut txn = self.shared.db()?.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         txn.commit()?;
@@ -345,6 +351,10 @@ impl ShardActor {
 
     /// One bounded slice of active expiry and garbage collection.
     fn reap(&mut self) -> Result<(), StoreError> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.shared.switches.cron_paused.load(Relaxed) {
+            return Ok(());
+        }
         let txn = self.begin()?;
         let mut stats = ReapStats::default();
         let wakeups;
@@ -354,8 +364,11 @@ impl ShardActor {
             ctx.notify_flags = self.shared.hub.notify_flags();
             ctx.tracked = self.shared.tracking();
             // Under CLIENT PAUSE nothing may change, expiry included
-            // (expired keys still read as missing).
-            if !self.shared.pause.writes_paused() {
+            // (expired keys still read as missing); DEBUG SET-ACTIVE-EXPIRE
+            // 0 turns expiry off.
+            if !self.shared.pause.writes_paused()
+                && self.shared.switches.active_expire.load(Relaxed)
+            {
                 keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             }
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
@@ -363,7 +376,6 @@ impl ShardActor {
             wakeups = ctx.take_wakeups();
             ctx.finish()?;
         }
-        use std::sync::atomic::Ordering::Relaxed;
         let shared = self.shared.clone();
         let s = &shared.stats;
         s.reaper_ticks.fetch_add(1, Relaxed);
@@ -376,6 +388,22 @@ impl ShardActor {
         s.expired_keys.fetch_add(stats.expired, Relaxed);
         s.gc_rows.fetch_add(stats.gc_rows, Relaxed);
         s.gc_versions.fetch_add(stats.gc_versions, Relaxed);
+        Ok(())
+    }
+
+    /// DEBUG RELOAD on this shard: commit what is queued, make it durable,
+    /// close the file and open it again, and take the state it holds.
+    fn reopen(&mut self) -> Result<(), StoreError> {
+        self.flush();
+        self.sync()?;
+        let shared = self.shared.clone();
+        // No reader takes a snapshot (to cache) while the file changes.
+        let _visible = shared.commit_lock.write();
+        let reopened = shared.reopen();
+        // Readers must open fresh snapshots, of the new file.
+        shared.committed();
+        self.state = reopened?;
+        shared.publish_counts(&self.state.counts);
         Ok(())
     }
 
@@ -588,6 +616,18 @@ impl Handler<Lock> for ShardActor {
 
     fn handle(&mut self, msg: Lock, _: &mut Self::Context) {
         self.serve_lock(msg);
+    }
+}
+
+impl Handler<Reopen> for ShardActor {
+    type Result = ();
+
+    fn handle(&mut self, msg: Reopen, _: &mut Self::Context) {
+        let r = self.reopen();
+        if let Err(e) = &r {
+            tracing::error!(shard = self.shared.id, error = %e, "DEBUG RELOAD cannot reopen the shard");
+        }
+        let _ = msg.done.send(r);
     }
 }
 

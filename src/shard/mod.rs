@@ -30,8 +30,10 @@ pub mod pause;
 pub mod set;
 pub mod watch;
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use redb::Database;
 
@@ -85,12 +87,44 @@ impl ShardStats {
     }
 }
 
+/// Server-wide switches DEBUG turns (Redis keeps them in its `server`
+/// struct): the shards' reaper reads the first two.
+#[derive(Debug)]
+pub struct DebugSwitches {
+    /// DEBUG SET-ACTIVE-EXPIRE: the reaper expires keys.
+    pub active_expire: AtomicBool,
+    /// DEBUG PAUSE-CRON: the reaper (expiry and garbage collection) waits.
+    pub cron_paused: AtomicBool,
+    /// DEBUG SET-SKIP-CHECKSUM-VALIDATION: RESTORE skips the CRC check.
+    pub skip_checksum: AtomicBool,
+}
+
+impl Default for DebugSwitches {
+    fn default() -> Self {
+        DebugSwitches {
+            active_expire: AtomicBool::new(true),
+            cron_paused: AtomicBool::new(false),
+            skip_checksum: AtomicBool::new(false),
+        }
+    }
+}
+
+/// How long DEBUG RELOAD waits for readers to let go of a shard's file.
+const REOPEN_WAIT: Duration = Duration::from_secs(10);
+
 /// The part of a shard every thread may touch.
 pub struct ShardShared {
     /// Shard index.
     pub id: usize,
-    /// The shard's file.
-    pub db: Arc<Database>,
+    /// The shard's file: `None` only while DEBUG RELOAD reopens it (or
+    /// after a reopen failed). Every snapshot holds a reference, so the
+    /// reopen can tell when no reader is left on the old file.
+    db: parking_lot::RwLock<Option<Arc<Database>>>,
+    /// Where the file is, and its cache size, to reopen it.
+    path: PathBuf,
+    cache_bytes: usize,
+    /// DEBUG's switches (shared by every shard).
+    pub switches: Arc<DebugSwitches>,
     /// Held for writing while commits become visible, for reading while a
     /// multi-shard reader opens its snapshots (see the module doc).
     pub commit_lock: parking_lot::RwLock<()>,
@@ -117,7 +151,8 @@ pub struct ShardShared {
 impl ShardShared {
     fn new(
         id: usize,
-        db: Arc<Database>,
+        (db, path, cache_bytes): (Database, PathBuf, usize),
+        switches: Arc<DebugSwitches>,
         blocked: Arc<blocking::BlockRegistry>,
         hub: Arc<crate::pubsub::Hub>,
         latency: Arc<crate::families::latency::LatencyMonitor>,
@@ -128,7 +163,10 @@ impl ShardShared {
             latency,
             pause,
             id,
-            db,
+            db: parking_lot::RwLock::new(Some(Arc::new(db))),
+            path,
+            cache_bytes,
+            switches,
             commit_lock: parking_lot::RwLock::new(()),
             stats: ShardStats::default(),
             blocked,
@@ -188,9 +226,47 @@ impl ShardShared {
         self.hub.tracking.active().then(Default::default)
     }
 
+    /// The shard's file.
+    pub fn db(&self) -> Result<Arc<Database>, StoreError> {
+        self.db
+            .read()
+            .clone()
+            .ok_or_else(|| StoreError::Internal(format!("shard {} has no open file", self.id)))
+    }
+
     /// Opens a fresh snapshot of this shard.
     pub fn snapshot(&self) -> Result<ReadCtx, StoreError> {
-        ReadCtx::begin(&self.db, now_ms())
+        ReadCtx::begin_held(self.db()?, now_ms())
+    }
+
+    /// Closes the file and opens it again, once no snapshot holds it (DEBUG
+    /// RELOAD); returns the state read from the reopened file. The caller
+    /// is the shard's actor, between transactions, with everything
+    /// durable, holding the commit lock so no cached snapshot is taken
+    /// meanwhile. Fails, leaving the file open, if readers keep it past
+    /// [`REOPEN_WAIT`].
+    fn reopen(&self) -> Result<crate::storage::ShardState, StoreError> {
+        drop(self.snapshot_cache.lock().take());
+        let deadline = Instant::now() + REOPEN_WAIT;
+        loop {
+            let mut slot = self.db.write();
+            let idle = slot.as_ref().is_none_or(|db| Arc::strong_count(db) == 1);
+            if idle {
+                // The last reference: dropping it closes the file.
+                drop(slot.take());
+                let db = set::open_file(&self.path, self.cache_bytes)?;
+                let state = crate::storage::ShardState::load(&db)?;
+                *slot = Some(Arc::new(db));
+                return Ok(state);
+            }
+            drop(slot);
+            if Instant::now() >= deadline {
+                return Err(StoreError::Internal(
+                    "readers kept the shard file open".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// A snapshot at least as new as the last commit whose replies have been
@@ -218,7 +294,7 @@ impl ShardShared {
         let snap = match &*cache {
             Some((g, snap)) if *g == generation => snap.clone(),
             _ => {
-                let snap = Arc::new(ReadCtx::begin(&self.db, 0)?);
+                let snap = Arc::new(ReadCtx::begin_held(self.db()?, 0)?);
                 *cache = Some((generation, snap.clone()));
                 snap
             }

@@ -73,6 +73,19 @@ pub struct ShardSet {
     pub latency: Arc<crate::families::latency::LatencyMonitor>,
     /// CLIENT PAUSE, which the connections and the reapers observe.
     pub pause: Arc<super::pause::Pause>,
+    /// DEBUG's server-wide switches (every shard holds them too).
+    pub switches: Arc<super::DebugSwitches>,
+}
+
+/// Opens (creating if needed) a shard file with its journal, ready for
+/// use: at start, and when DEBUG RELOAD reopens it.
+pub(super) fn open_file(path: &Path, cache_bytes: usize) -> Result<redb::Database, StoreError> {
+    let backend = JournalBackend::open(path).map_err(redb::Error::Io)?;
+    let db = redb::Database::builder()
+        .set_cache_size(cache_bytes)
+        .create_with_backend(backend)?;
+    init_file(&db)?;
+    Ok(db)
 }
 
 impl ShardSet {
@@ -104,20 +117,14 @@ impl ShardSet {
         let hub = Arc::new(crate::pubsub::Hub::default());
         let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
         let pause = Arc::new(super::pause::Pause::default());
+        let cache_bytes = cfg.cache_mb * 1024 * 1024;
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
             let path = dir.join(format!("shard-{i}.redb"));
-            let open_err = |source: StoreError| OpenError::Open {
+            let db = open_file(&path, cache_bytes).map_err(|source| OpenError::Open {
                 path: path.clone(),
                 source,
-            };
-            let backend =
-                JournalBackend::open(&path).map_err(|e| open_err(redb::Error::Io(e).into()))?;
-            let db = redb::Database::builder()
-                .set_cache_size(cfg.cache_mb * 1024 * 1024)
-                .create_with_backend(backend)
-                .map_err(|e| open_err(e.into()))?;
-            init_file(&db).map_err(open_err)?;
+            })?;
             dbs.push((path, db));
         }
         // Rounds a crash cut short are redone before anything reads the
@@ -125,11 +132,16 @@ impl ShardSet {
         let intent = Arc::new(recover(&dir, &dbs)?);
         let mut shared = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
+        let switches = Arc::new(super::DebugSwitches::default());
         for (i, (path, db)) in dbs.into_iter().enumerate() {
-            let state = ShardState::load(&db).map_err(|source| OpenError::Open { path, source })?;
+            let state = match ShardState::load(&db) {
+                Ok(s) => s,
+                Err(source) => return Err(OpenError::Open { path, source }),
+            };
             shared.push(Arc::new(ShardShared::new(
                 i,
-                Arc::new(db),
+                (db, path, cache_bytes),
+                switches.clone(),
                 blocked.clone(),
                 hub.clone(),
                 latency.clone(),
@@ -165,6 +177,7 @@ impl ShardSet {
         let (addrs, system) = rx.recv().expect("actix system started");
         tracing::info!(shards = n, dir = %cfg.dir.display(), durability = durability.name(), "shards open");
         Ok(Arc::new_cyclic(|me| ShardSet {
+            switches,
             blocked,
             hub,
             shared,
@@ -249,9 +262,30 @@ impl ShardSet {
         let now = super::now_ms();
         Some(
             ids.iter()
-                .map(|&id| ReadCtx::begin(&self.shared[id].db, now))
+                .map(|&id| ReadCtx::begin_held(self.shared[id].db()?, now))
                 .collect(),
         )
+    }
+
+    /// Closes every shard's file and opens it again (DEBUG RELOAD): each
+    /// shard commits what it has queued, makes everything durable, waits
+    /// for readers to let go of the file, reopens it and rereads its
+    /// state (key counts, expiry sums) from it.
+    pub async fn reopen(&self) -> Result<(), StoreError> {
+        let mut waits = Vec::with_capacity(self.addrs.len());
+        for addr in &self.addrs {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            addr.do_send(super::actor::Reopen { done: tx });
+            waits.push(rx);
+        }
+        let mut result = Ok(());
+        for w in waits {
+            let r = w
+                .await
+                .unwrap_or_else(|_| Err(StoreError::Internal("shard stopped".into())));
+            result = result.and(r);
+        }
+        result
     }
 
     /// Commits everything queued, makes it durable and stops the actors.

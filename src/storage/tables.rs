@@ -3,6 +3,7 @@
 //! over the actor's batch write transaction.
 
 use std::ops::Bound;
+use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
@@ -190,6 +191,9 @@ pub struct ReadCtx {
     txn: redb::ReadTransaction,
     tables: [std::sync::OnceLock<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>; 6],
     now_ms: u64,
+    /// The file, held while the snapshot lives: whoever closes it (DEBUG
+    /// RELOAD) waits until no snapshot holds it.
+    _file: Option<Arc<Database>>,
 }
 
 impl ReadCtx {
@@ -199,6 +203,17 @@ impl ReadCtx {
             txn: db.begin_read()?,
             tables: Default::default(),
             now_ms,
+            _file: None,
+        })
+    }
+
+    /// Opens a snapshot that holds on to its file (see `_file`).
+    pub fn begin_held(db: Arc<Database>, now_ms: u64) -> Result<ReadCtx, StoreError> {
+        Ok(ReadCtx {
+            txn: db.begin_read()?,
+            tables: Default::default(),
+            now_ms,
+            _file: Some(db),
         })
     }
 

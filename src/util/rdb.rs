@@ -113,12 +113,20 @@ pub fn seal(mut payload: Vec<u8>) -> Vec<u8> {
 /// The body of a DUMP-style payload whose version and CRC-64 are right, or
 /// `None` (Redis: "DUMP payload version or checksum are wrong").
 pub fn unseal(payload: &[u8]) -> Option<&[u8]> {
+    unseal_checked(payload, true)
+}
+
+/// [`unseal`], with the CRC checked only if `check_crc` (DEBUG
+/// SET-SKIP-CHECKSUM-VALIDATION turns it off; the version still counts).
+pub fn unseal_checked(payload: &[u8], check_crc: bool) -> Option<&[u8]> {
     if payload.len() < 10 {
         return None;
     }
     let (body, crc) = payload.split_at(payload.len() - 8);
     let version = u16::from_le_bytes([body[body.len() - 2], body[body.len() - 1]]);
-    if version > RDB_VERSION || crc64(body) != u64::from_le_bytes(crc.try_into().ok()?) {
+    if version > RDB_VERSION
+        || (check_crc && crc64(body) != u64::from_le_bytes(crc.try_into().ok()?))
+    {
         return None;
     }
     Some(&body[..body.len() - 2])

@@ -76,6 +76,11 @@ impl TestServer {
         }
     }
 
+    /// The server's shared state, for tests that look inside.
+    pub fn server(&self) -> &std::sync::Arc<cairn::server::Server> {
+        &self.server
+    }
+
     /// A plain TCP connection with read/write timeouts.
     pub fn tcp(&self) -> TcpStream {
         let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect");

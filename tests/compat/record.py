@@ -17,7 +17,8 @@ Python 3.11 standard library only.  If redis-server is missing it is installed
 with apt-get (Debian package `redis-server`).  The server runs on a free port on
 127.0.0.1 with a temporary directory and no persistence, and is stopped at the
 end.  A case whose first line is `!cluster` runs on a fresh cluster-mode server
-of its own.  Nothing is ever sent anywhere but 127.0.0.1.
+of its own, one whose first line is `!debug` on a fresh server started with
+`--enable-debug-command local`.  Nothing is ever sent anywhere but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -187,11 +188,13 @@ def parse_case_file(path: Path) -> list[Entry]:
                 else:
                     pending_topology = True
                 entries.append(Entry(i, text, name))
-            elif name == "cluster" and len(toks) == 1:
-                # A file-level directive: the case runs on a fresh cluster node.
+            elif name in ("cluster", "debug") and len(toks) == 1:
+                # A file-level directive: the case runs on a fresh cluster
+                # node, or a fresh server that allows DEBUG from local
+                # clients.
                 if entries:
-                    raise CaseError(f"{where}: !cluster must be the first line")
-                entries.append(Entry(i, text, "cluster"))
+                    raise CaseError(f"{where}: !{name} must be the first line")
+                entries.append(Entry(i, text, name))
             elif name == "frames" and len(toks) == 2 and toks[1].isdigit():
                 if pending:
                     raise CaseError(f"{where}: two prefix directives in a row")
@@ -511,6 +514,10 @@ def is_cluster_case(entries: list[Entry]) -> bool:
     return bool(entries) and entries[0].kind == "cluster"
 
 
+def is_debug_case(entries: list[Entry]) -> bool:
+    return bool(entries) and entries[0].kind == "debug"
+
+
 def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
     """Replay entries; return the lines of the expected file body."""
     out: list[str] = []
@@ -527,7 +534,7 @@ def run_case(host: str, port: int, entries: list[Entry]) -> list[str]:
         for e in entries:
             out.append("> " + e.text.decode("utf-8", "surrogateescape"))
             if e.kind in ("unordered", "ignore", "shape", "topology", "cluster",
-                          "frames"):
+                          "debug", "frames"):
                 continue
             if e.kind == "conn":
                 cur = e.conn
@@ -624,7 +631,7 @@ def free_port(highest: int = 65535) -> int:
 
 
 class RedisServer:
-    def __init__(self, cluster: bool = False):
+    def __init__(self, cluster: bool = False, debug: bool = False):
         self.dir = tempfile.mkdtemp(prefix="cairn-compat-")
         # A cluster node's bus port is its port + 10000, so Redis refuses
         # ports above 55535.
@@ -633,6 +640,9 @@ class RedisServer:
                 "--save", "", "--appendonly", "no", "--dir", self.dir,
                 "--daemonize", "no",
                 "--logfile", os.path.join(self.dir, "redis.log")]
+        if debug:
+            # DEBUG from local clients (a `!debug` case).
+            argv += ["--enable-debug-command", "local"]
         if cluster:
             # A fresh node that knows only itself and owns no slots. The
             # announced ip makes CLUSTER NODES/SLOTS/SHARDS show 127.0.0.1
@@ -726,24 +736,26 @@ def main(argv: list[str]) -> int:
                   f"(first line !cluster) and the others separately",
                   file=sys.stderr)
             return 2
-        return record_all(parsed, lambda cluster: None, host, port)
+        return record_all(parsed, lambda cluster, debug: None, host, port)
     ensure_redis_installed()
     return record_all(parsed, RedisServer, "127.0.0.1", None)
 
 
 def record_all(parsed: dict, start, host: str, port: int | None) -> int:
-    """Record every parsed case.  With `port` None, `start(cluster)` starts a
-    server: one plain server shared by the plain cases, and a fresh cluster
-    node for each cluster case."""
+    """Record every parsed case.  With `port` None, `start(cluster, debug)`
+    starts a server: one plain server shared by the plain cases, a fresh
+    cluster node for each cluster case, and a fresh server allowing DEBUG
+    for each debug case."""
     shared = None
     try:
         for name, entries in parsed.items():
             cluster = is_cluster_case(entries)
+            debug = is_debug_case(entries)
             server = None
             if port is not None:
                 use_port = port
-            elif cluster:
-                server = start(True)
+            elif cluster or debug:
+                server = start(cluster, debug)
                 use_port = server.port
             else:
                 if shared is None:
