@@ -172,49 +172,6 @@ fn a_script_reaching_another_shard_runs_once_and_whole() {
     assert_eq!(out, (4..=53).collect::<Vec<i64>>());
 }
 
-/// Pipelined scripts on different shards go as one coordinated group (not
-/// one round trip each): every reply comes in order and exact, also for a
-/// script in the group that reaches another shard and must run again
-/// holding every shard (its first, in-shard attempt taken back).
-#[test]
-fn pipelined_scripts_across_shards_reply_in_order() {
-    let srv = TestServer::start();
-    let mut c = srv.client();
-    let (a, b) = keys_on_both_shards("squash");
-    let incr = "return redis.call('incr', KEYS[1])";
-    let reach = "redis.call('incr', KEYS[1]) return redis.call('incr', ARGV[1])";
-    let sha: String = cmd(&["SCRIPT", "LOAD", incr]).query(&mut c).unwrap();
-    let mut p = redis::pipe();
-    let mut want = Vec::new();
-    let (mut na, mut nb) = (0, 0);
-    for i in 0..60 {
-        match i % 3 {
-            0 => {
-                p.cmd("EVALSHA").arg(&sha).arg(1).arg(&a);
-                na += 1;
-                want.push(na);
-            }
-            1 => {
-                p.cmd("EVAL").arg(incr).arg(1).arg(&b);
-                nb += 1;
-                want.push(nb);
-            }
-            _ => {
-                // Declares `a`, touches `b` as well: falls back (the first
-                // time), whatever group it is in.
-                p.cmd("EVAL").arg(reach).arg(1).arg(&a).arg(&b);
-                na += 1;
-                nb += 1;
-                want.push(nb);
-            }
-        }
-    }
-    let out: Vec<i64> = p.query(&mut c).unwrap();
-    assert_eq!(out, want);
-    assert_eq!(int(&mut c, &["GET", &a]), na);
-    assert_eq!(int(&mut c, &["GET", &b]), nb);
-}
-
 /// INFO counts cached scripts, functions and libraries, and commandstats
 /// counts the commands scripts run, as Redis does.
 #[test]

@@ -30,8 +30,7 @@ enum Slot {
     Ready(Reply),
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
     /// The replies of a squashed group of writes: an array with one reply per
-    /// write, each going out as its own `ReplyTo` says (a script's after
-    /// its fallback, if it fell back).
+    /// write, each going out as its own `ReplyTo` says.
     Group(tokio::sync::oneshot::Receiver<Reply>, Vec<ReplyTo>),
     /// A script run in one shard, and what runs instead if it fell back.
     Script(
@@ -40,15 +39,6 @@ enum Slot {
         Box<Action>,
     ),
 }
-
-/// A write collected for squashing: its shard, the write, how its reply
-/// goes out, and a script's fallback.
-type Squashed = (
-    usize,
-    crate::shard::WriteFn,
-    ReplyTo,
-    Option<crate::shard::coordinator::Fallback>,
-);
 
 /// How a reply goes out: its protocol, whether CLIENT REPLY silences it,
 /// and the command whose failed calls it counts toward if it is an error
@@ -110,7 +100,7 @@ struct Outbox {
     inflight: Inflight,
     out: BytesMut,
     /// Writes collected but not sent yet, with how their replies go out.
-    squash: Vec<Squashed>,
+    squash: Vec<(usize, crate::shard::WriteFn, ReplyTo)>,
     server: Arc<Server>,
     /// Pub/Sub messages for this client, written between replies.
     pushes: tokio::sync::mpsc::UnboundedReceiver<Push>,
@@ -136,20 +126,9 @@ impl Outbox {
         let one_shard = group.iter().all(|(s, ..)| *s == first);
         if one_shard && (self.inflight == Inflight::None || self.inflight == Inflight::Shard(first))
         {
-            for (shard, f, to, fallback) in group {
+            for (shard, f, to) in group {
                 let rx = self.server.shards.submit(shard, f);
-                let slot = match fallback {
-                    Some((fell_back, plan)) => {
-                        let slow = Action::Plan {
-                            ids: (0..self.server.shards.len()).collect(),
-                            blind: false,
-                            plan,
-                        };
-                        Slot::Script(rx, fell_back, Box::new(slow))
-                    }
-                    None => Slot::Waiting(rx),
-                };
-                self.slots.push_back((slot, to));
+                self.slots.push_back((Slot::Waiting(rx), to));
             }
             self.inflight = Inflight::Shard(first);
             return;
@@ -158,21 +137,10 @@ impl Outbox {
         if let Inflight::Shard(earlier) = self.inflight {
             ids.push(earlier);
         }
-        let scripts = group.iter().any(|(.., fallback)| fallback.is_some());
-        let flags: Vec<ReplyTo> = group.iter().map(|(_, _, to, _)| *to).collect();
-        let (ids, blind, plan) = if scripts {
-            // A script may have to run holding every shard, in its place.
-            let items = group
-                .into_iter()
-                .map(|(shard, f, _, fallback)| (shard, f, fallback))
-                .collect();
-            let all = (0..self.server.shards.len()).collect();
-            (all, false, crate::shard::coordinator::in_order(items))
-        } else {
-            let writes = group.into_iter().map(|(shard, f, ..)| (shard, f)).collect();
-            (ids, true, crate::shard::coordinator::spread(writes))
-        };
-        let rx = self.server.shards.coordinator().submit(ids, blind, plan);
+        let flags: Vec<ReplyTo> = group.iter().map(|(.., to)| *to).collect();
+        let writes = group.into_iter().map(|(shard, f, _)| (shard, f)).collect();
+        let plan = crate::shard::coordinator::spread(writes);
+        let rx = self.server.shards.coordinator().submit(ids, true, plan);
         let group_to = ReplyTo {
             resp3: false,
             suppressed: true,
@@ -610,7 +578,7 @@ async fn execute(
     match action {
         Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {
-            outbox.squash.push((shard, f, to, None));
+            outbox.squash.push((shard, f, to));
             if outbox.squash.len() >= MAX_SQUASH {
                 outbox.flush_squash();
             }
@@ -630,29 +598,18 @@ async fn execute(
             f,
             fell_back,
             slow,
-        } => match *slow {
-            // Squashed like a write, so pipelined scripts on several
-            // shards go as one coordinated group instead of waiting for
-            // each other; the group runs `slow` in the script's place if
-            // it falls back (`coordinator::in_order`).
-            Action::Plan { plan, .. } => {
-                outbox.squash.push((shard, f, to, Some((fell_back, plan))));
-                if outbox.squash.len() >= MAX_SQUASH {
-                    outbox.flush_squash();
-                }
+        } => {
+            // Not squashed: its reply decides whether `slow` must run.
+            outbox.flush_squash();
+            if !matches!(outbox.inflight, Inflight::None)
+                && outbox.inflight != Inflight::Shard(shard)
+            {
+                outbox.drain().await;
             }
-            slow => {
-                outbox.flush_squash();
-                if !matches!(outbox.inflight, Inflight::None)
-                    && outbox.inflight != Inflight::Shard(shard)
-                {
-                    outbox.drain().await;
-                }
-                let rx = server.shards.submit(shard, f);
-                outbox.push_slot(Slot::Script(rx, fell_back, Box::new(slow)), to);
-                outbox.inflight = Inflight::Shard(shard);
-            }
-        },
+            let rx = server.shards.submit(shard, f);
+            outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
+            outbox.inflight = Inflight::Shard(shard);
+        }
         Action::Read { shard, f } => {
             outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {

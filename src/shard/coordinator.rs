@@ -272,38 +272,6 @@ impl Drop for Locked {
     }
 }
 
-/// What runs instead of a script that gave up running in its shard (see
-/// `Action::Script`): its flag, and its plan holding every shard.
-pub type Fallback = (Arc<AtomicBool>, Plan);
-
-/// A plan for a client's squashed writes that include scripts run in
-/// their shard (`Action::Script`): every write and script runs in its
-/// shard in pipeline order, one after another, and a script that gave up
-/// running in its shard (its `fell_back` set, its attempt taken back) runs
-/// at once in its place as `fallback`, which holds every shard: the caller
-/// locks them all. So a script that reaches another shard still takes
-/// effect, and replies, exactly where the client sent it. Replies as
-/// [`spread`]'s do: one array, in order.
-pub fn in_order(items: Vec<(usize, super::WriteFn, Option<Fallback>)>) -> Plan {
-    Box::new(move |locked| {
-        Box::pin(async move {
-            let mut replies = Vec::with_capacity(items.len());
-            for (shard, f, fallback) in items {
-                let mut reply = locked.run(shard, f).await?;
-                if let Some((fell_back, plan)) = fallback {
-                    if fell_back.load(Ordering::Acquire) {
-                        reply = match plan(locked.clone()).await? {
-                            Ok(r) | Err(r) => r,
-                        };
-                    }
-                }
-                replies.push(reply);
-            }
-            Ok(Ok(Reply::Array(replies)))
-        })
-    })
-}
-
 /// A blind plan for writes that each touch one shard: one step per shard
 /// runs that shard's writes in their order (a message and a wake-up per
 /// shard rather than per write). Since no write touches another's shard,
