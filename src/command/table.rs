@@ -88,6 +88,18 @@ impl CommandSpec {
         }
     }
 
+    /// Whether Redis 7.0 flags the command `may_replicate`, a flag COMMAND
+    /// INFO does not show: commands that are not writes but propagate
+    /// (PUBLISH, SPUBLISH, PFCOUNT's cached cardinality, scripts).
+    /// Read-only scripts refuse them like writes, and CLIENT PAUSE WRITE
+    /// holds them.
+    pub fn may_replicate(&self) -> bool {
+        matches!(
+            self.name,
+            "publish" | "spublish" | "pfcount" | "eval" | "evalsha" | "fcall"
+        )
+    }
+
     /// Whether a flag is set.
     pub fn has_flag(&self, flag: &str) -> bool {
         // Asked several times per command: a byte scan, no iterator of

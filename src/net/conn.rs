@@ -715,11 +715,11 @@ async fn wait_blocked<T>(
 /// may write or replicate (write commands, scripts that may write,
 /// PUBLISH, SPUBLISH, PFCOUNT), and an EXEC whose queue holds any of them.
 fn held_by_write_pause(session: &Session, checked: &command::CommandSpec, args: &Args) -> bool {
-    let may_write = |spec: &command::CommandSpec, args: &Args| {
-        spec.has_flag("write")
-            || matches!(spec.name, "publish" | "spublish" | "pfcount")
-            || (matches!(spec.name, "eval" | "evalsha" | "fcall")
-                && crate::families::scripting::may_write(&session.server, spec.name, args))
+    let may_write = |spec: &command::CommandSpec, args: &Args| match spec.name {
+        "eval" | "evalsha" | "fcall" => {
+            crate::families::scripting::may_write(&session.server, spec.name, args)
+        }
+        _ => spec.has_flag("write") || spec.may_replicate(),
     };
     match (&session.multi, checked.name) {
         (Some(multi), "exec") => multi
@@ -753,12 +753,7 @@ fn feed_transaction(session: &Session) {
 /// does).
 fn mode_refusal(session: &Session, checked: &'static command::CommandSpec) -> Option<Reply> {
     if session.monitor
-        && (checked.has_flag("write")
-            || checked.has_flag("readonly")
-            || matches!(
-                checked.name,
-                "publish" | "spublish" | "eval" | "evalsha" | "fcall"
-            ))
+        && (checked.has_flag("write") || checked.has_flag("readonly") || checked.may_replicate())
     {
         // A MONITOR client is a replica to Redis: no keys for it.
         return Some(Reply::err("Replica can't interact with the keyspace"));

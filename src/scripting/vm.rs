@@ -740,10 +740,9 @@ fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool)
     }
     let (ptr, resp3) = {
         let st = run.lock();
-        // PFCOUNT may write its cached cardinality: Redis flags it
-        // may_replicate (a flag COMMAND INFO does not list), and read-only
-        // scripts refuse such commands like writes.
-        if st.ro && (spec.has_flag("write") || spec.name == "pfcount") {
+        // Read-only scripts refuse what may replicate (PUBLISH, PFCOUNT's
+        // cached cardinality) like writes, as Redis does.
+        if st.ro && (spec.has_flag("write") || spec.may_replicate()) {
             return Err("ERR Write commands are not allowed from read-only scripts.".to_owned());
         }
         match &st.host {
