@@ -199,6 +199,9 @@ pub struct Server {
     pub latency: Arc<crate::families::latency::LatencyMonitor>,
     /// ACL users and the ACL LOG.
     pub acl: crate::acl::Acl,
+    /// The replication id (INFO's master_replid, PSYNC's FULLRESYNC):
+    /// drawn at start and by DEBUG CHANGE-REPL-ID.
+    pub replid: parking_lot::Mutex<String>,
 }
 
 impl Server {
@@ -245,6 +248,7 @@ impl Server {
             slowlog,
             latency,
             acl,
+            replid: parking_lot::Mutex::new(crate::util::hex_id()),
             pubsub,
             config,
             runtime: parking_lot::RwLock::new(runtime),

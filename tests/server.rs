@@ -1006,3 +1006,45 @@ fn command_info_lists_container_subcommands() {
     };
     assert_eq!(fields.get(9), Some(&Value::Array(Vec::new())));
 }
+
+/// CLIENT INFO and CLIENT LIST describe the calling client as Redis's
+/// introspection.tcl expects: its `cmd=` is the command running (also
+/// inside a transaction), its `qbuf` the bytes of that request and of
+/// what was pipelined after it.
+#[test]
+fn client_info_names_the_running_command_and_its_query_buffer() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
+    // *2\r\n$6\r\nCLIENT\r\n$4\r\nINFO\r\n is 26 bytes.
+    assert!(info.contains(" qbuf=26 "), "{info}");
+    assert!(info.contains(" cmd=client|info "), "{info}");
+    let list: String = cmd(&["CLIENT", "LIST"]).query(&mut c).unwrap();
+    assert!(list.contains(" qbuf=26 ") && list.contains(" cmd=client|list "), "{list}");
+    let (info,): (String,) = redis::pipe()
+        .atomic()
+        .cmd("CLIENT")
+        .arg("INFO")
+        .query(&mut c)
+        .unwrap();
+    assert!(info.contains(" cmd=client|info "), "{info}");
+}
+
+/// TTL, TYPE and EXISTS leave a key's idle time alone; TOUCH and GET do
+/// not (Redis's LOOKUP_NOTOUCH, introspection-2.tcl).
+#[test]
+fn exists_does_not_touch_the_key() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let idle = |c: &mut redis::Connection| -> i64 {
+        cmd(&["OBJECT", "IDLETIME", "foo"]).query(c).unwrap()
+    };
+    let _: () = cmd(&["SET", "foo", "bar"]).query(&mut c).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    for read in [&["TTL", "foo"][..], &["TYPE", "foo"], &["EXISTS", "foo"]] {
+        let _: redis::Value = cmd(read).query(&mut c).unwrap();
+    }
+    assert!(idle(&mut c) >= 2);
+    let _: i64 = cmd(&["TOUCH", "foo"]).query(&mut c).unwrap();
+    assert!(idle(&mut c) < 2);
+}

@@ -264,7 +264,7 @@ fn add_entry(
         username,
         ctime_ms: crate::shard::now_ms(),
         client_info: with_cmd(
-            crate::families::server::client_line(session, &session.entry),
+            crate::families::server::client_line(session, &session.entry, ""),
             cmd,
         ),
     };

@@ -460,6 +460,5 @@ fn register(t: &mut Topology, myid: &str, a: &Announce) {
 
 /// A new random 40-hex node id.
 pub fn new_node_id() -> String {
-    let bytes: [u8; 20] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::util::hex_id()
 }

@@ -45,24 +45,22 @@ pub fn unlink(s: &mut Session, a: Args) -> Action {
     del_keys(s, a)
 }
 
-fn count_live(s: &mut Session, a: Args) -> Action {
-    s.read_many(a.from(1).to_vec(), |readers, keys| {
-        let mut n = 0;
-        for (r, k) in readers.iter().zip(keys) {
-            n += keyspace::lookup_header(*r, *k)?.is_some() as i64;
-        }
-        Ok(Reply::Int(n))
-    })
+fn count_live(readers: &[&dyn KvRead], keys: &[Key]) -> OpResult {
+    let mut n = 0;
+    for (r, k) in readers.iter().zip(keys) {
+        n += keyspace::lookup_header(*r, *k)?.is_some() as i64;
+    }
+    Ok(Reply::Int(n))
 }
 
-/// EXISTS key [key ...]
+/// EXISTS key [key ...]: leaves the keys' access times alone, as Redis.
 pub fn exists(s: &mut Session, a: Args) -> Action {
-    count_live(s, a)
+    s.read_many_untouched(a.from(1).to_vec(), count_live)
 }
 
 /// TOUCH key [key ...]
 pub fn touch(s: &mut Session, a: Args) -> Action {
-    count_live(s, a)
+    s.read_many(a.from(1).to_vec(), count_live)
 }
 
 /// TYPE key

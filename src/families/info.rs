@@ -217,7 +217,16 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             }
         }
         "replication" => {
-            out.push_str("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n");
+            // A primary that never had a replica, as Redis 7.0 reports one:
+            // its replication id is real (PSYNC answers with it, DEBUG
+            // CHANGE-REPL-ID draws a new one), its backlog never started.
+            let _ = write!(
+                out,
+                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmaster_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:{}\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:{}\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
+                srv.replid.lock(),
+                "0".repeat(40),
+                srv.runtime.read().size("repl-backlog-size"),
+            );
         }
         "cpu" => {
             let (user, sys) = cpu_seconds();
@@ -373,13 +382,7 @@ fn server_section(s: &Session, out: &mut String) {
 /// This process's run id: 40 random hex characters, drawn once.
 fn run_id() -> &'static str {
     static ID: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    ID.get_or_init(|| {
-        use rand::Rng;
-        let mut rng = rand::thread_rng();
-        (0..40)
-            .map(|_| char::from_digit(rng.gen_range(0..16), 16).unwrap_or('0'))
-            .collect()
-    })
+    ID.get_or_init(crate::util::hex_id)
 }
 
 /// How many samples the instantaneous rates average over, and how often

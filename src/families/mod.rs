@@ -388,13 +388,23 @@ impl Session {
         keys: Vec<Bytes>,
         f: impl FnOnce(&[&dyn KvRead], &[Key]) -> OpResult + Send + 'static,
     ) -> Action {
+        for k in &keys {
+            self.server.access.touch(self.db, k);
+        }
+        self.read_many_untouched(keys, f)
+    }
+
+    /// [`Session::read_many`] leaving the keys' access times alone
+    /// (Redis's LOOKUP_NOTOUCH: EXISTS).
+    pub fn read_many_untouched(
+        &self,
+        keys: Vec<Bytes>,
+        f: impl FnOnce(&[&dyn KvRead], &[Key]) -> OpResult + Send + 'static,
+    ) -> Action {
         let db = self.db;
         let shards = self.server.shards.clone();
         let server = self.server.clone();
         let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
-        for k in &keys {
-            server.access.touch(db, k);
-        }
         if ids.windows(2).all(|w| w[0] == w[1]) {
             let shard = ids.first().copied().unwrap_or(0);
             return Action::Read {

@@ -219,11 +219,7 @@ pub fn sync(s: &mut Session, a: Args) -> Action {
         Ok((_, rdb)) => {
             let mut out = Vec::with_capacity(rdb.len() + 64);
             if psync {
-                use rand::Rng;
-                let mut rng = rand::thread_rng();
-                let replid: String = (0..40)
-                    .map(|_| char::from_digit(rng.gen_range(0..16), 16).expect("hex digit"))
-                    .collect();
+                let replid = server.replid.lock().clone();
                 out.extend_from_slice(format!("+FULLRESYNC {replid} 0\r\n").as_bytes());
             }
             out.extend_from_slice(format!("${}\r\n", rdb.len()).as_bytes());

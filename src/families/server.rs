@@ -263,7 +263,15 @@ fn client_class(e: &crate::server::ClientEntry) -> &'static str {
 
 /// One CLIENT LIST / CLIENT INFO line (also an ACL LOG entry's
 /// client-info).
-pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String {
+///
+/// `running` names the command the calling client is running (CLIENT LIST
+/// or INFO, also inside a transaction or script, where its last command
+/// is EXEC or EVAL): Redis shows that as its own `cmd=`.
+pub(crate) fn client_line(
+    s: &Session,
+    e: &crate::server::ClientEntry,
+    running: &'static str,
+) -> String {
     let info = e.info.lock().clone();
     let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
     // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), b
@@ -313,7 +321,7 @@ pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String
     let me = e.id == s.entry.id;
     let omem = mailbox.pending.load(std::sync::atomic::Ordering::Relaxed);
     format!(
-        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={}",
+        "id={} addr={} laddr={} fd=0 name={} age={} idle={} flags={} db={} sub={} psub={} ssub={} multi={} qbuf={} qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem={} tot-mem={} events=r cmd={} user={} redir={} resp={}",
         e.id,
         e.addr,
         e.laddr,
@@ -326,9 +334,10 @@ pub(crate) fn client_line(s: &Session, e: &crate::server::ClientEntry) -> String
         mailbox.count(Kind::Pattern),
         mailbox.count(Kind::Shard),
         info.multi,
+        if me { s.qbuf } else { 0 },
         omem,
         omem,
-        if info.last_cmd.is_empty() { "NULL" } else if me { "client|list" } else { info.last_cmd },
+        if me { running } else if info.last_cmd.is_empty() { "NULL" } else { info.last_cmd },
         info.user.as_ref().map_or_else(|| "default".into(), |u| u.name_str()),
         tracking.map_or(-1, |t| t.redirect.as_ref().map_or(0, |(id, _)| *id as i64)),
         info.resp,
@@ -413,7 +422,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
             }
             Err(r) => r.into(),
         },
-        "info" => Reply::Verbatim(client_line(s, &s.entry) + "\n").into(),
+        "info" => Reply::Verbatim(client_line(s, &s.entry, "client|info") + "\n").into(),
         "list" => {
             let mut ids: Option<Vec<u64>> = None;
             let mut class: Option<String> = None;
@@ -449,7 +458,7 @@ pub fn client(s: &mut Session, a: Args) -> Action {
                 if ids.as_ref().is_none_or(|v| v.contains(&e.id))
                     && class.as_deref().is_none_or(|c| c == client_class(&e))
                 {
-                    out.push_str(&client_line(s, &e));
+                    out.push_str(&client_line(s, &e, "client|list"));
                     out.push('\n');
                 }
             }
@@ -713,6 +722,11 @@ fn command_getkeys(argv: &[bytes::Bytes], with_flags: bool) -> Action {
     }
     let keys = spec.key_positions(argv);
     if keys.is_empty() {
+        // A command whose keys may all be absent (EVAL with numkeys 0)
+        // has none, rather than malformed arguments, as in Redis.
+        if spec.has_flag("no_mandatory_keys") {
+            return Reply::Array(Vec::new()).into();
+        }
         return invalid("arguments");
     }
     Reply::Array(

@@ -322,9 +322,11 @@ async fn serve(
     loop {
         let mut close = false;
         loop {
+            let queued = buf.len();
             match parser.next(&mut buf) {
                 Ok(Some(argv)) if argv.is_empty() => continue,
                 Ok(Some(argv)) => {
+                    session.qbuf = queued;
                     if execute(session, &mut outbox, Args::new(argv), stream, &mut buf).await {
                         close = true;
                         break;

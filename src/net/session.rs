@@ -213,6 +213,10 @@ pub struct Session {
     /// client's earlier commands is still waiting for its reply: the
     /// command may then take effect at once (PUBLISH need not wait).
     pub settled: bool,
+    /// Bytes in the client's query buffer when the running command was
+    /// taken from it (the command and whatever was sent after it):
+    /// CLIENT LIST's `qbuf` for the calling client.
+    pub qbuf: usize,
     /// The client is another cluster node's bus link (it named itself so):
     /// what it publishes is delivered here only.
     pub bus_link: bool,
@@ -285,6 +289,7 @@ impl Session {
             user: server.acl.default_user(),
             subs,
             settled: false,
+            qbuf: 0,
             bus_link: false,
             monitor: false,
             tracking: None,

@@ -9,3 +9,10 @@ pub mod lzf;
 pub mod num;
 pub mod rdb;
 pub mod ziplist;
+
+/// A new random id of 40 hex characters, the shape of Redis's run id,
+/// replication id and cluster node ids.
+pub fn hex_id() -> String {
+    let bytes: [u8; 20] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
