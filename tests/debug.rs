@@ -518,3 +518,39 @@ fn local_refuses_clients_from_other_addresses() {
     let mut local = s.client();
     ok(&mut local, &["DEBUG", "SLEEP", "0"]);
 }
+
+/// DEBUG SLEEP's time is the command's own, as SLOWLOG and the latency
+/// monitor see it in Redis (Redis's tests time it that way: slowlog.tcl,
+/// latency-monitor.tcl).
+#[test]
+fn sleep_shows_in_the_slow_log_and_the_latency_monitor() {
+    let srv = with_debug("yes");
+    let mut c = srv.client();
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "slowlog-log-slower-than", "100000"],
+    );
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "latency-monitor-threshold", "100"],
+    );
+    ok(&mut c, &["SLOWLOG", "RESET"]);
+    ok(&mut c, &["DEBUG", "SLEEP", "0"]);
+    ok(&mut c, &["DEBUG", "SLEEP", "0.2"]);
+    assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 1);
+    let Value::Array(entries) = q(&mut c, &["SLOWLOG", "GET"]) else {
+        panic!("SLOWLOG GET is an array");
+    };
+    let Value::Array(entry) = &entries[0] else {
+        panic!("an entry is an array");
+    };
+    assert!(
+        matches!(entry[2], Value::Int(us) if us >= 200_000),
+        "{entry:?}"
+    );
+    assert_eq!(entry[3], common::arr(&["DEBUG", "SLEEP", "0.2"]));
+    let Value::Array(history) = q(&mut c, &["LATENCY", "HISTORY", "command"]) else {
+        panic!("LATENCY HISTORY is an array");
+    };
+    assert_eq!(history.len(), 1, "{history:?}");
+}

@@ -6,10 +6,11 @@
 //! A command's time is measured by the connection from dispatch (after the
 //! argument count and permission checks) until its reply is ready, less
 //! the time a blocking command waited for data. A write queued on a
-//! shard's actor is counted when it is queued: its apply and commit happen
-//! later in the shard's batch (see DESIGN-NOTES), so a slow write shows in
-//! the `aof-*` latency events rather than here. Reads, multi-shard plans
-//! and jobs are awaited, so their time is all in.
+//! shard's actor, or a multi-shard plan queued with the coordinator, is
+//! counted when it is queued: its apply and commit happen later, in the
+//! shard's batch or the coordinator's round (see DESIGN-NOTES), so a slow
+//! write shows in the `aof-*` latency events rather than here. Reads and
+//! jobs (DEBUG SLEEP among them) are awaited, so their time is all in.
 //!
 //! # Cost
 //! The log sits behind one mutex taken only to add an entry or answer

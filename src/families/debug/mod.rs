@@ -117,8 +117,8 @@ pub fn debug(s: &mut Session, a: Args) -> Action {
         }
         (b"error", 3) => Reply::Error(String::from_utf8_lossy(a.get(2)).into_owned()).into(),
         (b"change-repl-id", 2) => {
-            // cairn keeps no replication history whose id could change.
             tracing::info!("Changing replication IDs after receiving DEBUG change-repl-id");
+            *s.server.replid.lock() = crate::util::hex_id();
             Reply::Ok.into()
         }
         (b"quicklist-packed-threshold", 3) => {
@@ -193,7 +193,8 @@ fn sleep(s: &Session, secs: f64) -> Action {
     let pause = Duration::from_micros(micros.max(0) as u64);
     let shards = s.server.shards.clone();
     let ids: Vec<usize> = (0..shards.len()).collect();
-    coordinated(ids.clone(), move |locked| async move {
+    let held = shards.clone();
+    let plan = coordinated(ids.clone(), move |locked| async move {
         let held: Vec<_> = ids
             .iter()
             .map(|&id| {
@@ -210,7 +211,17 @@ fn sleep(s: &Session, secs: f64) -> Action {
             h.wait().await?;
         }
         Ok(Ok(Reply::Ok))
-    })
+    });
+    if s.in_exec {
+        // EXEC runs the plan inside the shards it already holds.
+        return plan;
+    }
+    // Awaited by the connection, so the sleep is the command's time, as
+    // SLOWLOG and LATENCY see it in Redis (a plan queued with the
+    // coordinator is timed when queued, like a write).
+    Action::Job(Box::pin(async move {
+        crate::families::blocking::run(&held, plan).await
+    }))
 }
 
 /// DEBUG REPLYBUFFER PEAK-RESET-TIME|RESIZING value: accepted as Redis
