@@ -1020,7 +1020,10 @@ fn client_info_names_the_running_command_and_its_query_buffer() {
     assert!(info.contains(" qbuf=26 "), "{info}");
     assert!(info.contains(" cmd=client|info "), "{info}");
     let list: String = cmd(&["CLIENT", "LIST"]).query(&mut c).unwrap();
-    assert!(list.contains(" qbuf=26 ") && list.contains(" cmd=client|list "), "{list}");
+    assert!(
+        list.contains(" qbuf=26 ") && list.contains(" cmd=client|list "),
+        "{list}"
+    );
     let (info,): (String,) = redis::pipe()
         .atomic()
         .cmd("CLIENT")

@@ -568,7 +568,11 @@ async fn execute(
     if let Some((keys, gone, moving)) = guard {
         action = while_present(action, keys, gone, moving);
     }
-    if mode_before == ReplyMode::Off && session.reply_mode == ReplyMode::On {
+    // CLIENT REPLY ON answers, whatever OFF or SKIP said before it.
+    if mode_before != ReplyMode::On
+        && checked.name == "client|reply"
+        && session.reply_mode == ReplyMode::On
+    {
         suppressed = false;
     }
     let to = ReplyTo {
