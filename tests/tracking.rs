@@ -218,3 +218,43 @@ fn the_table_is_bounded_by_tracking_table_max_keys() {
     assert!(stats.contains("tracking_total_keys:2"), "{stats}");
     assert_eq!(int(&mut other, &["DBSIZE"]), 0);
 }
+
+/// A client that read keys, then switched to BCAST, hears of them by its
+/// prefixes only: one message for the whole MSET, not one per key it had
+/// read (Redis's tracking.tcl, "The connection gets invalidation messages
+/// about all the keys").
+#[test]
+fn a_client_switched_to_bcast_gets_one_message_per_write() {
+    let server = TestServer::start();
+    let mut t = tracking_client(&server, &[]);
+    send(&mut t, &["MGET", "a{t}", "b{t}", "c{t}"]);
+    expect(&mut t, "*3\r\n_\r\n_\r\n_\r\n");
+    send(&mut t, &["CLIENT", "TRACKING", "off"]);
+    expect(&mut t, "+OK\r\n");
+    send(&mut t, &["CLIENT", "TRACKING", "on", "BCAST"]);
+    expect(&mut t, "+OK\r\n");
+    let mut other = server.client();
+    ok(&mut other, &["MSET", "a{t}", "1", "b{t}", "2", "c{t}", "3"]);
+    expect(&mut t, &invalidate(&["a{t}", "b{t}", "c{t}"]));
+    quiet(&mut t, 200);
+}
+
+/// NOLOOP: a script's writes are its caller's own (Redis's tracking.tcl,
+/// "Invalid keys should not be tracked for scripts in NOLOOP mode").
+#[test]
+fn noloop_covers_the_callers_scripts() {
+    let server = TestServer::start();
+    let mut n = tracking_client(&server, &["NOLOOP"]);
+    send(&mut n, &["SET", "key1", "1"]);
+    expect(&mut n, "+OK\r\n");
+    send(&mut n, &["GET", "key1"]);
+    expect(&mut n, "$1\r\n1\r\n");
+    send(
+        &mut n,
+        &["EVAL", "return redis.call('set', 'key1', '2')", "1", "key1"],
+    );
+    expect(&mut n, "+OK\r\n");
+    send(&mut n, &["GET", "key1"]);
+    expect(&mut n, "$1\r\n2\r\n");
+    quiet(&mut n, 200);
+}

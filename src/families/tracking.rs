@@ -255,15 +255,30 @@ pub fn after_command(s: &mut Session, spec: &'static CommandSpec, action: Action
         return action;
     };
     let id = t.entry.id;
+    let as_writer = move |f: crate::shard::WriteFn| -> crate::shard::WriteFn {
+        Box::new(move |w| {
+            w.writer = id;
+            let out = f(w);
+            w.writer = 0;
+            out
+        })
+    };
     match action {
         Action::Write { shard, f } => Action::Write {
             shard,
-            f: Box::new(move |w| {
-                w.writer = id;
-                let out = f(w);
-                w.writer = 0;
-                out
-            }),
+            f: as_writer(f),
+        },
+        // A script run in its shard (the usual case) writes as its caller.
+        Action::Script {
+            shard,
+            f,
+            fell_back,
+            slow,
+        } => Action::Script {
+            shard,
+            f: as_writer(f),
+            fell_back,
+            slow,
         },
         other => other,
     }

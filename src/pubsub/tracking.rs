@@ -163,7 +163,10 @@ impl Tracker {
         };
         self.keys.fetch_sub(1, Ordering::Relaxed);
         for id in ids {
-            if !self.loops(id, writer) {
+            // A client that has since turned BCAST on hears of the key by
+            // its prefixes only, as in Redis.
+            let bcast = self.clients.get(&id).is_some_and(|t| t.bcast);
+            if !bcast && !self.loops(id, writer) {
                 self.send(id, Push::Invalidate(Some(vec![key.clone()])));
             }
         }
