@@ -32,7 +32,14 @@ pub(crate) fn parse(body: &[u8], library: bool) -> Result<Option<Shebang<'_>>, R
     };
     let mut parts = words(&body[..nl]);
     let engine = parts.next().unwrap_or(b"#!");
-    if engine != b"#!lua" {
+    // A library names its engine in any case (Redis looks engines up
+    // case-insensitively); a script's shebang must say `#!lua`.
+    let lua = if library {
+        engine.eq_ignore_ascii_case(b"#!lua")
+    } else {
+        engine == b"#!lua"
+    };
+    if !lua {
         return Err(if library {
             Reply::err(format!("Engine '{}' not found", lossy(&engine[2..])))
         } else {

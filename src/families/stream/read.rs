@@ -45,7 +45,10 @@ struct ReadArgs {
     ids: Vec<Bytes>,
 }
 
-fn parse(a: &Args, xreadgroup: bool) -> Result<ReadArgs, Reply> {
+/// `in_script`: BLOCK is refused where it is met, as Redis does in
+/// scripts (blocking makes no sense there; in MULTI it just does not
+/// block).
+fn parse(a: &Args, xreadgroup: bool, in_script: bool) -> Result<ReadArgs, Reply> {
     let mut out = ReadArgs {
         block: None,
         count: 0,
@@ -60,6 +63,12 @@ fn parse(a: &Args, xreadgroup: bool) -> Result<ReadArgs, Reply> {
         let more = a.len() - i - 1;
         let o = a.get(i);
         if is(o, "block") && more > 0 {
+            if in_script {
+                let name = if xreadgroup { "xreadgroup" } else { "xread" };
+                return Err(Reply::err(format!(
+                    "{name} command is not allowed with BLOCK option from scripts"
+                )));
+            }
             i += 1;
             let ms = int(a.get(i))
                 .map_err(|_| Reply::err("timeout is not an integer or out of range"))?;
@@ -215,7 +224,7 @@ fn fail_reply(f: Fail) -> Reply {
 
 /// XREAD [COUNT count] [BLOCK milliseconds] STREAMS key [key ...] id [id ...]
 pub fn xread(s: &mut Session, a: Args) -> Action {
-    let args = match parse(&a, false) {
+    let args = match parse(&a, false, s.in_script) {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
@@ -488,7 +497,7 @@ fn group_attempt(
 
 /// XREADGROUP GROUP group consumer [COUNT count] [BLOCK milliseconds] [NOACK] STREAMS key [key ...] id [id ...]
 pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
-    let args = match parse(&a, true) {
+    let args = match parse(&a, true, s.in_script) {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
