@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use mlua::{LightUserData, Lua, MultiValue, Table, Value};
+use mlua::{Function, LightUserData, Lua, MultiValue, Table, Value};
 use parking_lot::Mutex;
 
 use super::convert::{as_number, fmt_g};
@@ -175,17 +175,45 @@ fn config_functions(lua: &Lua, t: &Table, cfg: &Arc<Mutex<Config>>) -> mlua::Res
     Ok(())
 }
 
-/// One open table while encoding: its entries (key `None` for array
-/// slots) in the order CJSON writes them, and how many are written.
+/// One open table while encoding, and where its walk is: the next array
+/// slot, or the last key Lua's `next` gave. Entries are fetched one at a
+/// time: every value held from Rust takes a slot of Lua's C stack (8,000
+/// in Lua 5.1), so a table of 100,000 strings could not be held at once.
 struct Open {
-    entries: Vec<(Option<Value>, Value)>,
+    table: Table,
+    /// `Some(len)` for an array of `len` slots.
+    array: Option<usize>,
+    /// Entries written so far.
     pos: usize,
-    array: bool,
+    /// An object's last key (nil before the first).
+    key: Value,
+}
+
+impl Open {
+    /// The next entry (key `None` for an array slot), or `None` when done.
+    fn next(&mut self, next: &Function) -> mlua::Result<Option<(Option<Value>, Value)>> {
+        if let Some(len) = self.array {
+            if self.pos == len {
+                return Ok(None);
+            }
+            self.pos += 1;
+            return Ok(Some((None, self.table.raw_get::<Value>(self.pos)?)));
+        }
+        let (k, v): (Value, Value) = next.call((self.table.clone(), self.key.clone()))?;
+        if k.is_nil() {
+            return Ok(None);
+        }
+        self.pos += 1;
+        self.key = k.clone();
+        Ok(Some((Some(k), v)))
+    }
 }
 
 /// Encodes `v`. Iterative, with its own stack of open tables: 1000 levels
 /// of nesting must not exhaust the thread's stack.
 fn encode(lua: &Lua, cfg: &Config, v: &Value, out: &mut Vec<u8>) -> mlua::Result<()> {
+    // Lua's own `next` walks objects (scripts cannot replace globals).
+    let next: Function = lua.globals().get("next")?;
     let mut stack: Vec<Open> = Vec::new();
     let mut cur = v.clone();
     loop {
@@ -198,24 +226,13 @@ fn encode(lua: &Lua, cfg: &Config, v: &Value, out: &mut Vec<u8>) -> mlua::Result
                         format!("Cannot serialise, excessive nesting ({depth})"),
                     ));
                 }
-                let open = match array_length(lua, cfg, t)? {
-                    Some(len) => Open {
-                        entries: (1..=len)
-                            .map(|i| Ok((None, t.raw_get::<Value>(i)?)))
-                            .collect::<mlua::Result<_>>()?,
-                        pos: 0,
-                        array: true,
-                    },
-                    None => Open {
-                        entries: t
-                            .pairs::<Value, Value>()
-                            .map(|p| p.map(|(k, v)| (Some(k), v)))
-                            .collect::<mlua::Result<_>>()?,
-                        pos: 0,
-                        array: false,
-                    },
+                let open = Open {
+                    table: t.clone(),
+                    array: array_length(lua, cfg, t)?,
+                    pos: 0,
+                    key: Value::Nil,
                 };
-                out.push(if open.array { b'[' } else { b'{' });
+                out.push(if open.array.is_some() { b'[' } else { b'{' });
                 stack.push(open);
             }
             scalar => encode_scalar(lua, cfg, scalar, out)?,
@@ -225,16 +242,15 @@ fn encode(lua: &Lua, cfg: &Config, v: &Value, out: &mut Vec<u8>) -> mlua::Result
             let Some(top) = stack.last_mut() else {
                 return Ok(());
             };
-            if top.pos == top.entries.len() {
-                out.push(if top.array { b']' } else { b'}' });
+            let first = top.pos == 0;
+            let Some((k, v)) = top.next(&next)? else {
+                out.push(if top.array.is_some() { b']' } else { b'}' });
                 stack.pop();
                 continue;
-            }
-            if top.pos > 0 {
+            };
+            if !first {
                 out.push(b',');
             }
-            let (k, v) = top.entries[top.pos].clone();
-            top.pos += 1;
             if let Some(k) = k {
                 encode_key(lua, cfg, &k, out)?;
             }

@@ -210,17 +210,20 @@ fn pack_number(n: f64, out: &mut Vec<u8>) {
 }
 
 fn pack_table(t: &Table, depth: usize, out: &mut Vec<u8>) -> mlua::Result<()> {
-    let pairs: Vec<(Value, Value)> = t.pairs::<Value, Value>().collect::<mlua::Result<_>>()?;
+    // Two walks over the table instead of collecting its pairs: every
+    // value held from Rust takes a slot of Lua's C stack (8,000 in Lua
+    // 5.1), so a table of 100,000 string keys could not be held at once.
     // An array when every key is a positive integer and there are no holes.
-    let mut max = 0f64;
-    let is_array = pairs.iter().all(|(k, _)| match as_number(k) {
-        Some(n) if n >= 1.0 && n.fract() == 0.0 => {
-            max = max.max(n);
-            true
+    let (mut n, mut max, mut integer_keys) = (0usize, 0f64, true);
+    for pair in t.pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        n += 1;
+        match as_number(&k) {
+            Some(x) if x >= 1.0 && x.fract() == 0.0 => max = max.max(x),
+            _ => integer_keys = false,
         }
-        _ => false,
-    }) && max as usize == pairs.len();
-    let n = pairs.len();
+    }
+    let is_array = integer_keys && max as usize == n;
     let (small, mid, big) = if is_array {
         (0x90, 0xdc, 0xdd)
     } else {
@@ -240,9 +243,12 @@ fn pack_table(t: &Table, depth: usize, out: &mut Vec<u8>) -> mlua::Result<()> {
             pack(&t.raw_get::<Value>(i)?, depth, out)?;
         }
     } else {
-        for (k, v) in &pairs {
-            pack(k, depth, out)?;
-            pack(v, depth, out)?;
+        // The table is not changed in between: the walk meets the same
+        // pairs in the same order.
+        for pair in t.pairs::<Value, Value>() {
+            let (k, v) = pair?;
+            pack(&k, depth, out)?;
+            pack(&v, depth, out)?;
         }
     }
     Ok(())
