@@ -119,3 +119,103 @@ impl Engines {
         &self.handles
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::Engines;
+    use crate::protocol::reply::Reply;
+    use crate::scripting::Host;
+
+    /// Scripts here call no commands.
+    struct NoCommands;
+
+    impl Host for NoCommands {
+        fn call(&mut self, _argv: Vec<Bytes>, _resp3: bool) -> Reply {
+            Reply::Nil
+        }
+    }
+
+    fn run(e: &Engines, state: usize, sha: &str) -> Reply {
+        e.states[state].run(sha, vec![], vec![], false, &mut NoCommands)
+    }
+
+    fn fcall(e: &Engines, state: usize, name: &str) -> Reply {
+        e.states[state].call_function(name, vec![], vec![], false, &mut NoCommands)
+    }
+
+    const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";
+
+    #[test]
+    fn a_script_loaded_on_one_state_runs_on_every_state() {
+        let e = Engines::new(2).unwrap();
+        let sha = e.shard(0).load(b"return 7").unwrap();
+        for state in 0..3 {
+            assert_eq!(run(&e, state, &sha), Reply::Int(7));
+        }
+        assert!(e.registry().exists(&sha.to_uppercase()));
+        assert_eq!(e.memory_stats().scripts, 1);
+        let before = e.memory_stats().lua_bytes;
+        e.flush_scripts();
+        assert!(e.memory_stats().lua_bytes < before);
+        for state in 0..3 {
+            assert_eq!(run(&e, state, &sha), Reply::Error(NOSCRIPT.into()));
+        }
+        assert_eq!(e.memory_stats().scripts, 0);
+    }
+
+    #[test]
+    fn a_library_change_is_published_whole_or_not_at_all() {
+        let e = Engines::new(2).unwrap();
+        let lib = |n: u8| {
+            format!("#!lua name=l\nredis.register_function('f', function() return {n} end)")
+        };
+        e.plan().load_library(lib(1).as_bytes(), false).unwrap();
+        assert_eq!(fcall(&e, 0, "f"), Reply::Int(1));
+        // A failed change (flushed, then loaded, then refused) is undone.
+        let failed = e.plan().edit_libraries(|l| {
+            l.flush();
+            l.load(lib(2).as_bytes(), false)?;
+            l.load(b"#!lua name=l\nreturn 1", false)
+        });
+        assert_eq!(
+            failed.unwrap_err(),
+            Reply::err("Library 'l' already exists")
+        );
+        for state in 0..3 {
+            assert_eq!(fcall(&e, state, "f"), Reply::Int(1));
+        }
+        e.plan().load_library(lib(3).as_bytes(), true).unwrap();
+        for state in 0..3 {
+            assert_eq!(fcall(&e, state, "f"), Reply::Int(3));
+        }
+        assert_eq!(e.registry().libraries().len(), 1);
+        assert!(e.plan().delete_library("l"));
+        assert_eq!(fcall(&e, 1, "f"), Reply::err("Function not found"));
+    }
+
+    #[test]
+    fn states_run_scripts_at_the_same_time() {
+        let e = std::sync::Arc::new(Engines::new(2).unwrap());
+        let looping = e.shard(0).load(b"while true do end").unwrap();
+        let quick = e.shard(1).load(b"return 1").unwrap();
+        let spinner = {
+            let e = e.clone();
+            std::thread::spawn(move || run(&e, 0, &looping))
+        };
+        while !e.running() {
+            std::thread::yield_now();
+        }
+        // Another state is free while state 0 loops.
+        assert_eq!(run(&e, 1, &quick), Reply::Int(1));
+        let longest = e.longest_running().unwrap();
+        assert!(longest.kill());
+        let reply = spinner.join().unwrap();
+        assert!(
+            matches!(&reply, Reply::Error(t) if t.starts_with("ERR Script killed by user with SCRIPT KILL...")),
+            "{reply:?}"
+        );
+        assert!(e.longest_running().is_none());
+    }
+}
