@@ -5,16 +5,13 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::waiting::Pending;
+use common::waiting::{script_kill, wait_busy, Pending};
 use common::{bulk, cmd, err, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
 const SHARDS: usize = 4;
-
-const BUSY: &str =
-    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
 
 fn start() -> TestServer {
     TestServer::start_with(|c| c.shards = SHARDS)
@@ -42,20 +39,6 @@ fn memory(c: &mut Connection, name: &str) -> u64 {
         .trim()
         .parse()
         .unwrap()
-}
-
-/// Waits until another client gets BUSY.
-fn wait_busy(c: &mut Connection) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !matches!(cmd(&["GET", "probe"]).query::<Value>(c),
-                    Err(e) if common::error_line(&e) == BUSY)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "no BUSY reply while scripts loop"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// Two scripts that each spin for 600 ms, on keys of different shards,
@@ -238,19 +221,9 @@ fn script_kill_stops_the_longest_running_script_first() {
     );
     let command = running_command(q(&mut admin, &["FUNCTION", "STATS"]));
     assert_eq!(command[3], keys[0], "{command:?}");
-    ok(&mut admin, &["SCRIPT", "KILL"]);
-    let e = first.error();
-    assert!(
-        e.starts_with("ERR Script killed by user with SCRIPT KILL..."),
-        "{e}"
-    );
+    script_kill(&mut admin, &first);
     wait_busy(&mut admin);
-    ok(&mut admin, &["SCRIPT", "KILL"]);
-    let e = second.error();
-    assert!(
-        e.starts_with("ERR Script killed by user with SCRIPT KILL..."),
-        "{e}"
-    );
+    script_kill(&mut admin, &second);
     assert_eq!(
         err(&mut admin, &["SCRIPT", "KILL"]),
         "NOTBUSY No scripts in execution right now."
