@@ -142,7 +142,7 @@ pub fn dispatch(
         };
         let reply = run_labelled(vm, label, |vm| body(vm, &mut host));
         let nonlocal = host.nonlocal;
-        let aborted = vm.kill_handle().take_abort();
+        let aborted = host.run.take_abort();
         if nonlocal || aborted {
             // Nothing of this attempt may stay.
             w.rollback()?;
