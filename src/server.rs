@@ -159,17 +159,10 @@ pub struct Server {
     pub shutdown: tokio::sync::Notify,
     /// Set once shutdown has begun.
     pub stopping: AtomicBool,
-    /// The Lua engine: script cache, function libraries, the running
-    /// script's kill switch.
-    pub scripts: Arc<crate::scripting::ScriptVm>,
-    /// The running script has run a write command (SCRIPT KILL then
-    /// answers UNKILLABLE).
-    pub script_wrote: AtomicBool,
-    /// The running script was stopped by SHUTDOWN: its writes roll back.
-    pub script_abort: AtomicBool,
-    /// What runs now (FUNCTION STATS): its name, the command that called
-    /// it, and since when.
-    pub running_script: parking_lot::Mutex<Option<(String, Vec<bytes::Bytes>, Instant)>>,
+    /// The Lua states (one per shard, one for scripts holding every shard)
+    /// and the script cache and function libraries they share; each
+    /// state's kill switch, and what runs on it.
+    pub scripts: Arc<crate::scripting::Engines>,
     /// Scripts (by sha) and functions (`function:<name>`) seen to reach
     /// beyond the shard of their declared keys: they run holding every
     /// shard from then on.
@@ -244,6 +237,7 @@ impl Server {
         let (slowlog, latency) = (Default::default(), shards.latency.clone());
         crate::families::latency::configure(&slowlog, &latency, &runtime);
         let acl = crate::acl::startup(&runtime);
+        let scripts = crate::scripting::Engines::new(shards.len()).expect("the Lua engines start");
         Server {
             slowlog,
             latency,
@@ -264,10 +258,7 @@ impl Server {
             last_save: AtomicU64::new(now),
             port: AtomicU64::new(0),
             shutdown: tokio::sync::Notify::new(),
-            scripts: Arc::new(crate::scripting::ScriptVm::new().expect("the Lua engine starts")),
-            script_wrote: AtomicBool::new(false),
-            script_abort: AtomicBool::new(false),
-            running_script: parking_lot::Mutex::new(None),
+            scripts: Arc::new(scripts),
             functions_lock: tokio::sync::Mutex::new(()),
             nonlocal_scripts: DashMap::new(),
             function_counts: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),

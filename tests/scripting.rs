@@ -6,31 +6,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
-use common::waiting::{keys_on_both_shards, Pending};
+use common::waiting::{keys_on_both_shards, script_kill, wait_busy, Pending};
 use common::{cmd, err, int, ok, q, TestServer};
 use redis::{Connection, Value};
-
-const BUSY: &str =
-    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
-
-/// Waits until another client gets BUSY (the script has passed the
-/// threshold).
-fn wait_busy(c: &mut Connection) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        match cmd(&["GET", "probe"]).query::<Value>(c) {
-            Err(e) if common::error_line(&e) == BUSY => return,
-            _ => {}
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no BUSY reply while a script loops"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 /// A script writing one key on each shard is seen whole or not at all, and
 /// reads its own writes.
@@ -75,12 +53,7 @@ fn a_busy_script_is_killed() {
     );
     let looping = Pending::start(&srv, &["EVAL", "while true do end", "0"]);
     wait_busy(&mut admin);
-    ok(&mut admin, &["SCRIPT", "KILL"]);
-    let e = looping.error();
-    assert!(
-        e.starts_with("ERR Script killed by user with SCRIPT KILL..."),
-        "{e}"
-    );
+    script_kill(&mut admin, &looping);
     assert_eq!(
         err(&mut admin, &["SCRIPT", "KILL"]),
         "NOTBUSY No scripts in execution right now."

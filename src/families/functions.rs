@@ -1,22 +1,23 @@
 //! Functions: FUNCTION LOAD / DELETE / FLUSH / LIST / DUMP / RESTORE /
 //! STATS / KILL / HELP, FCALL and FCALL_RO.
 //!
-//! Libraries live in the Lua engine and, to survive restarts, in shard 0's
-//! `sys` table (`function/<library>` -> code). Every change rewrites those
-//! rows from the engine's libraries in one write on shard 0, acknowledged
-//! after its commit (durable under `always`); changes are serialized by
-//! `Server::functions_lock`, so the rows always follow the last change.
-//! FCALL runs like EVAL (`scripting::run_script`).
+//! Libraries live in the engines' registry (changed on the plan state,
+//! published whole to every shard's state) and, to survive restarts, in
+//! shard 0's `sys` table (`function/<library>` -> code). Every change
+//! rewrites those rows from the published libraries in one write on shard
+//! 0, acknowledged after its commit (durable under `always`); changes are
+//! serialized by `Server::functions_lock`, so the rows always follow the
+//! last change. FCALL runs like EVAL (`scripting::dispatch`).
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::scripting::{dispatch, kill_running, with_engine};
+use super::scripting::{dispatch, kill_running};
 use crate::command::args::{is, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
-use crate::scripting::{Host, LibraryInfo, ScriptVm};
+use crate::scripting::{Host, LibraryEdit, LibraryInfo, ScriptVm};
 use crate::server::Server;
 use crate::storage::{KvRead, StoreError, Table, WriteCtx};
 use crate::util::rdb;
@@ -48,12 +49,12 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
     let (keys, args) = a.from(3).split_at(numkeys as usize);
     let (keys, args) = (keys.to_vec(), args.to_vec());
     let name = String::from_utf8_lossy(a.get(1)).into_owned();
-    let vm = s.server.scripts.clone();
     let label = (name.clone(), a.all().to_vec());
     let declared = keys.clone();
     let id = format!("function:{name}");
-    let run =
-        move |host: &mut dyn Host| vm.call_function(&name, keys.clone(), args.clone(), ro, host);
+    let run = move |vm: &ScriptVm, host: &mut dyn Host| {
+        vm.call_function(&name, keys.clone(), args.clone(), ro, host)
+    };
     dispatch(
         s.server.clone(),
         &declared,
@@ -73,8 +74,8 @@ pub fn function(s: &mut Session, a: Args) -> Action {
         "load" => load(server, &a),
         "delete" => {
             let name = String::from_utf8_lossy(a.get(2)).into_owned();
-            change(server, move |vm| {
-                if vm.delete_library(&name) {
+            change(server, move |libs| {
+                if libs.delete(&name) {
                     Ok(Reply::Ok)
                 } else {
                     Err(Reply::err("Library not found"))
@@ -88,20 +89,20 @@ pub fn function(s: &mut Session, a: Args) -> Action {
             if !super::sync_or_async(a.from(2)) {
                 return Reply::err("FUNCTION FLUSH only supports SYNC|ASYNC option").into();
             }
-            change(server, |vm| {
-                vm.flush_functions();
+            change(server, |libs| {
+                libs.flush();
                 Ok(Reply::Ok)
             })
         }
-        "list" => list(&server, &a),
-        "dump" => with_engine(&server, |vm| {
+        "list" => list(&server, &a).into(),
+        "dump" => {
             let mut body = Vec::new();
-            for lib in vm.libraries() {
+            for lib in server.scripts.registry().libraries() {
                 body.push(rdb::OPCODE_FUNCTION2);
                 rdb::put_string(&mut body, &lib.code);
             }
-            Reply::bulk(rdb::seal(body))
-        }),
+            Reply::bulk(rdb::seal(body)).into()
+        }
         "restore" => restore(server, &a),
         "stats" => stats(&server).into(),
         "kill" => kill_running(&server, false).into(),
@@ -129,9 +130,8 @@ fn load(server: Arc<Server>, a: &Args) -> Action {
         return Reply::err("Function code is missing").into();
     }
     let code = a.get(at).clone();
-    change(server, move |vm| {
-        vm.load_library(&code, replace)
-            .map(|lib| Reply::bulk(lib.name))
+    change(server, move |libs| {
+        libs.load(&code, replace).map(|lib| Reply::bulk(lib.name))
     })
 }
 
@@ -162,7 +162,8 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
     };
     let payload = a.get(2).clone();
     let check_crc = super::dump::crc_checked(&server);
-    change(server, move |vm| {
+    // All or nothing: a failed change leaves the libraries as they were.
+    change(server, move |libs| {
         let Some(body) = rdb::unseal_checked(&payload, check_crc) else {
             return Err(Reply::err("DUMP payload version or checksum are wrong"));
         };
@@ -177,14 +178,11 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
                 .ok_or_else(|| Reply::err("failed loading the given functions payload"))?;
             codes.push(code);
         }
-        // All or nothing: on any failure the libraries are put back.
-        let before = vm.libraries();
         if policy == Policy::Flush {
-            vm.flush_functions();
+            libs.flush();
         }
         for code in &codes {
-            if let Err(e) = vm.load_library(code, policy == Policy::Replace) {
-                put_back(vm, &before);
+            if let Err(e) = libs.load(code, policy == Policy::Replace) {
                 let e = match e {
                     // Redis names the library without quotes here.
                     Reply::Error(t) if t.starts_with("ERR Library '") => {
@@ -199,26 +197,22 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
     })
 }
 
-/// Puts the engine's libraries back as they were.
-fn put_back(vm: &ScriptVm, libs: &[LibraryInfo]) {
-    vm.flush_functions();
-    for lib in libs {
-        if let Err(e) = vm.load_library(&lib.code, true) {
-            tracing::error!(library = %lib.name, error = ?e, "cannot put a library back");
-        }
-    }
-}
-
-/// Applies `f` to the engine (on a blocking thread) and, if it changed
-/// anything, stores the libraries on shard 0 before replying.
+/// Applies `f` to the libraries as one change (on the plan state, on a
+/// blocking thread: every state sees it before the reply) and, if it
+/// succeeded, stores the libraries on shard 0 before replying.
 fn change(
     server: Arc<Server>,
-    f: impl FnOnce(&ScriptVm) -> Result<Reply, Reply> + Send + 'static,
+    f: impl FnOnce(&mut LibraryEdit) -> Result<Reply, Reply> + Send + 'static,
 ) -> Action {
     Action::Job(Box::pin(async move {
         let _serial = server.functions_lock.lock().await;
-        let vm = server.scripts.clone();
-        let done = tokio::task::spawn_blocking(move || f(&vm).map(|r| (r, vm.libraries()))).await;
+        let engines = server.scripts.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            engines
+                .plan()
+                .edit_libraries(|libs| Ok((f(libs)?, libs.list())))
+        })
+        .await;
         let (reply, libs) = match done {
             Ok(Ok(v)) => v,
             Ok(Err(r)) => return r,
@@ -269,12 +263,15 @@ pub fn load_stored(server: &Server) -> Result<(), StoreError> {
             true
         },
     )?;
-    for code in codes {
-        if let Err(e) = server.scripts.load_library(&code, true) {
-            tracing::error!(error = ?e, "cannot load a stored function library");
+    let loaded = server.scripts.plan().edit_libraries(|libs| {
+        for code in codes {
+            if let Err(e) = libs.load(&code, true) {
+                tracing::error!(error = ?e, "cannot load a stored function library");
+            }
         }
-    }
-    count(server, &server.scripts.libraries());
+        Ok(libs.list())
+    });
+    count(server, &loaded.unwrap_or_default());
     Ok(())
 }
 
@@ -289,7 +286,7 @@ fn count(server: &Server, libs: &[LibraryInfo]) {
 }
 
 /// FUNCTION LIST [LIBRARYNAME pattern] [WITHCODE]
-fn list(server: &Server, a: &Args) -> Action {
+fn list(server: &Server, a: &Args) -> Reply {
     let (mut with_code, mut pattern) = (false, None);
     let rest = a.from(2);
     let mut i = 0;
@@ -298,7 +295,7 @@ fn list(server: &Server, a: &Args) -> Action {
             with_code = true;
         } else if pattern.is_none() && is(&rest[i], "libraryname") {
             if i + 1 >= rest.len() {
-                return Reply::err("library name argument was not given").into();
+                return Reply::err("library name argument was not given");
             }
             i += 1;
             pattern = Some(rest[i].clone());
@@ -306,60 +303,57 @@ fn list(server: &Server, a: &Args) -> Action {
             return Reply::err(format!(
                 "Unknown argument {}",
                 String::from_utf8_lossy(&rest[i])
-            ))
-            .into();
+            ));
         }
         i += 1;
     }
-    with_engine(server, move |vm| {
-        let libs = vm
-            .libraries()
-            .into_iter()
-            .filter(|lib| {
-                pattern
-                    .as_ref()
-                    .is_none_or(|p| crate::util::glob::string_match(p, lib.name.as_bytes(), true))
-            })
-            .map(|lib| {
-                let functions = lib
-                    .functions
-                    .iter()
-                    .map(|f| {
-                        Reply::Map(vec![
-                            (Reply::bulk("name"), Reply::bulk(f.name.clone())),
-                            (
-                                Reply::bulk("description"),
-                                f.description.clone().map_or(Reply::Nil, Reply::bulk),
-                            ),
-                            (
-                                Reply::bulk("flags"),
-                                Reply::Set(
-                                    f.flags.names().into_iter().map(Reply::Simple).collect(),
-                                ),
-                            ),
-                        ])
-                    })
-                    .collect();
-                let mut fields = vec![
-                    (Reply::bulk("library_name"), Reply::bulk(lib.name.clone())),
-                    (Reply::bulk("engine"), Reply::bulk("LUA")),
-                    (Reply::bulk("functions"), Reply::Array(functions)),
-                ];
-                if with_code {
-                    fields.push((Reply::bulk("library_code"), Reply::bulk(lib.code.clone())));
-                }
-                Reply::Map(fields)
-            })
-            .collect();
-        Reply::Array(libs)
-    })
+    let libs = server
+        .scripts
+        .registry()
+        .libraries()
+        .into_iter()
+        .filter(|lib| {
+            pattern
+                .as_ref()
+                .is_none_or(|p| crate::util::glob::string_match(p, lib.name.as_bytes(), true))
+        })
+        .map(|lib| {
+            let functions = lib
+                .functions
+                .iter()
+                .map(|f| {
+                    Reply::Map(vec![
+                        (Reply::bulk("name"), Reply::bulk(f.name.clone())),
+                        (
+                            Reply::bulk("description"),
+                            f.description.clone().map_or(Reply::Nil, Reply::bulk),
+                        ),
+                        (
+                            Reply::bulk("flags"),
+                            Reply::Set(f.flags.names().into_iter().map(Reply::Simple).collect()),
+                        ),
+                    ])
+                })
+                .collect();
+            let mut fields = vec![
+                (Reply::bulk("library_name"), Reply::bulk(lib.name.clone())),
+                (Reply::bulk("engine"), Reply::bulk("LUA")),
+                (Reply::bulk("functions"), Reply::Array(functions)),
+            ];
+            if with_code {
+                fields.push((Reply::bulk("library_code"), Reply::bulk(lib.code.clone())));
+            }
+            Reply::Map(fields)
+        })
+        .collect();
+    Reply::Array(libs)
 }
 
-/// FUNCTION STATS: answered without the engine, which a running script
-/// holds.
+/// FUNCTION STATS: answered without the engines, which running scripts
+/// hold; about the script that has run longest when several run.
 fn stats(server: &Server) -> Reply {
     use std::sync::atomic::Ordering::Relaxed;
-    let running = match &*server.running_script.lock() {
+    let running = match &server.scripts.running_script() {
         Some((name, argv, since)) => Reply::Map(vec![
             (Reply::bulk("name"), Reply::bulk(name.clone())),
             (
@@ -441,9 +435,9 @@ fn help() -> Action {
 /// Loads function libraries (replacing libraries of the same name) and
 /// stores them, as loading an RDB file does with the libraries it holds.
 pub async fn import_libraries(server: Arc<Server>, codes: Vec<Vec<u8>>) -> Reply {
-    let job = change(server, move |vm| {
+    let job = change(server, move |libs| {
         for code in &codes {
-            vm.load_library(code, true)?;
+            libs.load(code, true)?;
         }
         Ok(Reply::Ok)
     });

@@ -486,8 +486,9 @@ fn memory_section(s: &Session, out: &mut String) {
     let ratio = |a: u64, b: u64| a as f64 / b.max(1) as f64;
     let rss_over = u.rss as i64 - u.allocated as i64;
     let h = bytes_to_human;
-    // One Lua state runs both scripts and functions here: its memory is
-    // reported as the eval VM's.
+    // Each Lua state (one per shard, one for scripts holding every shard)
+    // runs both scripts and functions: their memory, summed, is reported
+    // as the eval VM's.
     let l = lua.lua_bytes as u64;
     let scripts_total = lua.script_bytes as u64 + o.functions;
     let fields: [(&str, String); 51] = [

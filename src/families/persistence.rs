@@ -77,6 +77,7 @@ async fn snapshot_into<W: std::io::Write + Send + 'static>(
     let views = server.shards.snapshots(&ids).await?;
     let functions: Vec<Vec<u8>> = server
         .scripts
+        .registry()
         .libraries()
         .into_iter()
         .map(|l| l.code.to_vec())

@@ -1,9 +1,10 @@
 //! Lua scripts: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT.
 //!
-//! The engine (`crate::scripting`) runs the Lua; this module decides where
-//! a script's commands run and keeps it atomic. A script runs as one
-//! coordinator plan holding every shard, since a script may touch keys it
-//! did not declare: a blocking thread runs the Lua, and each `redis.call`
+//! The engines (`crate::scripting`) run the Lua; this module decides where
+//! a script's commands run and keeps it atomic. A script whose declared
+//! keys are on one shard runs inside that shard's batch, on that shard's
+//! Lua state; any other runs as one coordinator plan holding every shard,
+//! on the plan state: a blocking thread runs the Lua, and each `redis.call`
 //! builds the command's action exactly as a client's command would and
 //! runs it inside the locked shards' open transactions (`net::atomic`), so
 //! the script reads its own writes and all of them commit together, or
@@ -19,7 +20,7 @@ use crate::command::{self, Args};
 use crate::net::atomic::Atomic;
 use crate::net::session::{Action, Session, ANY_SHARD};
 use crate::protocol::Reply;
-use crate::scripting::{Host, ScriptFlags};
+use crate::scripting::{Engines, Host, KillHandle, ScriptFlags, ScriptVm};
 use crate::server::{ClientEntry, Server};
 use crate::shard::coordinator::CoordError;
 use crate::storage::StoreError;
@@ -65,7 +66,6 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
-    let vm = s.server.scripts.clone();
     let body = a.get(1).clone();
     let server = s.server.clone();
     let (entry, db) = (s.entry.clone(), s.db);
@@ -78,9 +78,9 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
         a.all().to_vec(),
     );
     let declared = keys.clone();
-    // The engine is entered on a shard thread or a blocking thread, never
-    // on a connection thread: it is locked for as long as a script runs.
-    let run = move |host: &mut dyn Host| {
+    // A state is entered on a shard thread or a blocking thread, never on
+    // a connection thread: it is locked for as long as a script runs.
+    let run = move |vm: &ScriptVm, host: &mut dyn Host| {
         let sha = if by_sha {
             String::from_utf8_lossy(&body).to_ascii_lowercase()
         } else {
@@ -102,7 +102,7 @@ pub fn dispatch(
     server: Arc<Server>,
     declared: &[Bytes],
     id: String,
-    body: impl Fn(&mut dyn Host) -> Reply + Clone + Send + 'static,
+    body: impl Fn(&ScriptVm, &mut dyn Host) -> Reply + Clone + Send + 'static,
     entry: Arc<ClientEntry>,
     db: u8,
     label: (String, Vec<Bytes>),
@@ -132,18 +132,17 @@ pub fn dispatch(
     let flag = fell_back.clone();
     let f: crate::shard::WriteFn = Box::new(move |w| {
         w.begin_undo();
+        let vm = server.scripts.shard(shard);
         let mut host = LocalHost {
             w,
             shard,
             session: Session::for_script(server.clone(), entry, db),
+            run: vm.kill_handle(),
             nonlocal: false,
         };
-        server.script_wrote.store(false, Ordering::Release);
-        *server.running_script.lock() = Some((label.0, label.1, std::time::Instant::now()));
-        let reply = body(&mut host);
-        *server.running_script.lock() = None;
+        let reply = run_labelled(vm, label, |vm| body(vm, &mut host));
         let nonlocal = host.nonlocal;
-        let aborted = server.script_abort.swap(false, Ordering::AcqRel);
+        let aborted = host.run.take_abort();
         if nonlocal || aborted {
             // Nothing of this attempt may stay.
             w.rollback()?;
@@ -169,8 +168,23 @@ struct LocalHost<'a, 'w> {
     w: &'a mut crate::storage::WriteCtx<'w>,
     shard: usize,
     session: Session,
+    /// The state's handle: marks writes, kills the attempt.
+    run: KillHandle,
     /// A command needed another shard: the attempt is given up.
     nonlocal: bool,
+}
+
+/// Runs `body` on `vm`, shown by FUNCTION STATS as `label` meanwhile.
+fn run_labelled(
+    vm: &ScriptVm,
+    label: (String, Vec<Bytes>),
+    body: impl FnOnce(&ScriptVm) -> Reply,
+) -> Reply {
+    let handle = vm.kill_handle();
+    handle.set_running(Some((label.0, label.1, std::time::Instant::now())));
+    let reply = body(vm);
+    handle.set_running(None);
+    reply
 }
 
 /// Cluster mode's checks before a script runs (Redis's
@@ -200,8 +214,7 @@ impl Host for LocalHost<'_, '_> {
     }
 
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
-        let action = script_action(&mut self.session, argv, resp3);
-        let server = self.session.server.clone();
+        let action = script_action(&mut self.session, argv, resp3, &self.run);
         let out = match action.into_shard_op() {
             Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => f(self.w),
             Err(Action::Reply(r)) => Ok(r),
@@ -210,7 +223,7 @@ impl Host for LocalHost<'_, '_> {
                 // error: the attempt is taken back and run holding every
                 // shard.
                 self.nonlocal = true;
-                server.scripts.kill_handle().kill();
+                self.run.kill();
                 return Reply::err("script needs other shards");
             }
         };
@@ -218,37 +231,36 @@ impl Host for LocalHost<'_, '_> {
             // A storage failure: the attempt is given up too; the plan
             // form will meet it again and report it.
             self.nonlocal = true;
-            server.scripts.kill_handle().kill();
+            self.run.kill();
             Reply::err(e)
         })
     }
 }
 
 /// Runs `body` (which runs the Lua with a host) as one plan holding every
-/// shard, on a blocking thread.
+/// shard, on a blocking thread, on the plan state.
 fn run_script(
     server: Arc<Server>,
-    body: impl FnOnce(&mut dyn Host) -> Reply + Send + 'static,
+    body: impl FnOnce(&ScriptVm, &mut dyn Host) -> Reply + Send + 'static,
     entry: Arc<ClientEntry>,
     db: u8,
     label: (String, Vec<Bytes>),
 ) -> Action {
     let ids: Vec<usize> = (0..server.shards.len()).collect();
     crate::net::atomic::blocking_plan(ids, "script", move |at| {
+        let vm = server.scripts.plan();
         let mut host = ScriptHost {
             at,
             session: Session::for_script(server.clone(), entry, db),
+            run: vm.kill_handle(),
             failure: None,
         };
-        server.script_wrote.store(false, Ordering::Release);
-        *server.running_script.lock() = Some((label.0, label.1, std::time::Instant::now()));
-        let reply = body(&mut host);
-        *server.running_script.lock() = None;
+        let reply = run_labelled(vm, label, |vm| body(vm, &mut host));
         if let Some(e) = host.failure {
             return Err(e);
         }
         // Stopped by SHUTDOWN NOSAVE: none of it may stay.
-        if server.script_abort.swap(false, Ordering::AcqRel) {
+        if host.run.take_abort() {
             return Err(CoordError::Store(StoreError::Internal(
                 "script stopped by shutdown".into(),
             )));
@@ -263,6 +275,8 @@ struct ScriptHost<'a> {
     /// The script's own session: its database (SELECT inside a script does
     /// not change the caller's) and protocol.
     session: Session,
+    /// The plan state's handle: marks writes.
+    run: KillHandle,
     /// A storage failure: the whole script rolls back.
     failure: Option<CoordError>,
 }
@@ -270,7 +284,7 @@ struct ScriptHost<'a> {
 /// The action of a command a script calls, built as a client's command
 /// would be, in the script's session; the call is counted (commandstats)
 /// and a write marks the script as having written (UNKILLABLE).
-fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action {
+fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &KillHandle) -> Action {
     let args = Args::new(argv);
     let Some(spec) = command::lookup(args.get(0)) else {
         return Reply::err("Unknown Redis command called from script").into();
@@ -305,7 +319,7 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool) -> Action
         }
     }
     if counted.has_flag("write") {
-        server.script_wrote.store(true, Ordering::Release);
+        run.mark_wrote();
     }
     session.resp3 = resp3;
     let monitors = &server.pubsub.monitors;
@@ -331,7 +345,7 @@ impl Host for ScriptHost<'_> {
         if self.failure.is_some() {
             return Reply::err("storage failure earlier in this script");
         }
-        let action = script_action(&mut self.session, argv, resp3);
+        let action = script_action(&mut self.session, argv, resp3, &self.run);
         match self.at.run(action) {
             Ok(r) => r,
             Err(e) => {
@@ -343,16 +357,13 @@ impl Host for ScriptHost<'_> {
     }
 }
 
-/// Runs `f` with the engine on a blocking thread (the engine's lock is
-/// held for as long as a script runs; a connection thread never waits on
+/// Runs `f` with the engines on a blocking thread (a state's lock is held
+/// for as long as a script runs on it; a connection thread never waits on
 /// it).
-pub fn with_engine(
-    server: &Server,
-    f: impl FnOnce(&crate::scripting::ScriptVm) -> Reply + Send + 'static,
-) -> Action {
-    let vm = server.scripts.clone();
+pub fn with_engines(server: &Server, f: impl FnOnce(&Engines) -> Reply + Send + 'static) -> Action {
+    let engines = server.scripts.clone();
     Action::Job(Box::pin(async move {
-        tokio::task::spawn_blocking(move || f(&vm))
+        tokio::task::spawn_blocking(move || f(&engines))
             .await
             .unwrap_or_else(|e| Reply::err(format!("script engine failed: {e}")))
     }))
@@ -363,27 +374,27 @@ pub fn script(s: &mut Session, a: Args) -> Action {
     let sub = a.get(1);
     if is(sub, "load") {
         let body = a.get(2).clone();
-        return with_engine(&s.server, move |vm| match vm.load(&body) {
+        // Compiled on the plan state (to check it), cached for every state.
+        return with_engines(&s.server, move |e| match e.plan().load(&body) {
             Ok(sha) => Reply::bulk(sha),
             Err(r) => r,
         });
     }
     if is(sub, "exists") {
-        let shas = a.from(2).to_vec();
-        return with_engine(&s.server, move |vm| {
-            let found = shas
-                .iter()
-                .map(|sha| Reply::Int(vm.exists(&String::from_utf8_lossy(sha)) as i64))
-                .collect();
-            Reply::Array(found)
-        });
+        let registry = s.server.scripts.registry();
+        let found = a
+            .from(2)
+            .iter()
+            .map(|sha| Reply::Int(registry.exists(&String::from_utf8_lossy(sha)) as i64))
+            .collect();
+        return Reply::Array(found).into();
     }
     if is(sub, "flush") {
         if !super::sync_or_async(a.from(2)) {
             return Reply::err("SCRIPT FLUSH only support SYNC|ASYNC option").into();
         }
-        return with_engine(&s.server, |vm| {
-            vm.flush();
+        return with_engines(&s.server, |e| {
+            e.flush_scripts();
             Reply::Ok
         });
     }
@@ -417,13 +428,13 @@ const BUSY_FUNCTION: &str =
     "BUSY Redis is busy running a script. You can only call FUNCTION KILL or SHUTDOWN NOSAVE.";
 
 /// SCRIPT KILL (`eval`) and FUNCTION KILL: stops what runs, unless it has
-/// written, or is of the other kind.
+/// written, or is of the other kind. When scripts run on several shards at
+/// once, this is about the one that has run longest (see `Engines`).
 pub fn kill_running(server: &Server, eval: bool) -> Reply {
-    let handle = server.scripts.kill_handle();
-    if !handle.is_running() {
+    let Some(handle) = server.scripts.longest_running() else {
         return Reply::Error("NOTBUSY No scripts in execution right now.".into());
-    }
-    if server.script_wrote.load(Ordering::Acquire) {
+    };
+    if handle.wrote() {
         return Reply::Error(
             "UNKILLABLE Sorry the script already executed write commands against the dataset. You can either wait the script termination or kill the server in a hard way using the SHUTDOWN NOSAVE command."
                 .into(),
@@ -438,23 +449,22 @@ pub fn kill_running(server: &Server, eval: bool) -> Reply {
     Reply::Ok
 }
 
-/// Stops a running script for SHUTDOWN, whatever it wrote: its writes are
-/// rolled back with it.
+/// Stops every running script for SHUTDOWN, whatever it wrote: their
+/// writes are rolled back with them.
 pub fn abort_for_shutdown(server: &Server) {
-    let handle = server.scripts.kill_handle();
-    if handle.is_running() {
-        server.script_abort.store(true, Ordering::Release);
-        handle.kill();
+    for handle in server.scripts.handles() {
+        handle.abort();
     }
 }
 
-/// The BUSY reply a command gets while a script has run longer than
-/// `busy-reply-threshold`, unless it is allowed then (`allow_busy`).
+/// The BUSY reply a command gets while a script (any, on any shard) has
+/// run longer than `busy-reply-threshold`, unless it is allowed then
+/// (`allow_busy`).
 pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
     if !server.scripts.running() || spec.has_flag("allow_busy") {
         return None;
     }
-    let handle = server.scripts.kill_handle();
+    let handle = server.scripts.longest_running()?;
     let elapsed = handle.elapsed()?;
     let threshold = server.busy_reply_threshold_ms();
     if elapsed.as_millis() < threshold as u128 {
@@ -474,9 +484,13 @@ pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
 pub fn may_write(server: &Server, name: &str, args: &Args) -> bool {
     let flags = match name {
         "eval" => crate::scripting::script_flags(args.get(1)),
-        "evalsha" => server.scripts.flags(&String::from_utf8_lossy(args.get(1))),
+        "evalsha" => server
+            .scripts
+            .registry()
+            .flags(&String::from_utf8_lossy(args.get(1))),
         "fcall" => server
             .scripts
+            .registry()
             .function_flags(&String::from_utf8_lossy(args.get(1))),
         _ => None,
     };

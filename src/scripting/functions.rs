@@ -4,6 +4,10 @@
 //! `redis.log` and the version/log constants visible (global lookups go to
 //! a load-time API table); the callbacks it registers later run with the
 //! normal script globals.
+//!
+//! A change is made on one state ([`ScriptVm::edit_libraries`]) and
+//! published whole to the registry; every other state runs the published
+//! code again before its next FCALL (see `registry`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -14,7 +18,7 @@ use mlua::{Function, Lua, MultiValue, Value};
 use parking_lot::Mutex;
 
 use super::convert::{as_number, lua_number_string};
-use super::vm::{raise, RunState, ScriptVm};
+use super::vm::{raise, Inner, RunState, ScriptVm};
 use super::{shebang, Host, ScriptFlags};
 use crate::protocol::reply::Reply;
 
@@ -201,14 +205,146 @@ fn library_header(code: &[u8]) -> Result<(String, usize), Reply> {
     ))
 }
 
-impl ScriptVm {
+/// One change of the libraries, made on one state and published whole
+/// when it succeeds ([`ScriptVm::edit_libraries`]).
+pub struct LibraryEdit<'a> {
+    vm: &'a ScriptVm,
+    inner: &'a mut Inner,
+    changed: bool,
+}
+
+impl LibraryEdit<'_> {
     /// FUNCTION LOAD [REPLACE]: runs the library code, which must register
     /// at least one function. Returns what was loaded, or Redis's error
     /// reply ("ERR Library 'x' already exists", "ERR Error compiling
     /// function: ...", "ERR Error registering functions: ...").
-    pub fn load_library(&self, code: &[u8], replace: bool) -> Result<LibraryInfo, Reply> {
-        let (name, start) = library_header(code)?;
+    pub fn load(&mut self, code: &[u8], replace: bool) -> Result<LibraryInfo, Reply> {
+        let info = self.vm.load_into(self.inner, code, replace)?;
+        self.changed = true;
+        Ok(info)
+    }
+
+    /// FUNCTION DELETE: false when there is no such library.
+    pub fn delete(&mut self, name: &str) -> bool {
+        let Some(lib) = self.inner.libraries.remove(name) else {
+            return false;
+        };
+        for f in lib.functions {
+            self.inner.functions.remove(&f.name);
+        }
+        self.changed = true;
+        true
+    }
+
+    /// FUNCTION FLUSH.
+    pub fn flush(&mut self) {
+        self.inner.libraries.clear();
+        self.inner.functions.clear();
+        self.changed = true;
+    }
+
+    /// Every library as the change leaves it, sorted by name.
+    pub fn list(&self) -> Vec<LibraryInfo> {
+        let mut out: Vec<LibraryInfo> = self
+            .inner
+            .libraries
+            .iter()
+            .map(|(name, lib)| info(name, lib))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+}
+
+impl ScriptVm {
+    /// Changes the libraries as one step: `f` edits this state's libraries
+    /// (as last published); if it succeeds, they are published to every
+    /// state, else they go back to what was published (FUNCTION RESTORE is
+    /// all-or-nothing). Other states never see part of a change. Changes
+    /// must be serialized by the caller and made on one state.
+    pub fn edit_libraries<R>(
+        &self,
+        f: impl FnOnce(&mut LibraryEdit<'_>) -> Result<R, Reply>,
+    ) -> Result<R, Reply> {
         let mut inner = self.inner.lock();
+        self.sync_libraries(&mut inner);
+        let mut edit = LibraryEdit {
+            vm: self,
+            inner: &mut inner,
+            changed: false,
+        };
+        let out = f(&mut edit);
+        match (&out, edit.changed) {
+            (Ok(_), true) => inner.generation = self.registry.publish(edit.list()),
+            (Err(_), true) => self.reload_libraries(&mut inner),
+            _ => {}
+        }
+        self.note_memory();
+        out
+    }
+
+    /// FUNCTION LOAD [REPLACE] as a change of its own.
+    pub fn load_library(&self, code: &[u8], replace: bool) -> Result<LibraryInfo, Reply> {
+        self.edit_libraries(|e| e.load(code, replace))
+    }
+
+    /// FUNCTION DELETE as a change of its own: false when there is no such
+    /// library.
+    pub fn delete_library(&self, name: &str) -> bool {
+        let deleted = |e: &mut LibraryEdit| match e.delete(name) {
+            true => Ok(()),
+            false => Err(Reply::Nil),
+        };
+        self.edit_libraries(deleted).is_ok()
+    }
+
+    /// FUNCTION FLUSH as a change of its own.
+    pub fn flush_functions(&self) {
+        let _ = self.edit_libraries(|e| {
+            e.flush();
+            Ok(())
+        });
+    }
+
+    /// Every library, sorted by name, as last published.
+    pub fn libraries(&self) -> Vec<LibraryInfo> {
+        self.registry.libraries()
+    }
+
+    /// A function's flags, as last published.
+    pub fn function_flags(&self, name: &str) -> Option<ScriptFlags> {
+        self.registry.function_flags(name)
+    }
+
+    /// Brings this state's libraries to the last published change.
+    fn sync_libraries(&self, inner: &mut Inner) {
+        if inner.generation != self.registry.generation() {
+            self.reload_libraries(inner);
+        }
+    }
+
+    /// Loads the published libraries again, in place of this state's.
+    fn reload_libraries(&self, inner: &mut Inner) {
+        let (generation, codes) = self.registry.library_codes();
+        inner.libraries.clear();
+        inner.functions.clear();
+        for code in codes {
+            if let Err(e) = self.load_into(inner, &code, true) {
+                tracing::error!(error = ?e, "a published library does not load in a Lua state");
+            }
+        }
+        inner.generation = generation;
+        self.note_memory();
+    }
+
+    /// Loads a library into this state only.
+    fn load_into(
+        &self,
+        inner: &mut Inner,
+        code: &[u8],
+        replace: bool,
+    ) -> Result<LibraryInfo, Reply> {
+        let (name, start) = library_header(code)?;
         if !replace && inner.libraries.contains_key(&name) {
             return Err(Reply::err(format!("Library '{name}' already exists")));
         }
@@ -281,7 +417,8 @@ impl ScriptVm {
         ro: bool,
         host: &mut dyn Host,
     ) -> Reply {
-        let inner = self.inner.lock();
+        let mut inner = self.inner.lock();
+        self.sync_libraries(&mut inner);
         let found = inner
             .functions
             .get(name)
@@ -312,48 +449,6 @@ impl ScriptVm {
         self.execute(name, true, ro, host, |h| {
             self.run_function.call::<(bool, Value)>((func, h, k, a))
         })
-    }
-
-    /// A function's flags (for the server's allow-oom/allow-stale/cluster
-    /// checks before FCALL).
-    pub fn function_flags(&self, name: &str) -> Option<ScriptFlags> {
-        let inner = self.inner.lock();
-        let lib = inner.libraries.get(inner.functions.get(name)?)?;
-        lib.functions
-            .iter()
-            .find(|f| f.name == name)
-            .map(|f| f.flags)
-    }
-
-    /// FUNCTION DELETE: false when there is no such library.
-    pub fn delete_library(&self, name: &str) -> bool {
-        let mut inner = self.inner.lock();
-        let Some(lib) = inner.libraries.remove(name) else {
-            return false;
-        };
-        for f in lib.functions {
-            inner.functions.remove(&f.name);
-        }
-        true
-    }
-
-    /// FUNCTION FLUSH.
-    pub fn flush_functions(&self) {
-        let mut inner = self.inner.lock();
-        inner.libraries.clear();
-        inner.functions.clear();
-    }
-
-    /// Every library, sorted by name (FUNCTION LIST / DUMP).
-    pub fn libraries(&self) -> Vec<LibraryInfo> {
-        let inner = self.inner.lock();
-        let mut out: Vec<LibraryInfo> = inner
-            .libraries
-            .iter()
-            .map(|(name, lib)| info(name, lib))
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        out
     }
 }
 

@@ -8,15 +8,21 @@
 //! Redis checks before a command runs (unknown command, arity, `noscript`,
 //! writes from read-only scripts) and converts replies both ways.
 //!
-//! The VM is `Send + Sync` (mlua's `send` feature): share it behind an `Arc`.
-//! Every entry point takes an internal lock, so scripts run one at a time,
-//! which is what makes them atomic. [`KillHandle`] works without that lock.
+//! The VM is `Send + Sync` (mlua's `send` feature). Every entry point takes
+//! an internal lock, so scripts run one at a time on one VM;
+//! [`KillHandle`] works without that lock. A server has several VMs
+//! ([`Engines`]: one per shard, one for scripts holding every shard) that
+//! share one [`Registry`] of scripts and libraries, so they look like one
+//! engine to clients. Atomicity comes from where a script runs (inside its
+//! shard's batch, or holding every shard), not from the VM's lock.
 
 mod bit;
 mod cjson;
 mod cmsgpack;
 mod convert;
+mod engines;
 mod functions;
+mod registry;
 pub(crate) mod sha1;
 mod shebang;
 mod structlib;
@@ -33,9 +39,11 @@ use bytes::Bytes;
 
 use crate::protocol::reply::Reply;
 
-pub use functions::{FunctionInfo, LibraryInfo};
+pub use engines::{Engines, MemoryStats};
+pub use functions::{FunctionInfo, LibraryEdit, LibraryInfo};
+pub use registry::Registry;
 pub use sha1::sha1_hex;
-pub use vm::{MemoryStats, ScriptVm};
+pub use vm::ScriptVm;
 
 /// The flags a script body declares in its `#!lua flags=...` line, or
 /// `None` without a valid shebang (EVAL's compatibility mode, or a script
@@ -128,7 +136,19 @@ pub(crate) struct KillState {
     /// FUNCTION LOAD is running library code (500 ms limit).
     loading: AtomicBool,
     started: parking_lot::Mutex<Option<Instant>>,
+    /// The running script has run a write command (SCRIPT KILL then
+    /// answers UNKILLABLE).
+    wrote: AtomicBool,
+    /// The running script was stopped by SHUTDOWN: its writes roll back.
+    abort: AtomicBool,
+    /// What runs (FUNCTION STATS): its name, the command that called it,
+    /// and since when.
+    label: parking_lot::Mutex<Option<Running>>,
 }
+
+/// A running script as FUNCTION STATS shows it: its name (sha or function
+/// name), the command that called it, and since when.
+pub type Running = (String, Vec<Bytes>, Instant);
 
 /// Lets another thread see whether a script is running, for how long, and
 /// ask it to stop (SCRIPT KILL / FUNCTION KILL).
@@ -168,5 +188,40 @@ impl KillHandle {
         }
         self.state.kill.store(true, Ordering::Release);
         true
+    }
+
+    /// Whether the running script has run a write command.
+    pub fn wrote(&self) -> bool {
+        self.state.wrote.load(Ordering::Acquire)
+    }
+
+    /// Records that the running script runs a write command.
+    pub fn mark_wrote(&self) {
+        self.state.wrote.store(true, Ordering::Release);
+    }
+
+    /// Stops the running script for SHUTDOWN, whatever it wrote: whoever
+    /// runs it sees [`KillHandle::take_abort`] and rolls its writes back.
+    pub fn abort(&self) {
+        if self.is_running() {
+            self.state.abort.store(true, Ordering::Release);
+            self.kill();
+        }
+    }
+
+    /// Whether the script that ran was stopped by [`KillHandle::abort`]
+    /// (and clears it).
+    pub fn take_abort(&self) -> bool {
+        self.state.abort.swap(false, Ordering::AcqRel)
+    }
+
+    /// Sets or clears what FUNCTION STATS shows as running here.
+    pub fn set_running(&self, running: Option<Running>) {
+        *self.state.label.lock() = running;
+    }
+
+    /// What runs here, as FUNCTION STATS shows it.
+    pub fn running(&self) -> Option<Running> {
+        self.state.label.lock().clone()
     }
 }

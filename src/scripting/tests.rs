@@ -592,16 +592,18 @@ fn load_errors() {
     // SCRIPT LOAD "return 1" -> e0e1f9fabfc9d4800c877a703b823ac0578ff8db
     let sha = vm.load(b"return 1").unwrap();
     assert_eq!(sha, "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
-    assert!(vm.exists("E0E1F9FABFC9D4800C877A703B823AC0578FF8DB"));
-    let flags = vm.flags(&sha).unwrap();
+    assert!(vm
+        .registry()
+        .exists("E0E1F9FABFC9D4800C877A703B823AC0578FF8DB"));
+    let flags = vm.registry().flags(&sha).unwrap();
     assert!(flags.eval_compat && !flags.no_writes);
     let sha2 = vm
         .load(b"#!lua flags=no-writes,allow-oom\nreturn 1")
         .unwrap();
-    let flags = vm.flags(&sha2).unwrap();
+    let flags = vm.registry().flags(&sha2).unwrap();
     assert!(!flags.eval_compat && flags.no_writes && flags.allow_oom && !flags.allow_stale);
     vm.flush();
-    assert!(!vm.exists(&sha));
+    assert!(!vm.registry().exists(&sha));
     // EVALSHA ffffffffffffffffffffffffffffffffffffffff 0
     assert_eq!(
         vm.run(&sha, vec![], vec![], false, &mut FakeHost::default()),

@@ -21,6 +21,7 @@ use mlua::{
 use parking_lot::Mutex;
 
 use super::convert::{self, as_number, fmt_g, reply_to_lua};
+use super::registry::Registry;
 use super::{sha1::sha1_hex, shebang, Host, KillHandle, KillState, ScriptFlags};
 use crate::protocol::reply::Reply;
 
@@ -300,20 +301,27 @@ pub(crate) struct Script {
     flags: ScriptFlags,
 }
 
+/// What this state has compiled, and from which registry state.
 #[derive(Default)]
 pub(crate) struct Inner {
     scripts: HashMap<String, Script>,
+    /// The registry's epoch `scripts` were compiled under.
+    epoch: u64,
     /// FUNCTION libraries by name.
     pub(crate) libraries: HashMap<String, super::functions::Library>,
     /// Function name -> its library's name.
     pub(crate) functions: HashMap<String, String>,
+    /// The registry's generation `libraries` were loaded from.
+    pub(crate) generation: u64,
 }
 
-/// One Lua state, sandboxed as Redis does, with its script cache and
-/// function libraries. Thread-safe; entry points serialize on a lock.
+/// One Lua state, sandboxed as Redis does, compiling scripts and loading
+/// libraries from a [`Registry`] it may share with other states.
+/// Thread-safe; entry points serialize on a lock.
 pub struct ScriptVm {
     pub(crate) lua: Lua,
     pub(crate) inner: Mutex<Inner>,
+    pub(crate) registry: Arc<Registry>,
     pub(crate) run: Arc<Mutex<RunState>>,
     pub(crate) kill: Arc<KillState>,
     /// The real global table, where KEYS and ARGV are set per run.
@@ -323,32 +331,20 @@ pub struct ScriptVm {
     pub(crate) run_function: Function,
     /// Switches global lookups to the FUNCTION LOAD API and back.
     pub(crate) set_loading: Function,
-    /// Figures INFO reads without waiting for a running script.
-    stats: VmStats,
-}
-
-/// INFO's scripting figures, kept current by the engine.
-#[derive(Default)]
-struct VmStats {
+    /// Bytes the state used after its last script or change (INFO reads
+    /// it without waiting for a running script).
     lua_bytes: std::sync::atomic::AtomicUsize,
-    scripts: std::sync::atomic::AtomicUsize,
-    script_bytes: std::sync::atomic::AtomicUsize,
-}
-
-/// What INFO reports of the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MemoryStats {
-    /// Bytes the Lua state uses (`used_memory_lua`).
-    pub lua_bytes: usize,
-    /// Cached scripts (`number_of_cached_scripts`).
-    pub scripts: usize,
-    /// Bytes of their bodies (`used_memory_scripts_eval`).
-    pub script_bytes: usize,
 }
 
 impl ScriptVm {
-    /// A fresh VM with the Redis 7.0 sandbox and libraries.
+    /// A fresh VM with the Redis 7.0 sandbox and libraries, and a registry
+    /// of its own.
     pub fn new() -> mlua::Result<ScriptVm> {
+        ScriptVm::with_registry(Arc::default())
+    }
+
+    /// A fresh VM sharing `registry` (its scripts and libraries) with others.
+    pub fn with_registry(registry: Arc<Registry>) -> mlua::Result<ScriptVm> {
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH,
             LuaOptions::new(),
@@ -424,6 +420,7 @@ impl ScriptVm {
         Ok(ScriptVm {
             lua,
             inner: Mutex::new(Inner::default()),
+            registry,
             run,
             kill,
             globals,
@@ -431,36 +428,50 @@ impl ScriptVm {
             run_script,
             run_function,
             set_loading,
-            stats: VmStats::default(),
+            lua_bytes: Default::default(),
         })
         .inspect(|vm| vm.note_memory())
     }
 
-    /// INFO's figures for the engine, as of the last script or change.
-    pub fn memory_stats(&self) -> MemoryStats {
-        use std::sync::atomic::Ordering::Relaxed;
-        MemoryStats {
-            lua_bytes: self.stats.lua_bytes.load(Relaxed),
-            scripts: self.stats.scripts.load(Relaxed),
-            script_bytes: self.stats.script_bytes.load(Relaxed),
-        }
+    /// The scripts and libraries this state compiles from.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 
-    fn note_memory(&self) {
-        self.stats
-            .lua_bytes
-            .store(self.lua.used_memory(), std::sync::atomic::Ordering::Relaxed);
+    /// Bytes the Lua state uses, as of its last script or change
+    /// (`used_memory_lua`).
+    pub fn lua_bytes(&self) -> usize {
+        self.lua_bytes.load(Ordering::Relaxed)
     }
 
-    /// Parses shebang flags and compiles the body as a function; returns its
-    /// sha1 hex (lowercase) or the exact Redis error reply. Loading a script
-    /// that is already cached only returns its id.
+    pub(crate) fn note_memory(&self) {
+        self.lua_bytes
+            .store(self.lua.used_memory(), Ordering::Relaxed);
+    }
+
+    /// Parses shebang flags and compiles the body as a function, caching it
+    /// in the registry; returns its sha1 hex (lowercase) or the exact Redis
+    /// error reply. Loading a script this state has compiled only returns
+    /// its id.
     pub fn load(&self, body: &[u8]) -> Result<String, Reply> {
         let sha = sha1_hex(body);
         let mut inner = self.inner.lock();
-        if inner.scripts.contains_key(&sha) {
-            return Ok(sha);
+        self.drop_flushed_scripts(&mut inner);
+        if !inner.scripts.contains_key(&sha) {
+            let flags = self.compile_script(&mut inner, &sha, body)?;
+            self.registry.insert_script(&sha, body, flags);
         }
+        Ok(sha)
+    }
+
+    /// Compiles a script into this state (not into the registry: a body
+    /// taken from the registry must not come back after a SCRIPT FLUSH).
+    fn compile_script(
+        &self,
+        inner: &mut Inner,
+        sha: &str,
+        body: &[u8],
+    ) -> Result<ScriptFlags, Reply> {
         let (flags, code) = match shebang::parse(body, false)? {
             Some(s) => (s.flags, &body[s.code_start..]),
             None => (
@@ -474,12 +485,20 @@ impl ScriptVm {
         let func = self
             .compile(code, "@user_script")
             .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
-        inner.scripts.insert(sha.clone(), Script { func, flags });
-        use std::sync::atomic::Ordering::Relaxed;
-        self.stats.scripts.store(inner.scripts.len(), Relaxed);
-        self.stats.script_bytes.fetch_add(body.len(), Relaxed);
+        inner.scripts.insert(sha.to_owned(), Script { func, flags });
         self.note_memory();
-        Ok(sha)
+        Ok(flags)
+    }
+
+    /// Forgets what this state compiled before the last SCRIPT FLUSH.
+    fn drop_flushed_scripts(&self, inner: &mut Inner) {
+        let epoch = self.registry.epoch();
+        if inner.epoch != epoch {
+            inner.scripts.clear();
+            inner.epoch = epoch;
+            let _ = self.lua.gc_collect();
+            self.note_memory();
+        }
     }
 
     /// Compiles `code` as text (never bytecode) under `name`; the error is
@@ -496,29 +515,24 @@ impl ScriptVm {
             })
     }
 
-    /// The flags of a cached script (`eval_compat` when it has no shebang).
-    pub fn flags(&self, sha: &str) -> Option<ScriptFlags> {
-        let sha = sha.to_ascii_lowercase();
-        self.inner.lock().scripts.get(&sha).map(|s| s.flags)
-    }
-
-    /// Whether a script is cached (SCRIPT EXISTS; case-insensitive).
-    pub fn exists(&self, sha: &str) -> bool {
-        let sha = sha.to_ascii_lowercase();
-        self.inner.lock().scripts.contains_key(&sha)
-    }
-
-    /// Drops every cached script (SCRIPT FLUSH).
+    /// SCRIPT FLUSH on this state's registry; this state forgets its
+    /// scripts now, others before they next run one (or now, through
+    /// [`ScriptVm::forget_flushed`]).
     pub fn flush(&self) {
-        self.inner.lock().scripts.clear();
-        self.stats
-            .scripts
-            .store(0, std::sync::atomic::Ordering::Relaxed);
-        self.stats
-            .script_bytes
-            .store(0, std::sync::atomic::Ordering::Relaxed);
-        let _ = self.lua.gc_collect();
-        self.note_memory();
+        self.registry.flush_scripts();
+        self.forget_flushed(true);
+    }
+
+    /// Frees what this state compiled before the last SCRIPT FLUSH: now,
+    /// or, unless `wait`, before its next script when one runs now.
+    pub fn forget_flushed(&self, wait: bool) {
+        let inner = match wait {
+            true => Some(self.inner.lock()),
+            false => self.inner.try_lock(),
+        };
+        if let Some(mut inner) = inner {
+            self.drop_flushed_scripts(&mut inner);
+        }
     }
 
     /// Whether a script or function runs now (asked before every command:
@@ -547,10 +561,17 @@ impl ScriptVm {
         host: &mut dyn Host,
     ) -> Reply {
         let sha = sha.to_ascii_lowercase();
-        let inner = self.inner.lock();
-        let Some(script) = inner.scripts.get(&sha) else {
-            return Reply::Error("NOSCRIPT No matching script. Please use EVAL.".to_owned());
-        };
+        let mut inner = self.inner.lock();
+        self.drop_flushed_scripts(&mut inner);
+        if !inner.scripts.contains_key(&sha) {
+            let Some(cached) = self.registry.script(&sha) else {
+                return Reply::Error("NOSCRIPT No matching script. Please use EVAL.".to_owned());
+            };
+            if let Err(r) = self.compile_script(&mut inner, &sha, &cached.body) {
+                return r;
+            }
+        }
+        let script = &inner.scripts[&sha];
         if ro && !script.flags.eval_compat && !script.flags.no_writes {
             return Reply::err("Can not execute a script with write flag using *_ro command.");
         }
@@ -597,6 +618,7 @@ impl ScriptVm {
             st.error = None;
         }
         self.kill.kill.store(false, Ordering::Release);
+        self.kill.wrote.store(false, Ordering::Release);
         self.kill.is_function.store(is_function, Ordering::Release);
         *self.kill.started.lock() = Some(Instant::now());
         self.kill.running.store(true, Ordering::Release);

@@ -173,3 +173,35 @@ pub fn resp(args: &[&str]) -> Vec<u8> {
     cairn::protocol::encode_command(&mut out, &args);
     out
 }
+
+/// BUSY while a script runs past busy-reply-threshold.
+pub const BUSY: &str =
+    "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";
+
+/// Waits until another client gets BUSY (a script has passed the
+/// threshold).
+pub fn wait_busy(c: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match cmd(&["GET", "probe"]).query::<Value>(c) {
+            Err(e) if error_line(&e) == BUSY => return,
+            _ => {}
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no BUSY reply while a script loops"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SCRIPT KILL answers OK and `running` fails as killed.
+pub fn script_kill(admin: &mut Connection, running: &Pending) {
+    let reply = cmd(&["SCRIPT", "KILL"]).query::<Value>(admin).unwrap();
+    assert_eq!(reply, Value::Okay);
+    let e = running.error();
+    assert!(
+        e.starts_with("ERR Script killed by user with SCRIPT KILL..."),
+        "{e}"
+    );
+}
