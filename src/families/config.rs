@@ -27,6 +27,9 @@ const PROTECTED: u8 = 2;
 const LIVE: u8 = 4 | IMMUTABLE;
 /// A cairn parameter Redis does not have (left out of CONFIG REWRITE).
 const CAIRN: u8 = 8 | LIVE;
+/// One of Redis's hidden debugging parameters: CONFIG GET answers it by
+/// name only, never for a glob (Redis's HIDDEN_CONFIG).
+const HIDDEN: u8 = 16;
 
 /// How a number is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -698,6 +701,21 @@ pub static PARAMS: &[Param] = &[
         Kind::Percentiles,
         "50 99 99.9",
     ),
+    // Redis's hidden parameters, which its own tests set: validated,
+    // stored and returned; cairn's save and import do not slow down for
+    // them.
+    yn("use-exit-on-panic", None, HIDDEN, "no"),
+    num("rdb-key-save-delay", None, HIDDEN, INT_MIN, INT_MAX, "0"),
+    num("key-load-delay", None, HIDDEN, INT_MIN, INT_MAX, "0"),
+    num("watchdog-period", None, HIDDEN, 0, INT_MAX, "0"),
+    num(
+        "loading-process-events-interval-bytes",
+        None,
+        HIDDEN,
+        1024,
+        INT_MAX,
+        "2097152",
+    ),
     // cairn's own.
     p("shards", None, CAIRN, Kind::Str(StrCheck::Any), ""),
     p("durability", None, CAIRN, Kind::Str(StrCheck::Any), ""),
@@ -1241,12 +1259,12 @@ pub fn config_get(s: &Session, patterns: &[Bytes]) -> Action {
             }
             continue;
         }
-        // cairn's own parameters answer only by name, so a glob lists
-        // what Redis lists.
+        // cairn's own and Redis's hidden parameters answer only by name,
+        // so a glob lists what Redis lists.
         for (i, p) in PARAMS
             .iter()
             .enumerate()
-            .filter(|(_, p)| p.flags & CAIRN != CAIRN)
+            .filter(|(_, p)| p.flags & CAIRN != CAIRN && p.flags & HIDDEN == 0)
         {
             for name in std::iter::once(p.name).chain(p.alias) {
                 if crate::util::glob::string_match(pat, name.as_bytes(), true) {
