@@ -66,11 +66,7 @@ pub fn acl(s: &mut Session, a: Args) -> Action {
         "log" if n == 2 || n == 3 => log(s, &a),
         "dryrun" if n >= 4 => dryrun(s, &a),
         "help" if n == 2 => super::help_reply(HELP).into(),
-        _ => Reply::err(format!(
-            "unknown subcommand or wrong number of arguments for '{}'. Try ACL HELP.",
-            String::from_utf8_lossy(a.get(1))
-        ))
-        .into(),
+        _ => super::subcommand_syntax(&a).into(),
     }
 }
 

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use super::{list, zset};
 use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
-use crate::net::unblock::{Unblock, Unblocker, Woke};
+use crate::net::unblock::Unblocker;
 use crate::protocol::Reply;
 use crate::shard::blocking::{serves, Handoff, Stage, Waiter};
 use crate::shard::ShardSet;
@@ -121,10 +121,8 @@ fn block(
             if served {
                 return finish(handed_over(&mut rx).await);
             }
-            let ended = match unblocker.wait(&guard.waiter.notify, deadline).await {
-                Woke::Notified => continue,
-                Woke::TimedOut => Unblock::Timeout,
-                Woke::Unblocked(how) => how,
+            let Some(ended) = unblocker.wait(&guard.waiter.notify, deadline).await else {
+                continue;
             };
             let served = {
                 let mut stage = guard.waiter.stage.lock();

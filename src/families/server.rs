@@ -504,21 +504,11 @@ pub fn client(s: &mut Session, a: Args) -> Action {
     }
 }
 
-/// Redis's reply to a subcommand given too many arguments, naming it as
-/// typed.
-fn subcommand_syntax_error(sub: &[u8], container: &str) -> Action {
-    Reply::err(format!(
-        "unknown subcommand or wrong number of arguments for '{}'. Try {container} HELP.",
-        String::from_utf8_lossy(sub)
-    ))
-    .into()
-}
-
 /// CLIENT PAUSE timeout [WRITE|ALL]: holds every client's commands (or
 /// those that may write) for `timeout` milliseconds; see `shard::pause`.
 fn client_pause(s: &Session, a: &Args) -> Action {
     if a.len() > 4 {
-        return subcommand_syntax_error(a.get(1), "CLIENT");
+        return super::subcommand_syntax(a).into();
     }
     let Some(ms) = crate::util::num::parse_i64(a.get(2)) else {
         return Reply::err("timeout is not an integer or out of range").into();
@@ -551,7 +541,7 @@ fn client_pause(s: &Session, a: &Args) -> Action {
 /// blocked in a command and now is not.
 fn client_unblock(s: &Session, a: &Args) -> Action {
     if a.len() > 4 {
-        return subcommand_syntax_error(a.get(1), "CLIENT");
+        return super::subcommand_syntax(a).into();
     }
     let how = match a.from(3).first() {
         None => Unblock::Timeout,

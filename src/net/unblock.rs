@@ -63,23 +63,12 @@ impl Unblocker {
             Err(_) => std::future::pending().await,
         }
     }
-}
 
-/// How a blocked command's wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Woke {
-    /// The keys' notification came: try again.
-    Notified,
-    /// The command's timeout passed.
-    TimedOut,
-    /// CLIENT UNBLOCK ended the wait.
-    Unblocked(Unblock),
-}
-
-impl Unblocker {
-    /// Waits for `notify`, until `deadline` (`None`: no timeout), or until
-    /// CLIENT UNBLOCK. A deadline already past times out at once.
-    pub async fn wait(&mut self, notify: &Notify, deadline: Option<Instant>) -> Woke {
+    /// Waits for `notify` (`None`: woken, try again), until `deadline`
+    /// (`None`: no timeout), or until CLIENT UNBLOCK: how the wait ended,
+    /// a timeout being the same as `UNBLOCK ... TIMEOUT`. A deadline
+    /// already past times out at once.
+    pub async fn wait(&mut self, notify: &Notify, deadline: Option<Instant>) -> Option<Unblock> {
         let woken = notify.notified();
         let timeout = async {
             match deadline {
@@ -92,9 +81,9 @@ impl Unblocker {
             // A pending notification wins over the timeout, as it would
             // have in `tokio::time::timeout`.
             biased;
-            _ = woken => Woke::Notified,
-            how = self.requested() => Woke::Unblocked(how),
-            _ = timeout => Woke::TimedOut,
+            _ = woken => None,
+            how = self.requested() => Some(how),
+            _ = timeout => Some(Unblock::Timeout),
         }
     }
 }

@@ -19,7 +19,7 @@ use super::{entries_reply, entry_reply, store};
 use crate::command::args::{error, int, is, Args, SYNTAX};
 use crate::families::{coordinated, on_views, settle, Fail};
 use crate::net::session::{Action, Session};
-use crate::net::unblock::{Unblocker, Woke};
+use crate::net::unblock::Unblocker;
 use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::shard::ShardSet;
@@ -198,16 +198,6 @@ fn blocked_count(count: usize) -> usize {
     }
 }
 
-/// The reply of a blocked read whose wait ended without new entries (its
-/// timeout, or CLIENT UNBLOCK); `None` when woken to read again.
-fn ended(woke: Woke) -> Option<Reply> {
-    match woke {
-        Woke::Notified => None,
-        Woke::TimedOut => Some(Reply::NilArray),
-        Woke::Unblocked(how) => Some(how.reply(Reply::NilArray)),
-    }
-}
-
 fn deadline_of(block_ms: u64) -> Option<Instant> {
     // BLOCK 0 waits forever, and so does a deadline past the clock's range.
     (block_ms > 0)
@@ -263,8 +253,9 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
         let deadline = deadline_of(block_ms);
         let count = blocked_count(args.count);
         loop {
-            if let Some(r) = ended(unblocker.wait(&guard.waiter.notify, deadline).await) {
-                return r;
+            // Its timeout, or CLIENT UNBLOCK.
+            if let Some(how) = unblocker.wait(&guard.waiter.notify, deadline).await {
+                return how.reply(Reply::NilArray);
             }
             let again = on_views(&server, db, &args.keys, |r, ks| {
                 // Once blocked, a key of another type is just not ready.
@@ -533,8 +524,9 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
         let deadline = deadline_of(block_ms);
         let count = blocked_count(req.count);
         loop {
-            if let Some(r) = ended(unblocker.wait(&guard.waiter.notify, deadline).await) {
-                return r;
+            // Its timeout, or CLIENT UNBLOCK.
+            if let Some(how) = unblocker.wait(&guard.waiter.notify, deadline).await {
+                return how.reply(Reply::NilArray);
             }
             let r = crate::families::blocking::run(
                 &shards,
