@@ -490,31 +490,37 @@ fn reload_under_load_loses_nothing() {
     }
 }
 
-/// This host's address on its way out (no packet is sent), if it has one
-/// besides loopback.
-fn outward_address() -> Option<std::net::IpAddr> {
-    let probe = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
-    probe.connect("192.0.2.1:9").ok()?;
-    let ip = probe.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
-}
-
+/// `local` is Redis's islocalClient: exactly 127.0.0.1 (or ::1). A client
+/// connecting from 127.0.0.2, still over loopback, is not local.
 #[test]
 fn local_refuses_clients_from_other_addresses() {
-    let Some(ip) = outward_address() else {
-        eprintln!("no non-loopback address here: only loopback checked");
-        return;
-    };
-    let s = TestServer::start_with(|cfg| {
-        cfg.bind = "0.0.0.0".into();
-        cfg.redis
-            .insert("enable-debug-command".into(), "local".into());
-    });
-    let mut remote = redis::Client::open(format!("redis://{ip}:{}/", s.port))
-        .unwrap()
-        .get_connection()
+    use std::io::{Read, Write};
+    let s = with_debug("local");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
         .unwrap();
-    assert_eq!(err(&mut remote, &["DEBUG", "SLEEP", "0"]), NOT_ALLOWED);
+    let mut remote = rt
+        .block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.2:0".parse().unwrap())?;
+            socket
+                .connect(format!("127.0.0.1:{}", s.port).parse().unwrap())
+                .await?
+                .into_std()
+        })
+        .unwrap();
+    remote.set_nonblocking(false).unwrap();
+    remote
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    remote
+        .write_all(b"*3\r\n$5\r\nDEBUG\r\n$5\r\nSLEEP\r\n$1\r\n0\r\n")
+        .unwrap();
+    let want = format!("-{NOT_ALLOWED}\r\n");
+    let mut got = vec![0u8; want.len()];
+    remote.read_exact(&mut got).unwrap();
+    assert_eq!(String::from_utf8_lossy(&got), want);
     let mut local = s.client();
     ok(&mut local, &["DEBUG", "SLEEP", "0"]);
 }

@@ -1288,10 +1288,11 @@ fn protected_allowed(s: &Session, vals: &Values) -> bool {
 pub fn allowed_to(s: &Session, setting: &str) -> bool {
     match setting {
         "yes" => true,
-        "local" => {
-            let addr = &s.entry.addr;
-            addr.starts_with("127.") || addr.starts_with("[::1]") || addr.starts_with("::1")
-        }
+        // Redis's islocalClient: the peer is exactly 127.0.0.1 or ::1
+        // (other 127/8 addresses are not local to it).
+        "local" => s.entry.addr.parse::<std::net::SocketAddr>().is_ok_and(|a| {
+            a.ip() == std::net::Ipv4Addr::LOCALHOST || a.ip() == std::net::Ipv6Addr::LOCALHOST
+        }),
         _ => false,
     }
 }
