@@ -60,6 +60,9 @@ pub struct Config {
     pub durability: Durability,
     /// redb cache per shard in MiB.
     pub cache_mb: usize,
+    /// Write buffers per shard in MiB (rows committed but not yet in the
+    /// redb file); writers slow down as they fill.
+    pub write_buffer_mb: usize,
     /// Ops per write transaction at most.
     pub max_batch: usize,
     /// Default log level.
@@ -260,6 +263,11 @@ impl Config {
         }
         if self.cache_mb == 0 {
             return Err(ConfigError::Bounds("cache_mb must be at least 1".into()));
+        }
+        if self.write_buffer_mb == 0 {
+            return Err(ConfigError::Bounds(
+                "write_buffer_mb must be at least 1".into(),
+            ));
         }
         crate::families::config::initial_values(self).map_err(ConfigError::Bounds)?;
         Ok(())

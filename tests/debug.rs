@@ -345,7 +345,7 @@ fn reload_reopens_every_shard_and_keeps_every_type_and_ttl() {
             .shards
             .shards()
             .iter()
-            .map(|sh| Arc::as_ptr(&sh.db().unwrap()) as usize)
+            .map(|sh| Arc::as_ptr(&sh.store().unwrap()) as usize)
             .collect()
     };
     let opened = files(&s);

@@ -496,16 +496,8 @@ pub(crate) mod tests {
             .create(dir.path().join("s.redb"))
             .unwrap();
         init_file(&db).unwrap();
-        let mut state = ShardState::load(&db).unwrap();
-        let txn = db.begin_write().unwrap();
-        let out;
-        {
-            let mut w = WriteCtx::open(&txn, 1, &mut state).unwrap();
-            out = f(&mut w);
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
-        out
+        let mut state = ShardState::of_file(&db);
+        crate::storage::tables::commit_direct(&db, &mut state, 1, f)
     }
 
     /// Sizes follow adds and removes; an emptied collection deletes its key;

@@ -320,9 +320,22 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
             } else {
                 ops as f64 / batches as f64
             };
+            // Rows before the counters: the reaper counts what it removes
+            // before its slice becomes visible, so rows seen gone are
+            // counted here.
+            let (sub_rows, zscore_rows, gc_pending) = (
+                rows(crate::storage::Table::Sub),
+                rows(crate::storage::Table::ZScore),
+                rows(crate::storage::Table::Gc),
+            );
+            let buffered: usize = shards
+                .iter()
+                .filter_map(|sh| sh.store().ok())
+                .map(|st| st.buffered_bytes())
+                .sum();
             let _ = write!(
                 out,
-                "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{}\r\nzscore_rows:{}\r\ngc_pending:{}\r\n",
+                "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\n",
                 shards.len(),
                 srv.shards.durability.name(),
                 super::memory::disk_bytes(srv),
@@ -334,9 +347,6 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 sum(|s| s.expired_keys.load(Relaxed)),
                 sum(|s| s.gc_rows.load(Relaxed)),
                 sum(|s| s.gc_versions.load(Relaxed)),
-                rows(crate::storage::Table::Sub),
-                rows(crate::storage::Table::ZScore),
-                rows(crate::storage::Table::Gc),
             );
         }
         _ => {}

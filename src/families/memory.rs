@@ -119,8 +119,8 @@ pub fn overhead(server: &Server, u: &Usage) -> Overhead {
     }
 }
 
-/// Bytes of the data directory's files: the shards' redb files and their
-/// journals.
+/// Bytes of the data directory's files: the shards' redb files, their
+/// logs and the coordination log.
 pub fn disk_bytes(server: &Server) -> u64 {
     std::fs::read_dir(&server.config.dir)
         .map(|dir| {

@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::protocol::Reply;
 use crate::storage::keyspace::{self, ReapStats};
 use crate::storage::tables::Wakeups;
-use crate::storage::{ShardState, StoreError, Table, WriteCtx};
+use crate::storage::{KvRead, ReadCtx, RowOp, ShardState, StoreError, Table, WriteCtx};
 
 /// Keys the reaper may expire in one slice.
 const REAP_KEYS_PER_TICK: usize = 500;
@@ -121,31 +121,18 @@ impl ShardActor {
         }
     }
 
-    fn begin(&mut self) -> Result<redb::WriteTransaction, StoreError> {
-        self.begin_with(if self.durability == Durability::Always {
-            redb::Durability::Immediate
-        } else {
-            redb::Durability::None
-        })
+    /// The shard's latest state, which a transaction's writes overlay.
+    fn base(&self) -> Result<ReadCtx, StoreError> {
+        self.shared.store()?.latest(now_ms())
     }
 
-    fn begin_with(
-        &self,
-        durability: redb::Durability,
-    ) -> Result<redb::WriteTransaction, StoreError> {
-        let mut txn = self.shared.db()?.begin_write()?;
-        txn.set_durability(durability)
-            .map_err(|e| StoreError::Internal(e.to_string()))?;
-        Ok(txn)
-    }
-
-    /// Commits `txn`: a commit of this shard alone, which needs no commit
-    /// lock (that is for multi-shard commits: see `serve_lock`), so
-    /// readers never wait for its fsync.
-    fn commit(&mut self, txn: redb::WriteTransaction) -> Result<(), StoreError> {
+    /// Commits a transaction's changes: a commit of this shard alone,
+    /// which needs no commit lock (that is for multi-shard commits: see
+    /// `serve_lock`), so readers never wait for its fsync.
+    fn commit(&mut self, ops: Vec<RowOp>) -> Result<(), StoreError> {
         let started = Instant::now();
-        txn.commit()?;
         let fsynced = self.durability == Durability::Always;
+        self.shared.store()?.commit(ops, fsynced)?;
         self.shared.latency.commit_took(fsynced, started);
         self.note_commit();
         Ok(())
@@ -200,11 +187,11 @@ impl ShardActor {
         Vec<(Reply, tokio::sync::oneshot::Sender<Reply>)>,
         (StoreError, Vec<tokio::sync::oneshot::Sender<Reply>>),
     > {
-        let txn = match self.begin() {
-            Ok(t) => t,
+        let base = match self.base() {
+            Ok(b) => b,
             Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
         };
-        let now = now_ms();
+        let now = base.now_ms();
         let mut out = Vec::with_capacity(batch.len());
         let mut failure = None;
         let signals;
@@ -212,11 +199,9 @@ impl ShardActor {
         let mut seen = 0;
         let mut served = Vec::new();
         let shared = self.shared.clone();
+        let mut ops = Vec::new();
         {
-            let mut ctx = match WriteCtx::open(&txn, now, &mut self.state) {
-                Ok(c) => c,
-                Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
-            };
+            let mut ctx = WriteCtx::open(&base, now, &mut self.state);
             ctx.observer = shared.observer();
             ctx.notify_flags = shared.hub.notify_flags();
             ctx.tracked = shared.tracking();
@@ -244,17 +229,16 @@ impl ShardActor {
             }
             signals = ctx.take_wakeups();
             if failure.is_none() {
-                if let Err(e) = ctx.finish() {
-                    failure = Some(e);
+                match ctx.finish() {
+                    Ok(o) => ops = o,
+                    Err(e) => failure = Some(e),
                 }
             }
         }
+        drop(base);
         let result = match failure {
-            None => self.commit(txn),
-            Some(e) => {
-                let _ = txn.abort();
-                Err(e)
-            }
+            None => self.commit(ops),
+            Some(e) => Err(e),
         };
         if result.is_ok() {
             for (w, r) in served {
@@ -309,7 +293,7 @@ impl ShardActor {
     /// After an aborted transaction the in-memory counters may be ahead of
     /// the file; reread them.
     fn reload_state(&mut self) {
-        match self.shared.db().and_then(|db| ShardState::load(&db)) {
+        match self.base().and_then(|base| ShardState::load(&base)) {
             Ok(s) => self.state = s,
             Err(e) => {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot reload shard state")
@@ -324,13 +308,9 @@ impl ShardActor {
             .sync()
             .map_err(|e| StoreError::Internal(format!("coordination log: {e}")))?;
         let started = Instant::now();
-        let mut txn = self.shared.db()?.begin_write()?;
-        txn.set_durability(redb::Durability::Immediate)
-            .map_err(|e| StoreError::Internal(e.to_string()))?;
-        txn.commit()?;
+        self.shared.store()?.sync()?;
         use crate::families::latency::SHARD_SYNC;
         self.shared.latency.observe_since(SHARD_SYNC, started);
-        self.shared.committed();
         self.shared.stats.durable_now();
         self.intent.durable(self.shared.id, self.last_round);
         self.unsynced = false;
@@ -355,11 +335,12 @@ impl ShardActor {
         if self.shared.switches.cron_paused.load(Relaxed) {
             return Ok(());
         }
-        let txn = self.begin()?;
+        let base = self.base()?;
         let mut stats = ReapStats::default();
         let wakeups;
+        let ops;
         {
-            let mut ctx = WriteCtx::open(&txn, now_ms(), &mut self.state)?;
+            let mut ctx = WriteCtx::open(&base, base.now_ms(), &mut self.state);
             ctx.observer = self.shared.observer();
             ctx.notify_flags = self.shared.hub.notify_flags();
             ctx.tracked = self.shared.tracking();
@@ -374,20 +355,22 @@ impl ShardActor {
             keyspace::collect_garbage(&mut ctx, GC_ROWS_PER_TICK, &mut stats)?;
             // Expired streams wake their blocked group readers.
             wakeups = ctx.take_wakeups();
-            ctx.finish()?;
+            ops = ctx.finish()?;
         }
+        drop(base);
         let shared = self.shared.clone();
         let s = &shared.stats;
         s.reaper_ticks.fetch_add(1, Relaxed);
         if stats.expired == 0 && stats.gc_rows == 0 && stats.gc_versions == 0 {
-            txn.abort()?;
             return Ok(());
         }
-        self.commit(txn)?;
-        self.wake(wakeups);
+        // Counted before the commit makes the slice visible: whoever sees
+        // the rows gone (a test polling INFO) sees them counted.
         s.expired_keys.fetch_add(stats.expired, Relaxed);
         s.gc_rows.fetch_add(stats.gc_rows, Relaxed);
         s.gc_versions.fetch_add(stats.gc_versions, Relaxed);
+        self.commit(ops)?;
+        self.wake(wakeups);
         Ok(())
     }
 
@@ -420,26 +403,18 @@ impl ShardActor {
                 return;
             }
         }
-        // The round's record is its durability: the commit needs no fsync.
-        let txn = match self.begin_with(redb::Durability::None) {
-            Ok(t) => t,
+        let base = match self.base() {
+            Ok(b) => b,
             Err(e) => {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
                 return; // the coordinator sees the step channel closed and fails
             }
         };
         let shared = self.shared.clone();
-        let mut ctx = match WriteCtx::open(&txn, now_ms(), &mut self.state) {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(shard = shared.id, error = %e, "cannot lock shard");
-                return;
-            }
-        };
+        let mut ctx = WriteCtx::open(&base, base.now_ms(), &mut self.state);
         ctx.observer = shared.observer();
         ctx.notify_flags = shared.hub.notify_flags();
         ctx.tracked = shared.tracking();
-        ctx.capture = Some(Vec::new());
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.
         let mut step_failed = false;
@@ -464,7 +439,7 @@ impl ShardActor {
         };
         let Some((barrier, failed, round, done)) = outcome else {
             drop(ctx);
-            let _ = txn.abort();
+            drop(base);
             self.reload_state();
             return;
         };
@@ -483,11 +458,12 @@ impl ShardActor {
                 super::intent::COORD_ROW,
                 &round.txid.to_be_bytes(),
             )
-            .and_then(|()| ctx.finish_captured());
+            .and_then(|()| ctx.finish());
+        drop(base);
         let finished = match finished {
             Ok(ops) => {
-                round.parts.lock().push((shared.id, ops));
-                Ok(())
+                round.parts.lock().push((shared.id, ops.clone()));
+                Ok(ops)
             }
             Err(e) => Err(e),
         };
@@ -509,11 +485,12 @@ impl ShardActor {
             }
         }
         barrier.wait();
+        // The round's record is its durability: the log append needs no
+        // fsync of its own.
         let result = if failed.load(std::sync::atomic::Ordering::SeqCst) {
-            let _ = txn.abort();
             finished.and(Err(StoreError::Internal("round aborted".into())))
         } else {
-            finished.and_then(|()| txn.commit().map_err(StoreError::from))
+            finished.and_then(|ops| shared.store()?.commit(ops, false))
         };
         // Counted before the lock goes, so that a reader let in by the
         // release opens a new snapshot rather than reusing an older one.

@@ -31,7 +31,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::storage::{RowOp, Table};
+use crate::storage::rowops::{self, Cursor};
+use crate::storage::RowOp;
 
 /// First bytes of every record.
 const MAGIC: u32 = 0x636f_6f72;
@@ -183,42 +184,12 @@ impl IntentLog {
 /// The key of the `sys` row that holds a shard's last round.
 pub const COORD_ROW: &[u8] = b"coord_txid";
 
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_be_bytes());
-    out.extend_from_slice(b);
-}
-
 fn encode(txid: u64, parts: &Parts) -> Vec<u8> {
     let mut body = Vec::new();
     body.extend_from_slice(&(parts.len() as u16).to_be_bytes());
     for (shard, ops) in parts {
         body.extend_from_slice(&(*shard as u16).to_be_bytes());
-        body.extend_from_slice(&(ops.len() as u32).to_be_bytes());
-        for op in ops {
-            match op {
-                RowOp::Put(t, k, v) => {
-                    body.extend_from_slice(&[0, *t as u8]);
-                    put_bytes(&mut body, k);
-                    put_bytes(&mut body, v);
-                }
-                RowOp::Del(t, k) => {
-                    body.extend_from_slice(&[1, *t as u8]);
-                    put_bytes(&mut body, k);
-                }
-                RowOp::Clear(t) => body.extend_from_slice(&[2, *t as u8]),
-                RowOp::DelRange(t, start, end) => {
-                    body.extend_from_slice(&[3, *t as u8]);
-                    put_bytes(&mut body, start);
-                    match end {
-                        Some(e) => {
-                            body.push(1);
-                            put_bytes(&mut body, e);
-                        }
-                        None => body.push(0),
-                    }
-                }
-            }
-        }
+        rowops::encode(ops, &mut body);
     }
     let mut out = Vec::with_capacity(HEADER + body.len());
     out.extend_from_slice(&MAGIC.to_be_bytes());
@@ -229,65 +200,13 @@ fn encode(txid: u64, parts: &Parts) -> Vec<u8> {
     out
 }
 
-/// A cursor over a record body; every read is bounds-checked, so a body
-/// whose CRC matched but whose layout is wrong decodes to `None`.
-struct Cursor<'a>(&'a [u8]);
-
-impl<'a> Cursor<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        self.take(1).map(|b| b[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        self.take(2).map(|b| u16::from_be_bytes([b[0], b[1]]))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        self.take(4)
-            .map(|b| u32::from_be_bytes(b.try_into().unwrap()))
-    }
-    fn bytes(&mut self) -> Option<Vec<u8>> {
-        let n = self.u32()? as usize;
-        self.take(n).map(<[u8]>::to_vec)
-    }
-    fn table(&mut self) -> Option<Table> {
-        Table::from_code(self.u8()?)
-    }
-}
-
 fn decode_body(body: &[u8]) -> Option<Parts> {
     let mut c = Cursor(body);
     let n = c.u16()?;
     let mut parts = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let shard = c.u16()? as usize;
-        let count = c.u32()?;
-        let mut ops = Vec::new();
-        for _ in 0..count {
-            let op = match c.u8()? {
-                0 => RowOp::Put(c.table()?, c.bytes()?, c.bytes()?),
-                1 => RowOp::Del(c.table()?, c.bytes()?),
-                2 => RowOp::Clear(c.table()?),
-                3 => {
-                    let t = c.table()?;
-                    let start = c.bytes()?;
-                    let end = match c.u8()? {
-                        0 => None,
-                        _ => Some(c.bytes()?),
-                    };
-                    RowOp::DelRange(t, start, end)
-                }
-                _ => return None,
-            };
-            ops.push(op);
-        }
-        parts.push((shard, ops));
+        parts.push((shard, c.ops()?));
     }
     c.0.is_empty().then_some(parts)
 }
@@ -323,6 +242,7 @@ fn decode_all(bytes: &[u8]) -> Vec<Record> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::Table;
 
     fn parts() -> Parts {
         vec![

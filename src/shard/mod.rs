@@ -35,11 +35,9 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redb::Database;
-
 use crate::protocol::Reply;
 use crate::storage::tables::{DbCounts, DATABASES, NAMESPACES};
-use crate::storage::{ReadCtx, StoreError, WriteCtx};
+use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 
 pub use set::ShardSet;
 
@@ -116,13 +114,13 @@ const REOPEN_WAIT: Duration = Duration::from_secs(10);
 pub struct ShardShared {
     /// Shard index.
     pub id: usize,
-    /// The shard's file: `None` only while DEBUG RELOAD reopens it (or
+    /// The shard's storage: `None` only while DEBUG RELOAD reopens it (or
     /// after a reopen failed). Every snapshot holds a reference, so the
     /// reopen can tell when no reader is left on the old file.
-    db: parking_lot::RwLock<Option<Arc<Database>>>,
-    /// Where the file is, and its cache size, to reopen it.
+    store: parking_lot::RwLock<Option<Arc<Store>>>,
+    /// Where the file is and how it is opened, to reopen it.
     path: PathBuf,
-    cache_bytes: usize,
+    options: set::StoreOptions,
     /// DEBUG's switches (shared by every shard).
     pub switches: Arc<DebugSwitches>,
     /// Held for writing while commits become visible, for reading while a
@@ -151,7 +149,7 @@ pub struct ShardShared {
 impl ShardShared {
     fn new(
         id: usize,
-        (db, path, cache_bytes): (Database, PathBuf, usize),
+        (store, path, options): (Arc<Store>, PathBuf, set::StoreOptions),
         switches: Arc<DebugSwitches>,
         blocked: Arc<blocking::BlockRegistry>,
         hub: Arc<crate::pubsub::Hub>,
@@ -163,9 +161,9 @@ impl ShardShared {
             latency,
             pause,
             id,
-            db: parking_lot::RwLock::new(Some(Arc::new(db))),
+            store: parking_lot::RwLock::new(Some(store)),
             path,
-            cache_bytes,
+            options,
             switches,
             commit_lock: parking_lot::RwLock::new(()),
             stats: ShardStats::default(),
@@ -226,9 +224,9 @@ impl ShardShared {
         self.hub.tracking.active().then(Default::default)
     }
 
-    /// The shard's file.
-    pub fn db(&self) -> Result<Arc<Database>, StoreError> {
-        self.db
+    /// The shard's storage.
+    pub fn store(&self) -> Result<Arc<Store>, StoreError> {
+        self.store
             .read()
             .clone()
             .ok_or_else(|| StoreError::Internal(format!("shard {} has no open file", self.id)))
@@ -236,7 +234,7 @@ impl ShardShared {
 
     /// Opens a fresh snapshot of this shard.
     pub fn snapshot(&self) -> Result<ReadCtx, StoreError> {
-        ReadCtx::begin_held(self.db()?, now_ms())
+        self.store()?.snapshot(now_ms())
     }
 
     /// Closes the file and opens it again, once no snapshot holds it (DEBUG
@@ -249,14 +247,15 @@ impl ShardShared {
         drop(self.snapshot_cache.lock().take());
         let deadline = Instant::now() + REOPEN_WAIT;
         loop {
-            let mut slot = self.db.write();
-            let idle = slot.as_ref().is_none_or(|db| Arc::strong_count(db) == 1);
+            let mut slot = self.store.write();
+            let idle = slot.as_ref().is_none_or(|s| Arc::strong_count(s) == 1);
             if idle {
-                // The last reference: dropping it closes the file.
+                // The last reference: dropping it closes the file (the
+                // background writer empties its buffers first).
                 drop(slot.take());
-                let db = set::open_file(&self.path, self.cache_bytes)?;
-                let state = crate::storage::ShardState::load(&db)?;
-                *slot = Some(Arc::new(db));
+                let store = set::open_store(&self.path, &self.options)?;
+                let state = crate::storage::ShardState::load(&store.latest(0)?)?;
+                *slot = Some(store);
                 return Ok(state);
             }
             drop(slot);
@@ -294,7 +293,7 @@ impl ShardShared {
         let snap = match &*cache {
             Some((g, snap)) if *g == generation => snap.clone(),
             _ => {
-                let snap = Arc::new(ReadCtx::begin_held(self.db()?, 0)?);
+                let snap = Arc::new(self.store()?.snapshot(0)?);
                 *cache = Some((generation, snap.clone()));
                 snap
             }

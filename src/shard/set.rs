@@ -13,8 +13,7 @@ use crate::cluster;
 use crate::config::{Config, Durability};
 use crate::protocol::Reply;
 use crate::storage::journal::JournalBackend;
-use crate::storage::tables::init_file;
-use crate::storage::{ReadCtx, ShardState, StoreError};
+use crate::storage::{ReadCtx, ShardState, Store, StoreError};
 
 /// Why the shards could not start.
 #[derive(Debug, thiserror::Error)]
@@ -77,15 +76,45 @@ pub struct ShardSet {
     pub switches: Arc<super::DebugSwitches>,
 }
 
-/// Opens (creating if needed) a shard file with its journal, ready for
-/// use: at start, and when DEBUG RELOAD reopens it.
-pub(super) fn open_file(path: &Path, cache_bytes: usize) -> Result<redb::Database, StoreError> {
+/// How a shard's storage is opened.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// redb's page cache, in bytes.
+    pub cache_bytes: usize,
+    /// Write buffer limits.
+    pub limits: crate::storage::store::Limits,
+}
+
+/// Opens (creating if needed) a shard's storage, its log put into its
+/// tables: at start, and when DEBUG RELOAD reopens it.
+pub(super) fn open_store(path: &Path, options: &StoreOptions) -> Result<Arc<Store>, StoreError> {
+    Store::open(
+        path,
+        |path| {
+            replay_old_journal(path)?;
+            Ok(redb::Database::builder()
+                .set_cache_size(options.cache_bytes)
+                .create(path)?)
+        },
+        options.limits,
+    )
+}
+
+/// Builds before the shard log made each batch a redb commit and kept a
+/// page journal beside the file (`storage::journal`) to make those commits
+/// cheap. A journal such a build left (after a crash, it may hold commits
+/// the file lacks) is replayed into the file once, by opening and closing
+/// the file through it, and then removed: the log has taken over its job.
+fn replay_old_journal(path: &Path) -> Result<(), StoreError> {
+    let journal = crate::storage::journal::journal_path(path);
+    if !journal.exists() {
+        return Ok(());
+    }
     let backend = JournalBackend::open(path).map_err(redb::Error::Io)?;
-    let db = redb::Database::builder()
-        .set_cache_size(cache_bytes)
-        .create_with_backend(backend)?;
-    init_file(&db)?;
-    Ok(db)
+    drop(redb::Database::builder().create_with_backend(backend)?);
+    std::fs::remove_file(&journal).map_err(redb::Error::Io)?;
+    tracing::info!(file = %path.display(), "replayed and removed the page journal of an older build");
+    Ok(())
 }
 
 impl ShardSet {
@@ -117,11 +146,16 @@ impl ShardSet {
         let hub = Arc::new(crate::pubsub::Hub::default());
         let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
         let pause = Arc::new(super::pause::Pause::default());
-        let cache_bytes = cfg.cache_mb * 1024 * 1024;
+        let options = StoreOptions {
+            cache_bytes: cfg.cache_mb * 1024 * 1024,
+            limits: crate::storage::store::Limits {
+                cap: cfg.write_buffer_mb * 1024 * 1024,
+            },
+        };
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
             let path = dir.join(format!("shard-{i}.redb"));
-            let db = open_file(&path, cache_bytes).map_err(|source| OpenError::Open {
+            let db = open_store(&path, &options).map_err(|source| OpenError::Open {
                 path: path.clone(),
                 source,
             })?;
@@ -133,14 +167,14 @@ impl ShardSet {
         let mut shared = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
         let switches = Arc::new(super::DebugSwitches::default());
-        for (i, (path, db)) in dbs.into_iter().enumerate() {
-            let state = match ShardState::load(&db) {
+        for (i, (path, store)) in dbs.into_iter().enumerate() {
+            let state = match store.latest(0).and_then(|base| ShardState::load(&base)) {
                 Ok(s) => s,
                 Err(source) => return Err(OpenError::Open { path, source }),
             };
             shared.push(Arc::new(ShardShared::new(
                 i,
-                (db, path, cache_bytes),
+                (store, path, options.clone()),
                 switches.clone(),
                 blocked.clone(),
                 hub.clone(),
@@ -262,7 +296,7 @@ impl ShardSet {
         let now = super::now_ms();
         Some(
             ids.iter()
-                .map(|&id| ReadCtx::begin_held(self.shared[id].db()?, now))
+                .map(|&id| self.shared[id].store()?.snapshot(now))
                 .collect(),
         )
     }
@@ -313,7 +347,7 @@ impl ShardSet {
 /// then cleared.
 fn recover(
     dir: &Path,
-    dbs: &[(PathBuf, redb::Database)],
+    dbs: &[(PathBuf, Arc<Store>)],
 ) -> Result<super::intent::IntentLog, OpenError> {
     use super::intent::{IntentLog, COORD_ROW};
     use crate::storage::tables::{apply_row_ops, read_sys_u64};
@@ -323,7 +357,7 @@ fn recover(
     };
     let mut last = Vec::with_capacity(dbs.len());
     for (path, db) in dbs {
-        last.push(read_sys_u64(db, COORD_ROW).map_err(|e| open_err(path, e))?);
+        last.push(read_sys_u64(db.db(), COORD_ROW).map_err(|e| open_err(path, e))?);
     }
     let dir_err = |source| OpenError::Dir {
         dir: dir.to_path_buf(),
@@ -341,7 +375,7 @@ fn recover(
                 continue;
             }
             let apply = || -> Result<(), StoreError> {
-                let txn = db.begin_write()?;
+                let txn = db.db().begin_write()?;
                 apply_row_ops(&txn, ops)?;
                 txn.commit()?;
                 Ok(())
@@ -382,11 +416,14 @@ mod tests {
     use crate::storage::tables::{apply_row_ops, read_sys_u64};
     use crate::storage::{KvRead, RowOp, Table};
 
-    fn shard_file(dir: &Path, i: usize) -> (PathBuf, redb::Database) {
+    fn shard_file(dir: &Path, i: usize) -> (PathBuf, Arc<Store>) {
         let path = dir.join(format!("shard-{i}.redb"));
-        let db = redb::Database::create(&path).unwrap();
-        init_file(&db).unwrap();
-        (path, db)
+        let options = StoreOptions {
+            cache_bytes: 1 << 20,
+            limits: crate::storage::store::Limits { cap: 1 << 20 },
+        };
+        let store = open_store(&path, &options).unwrap();
+        (path, store)
     }
 
     fn commit(db: &redb::Database, ops: &[RowOp]) {
@@ -422,8 +459,8 @@ mod tests {
         )
         .unwrap();
         drop(log);
-        commit(&dbs[0].1, &round(b"r1", b"a"));
-        commit(&dbs[0].1, &[put(Table::Meta, b"a", b"later")]);
+        commit(dbs[0].1.db(), &round(b"r1", b"a"));
+        commit(dbs[0].1.db(), &[put(Table::Meta, b"a", b"later")]);
 
         let log = recover(dir.path(), &dbs).unwrap();
         let read = |db: &redb::Database, k: &[u8]| {
@@ -432,10 +469,37 @@ mod tests {
                 .get(Table::Meta, k)
                 .unwrap()
         };
-        assert_eq!(read(&dbs[0].1, b"a"), Some(b"later".to_vec()));
-        assert_eq!(read(&dbs[1].1, b"b"), Some(b"r1".to_vec()));
-        assert_eq!(read_sys_u64(&dbs[1].1, COORD_ROW).unwrap(), 1);
+        assert_eq!(read(dbs[0].1.db(), b"a"), Some(b"later".to_vec()));
+        assert_eq!(read(dbs[1].1.db(), b"b"), Some(b"r1".to_vec()));
+        assert_eq!(read_sys_u64(dbs[1].1.db(), COORD_ROW).unwrap(), 1);
         assert_eq!(log.next_txid(), 2);
         assert_eq!(std::fs::metadata(log.path()).unwrap().len(), 0);
+    }
+
+    /// A page journal an older build left after a crash (its last commits
+    /// only there, not yet in the file) is replayed when the shard opens,
+    /// then removed.
+    #[test]
+    fn an_old_page_journal_is_replayed_then_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let db = redb::Database::builder()
+            .create_with_backend(JournalBackend::open(&path).unwrap())
+            .unwrap();
+        crate::storage::tables::init_file(&db).unwrap();
+        commit(&db, &[put(Table::Meta, b"k", b"journalled")]);
+        // A crash: the files as they are now, before any checkpoint.
+        let crashed = tempfile::tempdir().unwrap();
+        let journal = crate::storage::journal::journal_path(&path);
+        for f in [&path, &journal] {
+            std::fs::copy(f, crashed.path().join(f.file_name().unwrap())).unwrap();
+        }
+        drop(db);
+        let journal = crate::storage::journal::journal_path(&crashed.path().join("shard-0.redb"));
+        assert!(std::fs::metadata(&journal).unwrap().len() > 0);
+        let (_, store) = shard_file(crashed.path(), 0);
+        let r = store.latest(0).unwrap();
+        assert_eq!(r.get(Table::Meta, b"k").unwrap(), Some(b"journalled".to_vec()));
+        assert!(!journal.exists());
     }
 }

@@ -1,6 +1,14 @@
 //! A redo journal under redb, so that a durable commit is one sequential
 //! write and one fdatasync of a small file.
 //!
+//! Since the shard log (`wal`) took over making batches durable, shard
+//! files are opened without it: redb commits only when the background
+//! writer moves a whole write buffer in, and a large commit gained nothing
+//! from the journal but a second copy of its pages. What remains is
+//! replaying a journal an older build left beside its file
+//! (`shard::set::replay_old_journal`); the rest of this page describes the
+//! journal as those builds wrote it.
+//!
 //! Why: a redb `Durability::Immediate` commit writes its copy-on-write pages
 //! where they live in the shard file and fdatasyncs it. For a batch of
 //! random-key writes those are ~28 pages scattered over the file, and each

@@ -273,43 +273,78 @@ pub fn reap_expired(
 
 /// One bounded slice of garbage collection: deletes at most `limit` sub-key
 /// rows of dead versions.
+///
+/// A version too large for one slice is taken in several: its `gc` row
+/// then also records where the slice stopped (`type, table code, last row
+/// deleted`), and the next slice starts there. Deleted rows stay in the
+/// write buffer as deletions until it reaches the tables, so starting
+/// again from the version's first row would step over all of them each
+/// time, and collecting a big collection would take quadratic time.
 pub fn collect_garbage(
     w: &mut WriteCtx,
     limit: usize,
     stats: &mut ReapStats,
 ) -> Result<(), StoreError> {
     let mut budget = limit;
+    // Versions before this one were collected by this slice.
+    let mut from = Vec::new();
     while budget > 0 {
         let mut next = None;
-        w.scan(Table::Gc, &[], None, false, &mut |k, v| {
-            next = Some((k.to_vec(), v.first().copied().unwrap_or(0)));
+        w.scan(Table::Gc, &from, None, false, &mut |k, v| {
+            next = Some((k.to_vec(), v.to_vec()));
             false
         })?;
-        let Some((prefix, ktype)) = next else { break };
+        let Some((prefix, row)) = next else { break };
+        let ktype = row.first().copied().unwrap_or(0);
+        let resume = row
+            .get(1)
+            .and_then(|&code| Table::from_code(code))
+            .map(|t| (t, row[2..].to_vec()));
         let end = encoding::prefix_successor(&prefix);
-        let mut done = true;
         let tables: &[Table] = if ktype == KeyType::ZSet as u8 {
             &[Table::Sub, Table::ZScore]
         } else {
             &[Table::Sub]
         };
-        for &t in tables {
+        let mut stopped = None;
+        for (i, &t) in tables.iter().enumerate() {
+            let start = match &resume {
+                Some((rt, key)) if *rt == t => key.clone(),
+                // An earlier slice finished this table.
+                Some((rt, _)) if tables[..i].contains(rt) || !tables.contains(rt) => prefix.clone(),
+                Some(_) => continue,
+                None => prefix.clone(),
+            };
+            let mut rows = Vec::new();
+            w.scan(t, &start, end.as_deref(), false, &mut |k, _| {
+                rows.push(k.to_vec());
+                rows.len() < budget
+            })?;
             // Dead versions belong to no live key: nobody watching a key
             // is told of their removal.
             w.quiet = true;
-            let n = w.del_range(t, &prefix, end.as_deref(), budget);
+            let deleted = rows.iter().try_for_each(|k| w.del(t, k).map(|_| ()));
             w.quiet = false;
-            let n = n?;
-            budget -= n;
-            stats.gc_rows += n as u64;
+            deleted?;
+            budget -= rows.len();
+            stats.gc_rows += rows.len() as u64;
             if budget == 0 {
-                done = false;
+                stopped = rows.pop().map(|last| (t, last));
                 break;
             }
         }
-        if done {
-            w.del(Table::Gc, &prefix)?;
-            stats.gc_versions += 1;
+        match stopped {
+            Some((t, last)) => {
+                let mut row = vec![ktype, t as u8];
+                row.extend_from_slice(&last);
+                w.put(Table::Gc, &prefix, &row)?;
+            }
+            None => {
+                w.del(Table::Gc, &prefix)?;
+                stats.gc_versions += 1;
+                from = prefix;
+                from.push(0);
+            }
         }
     }
     Ok(())
@@ -327,15 +362,7 @@ mod tests {
         now: u64,
         f: impl FnOnce(&mut WriteCtx) -> T,
     ) -> T {
-        let txn = db.begin_write().unwrap();
-        let out;
-        {
-            let mut w = WriteCtx::open(&txn, now, state).unwrap();
-            out = f(&mut w);
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
-        out
+        crate::storage::tables::commit_direct(db, state, now, f)
     }
 
     fn count(w: &WriteCtx, t: Table) -> usize {
@@ -356,7 +383,7 @@ mod tests {
             .create(dir.path().join("s.redb"))
             .unwrap();
         init_file(&db).unwrap();
-        let mut state = ShardState::load(&db).unwrap();
+        let mut state = ShardState::of_file(&db);
         let k = Key::new(0, b"k");
         with_txn(&db, &mut state, 1000, |w| {
             store(w, k, None, &Meta::string(b"v".to_vec(), 5000)).unwrap();
@@ -393,7 +420,7 @@ mod tests {
             .create(dir.path().join("s.redb"))
             .unwrap();
         init_file(&db).unwrap();
-        let mut state = ShardState::load(&db).unwrap();
+        let mut state = ShardState::of_file(&db);
         let (a, ab) = (Key::new(0, b"a"), Key::new(0, b"ab"));
         let a_meta = with_txn(&db, &mut state, 0, |w| {
             let mut metas = Vec::new();

@@ -1,11 +1,18 @@
-//! Storage: the encoding of DESIGN.md on redb tables, and the keyspace rules
-//! every command relies on (lazy expiry, one `ttl` row per expiring key, O(1)
-//! deletion through `gc` rows). Builds no replies.
+//! Storage: the encoding of DESIGN.md on redb tables, the write path over
+//! them (shard log, write buffers, background writer), and the keyspace
+//! rules every command relies on (lazy expiry, one `ttl` row per expiring
+//! key, O(1) deletion through `gc` rows). Builds no replies.
 
+pub mod buffer;
 pub mod encoding;
 pub mod journal;
 pub mod keyspace;
+pub mod merge;
+pub mod rowops;
+pub mod store;
 pub mod tables;
+pub mod wal;
 
 pub use encoding::{KeyType, Meta, MetaBody};
+pub use store::Store;
 pub use tables::{KvRead, ReadCtx, RowOp, ShardState, StoreError, Table, WriteCtx};

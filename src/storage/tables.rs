@@ -2,12 +2,16 @@
 //! [`ReadCtx`] over an MVCC snapshot (connection threads) and a [`WriteCtx`]
 //! over the actor's batch write transaction.
 
+use std::collections::VecDeque;
 use std::ops::Bound;
 use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::buffer::{in_range, Buffer, Entry, KeyRange};
 use super::encoding::CorruptRow;
+use super::merge::{self, Layer};
+use super::store::Pin;
 
 type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
@@ -36,7 +40,7 @@ pub enum Table {
 }
 
 impl Table {
-    fn def(self) -> Def {
+    pub(crate) fn def(self) -> Def {
         match self {
             Table::Meta => META,
             Table::Sub => SUB,
@@ -53,7 +57,8 @@ impl Table {
         Table::ALL.get(code as usize).copied()
     }
 
-    const ALL: [Table; 6] = [
+    /// Every table, in code order.
+    pub(crate) const ALL: [Table; 6] = [
         Table::Meta,
         Table::Sub,
         Table::ZScore,
@@ -185,43 +190,60 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
 /// On-disk format version of this build.
 pub const FORMAT_VERSION: u32 = 1;
 
-/// A read-only snapshot of a shard. Tables are opened on first use and kept,
-/// so a pipeline of reads on one snapshot opens each table once.
+/// A read-only view of a shard at one point: its write buffers (newest
+/// first) at sequence `seq`, merged over a redb snapshot of its tables.
+/// Tables are opened on first use and kept, so a pipeline of reads on one
+/// view opens each table once.
 pub struct ReadCtx {
     txn: redb::ReadTransaction,
     tables: [std::sync::OnceLock<redb::ReadOnlyTable<&'static [u8], &'static [u8]>>; 6],
+    layers: Vec<Arc<Buffer>>,
+    seq: u64,
     now_ms: u64,
-    /// The file, held while the snapshot lives: whoever closes it (DEBUG
-    /// RELOAD) waits until no snapshot holds it.
-    _file: Option<Arc<Database>>,
+    /// Keeps the versions this view reads, and the store open: whoever
+    /// closes it (DEBUG RELOAD) waits until no snapshot holds it.
+    _pin: Option<Pin>,
 }
 
 impl ReadCtx {
-    /// Opens a snapshot.
+    /// A view of the tables alone (a file no shard has open: recovery,
+    /// tools, tests).
     pub fn begin(db: &Database, now_ms: u64) -> Result<ReadCtx, StoreError> {
-        Ok(ReadCtx {
-            txn: db.begin_read()?,
-            tables: Default::default(),
-            now_ms,
-            _file: None,
-        })
+        Ok(Self::layered(db.begin_read()?, Vec::new(), 0, None, now_ms))
     }
 
-    /// Opens a snapshot that holds on to its file (see `_file`).
-    pub fn begin_held(db: Arc<Database>, now_ms: u64) -> Result<ReadCtx, StoreError> {
-        Ok(ReadCtx {
-            txn: db.begin_read()?,
+    /// A view of `layers` at `seq` over the tables of `txn` (see
+    /// `Store::snapshot`).
+    pub(crate) fn layered(
+        txn: redb::ReadTransaction,
+        layers: Vec<Arc<Buffer>>,
+        seq: u64,
+        pin: Option<Pin>,
+        now_ms: u64,
+    ) -> ReadCtx {
+        ReadCtx {
+            txn,
             tables: Default::default(),
+            layers,
+            seq,
             now_ms,
-            _file: Some(db),
-        })
+            _pin: pin,
+        }
     }
 
     /// Number of rows in a table (INFO's row counts; lets tests check that
     /// garbage collection really emptied the sub-key tables).
     pub fn rows(&self, t: Table) -> Result<u64, StoreError> {
         use redb::ReadableTableMetadata;
-        Ok(self.table(t)?.len()?)
+        if self.layers.iter().all(|b| b.untouched(t, &[], None)) {
+            return Ok(self.table(t)?.len()?);
+        }
+        let mut n = 0;
+        self.scan(t, &[], None, false, &mut |_, _| {
+            n += 1;
+            true
+        })?;
+        Ok(n)
     }
 
     fn table(
@@ -235,6 +257,86 @@ impl ReadCtx {
         let opened = self.txn.open_table(t.def())?;
         Ok(slot.get_or_init(|| opened))
     }
+
+    /// Scans with `top` (a write transaction's own changes) over this
+    /// view's layers.
+    fn scan_under(
+        &self,
+        top: Option<&dyn Layer>,
+        dead: Option<&std::cell::RefCell<merge::DeadRanges>>,
+        table: Table,
+        (start, end): (&[u8], Option<&[u8]>),
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let busy: Vec<BufferAt> = self
+            .layers
+            .iter()
+            .filter(|b| !b.untouched(table, start, end))
+            .map(|b| BufferAt(b, self.seq))
+            .collect();
+        if top.is_none() && busy.is_empty() {
+            // Nothing buffered here: the tables alone, at full speed.
+            return scan_table(self.table(table)?, start, end, reverse, visit);
+        }
+        let tables = TableLayer(self.table(table)?);
+        let mut layers: Vec<&dyn Layer> = Vec::with_capacity(busy.len() + 2);
+        layers.extend(top);
+        layers.extend(busy.iter().map(|b| b as &dyn Layer));
+        layers.push(&tables);
+        merge::scan(&layers, table, (start, end), reverse, dead, visit)
+    }
+}
+
+/// A write buffer as a reader at a sequence sees it.
+struct BufferAt<'a>(&'a Buffer, u64);
+
+impl Layer for BufferAt<'_> {
+    fn fill(
+        &self,
+        table: Table,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        n: usize,
+        out: &mut VecDeque<(Vec<u8>, Entry)>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.0.fill(table, bounds, reverse, self.1, n, out))
+    }
+
+    fn ranges(&self, table: Table) -> Vec<KeyRange> {
+        self.0.ranges(table, self.1)
+    }
+}
+
+/// A redb table, the oldest layer.
+struct TableLayer<'a, T>(&'a T);
+
+impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T> {
+    fn fill(
+        &self,
+        _: Table,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        n: usize,
+        out: &mut VecDeque<(Vec<u8>, Entry)>,
+    ) -> Result<bool, StoreError> {
+        let mut iter = self.0.range::<&[u8]>(bounds)?;
+        for _ in 0..n {
+            let item = if reverse {
+                iter.next_back()
+            } else {
+                iter.next()
+            };
+            let Some(item) = item else { return Ok(false) };
+            let (k, v) = item?;
+            out.push_back((k.value().to_vec(), Some(v.value().to_vec())));
+        }
+        Ok(true)
+    }
+
+    fn ranges(&self, _: Table) -> Vec<KeyRange> {
+        Vec::new()
+    }
 }
 
 impl KvRead for ReadCtx {
@@ -243,6 +345,11 @@ impl KvRead for ReadCtx {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        for b in &self.layers {
+            if let Some(e) = b.get(table, key, self.seq) {
+                return Ok(e);
+            }
+        }
         Ok(self.table(table)?.get(key)?.map(|v| v.value().to_vec()))
     }
 
@@ -254,7 +361,7 @@ impl KvRead for ReadCtx {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        scan_table(self.table(table)?, start, end, reverse, visit)
+        self.scan_under(None, None, table, (start, end), reverse, visit)
     }
 }
 
@@ -288,21 +395,22 @@ pub struct ShardState {
     pub counts: [DbCounts; NAMESPACES],
     /// Whether counts changed in the current transaction.
     pub counts_dirty: bool,
+    /// Runs of deleted rows the shard's scans have crossed (see
+    /// [`merge::DeadRanges`]): in memory only, valid for the latest state,
+    /// dropped with the state when a transaction is rolled back.
+    pub dead: std::cell::RefCell<merge::DeadRanges>,
 }
 
 impl ShardState {
-    /// Loads the persisted state of a file.
-    pub fn load(db: &Database) -> Result<ShardState, StoreError> {
-        let txn = db.begin_read()?;
-        let sys = txn.open_table(SYS)?;
-        let hwm = sys.get(&b"version_hwm"[..])?.map_or(0, |v| {
-            u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8]))
+    /// Loads the persisted state of a shard from a view of it.
+    pub fn load(r: &dyn KvRead) -> Result<ShardState, StoreError> {
+        let hwm = r.get(Table::Sys, b"version_hwm")?.map_or(0, |v| {
+            u64::from_be_bytes(v.as_slice().try_into().unwrap_or([0; 8]))
         });
         let mut counts = [DbCounts::default(); NAMESPACES];
         let mut without_sums = [false; NAMESPACES];
         for (i, c) in counts.iter_mut().enumerate() {
-            if let Some(v) = sys.get(count_key(i as u8).as_slice())? {
-                let v = v.value();
+            if let Some(v) = r.get(Table::Sys, count_key(i as u8).as_slice())? {
                 if v.len() >= 16 {
                     c.keys = i64::from_be_bytes(v[..8].try_into().unwrap());
                     c.expires = i64::from_be_bytes(v[8..16].try_into().unwrap());
@@ -316,11 +424,7 @@ impl ShardState {
         if without_sums.contains(&true) {
             // A file written before the sums were kept: one pass over the
             // expiry index adds them up.
-            drop(sys);
-            let ttl = txn.open_table(TTL)?;
-            for row in ttl.iter()? {
-                let (k, _) = row?;
-                let k = k.value();
+            r.scan(Table::Ttl, &[], None, false, &mut |k, _| {
                 // `expire_ms:u64 ns_len:u8 ns...`, ns being the database.
                 if let (Some((expire, _)), Some(&[1, ns])) =
                     (super::encoding::decode_ttl_key(k), k.get(8..10))
@@ -330,7 +434,8 @@ impl ShardState {
                         counts[ns].expire_sum += i128::from(expire);
                     }
                 }
-            }
+                true
+            })?;
         }
         Ok(ShardState {
             // Versions also start above the wall clock in microseconds, so a
@@ -339,6 +444,7 @@ impl ShardState {
             version_dirty: false,
             counts,
             counts_dirty: false,
+            dead: Default::default(),
         })
     }
 }
@@ -422,34 +528,38 @@ pub enum RowOp {
     DelRange(Table, Vec<u8>, Option<Vec<u8>>),
 }
 
-/// Applies logged changes, in order, to an open write transaction (the
-/// redo of a multi-shard commit a shard lost in a crash).
+/// Applies changes, in order, to an open write transaction of the tables
+/// (a shard log replayed at open, a frozen write buffer, the redo of a
+/// multi-shard commit a shard lost in a crash).
 pub fn apply_row_ops(txn: &redb::WriteTransaction, ops: &[RowOp]) -> Result<(), StoreError> {
+    type Open<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+    let mut open: Vec<(Table, Open<'_>)> = Vec::new();
     for op in ops {
+        let t = match op {
+            RowOp::Put(t, ..) | RowOp::Del(t, _) | RowOp::Clear(t) | RowOp::DelRange(t, ..) => *t,
+        };
+        let i = match open.iter().position(|(o, _)| *o == t) {
+            Some(i) => i,
+            None => {
+                open.push((t, txn.open_table(t.def())?));
+                open.len() - 1
+            }
+        };
+        let table = &mut open[i].1;
         match op {
-            RowOp::Put(t, k, v) => {
-                txn.open_table(t.def())?
-                    .insert(k.as_slice(), v.as_slice())?;
+            RowOp::Put(_, k, v) => {
+                table.insert(k.as_slice(), v.as_slice())?;
             }
-            RowOp::Del(t, k) => {
-                txn.open_table(t.def())?.remove(k.as_slice())?;
+            RowOp::Del(_, k) => {
+                table.remove(k.as_slice())?;
             }
-            RowOp::Clear(t) => {
-                txn.open_table(t.def())?.retain(|_, _| false)?;
-            }
-            RowOp::DelRange(t, start, end) => {
-                let mut table = txn.open_table(t.def())?;
+            RowOp::Clear(_) => table.retain(|_, _| false)?,
+            RowOp::DelRange(_, start, end) => {
                 let range: (Bound<&[u8]>, Bound<&[u8]>) = (
                     Bound::Included(start.as_slice()),
                     end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
                 );
-                let mut keys = Vec::new();
-                for row in table.range::<&[u8]>(range)? {
-                    keys.push(row?.0.value().to_vec());
-                }
-                for k in keys {
-                    table.remove(k.as_slice())?;
-                }
+                table.retain_in::<&[u8], _>(range, |_, _| false)?;
             }
         }
     }
@@ -465,19 +575,107 @@ pub fn read_sys_u64(db: &Database, key: &[u8]) -> Result<u64, StoreError> {
     }))
 }
 
-/// `meta` rows are cached for the batch: a batch that touches one key many
-/// times (a pipeline of LPUSHes to one list, or of SETs to one key) reads
-/// and writes its metadata in a map, and `finish` stores each changed row
-/// once. `swap` and `del` of a row not in the map go straight to the table,
-/// where the lookup and the write are one tree walk, and leave the row in
-/// the map as clean. Scans of `meta` see the changed rows too.
+/// The rows a write transaction changed, not yet committed: the newest
+/// layer its own reads see, and what it hands to the commit.
+#[derive(Default)]
+struct Overlay {
+    rows: [std::collections::BTreeMap<Vec<u8>, Entry>; 6],
+    /// Ranges deleted (a cleared table), hiding the older layers' rows.
+    ranges: [Vec<KeyRange>; 6],
+}
+
+impl Overlay {
+    /// What the transaction says of a row: `Some(entry)` if it decided it,
+    /// `None` if the layers below do.
+    fn get(&self, table: Table, key: &[u8]) -> Option<Entry> {
+        let t = table as usize;
+        if let Some(e) = self.rows[t].get(key) {
+            return Some(e.clone());
+        }
+        self.ranges[t]
+            .iter()
+            .any(|(s, e)| in_range(key, s, e.as_deref()))
+            .then_some(None)
+    }
+
+    fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
+        let t = table as usize;
+        let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
+        self.ranges[t].is_empty()
+            && self.rows[t]
+                .range::<[u8], _>((Bound::Included(start), hi))
+                .next()
+                .is_none()
+    }
+
+    /// The changes, each table's ranges before its rows (a row written
+    /// after a range was deleted stands; one written before went with it).
+    fn into_ops(self) -> Vec<RowOp> {
+        let mut ops = Vec::new();
+        for (i, (rows, ranges)) in self.rows.into_iter().zip(self.ranges).enumerate() {
+            let table = Table::ALL[i];
+            for (start, end) in ranges {
+                ops.push(if start.is_empty() && end.is_none() {
+                    RowOp::Clear(table)
+                } else {
+                    RowOp::DelRange(table, start, end)
+                });
+            }
+            for (k, v) in rows {
+                ops.push(match v {
+                    Some(v) => RowOp::Put(table, k, v),
+                    None => RowOp::Del(table, k),
+                });
+            }
+        }
+        ops
+    }
+}
+
+impl Layer for Overlay {
+    fn fill(
+        &self,
+        table: Table,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        n: usize,
+        out: &mut VecDeque<(Vec<u8>, Entry)>,
+    ) -> Result<bool, StoreError> {
+        let range = self.rows[table as usize].range::<[u8], _>(bounds);
+        let mut push = |(k, v): (&Vec<u8>, &Entry)| out.push_back((k.clone(), v.clone()));
+        let mut taken = 0;
+        if reverse {
+            for row in range.rev() {
+                if taken == n {
+                    return Ok(true);
+                }
+                push(row);
+                taken += 1;
+            }
+        } else {
+            for row in range {
+                if taken == n {
+                    return Ok(true);
+                }
+                push(row);
+                taken += 1;
+            }
+        }
+        Ok(false)
+    }
+
+    fn ranges(&self, table: Table) -> Vec<KeyRange> {
+        self.ranges[table as usize].clone()
+    }
+}
+
+/// A write transaction of a shard: its changes collect in an overlay (which
+/// its own reads see first) over a view of the shard's latest state, and
+/// [`WriteCtx::finish`] hands them over as [`RowOp`]s for the shard to
+/// commit (log append, write buffer) or drop.
 pub struct WriteCtx<'t> {
-    tables: [redb::Table<'t, &'static [u8], &'static [u8]>; 6],
-    /// Cached `meta` rows (`None` = absent), with whether each still has to
-    /// be written at `finish`.
-    meta_cache: std::collections::HashMap<Vec<u8>, (Option<Vec<u8>>, bool)>,
-    /// How many cached rows have to be written.
-    meta_dirty: usize,
+    base: &'t ReadCtx,
+    overlay: Overlay,
     now_ms: u64,
     /// Keys (database, name) that gained elements in this transaction: the
     /// shard wakes clients blocked on them once it has committed.
@@ -516,9 +714,6 @@ pub struct WriteCtx<'t> {
     /// Keyspace notification flags (`pubsub::notify`), read once when the
     /// shard opens the transaction: 0 makes [`WriteCtx::notify`] a no-op.
     pub notify_flags: u32,
-    /// The transaction's changes, kept when it takes part in a multi-shard
-    /// commit (see [`RowOp`]).
-    pub capture: Option<Vec<RowOp>>,
     /// Before-images of the rows changed since [`WriteCtx::begin_undo`], so
     /// that a part of the batch can be taken back (a script that turned
     /// out to need other shards).
@@ -536,23 +731,11 @@ struct Undo {
 }
 
 impl<'t> WriteCtx<'t> {
-    /// Opens every table of the transaction.
-    pub fn open(
-        txn: &'t redb::WriteTransaction,
-        now_ms: u64,
-        state: &'t mut ShardState,
-    ) -> Result<WriteCtx<'t>, StoreError> {
-        Ok(WriteCtx {
-            tables: [
-                txn.open_table(META)?,
-                txn.open_table(SUB)?,
-                txn.open_table(ZSCORE)?,
-                txn.open_table(TTL)?,
-                txn.open_table(GC)?,
-                txn.open_table(SYS)?,
-            ],
-            meta_cache: std::collections::HashMap::new(),
-            meta_dirty: 0,
+    /// A transaction over `base`, the shard's latest state.
+    pub fn open(base: &'t ReadCtx, now_ms: u64, state: &'t mut ShardState) -> WriteCtx<'t> {
+        WriteCtx {
+            base,
+            overlay: Overlay::default(),
             now_ms,
             signals: Vec::new(),
             broadcasts: Vec::new(),
@@ -567,9 +750,8 @@ impl<'t> WriteCtx<'t> {
             observer: None,
             quiet: false,
             notify_flags: 0,
-            capture: None,
             undo: None,
-        })
+        }
     }
 
     /// Starts keeping before-images (see [`WriteCtx::rollback`]).
@@ -624,14 +806,6 @@ impl<'t> WriteCtx<'t> {
         Ok(())
     }
 
-    /// Keeps a change if this transaction's changes are being captured.
-    #[inline]
-    fn record(&mut self, op: impl FnOnce() -> RowOp) {
-        if let Some(c) = &mut self.capture {
-            c.push(op());
-        }
-    }
-
     /// Tells the observer, if any, that a row changed.
     #[inline]
     fn changed(&self, table: Table, key: &[u8], removed: bool) {
@@ -683,14 +857,6 @@ impl<'t> WriteCtx<'t> {
         Ok(out)
     }
 
-    fn table(&self, t: Table) -> &redb::Table<'t, &'static [u8], &'static [u8]> {
-        &self.tables[t as usize]
-    }
-
-    fn table_mut(&mut self, t: Table) -> &mut redb::Table<'t, &'static [u8], &'static [u8]> {
-        &mut self.tables[t as usize]
-    }
-
     /// Takes the keys to wake once this transaction has committed, and the
     /// lookup counts of its read-like steps.
     pub fn take_wakeups(&mut self) -> Wakeups {
@@ -733,180 +899,97 @@ impl<'t> WriteCtx<'t> {
         }
     }
 
+    /// Sets a row in the overlay.
+    #[inline]
+    fn set(&mut self, table: Table, key: &[u8], value: Entry) {
+        if value.is_some() {
+            self.state.dead.get_mut().touch(table, key);
+        }
+        self.overlay.rows[table as usize].insert(key.to_vec(), value);
+    }
+
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.remember(table, key)?;
         self.changed(table, key, false);
-        self.record(|| RowOp::Put(table, key.to_vec(), value.to_vec()));
-        if table == Table::Meta {
-            self.cache_meta(key, Some(value.to_vec()), true);
-            return Ok(());
-        }
-        self.table_mut(table).insert(key, value)?;
+        self.set(table, key, Some(value.to_vec()));
         Ok(())
     }
 
-    /// Writes a `meta` row the caller has just encoded: the batch cache
-    /// keeps that buffer rather than a copy (a string value can be 512 MB).
+    /// Writes a `meta` row the caller has just encoded, keeping that
+    /// buffer rather than a copy (a string value can be 512 MB).
     pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) -> Result<(), StoreError> {
         self.remember(Table::Meta, key)?;
         self.changed(Table::Meta, key, false);
-        self.record(|| RowOp::Put(Table::Meta, key.to_vec(), row.clone()));
-        self.cache_meta(key, Some(row), true);
+        self.set(Table::Meta, key, Some(row));
         Ok(())
     }
 
-    /// Writes a row and returns the value it replaced, in one tree walk.
+    /// Writes a row and returns the value it replaced.
     pub fn swap(
         &mut self,
         table: Table,
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
-        self.remember(table, key)?;
+        let old = self.get(table, key)?;
+        if let Some(u) = &mut self.undo {
+            u.rows.push((table, key.to_vec(), old.clone()));
+        }
         self.changed(table, key, false);
-        self.record(|| RowOp::Put(table, key.to_vec(), value.to_vec()));
-        // A row already pending is replaced in the cache; any other goes
-        // straight to the table, which hands back the old value in the same
-        // tree walk (a cached write would walk twice: look up now, insert at
-        // `finish`).
-        if table == Table::Meta {
-            if let Some((cached, _)) = self.meta_cache.get(key) {
-                let old = cached.clone();
-                self.cache_meta(key, Some(value.to_vec()), true);
-                return Ok(old);
-            }
-        }
-        let old = self
-            .table_mut(table)
-            .insert(key, value)?
-            .map(|old| old.value().to_vec());
-        if table == Table::Meta {
-            self.cache_meta(key, Some(value.to_vec()), false);
-        }
+        self.set(table, key, Some(value.to_vec()));
         Ok(old)
     }
 
     /// Removes a row; true if it existed.
     pub fn del(&mut self, table: Table, key: &[u8]) -> Result<bool, StoreError> {
-        self.remember(table, key)?;
-        // As `swap`: one tree walk unless the row is pending.
-        if table == Table::Meta {
-            if let Some((cached, _)) = self.meta_cache.get(key) {
-                let existed = cached.is_some();
-                self.cache_meta(key, None, true);
-                if existed {
-                    self.changed(table, key, true);
-                    self.record(|| RowOp::Del(table, key.to_vec()));
-                }
-                return Ok(existed);
-            }
-        }
-        let existed = self.table_mut(table).remove(key)?.is_some();
-        if table == Table::Meta {
-            self.cache_meta(key, None, false);
-        }
-        if existed {
-            self.changed(table, key, true);
-            self.record(|| RowOp::Del(table, key.to_vec()));
-        }
-        Ok(existed)
+        Ok(self.take(table, key)?.is_some())
     }
 
-    /// Removes a row of a table other than `meta` and returns its value, in
-    /// one tree walk (a pop: read the element, then drop it).
+    /// Removes a row and returns its value (a pop: read the element, then
+    /// drop it).
     pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        debug_assert!(table != Table::Meta, "meta rows go through the batch cache");
-        self.remember(table, key)?;
-        let old = self
-            .table_mut(table)
-            .remove(key)?
-            .map(|old| old.value().to_vec());
+        let old = self.get(table, key)?;
         if old.is_some() {
+            if let Some(u) = &mut self.undo {
+                u.rows.push((table, key.to_vec(), old.clone()));
+            }
             self.changed(table, key, true);
-            self.record(|| RowOp::Del(table, key.to_vec()));
+            self.set(table, key, None);
         }
         Ok(old)
     }
 
     /// Read-modify-write of one `meta` row: `f` sees the stored row (`None`
     /// if absent) and returns its replacement, or `None` to leave it as it
-    /// is. A row not in the batch cache is changed in place, in the tree
-    /// walk that read it, and then cached as clean.
+    /// is.
     pub fn modify_meta<T>(
         &mut self,
         key: &[u8],
         f: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, T),
     ) -> Result<T, StoreError> {
-        self.remember(Table::Meta, key)?;
-        if let Some((cached, _)) = self.meta_cache.get(key) {
-            let (new, out) = f(cached.as_deref());
-            if let Some(new) = new {
-                self.changed(Table::Meta, key, false);
-                self.record(|| RowOp::Put(Table::Meta, key.to_vec(), new.clone()));
-                self.cache_meta(key, Some(new), true);
+        let t = Table::Meta as usize;
+        // A row this batch already wrote (a pipeline of INCRs to one
+        // counter) is changed where it lies.
+        if let Some(Some(row)) = self.overlay.rows[t].get(key) {
+            if self.undo.is_none() && self.observer.is_none() && self.tracked.is_none() {
+                let (new, out) = f(Some(row));
+                if let Some(new) = new {
+                    self.set(Table::Meta, key, Some(new));
+                }
+                return Ok(out);
             }
-            return Ok(out);
         }
-        let table = self.table_mut(Table::Meta);
-        let Some(mut row) = table.get_mut(key)? else {
-            let (new, out) = f(None);
-            if let Some(new) = new {
-                self.changed(Table::Meta, key, false);
-                self.record(|| RowOp::Put(Table::Meta, key.to_vec(), new.clone()));
-                self.cache_meta(key, Some(new), true);
-            }
-            return Ok(out);
-        };
-        let (new, out) = f(Some(row.value()));
+        let old = self.get(Table::Meta, key)?;
+        let (new, out) = f(old.as_deref());
         if let Some(new) = new {
-            row.insert(new.as_slice())?;
-            drop(row);
+            if let Some(u) = &mut self.undo {
+                u.rows.push((Table::Meta, key.to_vec(), old));
+            }
             self.changed(Table::Meta, key, false);
-            self.record(|| RowOp::Put(Table::Meta, key.to_vec(), new.clone()));
-            // Clean in the cache: the next change of this row in the batch
-            // (a pipeline of INCRs to one counter) is a map update.
-            self.cache_meta(key, Some(new), false);
+            self.set(Table::Meta, key, Some(new));
         }
         Ok(out)
-    }
-
-    /// Caches a `meta` row; `dirty` if the table does not hold it yet. A row
-    /// once dirty stays dirty until `finish` writes it.
-    fn cache_meta(&mut self, key: &[u8], value: Option<Vec<u8>>, dirty: bool) {
-        match self.meta_cache.get_mut(key) {
-            Some(entry) => {
-                if dirty && !entry.1 {
-                    self.meta_dirty += 1;
-                }
-                *entry = (value, entry.1 || dirty);
-            }
-            None => {
-                self.meta_dirty += usize::from(dirty);
-                self.meta_cache.insert(key.to_vec(), (value, dirty));
-            }
-        }
-    }
-
-    /// Writes the pending `meta` rows into the table.
-    fn flush_meta(&mut self) -> Result<(), StoreError> {
-        let pending = std::mem::take(&mut self.meta_cache);
-        self.meta_dirty = 0;
-        let meta = self.table_mut(Table::Meta);
-        for (k, (v, dirty)) in pending {
-            if !dirty {
-                continue;
-            }
-            match v {
-                Some(v) => {
-                    meta.insert(k.as_slice(), v.as_slice())?;
-                }
-                None => {
-                    meta.remove(k.as_slice())?;
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Removes up to `limit` rows with keys in `[start, end)`; returns how
@@ -923,26 +1006,14 @@ impl<'t> WriteCtx<'t> {
             keys.push(k.to_vec());
             keys.len() < limit
         })?;
-        // A whole range is one logged change, not one per row.
-        let whole = limit == usize::MAX && self.capture.is_some();
-        if whole {
-            self.record(|| RowOp::DelRange(table, start.to_vec(), end.map(<[u8]>::to_vec)));
-        }
-        let capture = if whole { self.capture.take() } else { None };
-        let mut out = Ok(());
         for k in &keys {
-            if let Err(e) = self.del(table, k) {
-                out = Err(e);
-                break;
-            }
+            self.del(table, k)?;
         }
-        if capture.is_some() {
-            self.capture = capture;
-        }
-        out.map(|()| keys.len())
+        Ok(keys.len())
     }
 
-    /// Removes every row of a table (FLUSHALL).
+    /// Removes every row of a table (FLUSHALL): one range deletion, whatever
+    /// the table holds.
     pub fn clear(&mut self, table: Table) -> Result<(), StoreError> {
         if let (Table::Meta, Some(o)) = (table, &self.observer) {
             // Only keys that exist are modified by the flush.
@@ -952,15 +1023,12 @@ impl<'t> WriteCtx<'t> {
                 }
             }
         }
-        if table == Table::Meta {
-            self.meta_cache.clear();
-            self.meta_dirty = 0;
-        }
-        self.record(|| RowOp::Clear(table));
         if let Some(u) = &mut self.undo {
             u.lost = true;
         }
-        self.table_mut(table).retain(|_, _| false)?;
+        let t = table as usize;
+        self.overlay.rows[t].clear();
+        self.overlay.ranges[t] = vec![(Vec::new(), None)];
         Ok(())
     }
 
@@ -972,20 +1040,9 @@ impl<'t> WriteCtx<'t> {
         v
     }
 
-    /// Persists the in-memory state touched by this transaction.
-    pub fn finish(mut self) -> Result<(), StoreError> {
-        self.finish_rows()
-    }
-
-    /// As [`WriteCtx::finish`], returning the captured changes (the state
-    /// rows `finish` writes included).
-    pub fn finish_captured(mut self) -> Result<Vec<RowOp>, StoreError> {
-        self.finish_rows()?;
-        Ok(self.capture.take().unwrap_or_default())
-    }
-
-    fn finish_rows(&mut self) -> Result<(), StoreError> {
-        self.flush_meta()?;
+    /// Ends the transaction: writes the in-memory state it touched and
+    /// returns its changes for the shard to commit.
+    pub fn finish(mut self) -> Result<Vec<RowOp>, StoreError> {
         if self.state.version_dirty {
             let hwm = self.state.next_version - 1;
             self.put(Table::Sys, b"version_hwm", &hwm.to_be_bytes())?;
@@ -1001,7 +1058,7 @@ impl<'t> WriteCtx<'t> {
             }
             self.state.counts_dirty = false;
         }
-        Ok(())
+        Ok(std::mem::take(&mut self.overlay).into_ops())
     }
 }
 
@@ -1011,12 +1068,10 @@ impl KvRead for WriteCtx<'_> {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        if table == Table::Meta {
-            if let Some((cached, _)) = self.meta_cache.get(key) {
-                return Ok(cached.clone());
-            }
+        match self.overlay.get(table, key) {
+            Some(e) => Ok(e),
+            None => self.base.get(table, key),
         }
-        Ok(self.table(table).get(key)?.map(|v| v.value().to_vec()))
     }
 
     fn scan(
@@ -1027,44 +1082,16 @@ impl KvRead for WriteCtx<'_> {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        // Clean cached rows equal the table's: only changed rows overlay it.
-        if table != Table::Meta || self.meta_dirty == 0 {
-            return scan_table(self.table(table), start, end, reverse, visit);
-        }
-        // Rare (FLUSHDB, SWAPDB): overlay the pending rows on the table's.
-        let mut rows = std::collections::BTreeMap::new();
-        scan_table(self.table(table), start, end, false, &mut |k, v| {
-            rows.insert(k.to_vec(), v.to_vec());
-            true
-        })?;
-        for (k, (v, _)) in self.meta_cache.iter().filter(|(_, (_, dirty))| *dirty) {
-            let inside = k.as_slice() >= start && end.is_none_or(|e| k.as_slice() < e);
-            if inside {
-                match v {
-                    Some(v) => {
-                        rows.insert(k.clone(), v.clone());
-                    }
-                    None => {
-                        rows.remove(k);
-                    }
-                }
-            }
-        }
-        let mut visit_row = |(k, v): (&Vec<u8>, &Vec<u8>)| visit(k, v);
-        if reverse {
-            for row in rows.iter().rev() {
-                if !visit_row(row) {
-                    break;
-                }
-            }
-        } else {
-            for row in rows.iter() {
-                if !visit_row(row) {
-                    break;
-                }
-            }
-        }
-        Ok(())
+        let top =
+            (!self.overlay.untouched(table, start, end)).then_some(&self.overlay as &dyn Layer);
+        self.base.scan_under(
+            top,
+            Some(&self.state.dead),
+            table,
+            (start, end),
+            reverse,
+            visit,
+        )
     }
 
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
@@ -1075,6 +1102,35 @@ impl KvRead for WriteCtx<'_> {
     fn note_lookup(&self, hit: bool) {
         let (h, m) = self.lookups.get();
         self.lookups.set(if hit { (h + 1, m) } else { (h, m + 1) });
+    }
+}
+
+/// Runs `f` in a write transaction over the tables of `db` alone and
+/// commits its changes straight into them (tests of the encoding, which
+/// need no shard around it).
+#[cfg(test)]
+pub(crate) fn commit_direct<T>(
+    db: &Database,
+    state: &mut ShardState,
+    now: u64,
+    f: impl FnOnce(&mut WriteCtx) -> T,
+) -> T {
+    let base = ReadCtx::begin(db, now).unwrap();
+    let mut w = WriteCtx::open(&base, now, state);
+    let out = f(&mut w);
+    let ops = w.finish().unwrap();
+    drop(base);
+    let txn = db.begin_write().unwrap();
+    apply_row_ops(&txn, &ops).unwrap();
+    txn.commit().unwrap();
+    out
+}
+
+#[cfg(test)]
+impl ShardState {
+    /// The state the tables of `db` alone hold.
+    pub(crate) fn of_file(db: &Database) -> ShardState {
+        ShardState::load(&ReadCtx::begin(db, 0).unwrap()).unwrap()
     }
 }
 
@@ -1097,35 +1153,27 @@ mod tests {
         let mut last = 0;
         for _ in 0..3 {
             let db = open(&path);
-            let mut state = ShardState::load(&db).unwrap();
+            let mut state = ShardState::of_file(&db);
             assert!(state.next_version > last);
-            let txn = db.begin_write().unwrap();
-            {
-                let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+            commit_direct(&db, &mut state, 0, |w| {
                 for _ in 0..10 {
                     let v = w.new_version();
                     assert!(v > last);
                     last = v;
                 }
-                w.finish().unwrap();
-            }
-            txn.commit().unwrap();
+            });
         }
         // A version far ahead of the clock (as after a clock step back) is
         // still respected through the persisted high-water mark.
         let db = open(&path);
-        let mut state = ShardState::load(&db).unwrap();
+        let mut state = ShardState::of_file(&db);
         state.next_version = u64::MAX / 2;
-        let txn = db.begin_write().unwrap();
-        {
-            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+        commit_direct(&db, &mut state, 0, |w| {
             w.new_version();
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
+        });
         drop(db);
         let db = open(&path);
-        assert!(ShardState::load(&db).unwrap().next_version > u64::MAX / 2);
+        assert!(ShardState::of_file(&db).next_version > u64::MAX / 2);
     }
 
     /// `meta` writes mix the write-back map (`put`) and direct writes
@@ -1135,10 +1183,8 @@ mod tests {
     fn meta_writes_agree_whichever_path_they_take() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("s.redb"));
-        let mut state = ShardState::load(&db).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+        let mut state = ShardState::of_file(&db);
+        commit_direct(&db, &mut state, 0, |w| {
             let m = Table::Meta;
             assert_eq!(w.swap(m, b"a", b"1").unwrap(), None);
             assert_eq!(w.swap(m, b"a", b"2").unwrap(), Some(b"1".to_vec()));
@@ -1159,18 +1205,14 @@ mod tests {
                 (b"c".to_vec(), b"y".to_vec()),
             ];
             assert_eq!(seen, expect);
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
+        });
         let r = ReadCtx::begin(&db, 0).unwrap();
         assert_eq!(r.get(Table::Meta, b"a").unwrap(), Some(b"4".to_vec()));
         assert_eq!(r.get(Table::Meta, b"b").unwrap(), None);
         assert_eq!(r.get(Table::Meta, b"c").unwrap(), Some(b"y".to_vec()));
         drop(r);
         // Rows already in the table: a direct delete, then a cached rewrite.
-        let txn = db.begin_write().unwrap();
-        {
-            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+        commit_direct(&db, &mut state, 0, |w| {
             let m = Table::Meta;
             assert!(w.del(m, b"c").unwrap());
             assert_eq!(w.get(m, b"c").unwrap(), None);
@@ -1183,9 +1225,7 @@ mod tests {
             })
             .unwrap();
             assert_eq!(seen, vec![(b"c".to_vec(), b"z".to_vec())]);
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
+        });
         let r = ReadCtx::begin(&db, 0).unwrap();
         assert_eq!(r.get(Table::Meta, b"a").unwrap(), None);
         assert_eq!(r.get(Table::Meta, b"c").unwrap(), Some(b"z".to_vec()));
@@ -1198,21 +1238,15 @@ mod tests {
     fn modify_meta_reads_and_writes_one_row() {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("s.redb"));
-        let mut state = ShardState::load(&db).unwrap();
+        let mut state = ShardState::of_file(&db);
         let bump = |raw: Option<&[u8]>| {
             let n = raw.map_or(0, |r| r[0]);
             (Some(vec![n + 1]), n)
         };
-        let txn = db.begin_write().unwrap();
-        {
-            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+        commit_direct(&db, &mut state, 0, |w| {
             w.put(Table::Meta, b"stored", &[5]).unwrap();
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+        });
+        commit_direct(&db, &mut state, 0, |w| {
             // In the table: changed in place, then cached as clean.
             assert_eq!(w.modify_meta(b"stored", bump).unwrap(), 5);
             assert_eq!(w.modify_meta(b"stored", bump).unwrap(), 6);
@@ -1224,9 +1258,7 @@ mod tests {
                 .unwrap();
             assert!(!seen);
             assert_eq!(w.get(Table::Meta, b"stored").unwrap(), Some(vec![7]));
-            w.finish().unwrap();
-        }
-        txn.commit().unwrap();
+        });
         let r = ReadCtx::begin(&db, 0).unwrap();
         assert_eq!(r.get(Table::Meta, b"stored").unwrap(), Some(vec![7]));
         assert_eq!(r.get(Table::Meta, b"fresh").unwrap(), Some(vec![1]));
@@ -1235,7 +1267,11 @@ mod tests {
 
     /// Every table's rows, for comparing files.
     fn dump(db: &Database) -> Vec<(Table, Vec<u8>, Vec<u8>)> {
-        let r = ReadCtx::begin(db, 0).unwrap();
+        dump_view(&ReadCtx::begin(db, 0).unwrap())
+    }
+
+    /// Every table's rows as a view sees them.
+    fn dump_view(r: &dyn KvRead) -> Vec<(Table, Vec<u8>, Vec<u8>)> {
         let mut out = Vec::new();
         for t in Table::ALL {
             r.scan(t, &[], None, false, &mut |k, v| {
@@ -1247,36 +1283,31 @@ mod tests {
         out
     }
 
-    /// The changes a transaction captures, replayed on a copy of the file
-    /// it started from, give the same file: whichever write path each
-    /// change took (the meta cache, in-place updates, ranges, clears).
+    /// The changes a transaction hands to the commit leave exactly what
+    /// its own reads saw, on its file and on a copy of the file it started
+    /// from: whichever way each change was made (rewrites, in-place
+    /// updates, pops, ranges, a cleared table written again).
     #[test]
-    fn captured_changes_replay_to_the_same_state() {
+    fn finished_changes_leave_what_the_transaction_read() {
         let dir = tempfile::tempdir().unwrap();
         let (a, b) = (
             open(&dir.path().join("a.redb")),
             open(&dir.path().join("b.redb")),
         );
         for db in [&a, &b] {
-            let mut state = ShardState::load(db).unwrap();
-            let txn = db.begin_write().unwrap();
-            {
-                let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
+            let mut state = ShardState::of_file(db);
+            commit_direct(db, &mut state, 0, |w| {
                 for k in [&b"m1"[..], b"m2", b"m3"] {
                     w.put(Table::Meta, k, b"old").unwrap();
                     w.put(Table::Sub, k, b"s").unwrap();
                 }
                 w.put(Table::Ttl, b"t", b"").unwrap();
-                w.finish().unwrap();
-            }
-            txn.commit().unwrap();
+            });
         }
-        let mut state = ShardState::load(&a).unwrap();
-        let txn = a.begin_write().unwrap();
-        let ops;
-        {
-            let mut w = WriteCtx::open(&txn, 0, &mut state).unwrap();
-            w.capture = Some(Vec::new());
+        let mut state = ShardState::of_file(&a);
+        let (seen, ops) = {
+            let base = ReadCtx::begin(&a, 0).unwrap();
+            let mut w = WriteCtx::open(&base, 0, &mut state);
             w.put(Table::Meta, b"m1", b"cached").unwrap();
             w.modify_meta(b"m2", |_| (Some(b"in place".to_vec()), ()))
                 .unwrap();
@@ -1289,14 +1320,25 @@ mod tests {
             assert_eq!(w.take(Table::Sub, b"m1").unwrap(), Some(b"s".to_vec()));
             w.del_range(Table::Sub, b"m2", None, usize::MAX).unwrap();
             w.clear(Table::Ttl).unwrap();
+            w.put(Table::Ttl, b"u", b"").unwrap();
             w.state.counts[2].keys = 9;
             w.state.counts_dirty = true;
-            ops = w.finish_captured().unwrap();
+            let seen = dump_view(&w);
+            (seen, w.finish().unwrap())
+        };
+        for db in [&a, &b] {
+            let txn = db.begin_write().unwrap();
+            apply_row_ops(&txn, &ops).unwrap();
+            txn.commit().unwrap();
         }
-        txn.commit().unwrap();
-        let txn = b.begin_write().unwrap();
-        apply_row_ops(&txn, &ops).unwrap();
-        txn.commit().unwrap();
+        // The transaction read what its changes leave (the state rows
+        // `finish` adds aside).
+        let without_sys = |rows: Vec<(Table, Vec<u8>, Vec<u8>)>| {
+            rows.into_iter()
+                .filter(|r| r.0 != Table::Sys)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(without_sys(dump(&a)), without_sys(seen));
         assert_eq!(dump(&a), dump(&b));
     }
 
@@ -1306,22 +1348,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.redb");
         let db = open(&path);
-        let mut state = ShardState::load(&db).unwrap();
+        let mut state = ShardState::of_file(&db);
         state.counts[3] = DbCounts {
             keys: 7,
             expires: 2,
             expire_sum: 3_000_000_000_000,
         };
         state.counts_dirty = true;
-        let txn = db.begin_write().unwrap();
-        WriteCtx::open(&txn, 0, &mut state)
-            .unwrap()
-            .finish()
-            .unwrap();
-        txn.commit().unwrap();
+        commit_direct(&db, &mut state, 0, |_| {});
         drop(db);
         let db = open(&path);
-        let s = ShardState::load(&db).unwrap();
+        let s = ShardState::of_file(&db);
         assert_eq!(
             s.counts[3],
             DbCounts {
@@ -1354,7 +1391,7 @@ mod tests {
             ttl.insert(other.as_slice(), &[][..]).unwrap();
         }
         txn.commit().unwrap();
-        let s = ShardState::load(&db).unwrap();
+        let s = ShardState::of_file(&db);
         assert_eq!(
             s.counts[4],
             DbCounts {

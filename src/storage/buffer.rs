@@ -1,0 +1,397 @@
+//! The write buffer of a shard: the rows its recent commits changed, kept
+//! in memory in key order until the background writer has put them into
+//! the redb tables (see `store`).
+//!
+//! A [`Buffer`] is multi-versioned: every row keeps the value each commit
+//! gave it, tagged with the commit's sequence number, for as long as a
+//! snapshot may still need it. A reader at sequence `s` sees, of each row,
+//! the newest version no newer than `s`, so a snapshot taken between two
+//! commits keeps reading the state it began at while the shard goes on
+//! writing: nobody sees half of a batch, and a command's several reads agree.
+//!
+//! Deleting a range of rows (FLUSHALL's clear of a table) is one range
+//! tombstone, which hides the rows of the layers below (older buffers, the
+//! tables). Rows of the same buffer inside the range get a deleted version
+//! at the range's sequence, so within one buffer a row's own versions are
+//! always the whole story.
+
+use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::ops::Bound;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::tables::{RowOp, Table};
+
+/// A row as a layer holds it: its value, or `None` where the layer deleted
+/// it.
+pub type Entry = Option<Vec<u8>>;
+
+/// Deleted rows from a start key up to an end key (exclusive; `None`: to
+/// the table's end).
+pub type KeyRange = (Vec<u8>, Option<Vec<u8>>);
+
+/// What a row costs beyond its bytes (hash slot, ordered-set slot, shared
+/// key, versions): counted so the cap bounds real memory, not just payload.
+const ROW_OVERHEAD: usize = 112;
+
+/// The versions of one row, newest first.
+#[derive(Debug)]
+struct Versions {
+    seq: u64,
+    value: Entry,
+    /// Older versions still visible to some snapshot, newest first.
+    older: Vec<(u64, Entry)>,
+}
+
+impl Versions {
+    /// The version a reader at `s` sees; `None` if every version is newer.
+    fn at(&self, s: u64) -> Option<&Entry> {
+        if self.seq <= s {
+            return Some(&self.value);
+        }
+        self.older.iter().find(|(q, _)| *q <= s).map(|(_, e)| e)
+    }
+
+    /// Adds the version of commit `seq`, dropping versions no reader at or
+    /// after `keep` can see; returns the change in bytes held.
+    fn push(&mut self, seq: u64, value: Entry, keep: u64) -> isize {
+        let size = |e: &Entry| e.as_ref().map_or(0, Vec::len) as isize + 16;
+        if self.seq == seq {
+            let delta = size(&value) - size(&self.value);
+            self.value = value;
+            return delta;
+        }
+        let mut delta = size(&value);
+        let old = std::mem::replace(&mut self.value, value);
+        self.older
+            .insert(0, (std::mem::replace(&mut self.seq, seq), old));
+        // Every version newer than `keep` stays, and the newest at or
+        // below it (what a reader at `keep` sees).
+        if let Some(i) = self.older.iter().position(|(q, _)| *q <= keep) {
+            for (_, e) in self.older.drain(i + 1..) {
+                delta -= size(&e);
+            }
+        }
+        delta
+    }
+}
+
+/// Rows deleted from `start` up to `end` (to the table's end if `None`).
+#[derive(Debug, Clone)]
+struct RangeDel {
+    seq: u64,
+    start: Vec<u8>,
+    end: Option<Vec<u8>>,
+}
+
+/// Whether `key` lies in `[start, end)`.
+pub fn in_range(key: &[u8], start: &[u8], end: Option<&[u8]>) -> bool {
+    key >= start && end.is_none_or(|e| key < e)
+}
+
+/// Per table: rows by key (point reads and writes, the common case, cost
+/// one hash probe) and the keys in order (scans walk it and look each row
+/// up). Rewriting a row already here touches only the hash map.
+#[derive(Debug, Default)]
+struct Tables {
+    rows: [HashMap<Arc<[u8]>, Versions>; 6],
+    order: [BTreeSet<Arc<[u8]>>; 6],
+    ranges: [Vec<RangeDel>; 6],
+}
+
+/// One write buffer: the active one takes a shard's commits; once full it
+/// is frozen, and the background writer puts it into the tables.
+#[derive(Debug)]
+pub struct Buffer {
+    tables: parking_lot::RwLock<Tables>,
+    bytes: AtomicUsize,
+    /// The generation of the shard log holding the commits this buffer
+    /// took: once the buffer is in the tables, that log file goes.
+    pub gen: u64,
+}
+
+impl Buffer {
+    /// An empty buffer for the commits of log generation `gen`.
+    pub fn new(gen: u64) -> Buffer {
+        Buffer {
+            tables: Default::default(),
+            bytes: AtomicUsize::new(0),
+            gen,
+        }
+    }
+
+    /// Memory the buffer holds, roughly (payload plus per-row overhead).
+    pub fn bytes(&self) -> usize {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Applies the changes of commit `seq`, in order. Versions that no
+    /// reader at `keep` or later can see are dropped on the way.
+    pub fn apply(&self, seq: u64, ops: Vec<RowOp>, keep: u64) {
+        let mut t = self.tables.write();
+        let mut delta: isize = 0;
+        for op in ops {
+            match op {
+                RowOp::Put(table, k, v) => {
+                    delta += upsert(&mut t, table, &k, Some(v), seq, keep);
+                }
+                RowOp::Del(table, k) => {
+                    delta += upsert(&mut t, table, &k, None, seq, keep);
+                }
+                RowOp::Clear(table) => {
+                    delta += delete_range(&mut t, table, &[], None, seq, keep);
+                }
+                RowOp::DelRange(table, start, end) => {
+                    delta += delete_range(&mut t, table, &start, end.as_deref(), seq, keep);
+                }
+            }
+        }
+        drop(t);
+        if delta >= 0 {
+            self.bytes.fetch_add(delta as usize, Ordering::Relaxed);
+        } else {
+            self.bytes
+                .fetch_sub(delta.unsigned_abs(), Ordering::Relaxed);
+        }
+    }
+
+    /// What the buffer says of one row for a reader at `s`: `Some(entry)`
+    /// if it holds a version of the row (`Some(None)`: deleted, also by one
+    /// of its ranges), `None` if the layers below decide.
+    pub fn get(&self, table: Table, key: &[u8], s: u64) -> Option<Entry> {
+        let t = self.tables.read_recursive();
+        if let Some(e) = t.rows[table as usize].get(key).and_then(|v| v.at(s)) {
+            return Some(e.clone());
+        }
+        let covered = t.ranges[table as usize]
+            .iter()
+            .any(|r| r.seq <= s && in_range(key, &r.start, r.end.as_deref()));
+        covered.then_some(None)
+    }
+
+    /// The ranges a reader at `s` sees deleted.
+    pub fn ranges(&self, table: Table, s: u64) -> Vec<KeyRange> {
+        let t = self.tables.read_recursive();
+        t.ranges[table as usize]
+            .iter()
+            .filter(|r| r.seq <= s)
+            .map(|r| (r.start.clone(), r.end.clone()))
+            .collect()
+    }
+
+    /// Whether the buffer holds nothing of `[start, end)` in `table`, for
+    /// any reader: scans of such a range read the tables alone.
+    pub fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
+        let t = self.tables.read_recursive();
+        let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
+        if t.order[table as usize]
+            .range::<[u8], _>((Bound::Included(start), hi))
+            .next()
+            .is_some()
+        {
+            return false;
+        }
+        // Two ranges meet unless one ends before the other starts.
+        !t.ranges[table as usize].iter().any(|r| {
+            r.end.as_deref().is_none_or(|e| e > start) && end.is_none_or(|e| r.start.as_slice() < e)
+        })
+    }
+
+    /// Up to `n` rows of `table` within `(lo, hi)` as a reader at `s` sees
+    /// them (deleted ones included, as `None`), appended to `out` in key
+    /// order or reversed; false once the range is exhausted.
+    pub fn fill(
+        &self,
+        table: Table,
+        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        s: u64,
+        n: usize,
+        out: &mut VecDeque<(Vec<u8>, Entry)>,
+    ) -> bool {
+        let t = self.tables.read_recursive();
+        let rows = &t.rows[table as usize];
+        let range = t.order[table as usize].range::<[u8], _>((lo, hi));
+        let mut taken = 0;
+        let mut take = |k: &Arc<[u8]>| {
+            if let Some(e) = rows.get(k).and_then(|v| v.at(s)) {
+                out.push_back((k.to_vec(), e.clone()));
+                taken += 1;
+            }
+            taken < n
+        };
+        if reverse {
+            for row in range.rev() {
+                if !take(row) {
+                    return true;
+                }
+            }
+        } else {
+            for row in range {
+                if !take(row) {
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
+    /// What the background writer puts into the tables: the final state of
+    /// this (frozen) buffer as changes, each table's deleted ranges first
+    /// (oldest first), then the newest version of each of its rows.
+    pub fn to_flush(&self) -> Vec<RowOp> {
+        let t = self.tables.read();
+        let mut out = Vec::new();
+        for table in Table::ALL {
+            let i = table as usize;
+            for r in &t.ranges[i] {
+                out.push(RowOp::DelRange(table, r.start.clone(), r.end.clone()));
+            }
+            for k in &t.order[i] {
+                let v = &t.rows[i][k];
+                out.push(match &v.value {
+                    Some(value) => RowOp::Put(table, k.to_vec(), value.clone()),
+                    None => RowOp::Del(table, k.to_vec()),
+                });
+            }
+        }
+        out
+    }
+}
+
+fn upsert(t: &mut Tables, table: Table, key: &[u8], value: Entry, seq: u64, keep: u64) -> isize {
+    let i = table as usize;
+    if let Some(v) = t.rows[i].get_mut(key) {
+        return v.push(seq, value, keep);
+    }
+    let delta = (key.len() + value.as_ref().map_or(0, Vec::len) + ROW_OVERHEAD) as isize;
+    let key: Arc<[u8]> = Arc::from(key);
+    t.order[i].insert(key.clone());
+    t.rows[i].insert(
+        key,
+        Versions {
+            seq,
+            value,
+            older: Vec::new(),
+        },
+    );
+    delta
+}
+
+fn delete_range(
+    t: &mut Tables,
+    table: Table,
+    start: &[u8],
+    end: Option<&[u8]>,
+    seq: u64,
+    keep: u64,
+) -> isize {
+    let i = table as usize;
+    let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
+    let mut delta = 0;
+    let Tables { rows, order, .. } = t;
+    for k in order[i].range::<[u8], _>((Bound::Included(start), hi)) {
+        if let Some(v) = rows[i].get_mut(k) {
+            delta += v.push(seq, None, keep);
+        }
+    }
+    t.ranges[i].push(RangeDel {
+        seq,
+        start: start.to_vec(),
+        end: end.map(<[u8]>::to_vec),
+    });
+    delta + (start.len() + end.map_or(0, <[u8]>::len) + ROW_OVERHEAD) as isize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(k: &[u8], v: &[u8]) -> RowOp {
+        RowOp::Put(Table::Sub, k.to_vec(), v.to_vec())
+    }
+
+    fn rows(b: &Buffer, s: u64, reverse: bool) -> Vec<(Vec<u8>, Entry)> {
+        let mut out = VecDeque::new();
+        b.fill(
+            Table::Sub,
+            (Bound::Unbounded, Bound::Unbounded),
+            reverse,
+            s,
+            usize::MAX,
+            &mut out,
+        );
+        out.into()
+    }
+
+    /// A reader at an older sequence keeps seeing the versions of its
+    /// time; versions nobody can see any more are dropped.
+    #[test]
+    fn readers_see_the_versions_of_their_sequence() {
+        let b = Buffer::new(1);
+        b.apply(1, vec![put(b"a", b"1"), put(b"b", b"1")], 0);
+        b.apply(
+            2,
+            vec![put(b"a", b"2"), RowOp::Del(Table::Sub, b"b".to_vec())],
+            1,
+        );
+        assert_eq!(b.get(Table::Sub, b"a", 1), Some(Some(b"1".to_vec())));
+        assert_eq!(b.get(Table::Sub, b"a", 2), Some(Some(b"2".to_vec())));
+        assert_eq!(b.get(Table::Sub, b"b", 2), Some(None));
+        assert_eq!(b.get(Table::Sub, b"a", 0), None);
+        assert_eq!(b.get(Table::Sub, b"c", 2), None);
+        assert_eq!(
+            rows(&b, 1, false),
+            vec![
+                (b"a".to_vec(), Some(b"1".to_vec())),
+                (b"b".to_vec(), Some(b"1".to_vec()))
+            ]
+        );
+        assert_eq!(
+            rows(&b, 2, true),
+            vec![(b"b".to_vec(), None), (b"a".to_vec(), Some(b"2".to_vec()))]
+        );
+        // Nobody reads below 3 any more: version 1 of `a` goes.
+        b.apply(3, vec![put(b"a", b"3")], 3);
+        assert_eq!(b.get(Table::Sub, b"a", 1), None);
+        assert_eq!(b.get(Table::Sub, b"a", 2), Some(Some(b"2".to_vec())));
+    }
+
+    /// A range deletion hides the layers below for readers after it, and
+    /// this buffer's own rows through their deleted versions; rows written
+    /// after it stand.
+    #[test]
+    fn ranges_shadow_older_rows_only() {
+        let b = Buffer::new(1);
+        b.apply(1, vec![put(b"k1", b"x")], 0);
+        b.apply(
+            2,
+            vec![RowOp::DelRange(
+                Table::Sub,
+                b"k".to_vec(),
+                Some(b"l".to_vec()),
+            )],
+            0,
+        );
+        b.apply(3, vec![put(b"k2", b"y")], 0);
+        assert_eq!(b.get(Table::Sub, b"k1", 1), Some(Some(b"x".to_vec())));
+        assert_eq!(b.get(Table::Sub, b"k1", 2), Some(None));
+        assert_eq!(b.get(Table::Sub, b"k9", 2), Some(None));
+        assert_eq!(b.get(Table::Sub, b"k9", 1), None);
+        assert_eq!(b.get(Table::Sub, b"m", 3), None);
+        assert_eq!(b.get(Table::Sub, b"k2", 3), Some(Some(b"y".to_vec())));
+        assert!(!b.untouched(Table::Sub, b"k5", Some(b"k6")));
+        assert!(b.untouched(Table::Sub, b"l", None));
+        assert!(b.untouched(Table::Meta, b"", None));
+        assert_eq!(b.ranges(Table::Sub, 1), vec![]);
+        assert_eq!(b.ranges(Table::Sub, 2).len(), 1);
+        assert_eq!(
+            b.to_flush(),
+            vec![
+                RowOp::DelRange(Table::Sub, b"k".to_vec(), Some(b"l".to_vec())),
+                RowOp::Del(Table::Sub, b"k1".to_vec()),
+                put(b"k2", b"y"),
+            ]
+        );
+    }
+}

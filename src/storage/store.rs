@@ -1,0 +1,398 @@
+//! A shard's storage: its redb file, its log and its write buffers.
+//!
+//! A commit appends the batch's changes to the log (`wal`) and applies
+//! them to the active write buffer (`buffer`); that is all the shard thread
+//! does per batch. Once the active buffer (or its log generation) is full
+//! it is frozen: the log moves to a new generation, a new buffer takes the
+//! commits, and a background thread, the only writer of the redb file,
+//! puts the frozen buffer into the tables in key order in one transaction,
+//! records the generation in the `sys` row `wal_gen`, and deletes the log
+//! file. Readers see the buffers merged over the tables at one sequence
+//! number (see `ReadCtx`).
+//!
+//! Opening a store puts every whole record of the log's generations newer
+//! than `wal_gen` into the tables first, so a shard always starts with
+//! empty buffers; the coordination log's redo (`shard::intent`) then works
+//! on the tables alone.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::{Database, ReadableDatabase};
+
+use super::buffer::Buffer;
+use super::tables::{apply_row_ops, init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table};
+use super::wal::{self, Wal};
+
+/// How much a shard may hold in write buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of buffered rows (active and frozen) past which writers wait
+    /// for the background writer; from three quarters of it they slow
+    /// down gradually.
+    pub cap: usize,
+}
+
+impl Limits {
+    /// The active buffer is frozen at a quarter of the cap, so up to three
+    /// frozen ones can queue for the background writer before writers
+    /// are held back.
+    fn freeze_at(&self) -> usize {
+        (self.cap / 4).max(1)
+    }
+}
+
+/// What the background writer and the readers share.
+struct Core {
+    db: Database,
+    dir: PathBuf,
+    stem: String,
+    /// The buffers, the active one first, then the frozen ones newest
+    /// first. A reader takes this list, a redb snapshot and the published
+    /// sequence under this lock, so the three agree.
+    view: parking_lot::Mutex<Vec<Arc<Buffer>>>,
+    /// Sequences of the live snapshots (with how many hold each): versions
+    /// they can see are kept.
+    pins: parking_lot::Mutex<BTreeMap<u64, usize>>,
+    /// The last commit readers may see.
+    published: AtomicU64,
+    /// Bytes in frozen buffers not yet in the tables.
+    frozen_bytes: AtomicUsize,
+    /// Signalled when the background writer has emptied a buffer.
+    room: (parking_lot::Mutex<()>, parking_lot::Condvar),
+    /// The last error of the background writer, if it is failing.
+    writer_error: parking_lot::Mutex<Option<String>>,
+}
+
+/// The background writer: its queue of frozen buffers and its thread.
+type Writer = (
+    std::sync::mpsc::Sender<Arc<Buffer>>,
+    std::thread::JoinHandle<()>,
+);
+
+/// One shard's storage (see the module doc).
+pub struct Store {
+    core: Arc<Core>,
+    wal: parking_lot::Mutex<Wal>,
+    limits: Limits,
+    /// The background writer: its queue of frozen buffers and its thread.
+    writer: parking_lot::Mutex<Option<Writer>>,
+}
+
+/// A snapshot's hold on the versions it reads (see `Core::pins`); it also
+/// keeps the store open.
+pub struct Pin {
+    store: Arc<Store>,
+    seq: u64,
+}
+
+impl Drop for Pin {
+    fn drop(&mut self) {
+        let mut pins = self.store.core.pins.lock();
+        if let Some(n) = pins.get_mut(&self.seq) {
+            *n -= 1;
+            if *n == 0 {
+                pins.remove(&self.seq);
+            }
+        }
+    }
+}
+
+/// The stem of a shard file's name (`shard-3` of `shard-3.redb`): its log
+/// files are named after it.
+fn stem(path: &Path) -> String {
+    path.file_stem()
+        .map_or_else(|| "shard".into(), |s| s.to_string_lossy().into_owned())
+}
+
+impl Store {
+    /// Opens (creating if needed) the shard file at `path`, puts its log
+    /// into the tables, and starts the background writer.
+    pub fn open(
+        path: &Path,
+        open_db: impl FnOnce(&Path) -> Result<Database, StoreError>,
+        limits: Limits,
+    ) -> Result<Arc<Store>, StoreError> {
+        let db = open_db(path)?;
+        init_file(&db)?;
+        let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let stem = stem(path);
+        let gen = recover(&db, &dir, &stem)?;
+        let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
+        let core = Arc::new(Core {
+            db,
+            dir,
+            stem,
+            view: parking_lot::Mutex::new(vec![Arc::new(Buffer::new(gen + 1))]),
+            pins: Default::default(),
+            published: AtomicU64::new(0),
+            frozen_bytes: AtomicUsize::new(0),
+            room: Default::default(),
+            writer_error: Default::default(),
+        });
+        let (tx, rx) = std::sync::mpsc::channel::<Arc<Buffer>>();
+        let writer_core = core.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("cairn-{}-writer", core.stem))
+            .spawn(move || {
+                while let Ok(buf) = rx.recv() {
+                    writer_core.write_out(&buf);
+                }
+            })
+            .map_err(io_err)?;
+        Ok(Arc::new(Store {
+            core,
+            wal: parking_lot::Mutex::new(wal),
+            limits,
+            writer: parking_lot::Mutex::new(Some((tx, thread))),
+        }))
+    }
+
+    /// The redb file (tests and tools that look at the tables alone).
+    pub fn db(&self) -> &Database {
+        &self.core.db
+    }
+
+    /// A snapshot of the shard as of its last commit.
+    pub fn snapshot(self: &Arc<Self>, now_ms: u64) -> Result<ReadCtx, StoreError> {
+        let view = self.core.view.lock();
+        let layers = view.clone();
+        let txn = self.core.db.begin_read()?;
+        let seq = {
+            let mut pins = self.core.pins.lock();
+            let seq = self.core.published.load(Ordering::Acquire);
+            *pins.entry(seq).or_default() += 1;
+            seq
+        };
+        drop(view);
+        let pin = Pin {
+            store: self.clone(),
+            seq,
+        };
+        Ok(ReadCtx::layered(txn, layers, seq, Some(pin), now_ms))
+    }
+
+    /// What the shard's own writer reads under its batch: the latest
+    /// state. Unpinned: only this thread publishes, and not while the view
+    /// is in use.
+    pub fn latest(&self, now_ms: u64) -> Result<ReadCtx, StoreError> {
+        let view = self.core.view.lock();
+        let layers = view.clone();
+        let txn = self.core.db.begin_read()?;
+        let seq = self.core.published.load(Ordering::Acquire);
+        drop(view);
+        Ok(ReadCtx::layered(txn, layers, seq, None, now_ms))
+    }
+
+    /// Commits a batch's changes: appends them to the log (fsynced if
+    /// `sync`) and makes them visible to new snapshots. Called by the
+    /// shard's thread only.
+    pub fn commit(&self, ops: Vec<RowOp>, sync: bool) -> Result<(), StoreError> {
+        if ops.is_empty() {
+            if sync {
+                self.sync()?;
+            }
+            return Ok(());
+        }
+        let core = &self.core;
+        let seq = core.published.load(Ordering::Acquire) + 1;
+        let mut wal = self.wal.lock();
+        wal.append(seq, &ops, sync).map_err(io_err)?;
+        let keep = {
+            let pins = core.pins.lock();
+            pins.keys().next().copied().unwrap_or(u64::MAX).min(seq - 1)
+        };
+        let active = core.view.lock()[0].clone();
+        active.apply(seq, ops, keep);
+        {
+            let _pins = core.pins.lock();
+            core.published.store(seq, Ordering::Release);
+        }
+        if active.bytes() >= self.limits.freeze_at() || wal.len() >= self.limits.cap as u64 {
+            self.freeze(&mut wal, active)?;
+        }
+        drop(wal);
+        self.hold_back();
+        Ok(())
+    }
+
+    /// Hands the active buffer to the background writer and starts a new
+    /// one, with a new log generation.
+    fn freeze(&self, wal: &mut Wal, active: Arc<Buffer>) -> Result<(), StoreError> {
+        wal.rotate().map_err(io_err)?;
+        let core = &self.core;
+        core.view.lock().insert(0, Arc::new(Buffer::new(wal.gen())));
+        core.frozen_bytes
+            .fetch_add(active.bytes(), Ordering::AcqRel);
+        if let Some((tx, _)) = &*self.writer.lock() {
+            let _ = tx.send(active);
+        }
+        Ok(())
+    }
+
+    /// Slows the shard's writes while the background writer is behind:
+    /// not at all below three quarters of the cap, then by up to 2 ms per
+    /// batch, and at the cap it waits for room.
+    fn hold_back(&self) {
+        let core = &self.core;
+        let cap = self.limits.cap;
+        let calm = cap / 4 * 3;
+        let pending = core.frozen_bytes.load(Ordering::Acquire);
+        if pending <= calm {
+            return;
+        }
+        if pending < cap {
+            let over = (pending - calm) as u64;
+            let micros = over * 2000 / (cap - calm).max(1) as u64;
+            std::thread::sleep(Duration::from_micros(micros));
+            return;
+        }
+        let (lock, cond) = &core.room;
+        let mut guard = lock.lock();
+        while core.frozen_bytes.load(Ordering::Acquire) >= cap {
+            cond.wait_for(&mut guard, Duration::from_millis(10));
+        }
+    }
+
+    /// Makes every committed batch durable.
+    pub fn sync(&self) -> Result<(), StoreError> {
+        self.wal.lock().sync().map_err(io_err)
+    }
+
+    /// Whether the log holds commits not yet fsynced.
+    pub fn unsynced(&self) -> bool {
+        self.wal.lock().dirty()
+    }
+
+    /// Bytes held in write buffers (INFO).
+    pub fn buffered_bytes(&self) -> usize {
+        self.core.view.lock().iter().map(|b| b.bytes()).sum()
+    }
+
+    /// The background writer's last failure, while it is failing.
+    pub fn writer_error(&self) -> Option<String> {
+        self.core.writer_error.lock().clone()
+    }
+
+    /// Makes the log durable, lets the background writer put every frozen
+    /// buffer into the tables, and stops it (the active buffer stays in
+    /// the log: the next open puts it into the tables). Dropping the store
+    /// does this too.
+    pub fn close(&self) {
+        if let Err(e) = self.sync() {
+            tracing::error!(error = %e, "cannot sync the shard log");
+        }
+        if let Some((tx, thread)) = self.writer.lock().take() {
+            drop(tx);
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+impl Core {
+    /// Puts a frozen buffer into the tables, retrying while it fails (a
+    /// full disk): its rows stay readable from the buffer meanwhile, and
+    /// writers are held back once the cap is reached.
+    fn write_out(&self, buf: &Arc<Buffer>) {
+        let mut delay = Duration::from_millis(10);
+        loop {
+            match self.try_write_out(buf) {
+                Ok(()) => {
+                    *self.writer_error.lock() = None;
+                    break;
+                }
+                Err(e) => {
+                    tracing::error!(shard = %self.stem, error = %e, "cannot write the buffer into the shard file; retrying");
+                    *self.writer_error.lock() = Some(e.to_string());
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+        // The rows are in the tables: later snapshots read them there.
+        self.view.lock().retain(|b| !Arc::ptr_eq(b, buf));
+        self.frozen_bytes.fetch_sub(buf.bytes(), Ordering::AcqRel);
+        self.room.1.notify_all();
+        if let Err(e) = wal::remove_upto(&self.dir, &self.stem, buf.gen) {
+            tracing::error!(shard = %self.stem, error = %e, "cannot delete a shard log file");
+        }
+    }
+
+    fn try_write_out(&self, buf: &Buffer) -> Result<(), StoreError> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        apply_row_ops(&txn, &buf.to_flush())?;
+        apply_row_ops(
+            &txn,
+            &[RowOp::Put(
+                Table::Sys,
+                wal::GEN_ROW.to_vec(),
+                buf.gen.to_be_bytes().to_vec(),
+            )],
+        )?;
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+/// Puts every whole record of the log generations the tables do not hold
+/// yet into them, durably, and deletes the log files; returns the last
+/// generation. A torn record ends the log: nothing after it was
+/// acknowledged (a generation is fsynced before the next one starts).
+fn recover(db: &Database, dir: &Path, stem: &str) -> Result<u64, StoreError> {
+    let applied = read_sys_u64(db, wal::GEN_ROW)?;
+    let files = wal::existing(dir, stem).map_err(io_err)?;
+    let mut last = applied;
+    let mut records = 0;
+    let txn = db.begin_write()?;
+    for (gen, path) in &files {
+        if *gen <= applied {
+            continue;
+        }
+        let (found, torn) = wal::read(path).map_err(io_err)?;
+        for r in &found {
+            apply_row_ops(&txn, &r.ops)?;
+        }
+        records += found.len();
+        last = *gen;
+        if torn {
+            tracing::warn!(file = %path.display(), "shard log ends in a torn record (never acknowledged); dropped");
+            break;
+        }
+    }
+    // Generations past a torn one cannot hold acknowledged commits; their
+    // numbers are not reused.
+    last = files.iter().map(|f| f.0).fold(last, u64::max);
+    apply_row_ops(
+        &txn,
+        &[RowOp::Put(
+            Table::Sys,
+            wal::GEN_ROW.to_vec(),
+            last.to_be_bytes().to_vec(),
+        )],
+    )?;
+    txn.commit()?;
+    if records > 0 {
+        tracing::info!(
+            shard = stem,
+            records,
+            "replayed the shard log into the tables"
+        );
+    }
+    wal::remove_upto(dir, stem, u64::MAX).map_err(io_err)?;
+    Ok(last)
+}
+
+fn io_err(e: std::io::Error) -> StoreError {
+    StoreError::Redb(redb::Error::Io(e))
+}
