@@ -499,7 +499,10 @@ mod tests {
         assert!(std::fs::metadata(&journal).unwrap().len() > 0);
         let (_, store) = shard_file(crashed.path(), 0);
         let r = store.latest(0).unwrap();
-        assert_eq!(r.get(Table::Meta, b"k").unwrap(), Some(b"journalled".to_vec()));
+        assert_eq!(
+            r.get(Table::Meta, b"k").unwrap(),
+            Some(b"journalled".to_vec())
+        );
         assert!(!journal.exists());
     }
 }

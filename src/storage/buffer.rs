@@ -236,27 +236,37 @@ impl Buffer {
         false
     }
 
-    /// What the background writer puts into the tables: the final state of
-    /// this (frozen) buffer as changes, each table's deleted ranges first
-    /// (oldest first), then the newest version of each of its rows.
-    pub fn to_flush(&self) -> Vec<RowOp> {
+    /// What the background writer puts into the tables, handed to `f`
+    /// without copying: the final state of this (frozen) buffer as
+    /// changes, each table's deleted ranges first (oldest first), then the
+    /// newest version of each of its rows in key order.
+    pub fn for_each_change<E>(
+        &self,
+        f: &mut dyn FnMut(Change<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let t = self.tables.read();
-        let mut out = Vec::new();
         for table in Table::ALL {
             let i = table as usize;
             for r in &t.ranges[i] {
-                out.push(RowOp::DelRange(table, r.start.clone(), r.end.clone()));
+                f(Change::Range(table, &r.start, r.end.as_deref()))?;
             }
             for k in &t.order[i] {
-                let v = &t.rows[i][k];
-                out.push(match &v.value {
-                    Some(value) => RowOp::Put(table, k.to_vec(), value.clone()),
-                    None => RowOp::Del(table, k.to_vec()),
-                });
+                f(Change::Row(table, k, t.rows[i][k].value.as_deref()))?;
             }
         }
-        out
+        Ok(())
     }
+}
+
+/// One change a frozen buffer leaves in the tables (see
+/// [`Buffer::for_each_change`]).
+#[derive(Debug)]
+pub enum Change<'a> {
+    /// Rows from a key up to another (exclusive; `None`: the table's end)
+    /// deleted.
+    Range(Table, &'a [u8], Option<&'a [u8]>),
+    /// A row's final value, `None` if deleted.
+    Row(Table, &'a [u8], Option<&'a [u8]>),
 }
 
 fn upsert(t: &mut Tables, table: Table, key: &[u8], value: Entry, seq: u64, keep: u64) -> isize {
@@ -385,8 +395,18 @@ mod tests {
         assert!(b.untouched(Table::Meta, b"", None));
         assert_eq!(b.ranges(Table::Sub, 1), vec![]);
         assert_eq!(b.ranges(Table::Sub, 2).len(), 1);
+        let mut changes = Vec::new();
+        b.for_each_change::<()>(&mut |c| {
+            changes.push(match c {
+                Change::Range(t, s, e) => RowOp::DelRange(t, s.to_vec(), e.map(<[u8]>::to_vec)),
+                Change::Row(t, k, Some(v)) => RowOp::Put(t, k.to_vec(), v.to_vec()),
+                Change::Row(t, k, None) => RowOp::Del(t, k.to_vec()),
+            });
+            Ok(())
+        })
+        .unwrap();
         assert_eq!(
-            b.to_flush(),
+            changes,
             vec![
                 RowOp::DelRange(Table::Sub, b"k".to_vec(), Some(b"l".to_vec())),
                 RowOp::Del(Table::Sub, b"k1".to_vec()),

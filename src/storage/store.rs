@@ -23,7 +23,9 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase};
 
-use super::buffer::Buffer;
+use std::ops::Bound;
+
+use super::buffer::{Buffer, Change};
 use super::tables::{apply_row_ops, init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table};
 use super::wal::{self, Wal};
 
@@ -331,7 +333,33 @@ impl Core {
         let mut txn = self.db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
-        apply_row_ops(&txn, &buf.to_flush())?;
+        {
+            type Open<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
+            let mut open: Vec<(Table, Open<'_>)> = Vec::new();
+            buf.for_each_change(&mut |change| -> Result<(), StoreError> {
+                let (Change::Range(t, ..) | Change::Row(t, ..)) = change;
+                if open.last().is_none_or(|(o, _)| *o != t) {
+                    open.push((t, txn.open_table(t.def())?));
+                }
+                let table = &mut open.last_mut().expect("opened").1;
+                match change {
+                    Change::Range(_, start, end) => {
+                        let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+                            Bound::Included(start),
+                            end.map_or(Bound::Unbounded, Bound::Excluded),
+                        );
+                        table.retain_in::<&[u8], _>(range, |_, _| false)?;
+                    }
+                    Change::Row(_, k, Some(v)) => {
+                        table.insert(k, v)?;
+                    }
+                    Change::Row(_, k, None) => {
+                        table.remove(k)?;
+                    }
+                }
+                Ok(())
+            })?;
+        }
         apply_row_ops(
             &txn,
             &[RowOp::Put(
@@ -346,9 +374,8 @@ impl Core {
 }
 
 /// Puts every whole record of the log generations the tables do not hold
-/// yet into them, durably, and deletes the log files; returns the last
-/// generation. A torn record ends the log: nothing after it was
-/// acknowledged (a generation is fsynced before the next one starts).
+/// yet into them, durably, and is done with the log files; returns the
+/// last generation.
 fn recover(db: &Database, dir: &Path, stem: &str) -> Result<u64, StoreError> {
     let applied = read_sys_u64(db, wal::GEN_ROW)?;
     let files = wal::existing(dir, stem).map_err(io_err)?;
@@ -359,20 +386,16 @@ fn recover(db: &Database, dir: &Path, stem: &str) -> Result<u64, StoreError> {
         if *gen <= applied {
             continue;
         }
-        let (found, torn) = wal::read(path).map_err(io_err)?;
+        // Each generation is read up to its first record that is not
+        // whole or not its own: a generation was fsynced whole before the
+        // next one began, so only the last can end in a torn record.
+        let (found, _) = wal::read(path, *gen).map_err(io_err)?;
         for r in &found {
             apply_row_ops(&txn, &r.ops)?;
         }
         records += found.len();
         last = *gen;
-        if torn {
-            tracing::warn!(file = %path.display(), "shard log ends in a torn record (never acknowledged); dropped");
-            break;
-        }
     }
-    // Generations past a torn one cannot hold acknowledged commits; their
-    // numbers are not reused.
-    last = files.iter().map(|f| f.0).fold(last, u64::max);
     apply_row_ops(
         &txn,
         &[RowOp::Put(
