@@ -212,28 +212,14 @@ impl Buffer {
         let t = self.tables.read_recursive();
         let rows = &t.rows[table as usize];
         let range = t.order[table as usize].range::<[u8], _>((lo, hi));
-        let mut taken = 0;
-        let mut take = |k: &Arc<[u8]>| {
-            if let Some(e) = rows.get(k).and_then(|v| v.at(s)) {
+        let more = super::merge::take_n(range, reverse, n, |k| {
+            let visible = rows.get(k).and_then(|v| v.at(s));
+            if let Some(e) = visible {
                 out.push_back((k.to_vec(), e.clone()));
-                taken += 1;
             }
-            taken < n
-        };
-        if reverse {
-            for row in range.rev() {
-                if !take(row) {
-                    return true;
-                }
-            }
-        } else {
-            for row in range {
-                if !take(row) {
-                    return true;
-                }
-            }
-        }
-        false
+            Ok::<_, std::convert::Infallible>(visible.is_some())
+        });
+        more.unwrap_or_else(|never| match never {})
     }
 
     /// What the background writer puts into the tables, handed to `f`

@@ -107,6 +107,32 @@ enum Pos {
     After(Vec<u8>),
 }
 
+/// Takes items from the front of `iter`, or from its back if `reverse`,
+/// handing each to `keep`, until `keep` has counted `n` of them (it says
+/// whether an item counted: a layer skips rows its reader cannot see).
+/// True if it stopped at `n` (more may follow), false at the end. Every
+/// layer fills its chunks with it.
+pub fn take_n<I: DoubleEndedIterator, E>(
+    mut iter: I,
+    reverse: bool,
+    n: usize,
+    mut keep: impl FnMut(I::Item) -> Result<bool, E>,
+) -> Result<bool, E> {
+    let mut taken = 0;
+    while taken < n {
+        let item = if reverse {
+            iter.next_back()
+        } else {
+            iter.next()
+        };
+        let Some(item) = item else { return Ok(false) };
+        if keep(item)? {
+            taken += 1;
+        }
+    }
+    Ok(true)
+}
+
 /// A layer's rows read a chunk at a time, the chunks growing (a scan that
 /// stops after a few rows reads few; a long one reads in large steps).
 struct Cursor<'a> {
@@ -324,16 +350,10 @@ mod tests {
             n: usize,
             out: &mut VecDeque<(Vec<u8>, Entry)>,
         ) -> Result<bool, StoreError> {
-            let rows: Vec<_> = self.0.range::<[u8], _>(bounds).collect();
-            let rows: Vec<_> = if reverse {
-                rows.into_iter().rev().collect()
-            } else {
-                rows
-            };
-            for (k, v) in rows.iter().take(n) {
-                out.push_back(((*k).clone(), (*v).clone()));
-            }
-            Ok(rows.len() > n)
+            take_n(self.0.range::<[u8], _>(bounds), reverse, n, |(k, v)| {
+                out.push_back((k.clone(), v.clone()));
+                Ok(true)
+            })
         }
 
         fn ranges(&self, _: Table) -> Vec<KeyRange> {

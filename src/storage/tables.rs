@@ -320,18 +320,11 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
         n: usize,
         out: &mut VecDeque<(Vec<u8>, Entry)>,
     ) -> Result<bool, StoreError> {
-        let mut iter = self.0.range::<&[u8]>(bounds)?;
-        for _ in 0..n {
-            let item = if reverse {
-                iter.next_back()
-            } else {
-                iter.next()
-            };
-            let Some(item) = item else { return Ok(false) };
+        merge::take_n(self.0.range::<&[u8]>(bounds)?, reverse, n, |item| {
             let (k, v) = item?;
             out.push_back((k.value().to_vec(), Some(v.value().to_vec())));
-        }
-        Ok(true)
+            Ok(true)
+        })
     }
 
     fn ranges(&self, _: Table) -> Vec<KeyRange> {
@@ -642,26 +635,10 @@ impl Layer for Overlay {
         out: &mut VecDeque<(Vec<u8>, Entry)>,
     ) -> Result<bool, StoreError> {
         let range = self.rows[table as usize].range::<[u8], _>(bounds);
-        let mut push = |(k, v): (&Vec<u8>, &Entry)| out.push_back((k.clone(), v.clone()));
-        let mut taken = 0;
-        if reverse {
-            for row in range.rev() {
-                if taken == n {
-                    return Ok(true);
-                }
-                push(row);
-                taken += 1;
-            }
-        } else {
-            for row in range {
-                if taken == n {
-                    return Ok(true);
-                }
-                push(row);
-                taken += 1;
-            }
-        }
-        Ok(false)
+        merge::take_n(range, reverse, n, |(k, v)| {
+            out.push_back((k.clone(), v.clone()));
+            Ok(true)
+        })
     }
 
     fn ranges(&self, table: Table) -> Vec<KeyRange> {
