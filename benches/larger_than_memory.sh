@@ -52,14 +52,19 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 field() { redis-cli -p "$PORT" info "$1" | tr -d '\r' | grep "^$2:" | cut -d: -f2; }
 io_written() { awk '/^write_bytes/ {print $2}' "/proc/$CAIRN_PID/io"; }
 
-# One line per second: commands processed in that second.
+# About once a second: the commands processed per second since the last
+# sample (divided by the time that really passed: INFO can be slow to
+# answer under load).
 sample() {
-  local last now
+  local last now t0 t1
   last=$(field stats total_commands_processed)
+  t0=$(date +%s.%N)
   while sleep 1; do
     now=$(field stats total_commands_processed) || break
-    echo $((now - last))
+    t1=$(date +%s.%N)
+    awk -v n=$((now - last)) -v a="$t0" -v b="$t1" 'BEGIN {printf "%.0f\n", n / (b - a)}'
     last=$now
+    t0=$t1
   done
 }
 
@@ -75,7 +80,7 @@ kill "$SAMPLER" 2>/dev/null || true
 wait "$SAMPLER" 2>/dev/null || true
 SAMPLER=
 written=$(( $(io_written) - written0 ))
-# Whole seconds only: the first and last samples straddle the run's edges.
+# Whole samples only: the first and last straddle the run's edges.
 slowest=$(sed '1d;$d' "$WORK/load.rates" | sort -n | head -1)
 rate=$(awk -v n="$KEYS" -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", n / (b - a)}')
 
@@ -93,7 +98,7 @@ user=$((KEYS * VALUE))
 keys=$(redis-cli -p "$PORT" dbsize)
 
 printf 'keys loaded (distinct)      %s from %s SETs over %s random keys, %s B values, cairn in %s MiB\n' "$keys" "$KEYS" "$KEYS" "$VALUE" "$MEM_MB"
-printf 'SET P16 load                %s /s overall, slowest whole second %s /s\n' "$rate" "${slowest:-n/a}"
+printf 'SET P16 load                %s /s overall, slowest second %s /s\n' "$rate" "${slowest:-n/a}"
 printf 'GET P1 -c %s              %s /s, p50 %s ms, p99 %s ms\n' "$CLIENTS" "${get_rps:-?}" "${get_p50:-?}" "${get_p99:-?}"
 printf 'peak RSS                    %s MiB\n' $((peak_rss / 1024))
 printf 'disk written / user bytes   %s\n' "$(awk -v w="$written" -v u="$user" 'BEGIN {printf "%.2f", w / u}')"

@@ -29,14 +29,13 @@
 mod common;
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use common::process::{free_port, Proc};
 use redis::{Connection, RedisError, Value};
 
 /// SIGKILLs per test, all on the same data directory.
@@ -58,120 +57,27 @@ fn padded(n: u64) -> String {
 // ---------------------------------------------------------------------------
 // The server process (as tests/durability.rs runs it).
 
-/// A free loopback port (bound, read, released).
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().unwrap().port()
-}
-
-/// A cairn binary started by a test; SIGKILLed on drop if still running.
-struct Proc {
-    child: Child,
-    port: u16,
-}
-
-impl Proc {
-    /// Starts the binary on `data` with 2 shards and `durability`, cwd in
-    /// `cwd` (so no ./config.toml is picked up), and waits until it
-    /// answers PING.
-    /// Its write buffers are 1 MiB (cairn has no flag for it: `--config`
-    /// names a file of `write_buffer_mb` only), or `CRASH_WRITE_BUFFER_MB`,
-    /// so that buffers move into the shard files during the run.
-    fn start(cwd: &Path, data: &Path, durability: &str) -> Proc {
-        let port = free_port();
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cairn"));
-        let mb: usize = std::env::var("CRASH_WRITE_BUFFER_MB").map_or(1, |mb| {
-            mb.parse().expect("CRASH_WRITE_BUFFER_MB is a number")
-        });
-        let file = cwd.join("write-buffer.toml");
-        std::fs::write(&file, format!("write_buffer_mb = {mb}\n")).unwrap();
-        command.arg("--config").arg(file);
-        let child = command
-            .current_dir(cwd)
-            .args(["--port", &port.to_string()])
-            .arg("--dir")
-            .arg(data)
-            .args(["--shards", &SHARDS.to_string(), "--durability", durability])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn cairn");
-        let mut p = Proc { child, port };
-        p.wait_ready();
-        p
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("cairn exited before answering PING: {status}");
-            }
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                let mut buf = [0u8; 7];
-                if s.write_all(b"PING\r\n").is_ok()
-                    && s.read_exact(&mut buf).is_ok()
-                    && &buf == b"+PONG\r\n"
-                {
-                    return;
-                }
-            }
-            assert!(
-                Instant::now() < deadline,
-                "cairn did not answer PING within 30 s"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn client(&self) -> Connection {
-        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        let conn = c
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("redis connection");
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        conn.set_write_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        conn
-    }
-
-    /// Whether the process has exited on its own.
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.child.try_wait().unwrap()
-    }
-
-    /// SIGKILL and reap.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SHUTDOWN, then wait (bounded) for the exit status.
-    fn shutdown(&mut self) -> std::process::ExitStatus {
-        let mut c = self.client();
-        let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut c);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(s) = self.child.try_wait().unwrap() {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "cairn did not exit within 20 s of SHUTDOWN"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
+/// Starts cairn on `data` with `durability` and waits until it answers
+/// PING. Its write buffers are 1 MiB (cairn has no flag for it: `--config`
+/// names a file of `write_buffer_mb` only), or `CRASH_WRITE_BUFFER_MB`, so
+/// that buffers move into the shard files during the run.
+fn start(cwd: &Path, data: &Path, durability: &str) -> Proc {
+    let mb: usize = std::env::var("CRASH_WRITE_BUFFER_MB").map_or(1, |mb| {
+        mb.parse().expect("CRASH_WRITE_BUFFER_MB is a number")
+    });
+    let file = cwd.join("write-buffer.toml");
+    std::fs::write(&file, format!("write_buffer_mb = {mb}\n")).unwrap();
+    let config = [std::ffi::OsStr::new("--config"), file.as_os_str()];
+    let mut p = Proc::spawn(
+        cwd,
+        data,
+        free_port(),
+        Stdio::inherit(),
+        durability,
+        &config,
+    );
+    p.wait_ready();
+    p
 }
 
 // ---------------------------------------------------------------------------
@@ -901,7 +807,7 @@ fn crash_cycles(mode: &str) {
 
     for cycle in 0..=CYCLES {
         let t0 = Instant::now();
-        let mut server = Proc::start(root.path(), &data, mode);
+        let mut server = start(root.path(), &data, mode);
         let mut c = server.client();
         let Verified {
             fails,
@@ -933,7 +839,7 @@ fn crash_cycles(mode: &str) {
                 status.success(),
                 "[{mode}] cairn exited with {status} after SHUTDOWN"
             );
-            let mut server = Proc::start(root.path(), &data, mode);
+            let mut server = start(root.path(), &data, mode);
             let mut c = server.client();
             let fails = verify(&mut c, &mut writers, mode, Phase::Clean).fails;
             if !fails.is_empty() {

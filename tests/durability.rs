@@ -6,134 +6,48 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use cairn::config::Durability;
+use common::process::{free_port, wait_exit, Proc};
 use common::TestServer;
 use redis::{Connection, Value};
 
-/// A free loopback port (bound, read, released).
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().unwrap().port()
+/// Starting the binary the way these tests do: `always` unless named.
+trait Start {
+    fn spawn_always(cwd: &Path, data: &Path, port: u16, stderr: Stdio) -> Proc;
+    fn start(cwd: &Path, data: &Path) -> Proc;
+    fn start_with(cwd: &Path, data: &Path, durability: Durability) -> Proc;
 }
 
-/// A cairn binary started by a test; SIGKILLed on drop if still running.
-struct Proc {
-    child: Child,
-    port: u16,
-}
-
-impl Proc {
-    /// Starts the binary on `data` with 2 shards and `durability = always`,
-    /// cwd in `cwd` (so no ./config.toml is picked up).
-    fn spawn(cwd: &Path, data: &Path, port: u16, stderr: Stdio) -> Proc {
-        Proc::spawn_with(cwd, data, port, stderr, Durability::Always)
+impl Start for Proc {
+    /// Spawns the binary with `durability = always`, without waiting.
+    fn spawn_always(cwd: &Path, data: &Path, port: u16, stderr: Stdio) -> Proc {
+        Proc::spawn::<&str>(cwd, data, port, stderr, "always", &[])
     }
 
-    /// As `spawn`, with another durability policy.
-    fn spawn_with(
-        cwd: &Path,
-        data: &Path,
-        port: u16,
-        stderr: Stdio,
-        durability: Durability,
-    ) -> Proc {
-        let child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .current_dir(cwd)
-            .args(["--port", &port.to_string()])
-            .arg("--dir")
-            .arg(data)
-            .args(["--shards", "2", "--durability", durability.name()])
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(stderr)
-            .spawn()
-            .expect("spawn cairn");
-        Proc { child, port }
-    }
-
-    /// Starts the binary and waits until it answers PING.
+    /// Starts it with `durability = always` and waits until it answers PING.
     fn start(cwd: &Path, data: &Path) -> Proc {
         Proc::start_with(cwd, data, Durability::Always)
     }
 
     /// As `start`, with another durability policy.
     fn start_with(cwd: &Path, data: &Path, durability: Durability) -> Proc {
-        let mut p = Proc::spawn_with(cwd, data, free_port(), Stdio::null(), durability);
+        let mut p = Proc::spawn::<&str>(
+            cwd,
+            data,
+            free_port(),
+            Stdio::null(),
+            durability.name(),
+            &[],
+        );
         p.wait_ready();
         p
-    }
-
-    fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                panic!("cairn exited before answering PING: {status}");
-            }
-            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) {
-                s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-                let mut buf = [0u8; 7];
-                if s.write_all(b"PING\r\n").is_ok()
-                    && s.read_exact(&mut buf).is_ok()
-                    && &buf == b"+PONG\r\n"
-                {
-                    return;
-                }
-            }
-            assert!(Instant::now() < deadline, "cairn did not answer PING");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn client(&self) -> Connection {
-        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        let conn = c
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("redis connection");
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        conn
-    }
-
-    /// SIGKILL and reap.
-    fn kill(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SHUTDOWN, then wait (bounded) for the exit status.
-    fn shutdown(&mut self) -> std::process::ExitStatus {
-        let mut c = self.client();
-        let _ = redis::cmd("SHUTDOWN").query::<Value>(&mut c);
-        wait_exit(&mut self.child, Duration::from_secs(10)).expect("cairn exits after SHUTDOWN")
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// Waits up to `limit` for a child to exit.
-fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return Some(s);
-        }
-        if Instant::now() >= deadline {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -448,7 +362,7 @@ fn second_server_on_same_dir_is_refused() {
     let mut c = first.client();
     let _: () = redis::cmd("SET").arg("x").arg("1").query(&mut c).unwrap();
 
-    let mut second = Proc::spawn(root.path(), &data, free_port(), Stdio::piped());
+    let mut second = Proc::spawn_always(root.path(), &data, free_port(), Stdio::piped());
     let status = wait_exit(&mut second.child, Duration::from_secs(15))
         .expect("second server on a locked dir must exit");
     let mut stderr = String::new();

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 pub mod cluster;
 pub mod etcd;
+pub mod process;
 pub mod waiting;
 
 use cairn::config::{Config, Durability};
