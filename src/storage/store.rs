@@ -29,12 +29,16 @@ use super::buffer::{Buffer, Change};
 use super::tables::{apply_row_ops, init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table};
 use super::wal::{self, Wal};
 
+/// The longest a batch is held back while the background writer is behind
+/// (see `Store::hold_back`).
+const MAX_DELAY: Duration = Duration::from_millis(50);
+
 /// How much a shard may hold in write buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// Bytes of buffered rows (active and frozen) past which writers wait
-    /// for the background writer; from three quarters of it they slow
-    /// down gradually.
+    /// for the background writer; from half of it they slow down
+    /// gradually.
     pub cap: usize,
 }
 
@@ -235,26 +239,32 @@ impl Store {
         Ok(())
     }
 
-    /// Slows the shard's writes while the background writer is behind:
-    /// not at all below three quarters of the cap, then by up to 2 ms per
-    /// batch, and at the cap it waits for room.
+    /// Slows the shard's writes while the background writer is behind,
+    /// so that they meet its pace rather than stop at a wall: nothing below
+    /// half the cap of buffered bytes (active and frozen), then a delay per
+    /// batch growing with the square of the excess up to [`MAX_DELAY`]
+    /// just below the cap, and at the cap a wait for room. (A first version
+    /// only slowed between three quarters of the cap and the cap, counted
+    /// in whole frozen buffers: writers ran at full speed into the cap and
+    /// whole seconds passed with no write, loading data larger than
+    /// memory.)
     fn hold_back(&self) {
         let core = &self.core;
         let cap = self.limits.cap;
-        let calm = cap / 4 * 3;
-        let pending = core.frozen_bytes.load(Ordering::Acquire);
-        if pending <= calm {
+        let calm = cap / 2;
+        let pending = || core.frozen_bytes.load(Ordering::Acquire) + core.view.lock()[0].bytes();
+        let now = pending();
+        if now <= calm {
             return;
         }
-        if pending < cap {
-            let over = (pending - calm) as u64;
-            let micros = over * 2000 / (cap - calm).max(1) as u64;
-            std::thread::sleep(Duration::from_micros(micros));
+        if now < cap {
+            let excess = (now - calm) as f64 / (cap - calm) as f64;
+            std::thread::sleep(MAX_DELAY.mul_f64(excess * excess));
             return;
         }
         let (lock, cond) = &core.room;
         let mut guard = lock.lock();
-        while core.frozen_bytes.load(Ordering::Acquire) >= cap {
+        while pending() >= cap {
             cond.wait_for(&mut guard, Duration::from_millis(10));
         }
     }
