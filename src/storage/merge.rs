@@ -55,6 +55,17 @@ impl DeadRanges {
             .map(|(s, e)| (s.as_slice(), e.as_slice()))
     }
 
+    /// The start of the interval that holds every key just below `key`
+    /// (`a < key <= b` for an interval `[a, b)`): where a reversed scan
+    /// bounded by `key` jumps to.
+    fn below(&self, table: Table, key: &[u8]) -> Option<&[u8]> {
+        self.tables[table as usize]
+            .range::<[u8], _>((Bound::Unbounded, Bound::Excluded(key)))
+            .next_back()
+            .filter(|(_, end)| end.as_slice() >= key)
+            .map(|(s, _)| s.as_slice())
+    }
+
     /// Notes that `[start, end)` holds no live row.
     pub fn add(&mut self, table: Table, start: &[u8], end: &[u8]) {
         if start >= end {
@@ -216,6 +227,28 @@ pub fn scan(
     // past the last live row), and whether it holds any.
     let mut run = first;
     let mut crossed = false;
+    // A scan that starts inside a known dead interval (the next pop from
+    // the front) jumps it before reading anything.
+    if let Some(d) = dead {
+        let d = d.borrow();
+        let jump = if reverse {
+            end.and_then(|e| d.below(table, e))
+        } else {
+            d.find(table, start).map(|(_, e)| e)
+        };
+        if let Some(to) = jump {
+            let outside = if reverse {
+                to <= start
+            } else {
+                end.is_some_and(|e| to >= e)
+            };
+            if outside {
+                return Ok(());
+            }
+            pos = Pos::At(to.to_vec());
+            crossed = true;
+        }
+    }
     let note = |run: &[u8], to: &[u8]| {
         if let Some(d) = dead {
             let (lo, hi) = if reverse { (to, run) } else { (run, to) };
