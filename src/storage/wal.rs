@@ -182,7 +182,11 @@ impl Wal {
         self.file.write_all_at(&rec, self.len)?;
         self.len += rec.len() as u64;
         self.dirty = true;
-        self.scratch = rec;
+        // Kept for the next record, unless a big value made it big: a
+        // 512 MB string must not stay allocated after its commit.
+        if rec.capacity() <= 1 << 20 {
+            self.scratch = rec;
+        }
         if sync {
             self.sync()?;
         }
