@@ -23,10 +23,8 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase};
 
-use std::ops::Bound;
-
 use super::buffer::{Buffer, Change};
-use super::tables::{apply_row_ops, init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table};
+use super::tables::{init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table, TableWriter};
 use super::wal::{self, Wal};
 
 /// The longest a batch is held back while the background writer is behind
@@ -69,8 +67,6 @@ struct Core {
     frozen_bytes: AtomicUsize,
     /// Signalled when the background writer has emptied a buffer.
     room: (parking_lot::Mutex<()>, parking_lot::Condvar),
-    /// The last error of the background writer, if it is failing.
-    writer_error: parking_lot::Mutex<Option<String>>,
 }
 
 /// The background writer: its queue of frozen buffers and its thread.
@@ -137,7 +133,6 @@ impl Store {
             published: AtomicU64::new(0),
             frozen_bytes: AtomicUsize::new(0),
             room: Default::default(),
-            writer_error: Default::default(),
         });
         let (tx, rx) = std::sync::mpsc::channel::<Arc<Buffer>>();
         let writer_core = core.clone();
@@ -164,33 +159,34 @@ impl Store {
 
     /// A snapshot of the shard as of its last commit.
     pub fn snapshot(self: &Arc<Self>, now_ms: u64) -> Result<ReadCtx, StoreError> {
-        let view = self.core.view.lock();
-        let layers = view.clone();
-        let txn = self.core.db.begin_read()?;
-        let seq = {
-            let mut pins = self.core.pins.lock();
-            let seq = self.core.published.load(Ordering::Acquire);
-            *pins.entry(seq).or_default() += 1;
-            seq
-        };
-        drop(view);
-        let pin = Pin {
-            store: self.clone(),
-            seq,
-        };
-        Ok(ReadCtx::layered(txn, layers, seq, Some(pin), now_ms))
+        self.view(now_ms, true)
     }
 
     /// What the shard's own writer reads under its batch: the latest
     /// state. Unpinned: only this thread publishes, and not while the view
     /// is in use.
-    pub fn latest(&self, now_ms: u64) -> Result<ReadCtx, StoreError> {
+    pub fn latest(self: &Arc<Self>, now_ms: u64) -> Result<ReadCtx, StoreError> {
+        self.view(now_ms, false)
+    }
+
+    /// The buffers, a redb snapshot and the published sequence, taken
+    /// under the view lock so that they agree; `pinned` keeps the versions
+    /// the view reads while it lives.
+    fn view(self: &Arc<Self>, now_ms: u64, pinned: bool) -> Result<ReadCtx, StoreError> {
         let view = self.core.view.lock();
         let layers = view.clone();
         let txn = self.core.db.begin_read()?;
+        let mut pins = self.core.pins.lock();
         let seq = self.core.published.load(Ordering::Acquire);
-        drop(view);
-        Ok(ReadCtx::layered(txn, layers, seq, None, now_ms))
+        if pinned {
+            *pins.entry(seq).or_default() += 1;
+        }
+        drop((pins, view));
+        let pin = pinned.then(|| Pin {
+            store: self.clone(),
+            seq,
+        });
+        Ok(ReadCtx::layered(txn, layers, seq, pin, now_ms))
     }
 
     /// Commits a batch's changes: appends them to the log (fsynced if
@@ -274,19 +270,9 @@ impl Store {
         self.wal.lock().sync().map_err(io_err)
     }
 
-    /// Whether the log holds commits not yet fsynced.
-    pub fn unsynced(&self) -> bool {
-        self.wal.lock().dirty()
-    }
-
     /// Bytes held in write buffers (INFO).
     pub fn buffered_bytes(&self) -> usize {
         self.core.view.lock().iter().map(|b| b.bytes()).sum()
-    }
-
-    /// The background writer's last failure, while it is failing.
-    pub fn writer_error(&self) -> Option<String> {
-        self.core.writer_error.lock().clone()
     }
 
     /// Makes the log durable, lets the background writer put every frozen
@@ -318,13 +304,9 @@ impl Core {
         let mut delay = Duration::from_millis(10);
         loop {
             match self.try_write_out(buf) {
-                Ok(()) => {
-                    *self.writer_error.lock() = None;
-                    break;
-                }
+                Ok(()) => break,
                 Err(e) => {
                     tracing::error!(shard = %self.stem, error = %e, "cannot write the buffer into the shard file; retrying");
-                    *self.writer_error.lock() = Some(e.to_string());
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
@@ -343,41 +325,11 @@ impl Core {
         let mut txn = self.db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
-        {
-            type Open<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
-            let mut open: Vec<(Table, Open<'_>)> = Vec::new();
-            buf.for_each_change(&mut |change| -> Result<(), StoreError> {
-                let (Change::Range(t, ..) | Change::Row(t, ..)) = change;
-                if open.last().is_none_or(|(o, _)| *o != t) {
-                    open.push((t, txn.open_table(t.def())?));
-                }
-                let table = &mut open.last_mut().expect("opened").1;
-                match change {
-                    Change::Range(_, start, end) => {
-                        let range: (Bound<&[u8]>, Bound<&[u8]>) = (
-                            Bound::Included(start),
-                            end.map_or(Bound::Unbounded, Bound::Excluded),
-                        );
-                        table.retain_in::<&[u8], _>(range, |_, _| false)?;
-                    }
-                    Change::Row(_, k, Some(v)) => {
-                        table.insert(k, v)?;
-                    }
-                    Change::Row(_, k, None) => {
-                        table.remove(k)?;
-                    }
-                }
-                Ok(())
-            })?;
-        }
-        apply_row_ops(
-            &txn,
-            &[RowOp::Put(
-                Table::Sys,
-                wal::GEN_ROW.to_vec(),
-                buf.gen.to_be_bytes().to_vec(),
-            )],
-        )?;
+        let mut w = TableWriter::new(&txn);
+        buf.for_each_change(&mut |change| w.apply(change))?;
+        let gen = buf.gen.to_be_bytes();
+        w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
+        drop(w);
         txn.commit()?;
         Ok(())
     }
@@ -392,6 +344,7 @@ fn recover(db: &Database, dir: &Path, stem: &str) -> Result<u64, StoreError> {
     let mut last = applied;
     let mut records = 0;
     let txn = db.begin_write()?;
+    let mut w = TableWriter::new(&txn);
     for (gen, path) in &files {
         if *gen <= applied {
             continue;
@@ -400,20 +353,15 @@ fn recover(db: &Database, dir: &Path, stem: &str) -> Result<u64, StoreError> {
         // whole or not its own: a generation was fsynced whole before the
         // next one began, so only the last can end in a torn record.
         let (found, _) = wal::read(path, *gen).map_err(io_err)?;
-        for r in &found {
-            apply_row_ops(&txn, &r.ops)?;
+        for op in found.iter().flat_map(|r| &r.ops) {
+            w.apply(op.as_change())?;
         }
         records += found.len();
         last = *gen;
     }
-    apply_row_ops(
-        &txn,
-        &[RowOp::Put(
-            Table::Sys,
-            wal::GEN_ROW.to_vec(),
-            last.to_be_bytes().to_vec(),
-        )],
-    )?;
+    let gen = last.to_be_bytes();
+    w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
+    drop(w);
     txn.commit()?;
     if records > 0 {
         tracing::info!(

@@ -8,12 +8,15 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::buffer::{in_range, Buffer, Entry, KeyRange};
+use super::buffer::{in_range, Buffer, Change, Entry, KeyRange};
 use super::encoding::CorruptRow;
 use super::merge::{self, Layer};
 use super::store::Pin;
 
 type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+/// A table open in a write transaction.
+type OpenTable<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
 
 const META: Def = TableDefinition::new("meta");
 const SUB: Def = TableDefinition::new("sub");
@@ -521,42 +524,70 @@ pub enum RowOp {
     DelRange(Table, Vec<u8>, Option<Vec<u8>>),
 }
 
-/// Applies changes, in order, to an open write transaction of the tables
-/// (a shard log replayed at open, a frozen write buffer, the redo of a
-/// multi-shard commit a shard lost in a crash).
-pub fn apply_row_ops(txn: &redb::WriteTransaction, ops: &[RowOp]) -> Result<(), StoreError> {
-    type Open<'t> = redb::Table<'t, &'static [u8], &'static [u8]>;
-    let mut open: Vec<(Table, Open<'_>)> = Vec::new();
-    for op in ops {
-        let t = match op {
-            RowOp::Put(t, ..) | RowOp::Del(t, _) | RowOp::Clear(t) | RowOp::DelRange(t, ..) => *t,
-        };
-        let i = match open.iter().position(|(o, _)| *o == t) {
+impl RowOp {
+    /// The change as [`TableWriter`] takes it.
+    pub fn as_change(&self) -> Change<'_> {
+        match self {
+            RowOp::Put(t, k, v) => Change::Row(*t, k, Some(v)),
+            RowOp::Del(t, k) => Change::Row(*t, k, None),
+            RowOp::Clear(t) => Change::Range(*t, &[], None),
+            RowOp::DelRange(t, start, end) => Change::Range(*t, start, end.as_deref()),
+        }
+    }
+}
+
+/// Writes changes into an open write transaction of the tables, opening
+/// each table once: the redb side of a shard log replayed at open, of a
+/// frozen write buffer, and of the redo of a multi-shard commit a shard
+/// lost in a crash.
+pub struct TableWriter<'t> {
+    txn: &'t redb::WriteTransaction,
+    open: Vec<(Table, OpenTable<'t>)>,
+}
+
+impl<'t> TableWriter<'t> {
+    /// A writer into `txn`.
+    pub fn new(txn: &'t redb::WriteTransaction) -> TableWriter<'t> {
+        TableWriter {
+            txn,
+            open: Vec::new(),
+        }
+    }
+
+    /// Applies one change.
+    pub fn apply(&mut self, change: Change<'_>) -> Result<(), StoreError> {
+        let (Change::Range(t, ..) | Change::Row(t, ..)) = change;
+        let i = match self.open.iter().position(|(o, _)| *o == t) {
             Some(i) => i,
             None => {
-                open.push((t, txn.open_table(t.def())?));
-                open.len() - 1
+                self.open.push((t, self.txn.open_table(t.def())?));
+                self.open.len() - 1
             }
         };
-        let table = &mut open[i].1;
-        match op {
-            RowOp::Put(_, k, v) => {
-                table.insert(k.as_slice(), v.as_slice())?;
+        let table = &mut self.open[i].1;
+        match change {
+            Change::Row(_, k, Some(v)) => {
+                table.insert(k, v)?;
             }
-            RowOp::Del(_, k) => {
-                table.remove(k.as_slice())?;
+            Change::Row(_, k, None) => {
+                table.remove(k)?;
             }
-            RowOp::Clear(_) => table.retain(|_, _| false)?,
-            RowOp::DelRange(_, start, end) => {
+            Change::Range(_, start, end) => {
                 let range: (Bound<&[u8]>, Bound<&[u8]>) = (
-                    Bound::Included(start.as_slice()),
-                    end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+                    Bound::Included(start),
+                    end.map_or(Bound::Unbounded, Bound::Excluded),
                 );
                 table.retain_in::<&[u8], _>(range, |_, _| false)?;
             }
         }
+        Ok(())
     }
-    Ok(())
+}
+
+/// Applies changes, in order, to an open write transaction of the tables.
+pub fn apply_row_ops(txn: &redb::WriteTransaction, ops: &[RowOp]) -> Result<(), StoreError> {
+    let mut w = TableWriter::new(txn);
+    ops.iter().try_for_each(|op| w.apply(op.as_change()))
 }
 
 /// A big-endian u64 `sys` row of a committed file (0 if absent).

@@ -202,11 +202,6 @@ impl Wal {
         Ok(())
     }
 
-    /// Whether records were appended since the last fsync.
-    pub fn dirty(&self) -> bool {
-        self.dirty
-    }
-
     /// Moves to the next generation, after making this one durable: a
     /// later generation is only ever read after a whole earlier one, so a
     /// crash recovers a prefix of the commits.
