@@ -14,7 +14,7 @@ use crate::config::Durability;
 use crate::protocol::Reply;
 use crate::storage::keyspace::{self, ReapStats};
 use crate::storage::tables::Wakeups;
-use crate::storage::{KvRead, ReadCtx, RowOp, ShardState, StoreError, Table, WriteCtx};
+use crate::storage::{ReadCtx, RowOp, ShardState, StoreError, Table, WriteCtx};
 
 /// Keys the reaper may expire in one slice.
 const REAP_KEYS_PER_TICK: usize = 500;
@@ -191,7 +191,6 @@ impl ShardActor {
             Ok(b) => b,
             Err(e) => return Err((e, batch.into_iter().map(|s| s.reply).collect())),
         };
-        let now = base.now_ms();
         let mut out = Vec::with_capacity(batch.len());
         let mut failure = None;
         let signals;
@@ -201,10 +200,7 @@ impl ShardActor {
         let shared = self.shared.clone();
         let mut ops = Vec::new();
         {
-            let mut ctx = WriteCtx::open(&base, now, &mut self.state);
-            ctx.observer = shared.observer();
-            ctx.notify_flags = shared.hub.notify_flags();
-            ctx.tracked = shared.tracking();
+            let mut ctx = shared.transaction(&base, &mut self.state);
             for Submit { f, reply } in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
@@ -340,10 +336,7 @@ impl ShardActor {
         let wakeups;
         let ops;
         {
-            let mut ctx = WriteCtx::open(&base, base.now_ms(), &mut self.state);
-            ctx.observer = self.shared.observer();
-            ctx.notify_flags = self.shared.hub.notify_flags();
-            ctx.tracked = self.shared.tracking();
+            let mut ctx = self.shared.transaction(&base, &mut self.state);
             // Under CLIENT PAUSE nothing may change, expiry included
             // (expired keys still read as missing); DEBUG SET-ACTIVE-EXPIRE
             // 0 turns expiry off.
@@ -411,10 +404,7 @@ impl ShardActor {
             }
         };
         let shared = self.shared.clone();
-        let mut ctx = WriteCtx::open(&base, base.now_ms(), &mut self.state);
-        ctx.observer = shared.observer();
-        ctx.notify_flags = shared.hub.notify_flags();
-        ctx.tracked = shared.tracking();
+        let mut ctx = shared.transaction(&base, &mut self.state);
         // A failed step dooms the round: the coordinator may have asked for
         // the commit before it saw the failure, so the shard remembers it.
         let mut step_failed = false;

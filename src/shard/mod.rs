@@ -210,18 +210,24 @@ impl ShardShared {
         drop(old);
     }
 
-    /// The row observer a transaction opened now needs: the watch
-    /// registry while any key of the shard is watched.
-    pub fn observer(&self) -> Option<Arc<dyn crate::storage::tables::RowObserver>> {
-        self.watches
+    /// A transaction over `base` (the shard's latest state), told what
+    /// this moment needs of it: the watch registry as its row observer
+    /// while any key of the shard is watched, the keyspace notification
+    /// flags, and the names of the keys it changes while any client tracks
+    /// keys for client-side caching.
+    pub fn transaction<'t>(
+        &self,
+        base: &'t ReadCtx,
+        state: &'t mut crate::storage::ShardState,
+    ) -> WriteCtx<'t> {
+        let mut ctx = WriteCtx::open(base, crate::storage::KvRead::now_ms(base), state);
+        ctx.observer = self
+            .watches
             .active()
-            .then(|| self.watches.clone() as Arc<dyn crate::storage::tables::RowObserver>)
-    }
-
-    /// What a transaction opened now collects for client-side caching:
-    /// the names of the keys it changes, while any client tracks keys.
-    pub fn tracking(&self) -> Option<std::cell::RefCell<Vec<(bytes::Bytes, u64)>>> {
-        self.hub.tracking.active().then(Default::default)
+            .then(|| self.watches.clone() as Arc<dyn crate::storage::tables::RowObserver>);
+        ctx.notify_flags = self.hub.notify_flags();
+        ctx.tracked = self.hub.tracking.active().then(Default::default);
+        ctx
     }
 
     /// The shard's storage.
