@@ -94,17 +94,9 @@ impl DeadRanges {
     /// A row was written at `key`: the interval holding it is no longer
     /// dead.
     pub fn touch(&mut self, table: Table, key: &[u8]) {
-        let map = &mut self.tables[table as usize];
-        if map.is_empty() {
-            return;
-        }
-        let hit = map
-            .range::<[u8], _>((Bound::Unbounded, Bound::Included(key)))
-            .next_back()
-            .filter(|(_, end)| key < end.as_slice())
-            .map(|(s, _)| s.clone());
-        if let Some(s) = hit {
-            map.remove(&s);
+        if let Some((start, _)) = self.find(table, key) {
+            let start = start.to_vec();
+            self.tables[table as usize].remove(&start);
         }
     }
 }
@@ -227,28 +219,6 @@ pub fn scan(
     // past the last live row), and whether it holds any.
     let mut run = first;
     let mut crossed = false;
-    // A scan that starts inside a known dead interval (the next pop from
-    // the front) jumps it before reading anything.
-    if let Some(d) = dead {
-        let d = d.borrow();
-        let jump = if reverse {
-            end.and_then(|e| d.below(table, e))
-        } else {
-            d.find(table, start).map(|(_, e)| e)
-        };
-        if let Some(to) = jump {
-            let outside = if reverse {
-                to <= start
-            } else {
-                end.is_some_and(|e| to >= e)
-            };
-            if outside {
-                return Ok(());
-            }
-            pos = Pos::At(to.to_vec());
-            crossed = true;
-        }
-    }
     let note = |run: &[u8], to: &[u8]| {
         if let Some(d) = dead {
             let (lo, hi) = if reverse { (to, run) } else { (run, to) };
@@ -259,6 +229,37 @@ pub fn scan(
             }
         }
     };
+    // The run reaches the edge of the scanned range.
+    let note_to_edge = |run: &[u8]| match (reverse, end) {
+        (false, Some(e)) => note(run, e),
+        (true, _) => note(run, start),
+        (false, None) => {}
+    };
+    // Whether a jump to `to` leaves the scanned range.
+    let beyond = |to: &[u8]| {
+        if reverse {
+            to <= start
+        } else {
+            end.is_some_and(|e| to >= e)
+        }
+    };
+    // A scan that starts inside a known dead interval (the next pop from
+    // the front) jumps it before reading anything.
+    if let Some(d) = dead {
+        let d = d.borrow();
+        let jump = if reverse {
+            end.and_then(|e| d.below(table, e))
+        } else {
+            d.find(table, start).map(|(_, e)| e)
+        };
+        if let Some(to) = jump {
+            if beyond(to) {
+                return Ok(());
+            }
+            pos = Pos::At(to.to_vec());
+            crossed = true;
+        }
+    }
     loop {
         for c in &mut cursors {
             c.refill(table, (start, end), reverse, &pos)?;
@@ -284,11 +285,7 @@ pub fn scan(
         let Some((winner, key)) = best else {
             // Exhausted: the rest of the range is dead.
             if crossed {
-                match (reverse, end) {
-                    (false, Some(e)) => note(&run, e),
-                    (true, _) => note(&run, start),
-                    (false, None) => {}
-                }
+                note_to_edge(&run);
             }
             return Ok(());
         };
@@ -336,22 +333,8 @@ pub fn scan(
                 });
                 match jump {
                     Some(to) => {
-                        let outside = if reverse {
-                            to.as_slice() <= start
-                        } else {
-                            end.is_some_and(|e| to.as_slice() >= e)
-                        };
-                        if outside {
-                            if !reverse || !run.is_empty() {
-                                note(
-                                    &run,
-                                    if reverse {
-                                        start
-                                    } else {
-                                        end.unwrap_or_default()
-                                    },
-                                );
-                            }
+                        if beyond(&to) {
+                            note_to_edge(&run);
                             return Ok(());
                         }
                         for c in &mut cursors {
