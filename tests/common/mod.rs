@@ -16,6 +16,18 @@ pub mod waiting;
 use cairn::config::{Config, Durability};
 use redis::{Connection, RedisError, Value};
 
+/// A redis-rs connection to a server on 127.0.0.1:`port` (5 s to
+/// connect, 10 s to read a reply).
+pub fn connect(port: u16) -> redis::Connection {
+    let c = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    let conn = c
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .expect("redis connection");
+    conn.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    conn
+}
+
 /// A running server.
 pub struct TestServer {
     /// The port it listens on.
@@ -93,13 +105,7 @@ impl TestServer {
 
     /// A redis-rs client connection.
     pub fn client(&self) -> redis::Connection {
-        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        let conn = c
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("redis connection");
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        conn
+        connect(self.port)
     }
 
     /// Stops the server cleanly and waits for it.

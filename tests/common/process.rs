@@ -93,12 +93,7 @@ impl Proc {
 
     /// A client connection, with 10 s timeouts.
     pub fn client(&self) -> Connection {
-        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        let conn = c
-            .get_connection_with_timeout(Duration::from_secs(5))
-            .expect("redis connection");
-        conn.set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
+        let conn = super::connect(self.port);
         conn.set_write_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         conn
