@@ -2,7 +2,8 @@
 //! topology in a local etcd; Redis's own tooling (`redis-cli --cluster`,
 //! `redis-benchmark --cluster`) builds and reshapes the cluster, and the
 //! Rust client crate's cluster connection runs a workload through it; a
-//! PUBLISH on one node reaches the subscribers of every node.
+//! PUBLISH on one node reaches the subscribers of every node; cairn's own
+//! CLUSTER MOVESLOT streams a whole slot to another node under writers.
 //!
 //! Needs etcd (Debian's etcd-server) and redis-cli / redis-benchmark
 //! (redis-tools); `.ci/run` installs both.
@@ -18,7 +19,7 @@ use std::time::{Duration, Instant};
 use common::cluster::{in_cluster, myid, node, wait_converged};
 use common::etcd::TestEtcd;
 use common::{cmd, error_line, TestServer};
-use redis::Commands;
+use redis::{Commands, Value};
 
 /// Runs a redis tool (bounded by `secs`), returning its exit success and
 /// its output (stdout then stderr).
@@ -505,4 +506,386 @@ fn publish_reaches_subscribers_on_every_node() {
     common::ok(&mut c, &["READWRITE"]);
     let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
     assert!(info.contains(" flags=N "), "{info}");
+}
+
+/// The hash tag of the slot `moveslot_streams_a_slot_while_writers_run`
+/// moves.
+const MV: &str = "{mv}";
+
+/// What the writer of `moveslot_streams_a_slot_while_writers_run` had
+/// acknowledged, and what it could not get acknowledged.
+#[derive(Default)]
+struct Acked {
+    /// The last value INCR returned for the counter.
+    counter: i64,
+    /// The keys SET acknowledged; each holds its own number.
+    keys: Vec<(String, u64)>,
+    /// Keys whose SET still failed after every retry: each may or may not
+    /// have been written, so they are neither lost nor expected.
+    unsure: Vec<String>,
+    /// How many errors reached the application (the cluster client's own
+    /// retries used up).
+    errors: usize,
+    /// The last of those errors, to say why the writer wrote little.
+    last_error: Option<String>,
+}
+
+/// Runs `op` until it succeeds, at most 100 times 10 ms apart, noting in
+/// `seen` each error the cluster client let through: a TRYAGAIN that
+/// outlasts the client's retries is unavailability, not a lost write.
+fn retried<T>(seen: &mut Acked, mut op: impl FnMut() -> redis::RedisResult<T>) -> Option<T> {
+    for _ in 0..100 {
+        match op() {
+            Ok(v) => return Some(v),
+            Err(e) => {
+                seen.errors += 1;
+                seen.last_error = Some(e.to_string());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+    None
+}
+
+/// Calls `check` every 50 ms until it passes; panics with its last
+/// complaint after `limit`. Topology changes reach the other nodes through
+/// an etcd watch, and a source deletes a moved slot in the background, so
+/// both are seen "within a moment", not at once.
+fn poll_until(limit: Duration, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + limit;
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(why) if Instant::now() > deadline => panic!("after {limit:?}: {why}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+/// CLUSTER COUNTKEYSINSLOT on `s`.
+fn count_in_slot(s: &TestServer, slot: u16) -> i64 {
+    common::int(
+        &mut s.client(),
+        &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
+    )
+}
+
+/// Who `s` says serves `slot`: the master port CLUSTER SLOTS gives, and
+/// the id whose CLUSTER NODES line lists the slot. The two replies are
+/// built separately, so both are checked.
+fn slot_owner_seen_by(s: &TestServer, slot: u16) -> (Option<u16>, Option<String>) {
+    let mut c = s.client();
+    let ranges: Vec<Vec<Value>> = cmd(&["CLUSTER", "SLOTS"]).query(&mut c).unwrap();
+    let port: Option<u16> = ranges.iter().find_map(|r| {
+        let first: u16 = redis::from_redis_value(&r[0]).unwrap();
+        let last: u16 = redis::from_redis_value(&r[1]).unwrap();
+        let master: Vec<Value> = redis::from_redis_value(&r[2]).unwrap();
+        (first..=last)
+            .contains(&slot)
+            .then(|| redis::from_redis_value(&master[1]).unwrap())
+    });
+    let nodes: String = cmd(&["CLUSTER", "NODES"]).query(&mut c).unwrap();
+    let id = nodes.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let lists = fields.get(8..).unwrap_or_default().iter().any(|&r| {
+            // "[slot->-id]" marks an open migration, not ownership.
+            let (a, b) = r.split_once('-').unwrap_or((r, r));
+            match (a.parse::<u16>(), b.parse::<u16>()) {
+                (Ok(a), Ok(b)) => (a..=b).contains(&slot),
+                _ => false,
+            }
+        });
+        lists.then(|| fields[0].to_string())
+    });
+    (port, id)
+}
+
+/// CLUSTER MOVESLOT streams a whole slot, every type with its TTLs, to
+/// another node while a cluster client keeps writing to it: no
+/// acknowledged write is lost, the moved values are byte for byte the
+/// same, the source's other clients are not stalled, and every node learns
+/// the new owner.
+#[test]
+fn moveslot_streams_a_slot_while_writers_run() {
+    let etcd = TestEtcd::start();
+    let nodes = common::cluster::three_nodes(&etcd.endpoint, "t-moveslot");
+    let key = |name: &str| format!("{MV}{name}");
+    let slot = cairn::cluster::key_slot(key("").as_bytes());
+    let find = |k: &str| {
+        nodes
+            .iter()
+            .position(|s| cmd(&["EXISTS", k]).query::<i64>(&mut s.client()).is_ok())
+            .unwrap()
+    };
+    let src = find(&key(""));
+    let (source, target, third) = (&nodes[src], &nodes[(src + 1) % 3], &nodes[(src + 2) % 3]);
+    let (sid, tid) = (myid(source), myid(target));
+    let s = slot.to_string();
+    let mut c = source.client();
+
+    // The slot's contents: many small keys, some with a TTL, and one
+    // collection of each type, the hash big enough to move in chunks.
+    const STRINGS: usize = 2_000;
+    let mut fill = redis::pipe();
+    for i in 0..STRINGS {
+        fill.cmd("SET")
+            .arg(key(&format!("s{i}")))
+            .arg(format!("v{i}"))
+            .ignore();
+        if i % 10 == 0 {
+            fill.cmd("PEXPIRE")
+                .arg(key(&format!("s{i}")))
+                .arg(1_000_000)
+                .ignore();
+        }
+    }
+    fill.query::<()>(&mut c).unwrap();
+    const FIELDS: usize = 50_000;
+    for chunk in (0..FIELDS).collect::<Vec<_>>().chunks(1000) {
+        let mut hset = redis::cmd("HSET");
+        hset.arg(key("h"));
+        for i in chunk {
+            hset.arg(format!("f{i}")).arg(format!("v{i}"));
+        }
+        let _: i64 = hset.query(&mut c).unwrap();
+    }
+    let mut fill = redis::pipe();
+    let (list, set, zset, stream) = (key("l"), key("set"), key("z"), key("x"));
+    fill.cmd("RPUSH")
+        .arg(&list)
+        .arg((0..1000).collect::<Vec<_>>())
+        .ignore();
+    fill.cmd("RPUSH").arg(&list).arg(&["a", "", "b"]).ignore();
+    fill.cmd("SADD")
+        .arg(&set)
+        .arg((0..1000).map(|i| format!("m{i}")).collect::<Vec<_>>())
+        .ignore();
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg(&zset);
+    for i in 0..1000 {
+        zadd.arg(f64::from(i) * 0.25 - 50.0).arg(format!("z{i}"));
+    }
+    zadd.arg("-inf").arg("lowest").arg("-0.001").arg("tiny");
+    fill.add_command(zadd).ignore();
+    for i in 0..300 {
+        fill.cmd("XADD")
+            .arg(&stream)
+            .arg("*")
+            .arg("n")
+            .arg(i)
+            .arg("name")
+            .arg(format!("e{i}"))
+            .ignore();
+    }
+    fill.cmd("XGROUP")
+        .arg(&["CREATE", &stream, "g", "0"])
+        .ignore();
+    fill.cmd("XGROUP")
+        .arg(&["CREATE", &stream, "late", "$"])
+        .ignore();
+    fill.query::<()>(&mut c).unwrap();
+    // A pending entries list with two consumers, one entry acknowledged.
+    for (consumer, count) in [("alice", "100"), ("bob", "50")] {
+        let read = [
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            consumer,
+            "COUNT",
+            count,
+            "STREAMS",
+            &stream,
+            ">",
+        ];
+        let _: Value = cmd(&read).query(&mut c).unwrap();
+    }
+    let first: Vec<Vec<Value>> = cmd(&["XRANGE", &stream, "-", "+", "COUNT", "1"])
+        .query(&mut c)
+        .unwrap();
+    let first: String = redis::from_redis_value(&first[0][0]).unwrap();
+    assert_eq!(common::int(&mut c, &["XACK", &stream, "g", &first]), 1);
+    let counter = key("counter");
+    common::ok(&mut c, &["SET", &counter, "0"]);
+    let base = STRINGS as i64 + 6;
+    assert_eq!(count_in_slot(source, slot), base);
+
+    let recorded: Vec<String> = [&key("h"), &list, &set, &zset, &stream]
+        .into_iter()
+        .cloned()
+        .chain((0..4).map(|i| key(&format!("s{i}"))))
+        .collect();
+    let dumps: Vec<Vec<u8>> = recorded
+        .iter()
+        .map(|k| cmd(&["DUMP", k]).query(&mut c).unwrap())
+        .collect();
+
+    // Another key the source serves, on another slot, read throughout.
+    let other = (0..)
+        .map(|i| format!("other{i}"))
+        .find(|k| find(k) == src && cairn::cluster::key_slot(k.as_bytes()) != slot)
+        .unwrap();
+    common::ok(&mut c, &["SET", &other, "x"]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (stop, port, other) = (stop.clone(), source.port, other.clone());
+        std::thread::spawn(move || {
+            let mut conn = common::connect(port);
+            let mut worst = Duration::ZERO;
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let v: String = conn.get(&other).unwrap();
+                assert_eq!(v, "x");
+                worst = worst.max(t.elapsed());
+            }
+            worst
+        })
+    };
+    let writer = {
+        let stop = stop.clone();
+        let client = cluster_client(&nodes.iter().collect::<Vec<_>>());
+        let counter = counter.clone();
+        std::thread::spawn(move || {
+            let mut conn = client.get_connection().unwrap();
+            let mut seen = Acked::default();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(v) = retried(&mut seen, || conn.incr(&counter, 1)) {
+                    seen.counter = v;
+                }
+                let k = format!("{MV}w{n}");
+                match retried(&mut seen, || conn.set::<_, _, ()>(&k, n)) {
+                    Some(()) => seen.keys.push((k, n)),
+                    None => seen.unsure.push(k),
+                }
+                n += 1;
+            }
+            seen
+        })
+    };
+    std::thread::sleep(Duration::from_millis(100));
+
+    // A debug build may take a while to stream 50,000 fields: a longer
+    // wait for the reply than the helpers' 10 s.
+    let mut mover = common::connect(source.port);
+    mover
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let started = Instant::now();
+    common::ok(&mut mover, &["CLUSTER", "MOVESLOT", &s, &tid]);
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_millis(100));
+    stop.store(true, Ordering::Relaxed);
+    let worst = reader.join().unwrap();
+    let seen = writer.join().unwrap();
+    assert!(
+        seen.keys.len() > 10,
+        "the writer wrote {} keys in {took:?} (errors: {}, last: {:?})",
+        seen.keys.len(),
+        seen.errors,
+        seen.last_error
+    );
+    // After OK the source redirects the slot's keys to the target.
+    assert_eq!(
+        common::err(&mut c, &["GET", &key("s1")]),
+        format!("MOVED {slot} 127.0.0.1:{}", target.port)
+    );
+
+    // Every node learns the new owner (the target itself included, which
+    // the move back below relies on).
+    for n in &nodes {
+        poll_until(Duration::from_secs(5), || {
+            match slot_owner_seen_by(n, slot) {
+                (Some(p), Some(id)) if p == target.port && id == tid => Ok(()),
+                view => Err(format!(
+                    "node {} says slot {slot} is served by {view:?}, not {} {tid}",
+                    n.port, target.port
+                )),
+            }
+        });
+    }
+
+    // The target holds the whole slot, the source none of it once its
+    // background deletion ends. A SET that never got an answer may or may
+    // not have landed, so it counts only where it is.
+    let mut t = target.client();
+    let landed = seen
+        .unsure
+        .iter()
+        .filter(|k| common::int(&mut t, &["EXISTS", k.as_str()]) == 1)
+        .count();
+    let expected = base + (seen.keys.len() + landed) as i64;
+    poll_until(Duration::from_secs(5), || {
+        let (on_target, on_source) = (count_in_slot(target, slot), count_in_slot(source, slot));
+        if on_target == expected && on_source == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "slot {slot}: {on_target} keys on the target (expected {expected}), \
+                 {on_source} on the source"
+            ))
+        }
+    });
+
+    // No acknowledged write is lost.
+    let count: i64 = t.get(&counter).unwrap();
+    assert!(
+        count >= seen.counter,
+        "the counter is {count} on the target, {} was acknowledged",
+        seen.counter
+    );
+    for chunk in seen.keys.chunks(1000) {
+        let names: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
+        let values: Vec<Option<u64>> = t.mget(&names).unwrap();
+        for ((k, n), v) in chunk.iter().zip(values) {
+            assert_eq!(v, Some(*n), "acknowledged SET {k} {n}");
+        }
+    }
+    // The values no one wrote during the move arrive as they were, and
+    // absolute expiry times with them.
+    for (k, before) in recorded.iter().zip(&dumps) {
+        let after: Vec<u8> = cmd(&["DUMP", k]).query(&mut t).unwrap();
+        assert!(after == *before, "DUMP {k} differs after the move");
+    }
+    assert!(common::int(&mut t, &["PTTL", &key("s0")]) > 900_000);
+    assert_eq!(common::int(&mut t, &["PTTL", &key("s1")]), -1);
+    // The move is not one long stall of the source (loose bound: a shared,
+    // unoptimised test build).
+    assert!(
+        worst < Duration::from_millis(500),
+        "a read of another slot waited {worst:?} during a {took:?} move"
+    );
+
+    // And back again, now with no writer.
+    let mut back = common::connect(target.port);
+    back.set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    common::ok(&mut back, &["CLUSTER", "MOVESLOT", &s, &sid]);
+    assert_eq!(count_in_slot(source, slot), expected);
+    poll_until(Duration::from_secs(5), || {
+        match count_in_slot(target, slot) {
+            0 => Ok(()),
+            n => Err(format!("{n} keys of slot {slot} stay on the old owner")),
+        }
+    });
+
+    // Refusals: a slot the node does not serve, a node it does not know, and
+    // itself as the target.
+    let unknown = "f".repeat(40);
+    let refused = [
+        (
+            third,
+            &tid,
+            format!("ERR I'm not the owner of hash slot {slot}"),
+        ),
+        (
+            source,
+            &unknown,
+            format!("ERR I don't know about node {unknown}"),
+        ),
+        (source, &sid, "ERR Can't move a slot to myself".to_string()),
+    ];
+    for (n, to, want) in refused {
+        let e = common::err(&mut n.client(), &["CLUSTER", "MOVESLOT", &s, to]);
+        assert_eq!(e, want, "MOVESLOT {s} {to} on {}", n.port);
+    }
 }

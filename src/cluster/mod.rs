@@ -1,11 +1,13 @@
 //! Cluster slots (which of the 16384 slots a key hashes to, and which shard
 //! owns a slot) and cluster mode: the shared topology (`topology`), this
-//! node's part in it (`node`), its store (`etcd`) and routing (`routing`).
+//! node's part in it (`node`), its store (`etcd`), routing (`routing`) and
+//! the rows a slot move streams (`rows`).
 
 pub mod bus;
 pub mod etcd;
 pub mod node;
 pub mod routing;
+pub mod rows;
 pub mod topology;
 
 /// Number of hash slots, as in Redis Cluster.

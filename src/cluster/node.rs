@@ -69,8 +69,51 @@ pub struct Cluster {
     /// Keys MIGRATE is moving in chunks: commands on them answer TRYAGAIN
     /// until they are gone from here (or the move failed).
     pub moving: dashmap::DashSet<bytes::Bytes>,
+    /// Slots CLUSTER MOVESLOT is moving away, each with its fence: once
+    /// raised, writes to the slot answer TRYAGAIN until it is gone.
+    pub slot_moves: SlotMoves,
+    /// Slots being received from another node (CLUSTER IMPORTROWS).
+    pub imports: Mutex<std::collections::HashMap<u16, super::rows::Import>>,
     /// Told of every view installed (set once, at start).
     on_view: std::sync::OnceLock<ViewHook>,
+}
+
+/// The slots this node is moving away with CLUSTER MOVESLOT, each with its
+/// write fence. Every write command in cluster mode asks about its slot, so
+/// the common answer (no move at all) costs one atomic load.
+#[derive(Default)]
+pub struct SlotMoves {
+    count: std::sync::atomic::AtomicUsize,
+    map: Mutex<std::collections::HashMap<u16, Arc<AtomicBool>>>,
+}
+
+impl SlotMoves {
+    /// The fence of `slot`, if it is being moved.
+    pub fn fence(&self, slot: u16) -> Option<Arc<AtomicBool>> {
+        if self.count.load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        self.map.lock().get(&slot).cloned()
+    }
+
+    /// Starts a move of `slot`, its fence down; `None` if one is under way.
+    pub fn begin(&self, slot: u16) -> Option<Arc<AtomicBool>> {
+        let mut map = self.map.lock();
+        if map.contains_key(&slot) {
+            return None;
+        }
+        let fence = Arc::new(AtomicBool::new(false));
+        map.insert(slot, fence.clone());
+        self.count.fetch_add(1, Ordering::AcqRel);
+        Some(fence)
+    }
+
+    /// Ends the move of `slot`.
+    pub fn end(&self, slot: u16) {
+        if self.map.lock().remove(&slot).is_some() {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 /// What runs after a new view is installed (ending subscriptions to shard
@@ -132,6 +175,8 @@ impl Cluster {
             announce,
             reachable: AtomicBool::new(true),
             moving: Default::default(),
+            slot_moves: Default::default(),
+            imports: Default::default(),
             on_view: Default::default(),
         });
         cluster.save()?;

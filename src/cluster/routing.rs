@@ -32,6 +32,10 @@ pub enum Route {
         /// The keys MIGRATE is moving in chunks.
         moving: std::sync::Arc<Cluster>,
     },
+    /// Here, a write to a slot CLUSTER MOVESLOT is copying away: it must
+    /// find the fence still down when it runs (raised meanwhile, it
+    /// answers TRYAGAIN), so no write lands after the copy's last look.
+    Fenced(std::sync::Arc<std::sync::atomic::AtomicBool>),
 }
 
 /// Whether a command takes part in routing at all: commands without keys
@@ -144,6 +148,12 @@ pub async fn check(
         return Route::Here;
     }
     if view.serves(slot) {
+        if let Some(fence) = any_write.then(|| cluster.slot_moves.fence(slot)).flatten() {
+            return match fence.load(std::sync::atomic::Ordering::Acquire) {
+                true => Route::Refuse(tryagain()),
+                false => Route::Fenced(fence),
+            };
+        }
         return Route::Here;
     }
     Route::Refuse(redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n)))
@@ -166,7 +176,14 @@ pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> O
         }
         slot = Some(this);
     }
-    slot?;
+    let slot = slot?;
+    let fenced = cluster
+        .slot_moves
+        .fence(slot)
+        .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire));
+    if fenced && spec.has_flag("write") {
+        return Some(tryagain());
+    }
     down_state(server, &view, spec.has_flag("write")).map(|down| {
         Reply::err(match down {
             Down::ReadOnly => {
@@ -250,7 +267,8 @@ fn down_unbound() -> Reply {
     Reply::Error("CLUSTERDOWN Hash slot not served".into())
 }
 
-fn tryagain() -> Reply {
+/// Redis's answer to a command that may succeed a moment later.
+pub fn tryagain() -> Reply {
     Reply::Error("TRYAGAIN Multiple keys request during rehashing of slot".into())
 }
 

@@ -906,6 +906,8 @@ commands! {
         "Return local key names in the specified hash slot", "", "nondeterministic_output";
     "cluster|help", 2, "loading stale", (0, 0, 0), "", "@slow", "cluster", "5.0.0", cluster::cluster,
         "Show helpful text about the different subcommands", "", "";
+    "cluster|importrows", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,
+        "Receive a hash slot's rows from the node moving it here (cairn, sent by CLUSTER MOVESLOT)", "", "";
     "cluster|info", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
         "Provides info about Redis Cluster node state", "", "nondeterministic_output";
     "cluster|keyslot", 3, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
@@ -914,6 +916,8 @@ commands! {
         "Returns a list of all TCP links to and from peer nodes in cluster", "", "nondeterministic_output";
     "cluster|meet", -4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "3.0.0", cluster::cluster,
         "Force a node cluster to handshake with another node", "", "";
+    "cluster|moveslot", 4, "admin stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "cluster", "7.0.0", cluster::cluster,
+        "Move a hash slot and its keys to another node, streaming its rows (cairn)", "", "";
     "cluster|myid", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,
         "Return the node id", "", "";
     "cluster|nodes", 2, "stale", (0, 0, 0), "", "@slow", "cluster", "3.0.0", cluster::cluster,

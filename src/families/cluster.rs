@@ -178,6 +178,8 @@ pub fn cluster(s: &mut Session, a: Args) -> Action {
             )
         })),
         "setslot" => setslot(server, cluster, a),
+        "moveslot" => super::moveslot::moveslot(server, cluster, a),
+        "importrows" => super::moveslot::importrows(server, cluster, a),
         "bumpepoch" => Action::Job(Box::pin(async move {
             let mut bumped = false;
             let r = cluster
@@ -308,7 +310,7 @@ pub fn cluster(s: &mut Session, a: Args) -> Action {
 }
 
 /// This node's record in a document `change` has registered it in.
-fn me_mut<'a>(t: &'a mut Topology, me: &str) -> &'a mut NodeRecord {
+pub(super) fn me_mut<'a>(t: &'a mut Topology, me: &str) -> &'a mut NodeRecord {
     t.nodes.get_mut(me).expect("change registers this node")
 }
 
@@ -324,7 +326,7 @@ fn finish(r: Result<(), ChangeError>) -> Reply {
     }
 }
 
-fn change_error(e: ChangeError) -> Reply {
+pub(super) fn change_error(e: ChangeError) -> Reply {
     match e {
         ChangeError::Refused(text) => Reply::err(text),
         ChangeError::Store(text) => Reply::err(text),
@@ -332,7 +334,7 @@ fn change_error(e: ChangeError) -> Reply {
 }
 
 /// A slot argument (Redis's getSlotOrReply).
-fn parse_slot(arg: &[u8]) -> Result<u16, Reply> {
+pub(super) fn parse_slot(arg: &[u8]) -> Result<u16, Reply> {
     match crate::util::num::parse_i64(arg) {
         Some(n) if (0..SLOTS as i64).contains(&n) => Ok(n as u16),
         _ => Err(Reply::err("Invalid or out of range slot")),
@@ -384,7 +386,7 @@ fn assign(cluster: Arc<Cluster>, ranges: Vec<(u16, u16)>, del: bool) -> Action {
 
 /// Redis's clusterBumpConfigEpochWithoutConsensus: a new, greatest epoch
 /// for this node unless its epoch already is the unique greatest.
-fn bump_epoch(t: &mut Topology, me: &str) -> bool {
+pub(super) fn bump_epoch(t: &mut Topology, me: &str) -> bool {
     let group = t.nodes[me].group.clone();
     let members = t.members(&group);
     let max = members

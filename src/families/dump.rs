@@ -487,21 +487,7 @@ async fn move_big(
 /// the key and REPLACE was not given; on any error, removes what it wrote.
 async fn send_in_chunks(m: &Migrate, key: &Bytes, st: &keys::Stored) -> Result<(), Reply> {
     let wait = std::time::Duration::from_millis(m.timeout_ms.max(1000));
-    let addr = format!("{}:{}", m.host, m.port);
-    let target = tokio::net::lookup_host(&addr)
-        .await
-        .ok()
-        .and_then(|mut a| a.next())
-        .ok_or_else(|| Reply::Error("IOERR error or timeout connecting to the client".into()))?;
-    let stream = tokio::time::timeout(wait, TcpStream::connect(target))
-        .await
-        .map_err(|_| migrate_io_err("writing"))?
-        .map_err(|_| migrate_io_err("writing"))?;
-    let _ = stream.set_nodelay(true);
-    let mut t = Target {
-        io: tokio::io::BufReader::new(stream),
-        wait,
-    };
+    let mut t = Target::connect(&format!("{}:{}", m.host, m.port), wait).await?;
     let db = m.db.to_string();
     let mut setup: Vec<Vec<&[u8]>> = Vec::new();
     if let Some(auth) = &m.auth {
@@ -576,24 +562,58 @@ async fn send_in_chunks(m: &Migrate, key: &Bytes, st: &keys::Stored) -> Result<(
     written
 }
 
-/// A connection to a MIGRATE target, one command at a time.
-struct Target {
+/// A connection to another node that a key or slot is moved to: commands
+/// whose replies are one line each (every command [`send_in_chunks`] and
+/// CLUSTER MOVESLOT send), possibly pipelined.
+pub(crate) struct Target {
     io: tokio::io::BufReader<TcpStream>,
     wait: std::time::Duration,
 }
 
 impl Target {
-    /// Sends a command and reads its one-line reply (every command
-    /// [`send_in_chunks`] sends has one); an error reply is MIGRATE's
+    /// Connects to `addr` (`host:port`), waiting at most `wait` for this
+    /// and for each later write or reply.
+    pub(crate) async fn connect(addr: &str, wait: std::time::Duration) -> Result<Target, Reply> {
+        let target = tokio::net::lookup_host(addr)
+            .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| {
+                Reply::Error("IOERR error or timeout connecting to the client".into())
+            })?;
+        let stream = tokio::time::timeout(wait, TcpStream::connect(target))
+            .await
+            .map_err(|_| migrate_io_err("writing"))?
+            .map_err(|_| migrate_io_err("writing"))?;
+        let _ = stream.set_nodelay(true);
+        Ok(Target {
+            io: tokio::io::BufReader::new(stream),
+            wait,
+        })
+    }
+
+    /// Sends a command and reads its reply; an error reply is the caller's
     /// error.
-    async fn call(&mut self, parts: &[&[u8]]) -> Result<String, Reply> {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    pub(crate) async fn call(&mut self, parts: &[&[u8]]) -> Result<String, Reply> {
+        self.send(parts).await?;
+        self.read().await
+    }
+
+    /// Sends a command without reading its reply (see [`Target::read`]).
+    pub(crate) async fn send(&mut self, parts: &[&[u8]]) -> Result<(), Reply> {
+        use tokio::io::AsyncWriteExt;
         let mut out = Vec::new();
         crate::protocol::encode_command(&mut out, parts);
         tokio::time::timeout(self.wait, self.io.get_mut().write_all(&out))
             .await
             .map_err(|_| migrate_io_err("writing"))?
-            .map_err(|_| migrate_io_err("writing"))?;
+            .map_err(|_| migrate_io_err("writing"))
+    }
+
+    /// Reads the one-line reply of the oldest command sent and not yet
+    /// answered.
+    pub(crate) async fn read(&mut self) -> Result<String, Reply> {
+        use tokio::io::AsyncBufReadExt;
         let mut line = String::new();
         match tokio::time::timeout(self.wait, self.io.read_line(&mut line)).await {
             Ok(Ok(n)) if n > 0 => {}

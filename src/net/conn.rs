@@ -494,7 +494,11 @@ async fn execute(
             Route::Here => None,
             Route::Refuse(r) => Some(r),
             Route::WhilePresent { keys, gone, moving } => {
-                guard = Some((keys, gone, moving));
+                guard = Some(Guard::Present(keys, gone, moving));
+                None
+            }
+            Route::Fenced(fence) => {
+                guard = Some(Guard::Fence(fence));
                 None
             }
         };
@@ -565,8 +569,12 @@ async fn execute(
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
     outbox.resp3 = session.resp3;
-    if let Some((keys, gone, moving)) = guard {
-        action = while_present(action, keys, gone, moving);
+    match guard {
+        Some(Guard::Present(keys, gone, moving)) => {
+            action = while_present(action, keys, gone, moving);
+        }
+        Some(Guard::Fence(fence)) => action = while_unfenced(action, fence),
+        None => {}
     }
     // CLIENT REPLY ON answers, whatever OFF or SKIP said before it.
     if mode_before != ReplyMode::On
@@ -787,6 +795,35 @@ fn mode_refusal(session: &Session, checked: &'static command::CommandSpec) -> Op
             checked.name
         ))
     })
+}
+
+/// A check a command makes in the transaction it runs in, because routing
+/// looked at a slot that was changing hands.
+enum Guard {
+    /// Its keys must still be here (see [`while_present`]).
+    Present(Vec<bytes::Bytes>, Reply, Arc<crate::cluster::node::Cluster>),
+    /// Its slot's move fence must still be down (see [`while_unfenced`]).
+    Fence(Arc<std::sync::atomic::AtomicBool>),
+}
+
+/// Makes a write to a slot CLUSTER MOVESLOT is copying check, in its own
+/// transaction, that the fence is still down: the move raises it on the
+/// shard's actor, so every write after that moment answers TRYAGAIN and
+/// every write before it is in what the move sends last. Other actions
+/// (EXEC, scripts) are held back at routing and by the move's last rounds.
+fn while_unfenced(action: Action, fence: Arc<std::sync::atomic::AtomicBool>) -> Action {
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| {
+                if fence.load(std::sync::atomic::Ordering::Acquire) {
+                    return Ok(crate::cluster::routing::tryagain());
+                }
+                f(w)
+            }),
+        },
+        other => other,
+    }
 }
 
 /// Makes a command in a slot being migrated away check, in the

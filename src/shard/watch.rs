@@ -103,6 +103,21 @@ pub struct WatchRegistry {
     count: AtomicUsize,
     /// Per database: key -> its watches.
     keys: parking_lot::Mutex<Vec<WatchedKeys>>,
+    /// Slots of database 0 being copied to another node (CLUSTER
+    /// MOVESLOT): the names of the keys written in each since it was last
+    /// drained, so the copy can send them again.
+    slots: parking_lot::Mutex<HashMap<u16, SlotLog>>,
+    /// How many slots are watched: writes skip `slots` while it is 0.
+    slot_count: AtomicUsize,
+}
+
+/// What was written in one watched slot since it was last drained.
+#[derive(Debug, Default)]
+pub struct SlotLog {
+    /// The names of the keys written.
+    pub keys: std::collections::HashSet<Vec<u8>>,
+    /// Whether database 0 was flushed (FLUSHALL / FLUSHDB).
+    pub flushed: bool,
 }
 
 impl WatchRegistry {
@@ -151,8 +166,39 @@ impl WatchRegistry {
         }
     }
 
+    /// Starts recording the keys written in `slot` of database 0 (see
+    /// [`WatchRegistry::drain_slot`]). Counted as a watch, so writes go
+    /// through the hook while it lasts.
+    pub fn watch_slot(&self, slot: u16) {
+        if self.slots.lock().insert(slot, SlotLog::default()).is_none() {
+            self.count.fetch_add(1, Ordering::AcqRel);
+            self.slot_count.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    /// What was written in `slot` since it was watched or last drained.
+    pub fn drain_slot(&self, slot: u16) -> SlotLog {
+        let mut slots = self.slots.lock();
+        slots.get_mut(&slot).map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Stops recording writes in `slot`.
+    pub fn unwatch_slot(&self, slot: u16) {
+        if self.slots.lock().remove(&slot).is_some() {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            self.slot_count.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
     /// Marks the watchers of `db`/`key`.
     pub fn touch(&self, db: u8, key: &[u8], present: bool) {
+        if db == 0 && self.slot_count.load(Ordering::Acquire) > 0 {
+            if let Some(log) = self.slots.lock().get_mut(&crate::cluster::key_slot(key)) {
+                if !log.keys.contains(key) {
+                    log.keys.insert(key.to_vec());
+                }
+            }
+        }
         let keys = self.keys.lock();
         if let Some(list) = keys.get(db as usize).and_then(|m| m.get(key)) {
             for w in list {
@@ -184,6 +230,12 @@ impl WatchRegistry {
 impl RowObserver for WatchRegistry {
     fn row_changed(&self, table: Table, row: &[u8], removed: bool) {
         self.touch_row(table, row, removed);
+    }
+
+    fn table_cleared(&self) {
+        for log in self.slots.lock().values_mut() {
+            log.flushed = true;
+        }
     }
 
     fn observed_meta_rows(&self) -> Vec<Vec<u8>> {

@@ -205,6 +205,61 @@ pub fn delete_if_live(w: &mut WriteCtx, key: Key) -> Result<bool, StoreError> {
     }
 }
 
+/// The flag of a `gc` row whose version is still being written (a key
+/// arriving in pieces, see [`hold_version`]), in its type byte.
+const HELD: u8 = 0x80;
+
+/// This process's mark on the `gc` rows it holds: rows held by an earlier
+/// run (one that died mid-import) are collected like any other.
+fn hold_token() -> [u8; 8] {
+    static TOKEN: std::sync::OnceLock<[u8; 8]> = std::sync::OnceLock::new();
+    *TOKEN.get_or_init(|| {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        (t ^ u64::from(std::process::id()).rotate_left(32)).to_be_bytes()
+    })
+}
+
+/// Whether a `gc` row is held by this process.
+fn held_here(row: &[u8]) -> bool {
+    row.first().is_some_and(|b| b & HELD != 0) && row.get(1..9) == Some(&hold_token()[..])
+}
+
+/// Marks a version whose sub-keys are about to be written in several
+/// transactions, before any `meta` row points at it: should the writer
+/// never finish (an abort, or a crash and restart), the collector finds
+/// the rows; until then it leaves them alone. [`settle_version`] ends it.
+pub fn hold_version(
+    w: &mut WriteCtx,
+    key: Key,
+    ktype: KeyType,
+    version: u64,
+) -> Result<(), StoreError> {
+    let mut row = vec![ktype as u8 | HELD];
+    row.extend_from_slice(&hold_token());
+    let gc_key = encoding::version_prefix(key.db, key.slot, key.name, version);
+    w.put(Table::Gc, &gc_key, &row)
+}
+
+/// Ends a [`hold_version`]: the version is now a live key's (`live`), or
+/// garbage to collect.
+pub fn settle_version(
+    w: &mut WriteCtx,
+    key: Key,
+    ktype: KeyType,
+    version: u64,
+    live: bool,
+) -> Result<(), StoreError> {
+    let gc_key = encoding::version_prefix(key.db, key.slot, key.name, version);
+    if live {
+        w.del(Table::Gc, &gc_key)?;
+        Ok(())
+    } else {
+        w.put(Table::Gc, &gc_key, &[ktype as u8])
+    }
+}
+
 /// Counts of work done by one reaper slice.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct ReapStats {
@@ -295,7 +350,13 @@ pub fn collect_garbage(
             false
         })?;
         let Some((prefix, row)) = next else { break };
-        let ktype = row.first().copied().unwrap_or(0);
+        if held_here(&row) {
+            // Rows still being written by an import of this process.
+            from = prefix;
+            from.push(0);
+            continue;
+        }
+        let ktype = row.first().copied().unwrap_or(0) & !HELD;
         let resume = row
             .get(1)
             .and_then(|&code| Table::from_code(code))
@@ -463,6 +524,45 @@ mod tests {
             assert_eq!(count(w, Table::Gc), 0);
             assert_eq!(count(w, Table::Sub), 100, "the neighbour's rows are intact");
             assert!(lookup(w, ab).unwrap().is_some());
+        });
+    }
+
+    /// A held version's rows survive collection until it is settled as
+    /// garbage; a row held by another process (one that died) does not.
+    #[test]
+    fn held_versions_wait_for_their_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::builder()
+            .create(dir.path().join("s.redb"))
+            .unwrap();
+        init_file(&db).unwrap();
+        let mut state = ShardState::of_file(&db);
+        let (k, old) = (Key::new(0, b"k"), Key::new(0, b"old"));
+        let v = with_txn(&db, &mut state, 0, |w| {
+            let mut vs = Vec::new();
+            for key in [k, old] {
+                let v = w.new_version();
+                hold_version(w, key, KeyType::Set, v).unwrap();
+                let prefix = encoding::version_prefix(0, key.slot, key.name, v);
+                w.put(Table::Sub, &encoding::sub_key(&prefix, b"m"), &[])
+                    .unwrap();
+                vs.push(v);
+            }
+            // As a crashed run left it: held under someone else's token.
+            let gc = encoding::version_prefix(0, old.slot, old.name, vs[1]);
+            let mut row = vec![KeyType::Set as u8 | HELD];
+            row.extend_from_slice(&[0xEE; 8]);
+            w.put(Table::Gc, &gc, &row).unwrap();
+            vs[0]
+        });
+        with_txn(&db, &mut state, 0, |w| {
+            collect_garbage(w, 100, &mut ReapStats::default()).unwrap();
+            assert_eq!(count(w, Table::Sub), 1, "only the stale hold is collected");
+            assert_eq!(count(w, Table::Gc), 1);
+            settle_version(w, k, KeyType::Set, v, false).unwrap();
+            collect_garbage(w, 100, &mut ReapStats::default()).unwrap();
+            assert_eq!(count(w, Table::Sub), 0);
+            assert_eq!(count(w, Table::Gc), 0);
         });
     }
 }

@@ -507,6 +507,8 @@ pub trait RowObserver: Send + Sync {
     /// The `meta` rows of the keys observed (FLUSHALL tells only those that
     /// exist, without visiting every key).
     fn observed_meta_rows(&self) -> Vec<Vec<u8>>;
+    /// Every `meta` row went at once (FLUSHALL), not one by one.
+    fn table_cleared(&self) {}
 }
 
 /// One logical change a transaction made, in the order it made it: what
@@ -1024,6 +1026,7 @@ impl<'t> WriteCtx<'t> {
     /// the table holds.
     pub fn clear(&mut self, table: Table) -> Result<(), StoreError> {
         if let (Table::Meta, Some(o)) = (table, &self.observer) {
+            o.table_cleared();
             // Only keys that exist are modified by the flush.
             for row in o.observed_meta_rows() {
                 if self.get(Table::Meta, &row)?.is_some() {
