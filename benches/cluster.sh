@@ -7,7 +7,9 @@
 #     $KEYS keys, with the p99 of a GET load running meanwhile (short
 #     redis-benchmark runs back to back: the worst and the median p99);
 #  3. the same for a slot holding one hash of $BIG fields, with the longest
-#     wait of a client reading another key of the source node meanwhile.
+#     wait of a client reading another key of the source node meanwhile;
+#  4. both moves again on cairn with its own CLUSTER MOVESLOT (one command
+#     that streams the slot; Redis has none), on fresh slots of the same node.
 #
 # Usage: benches/cluster.sh [path/to/cairn]     (default target/release/cairn)
 # Env:   BIG=1000000 (fields of the big hash)
@@ -107,30 +109,56 @@ print(f"{prefix}{i}")
 PY
 }
 
-# Moves the first node's lowest slot to the second node with redis-cli
-# (output to $1), tells the load running meanwhile to stop ($work/done),
-# and prints how many seconds the move took.
-move_one_slot() { # log ports...
-  local log=$1
-  shift
-  local ports=("$@") from to t0 t1
+# The lowest slot the node on port $1 serves.
+lowest_slot() {
+  redis-cli -p "$1" cluster nodes | awk '$3 ~ /myself/ {split($9, r, "-"); print r[1]}'
+}
+
+# Moves slot $2 from the first node to the second (output to $3), $1 says
+# how: `reshard` (redis-cli --cluster reshard --cluster-slots 1, which takes
+# the source's lowest slot, so $2 must be that one) or `moveslot` (CLUSTER
+# MOVESLOT, cairn's). Then tells the load running meanwhile to stop
+# ($work/done), and prints how many seconds the move took.
+move_one_slot() { # how slot log ports...
+  local how=$1 slot=$2 log=$3
+  shift 3
+  local ports=("$@") from to t0 t1 failed=0
   from=$(redis-cli -p "${ports[0]}" cluster myid)
   to=$(redis-cli -p "${ports[1]}" cluster myid)
+  if [ "$how" = reshard ] && [ "$(lowest_slot "${ports[0]}")" != "$slot" ]; then
+    touch "$work/done"
+    echo "reshard would not move slot $slot: port ${ports[0]}'s lowest is $(lowest_slot "${ports[0]}")" >&2
+    return 1
+  fi
   t0=$(date +%s.%N)
-  redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
-    --cluster-slots 1 --cluster-yes --cluster-pipeline "$MOVE_PIPELINE" >"$log" 2>&1
+  case $how in
+  reshard)
+    redis-cli --cluster reshard "127.0.0.1:${ports[0]}" --cluster-from "$from" --cluster-to "$to" \
+      --cluster-slots 1 --cluster-yes --cluster-pipeline "$MOVE_PIPELINE" >"$log" 2>&1
+    ;;
+  moveslot)
+    # An error reply is printed, not always an exit status: check the text.
+    redis-cli -p "${ports[0]}" cluster moveslot "$slot" "$to" >"$log" 2>&1 || failed=1
+    [ "$(cat "$log")" = OK ] || failed=1
+    ;;
+  esac
   t1=$(date +%s.%N)
   touch "$work/done"
+  if [ "$failed" = 1 ]; then
+    echo "CLUSTER MOVESLOT $slot $to on port ${ports[0]} failed: $(cat "$log")" >&2
+    return 1
+  fi
   echo "$t1 - $t0" | bc -l
 }
 
-# Slot 0 (the first node serves it) for the small keys.
-tag=$(tag_for t 0)
-
-reshard() { # label ports...
-  local label=$1
-  shift
-  local ports=("$@")
+# Fills slot $3 (the first node serves it) with $KEYS small keys, moves it
+# to the second node the way $2 says (see move_one_slot) while a GET load
+# runs on the cluster, and prints the time and the load's p99s.
+reshard() { # label how slot ports...
+  local label=$1 how=$2 slot=$3
+  shift 3
+  local ports=("$@") tag
+  tag=$(tag_for t "$slot")
   python3 - "$tag" "$KEYS" <<'PY' | redis-cli -p "${ports[0]}" --pipe >/dev/null
 import sys
 tag, n = sys.argv[1], int(sys.argv[2])
@@ -140,7 +168,7 @@ for i in range(n):
     out.write(b"*3\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(k), k, len(v), v))
 PY
   local held
-  held=$(redis-cli -p "${ports[0]}" cluster countkeysinslot 0)
+  held=$(redis-cli -p "${ports[0]}" cluster countkeysinslot "$slot")
   # GET load on the other keys meanwhile, in short runs.
   (
     while [ ! -e "$work/done" ]; do
@@ -151,29 +179,32 @@ PY
   local load=$!
   sleep 1
   local secs
-  secs=$(move_one_slot "$work/reshard.log" "${ports[@]}")
+  secs=$(move_one_slot "$how" "$slot" "$work/reshard.log" "${ports[@]}")
   wait "$load"
   rm -f "$work/done"
   local moved
-  moved=$(redis-cli -p "${ports[1]}" cluster countkeysinslot 0)
+  moved=$(redis-cli -p "${ports[1]}" cluster countkeysinslot "$slot")
   local p99s
   p99s=$(sort -n "$work/p99" | awk '{a[NR]=$1} END {if (NR) printf "median %s, worst %s (%d runs)", a[int((NR+1)/2)], a[NR], NR}')
   printf "%-6s %8.2f s for %s keys (%s on the target after), GET p99 ms during it: %s\n" \
     "$label" "$secs" "$held" "$moved" "$p99s"
 }
 echo "== reshard of slot 0 ($KEYS keys written to it, plus the benchmark's) with redis-cli --cluster reshard --cluster-slots 1 --cluster-pipeline $MOVE_PIPELINE"
-reshard cairn "${cairn_ports[@]}"
-reshard redis "${redis_ports[@]}"
+reshard cairn reshard 0 "${cairn_ports[@]}"
+reshard redis reshard 0 "${redis_ports[@]}"
 
-# A hash tag for slot 1 (the first node serves it too), and one big hash in
-# it; a reader of another key on the same node records its longest wait.
-tag1=$(tag_for h 1)
-# And one for slot 2000, which stays on the first node: the probe's key.
+# A hash tag for slot 2000, which stays on the first node: the probe's key.
 tag2=$(tag_for p 2000)
-big_move() { # label ports...
-  local label=$1
-  shift
-  local ports=("$@")
+# And one for slot 8000, on the second node (the target of the moves).
+tag3=$(tag_for p 8000)
+# Fills slot $3 (the first node serves it) with one big hash, moves it to
+# the second node the way $2 says (see move_one_slot) while a reader of
+# another key on the first node records its longest wait, and prints both.
+big_move() { # label how slot ports...
+  local label=$1 how=$2 slot=$3
+  shift 3
+  local ports=("$@") tag1
+  tag1=$(tag_for h "$slot")
   python3 - "$tag1" "$BIG" <<'PY' | redis-cli -p "${ports[0]}" --pipe >/dev/null
 import sys
 tag, n = sys.argv[1], int(sys.argv[2])
@@ -186,7 +217,25 @@ for start in range(0, n, 1000):
     out.write(b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in args))
 PY
   redis-cli -p "${ports[0]}" set "{$tag2}:probe" x >/dev/null
-  python3 - "${ports[0]}" "{$tag2}:probe" "$work/done" >"$work/worst" <<'PY' &
+  redis-cli -p "${ports[1]}" set "{$tag3}:probe" x >/dev/null
+  probe "${ports[0]}" "{$tag2}:probe" >"$work/worst" &
+  local reader=$!
+  probe "${ports[1]}" "{$tag3}:probe" >"$work/worst-target" &
+  local reader2=$!
+  sleep 0.5
+  local secs
+  secs=$(move_one_slot "$how" "$slot" "$work/big.log" "${ports[@]}")
+  wait "$reader" "$reader2"
+  rm -f "$work/done"
+  printf "%-6s %8.2f s; %s fields on the target after; longest GET of another key on the source: %s, on the target: %s\n" \
+    "$label" "$secs" \
+    "$(redis-cli -p "${ports[1]}" hlen "{$tag1}:big")" "$(cat "$work/worst")" "$(cat "$work/worst-target")"
+}
+
+# Reads key $2 on port $1 in a loop until $work/done appears, then prints
+# the longest wait.
+probe() { # port key
+  python3 - "$1" "$2" "$work/done" <<'PY'
 import os, socket, sys, time
 port, key, done = int(sys.argv[1]), sys.argv[2].encode(), sys.argv[3]
 s = socket.create_connection(("127.0.0.1", port))
@@ -202,16 +251,14 @@ while not os.path.exists(done):
     n += 1
 print(f"{worst * 1000:.1f} ms over {n} reads")
 PY
-  local reader=$!
-  sleep 0.5
-  local secs
-  secs=$(move_one_slot "$work/big.log" "${ports[@]}")
-  wait "$reader"
-  rm -f "$work/done"
-  printf "%-6s %8.2f s; %s fields on the target after; longest GET of another key on the source: %s\n" \
-    "$label" "$secs" \
-    "$(redis-cli -p "${ports[1]}" hlen "{$tag1}:big")" "$(cat "$work/worst")"
 }
 echo "== reshard of slot 1 holding one hash of $BIG fields"
-big_move cairn "${cairn_ports[@]}"
-big_move redis "${redis_ports[@]}"
+big_move cairn reshard 1 "${cairn_ports[@]}"
+big_move redis reshard 1 "${redis_ports[@]}"
+
+# Last, so a failing MOVESLOT costs none of the numbers above. Slots 2 and 3
+# are fresh slots of the first node, filled as 0 and 1 were.
+echo "== CLUSTER MOVESLOT of slot 2 ($KEYS keys written to it, plus the benchmark's); cairn only"
+reshard cairn moveslot 2 "${cairn_ports[@]}"
+echo "== CLUSTER MOVESLOT of slot 3 holding one hash of $BIG fields; cairn only"
+big_move cairn moveslot 3 "${cairn_ports[@]}"
