@@ -377,23 +377,7 @@ fn a_big_hash_moves_in_chunks_without_stalling_its_node() {
     );
     common::ok(&mut c, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &tid]);
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (stop, port, other) = (stop.clone(), source.port, other.clone());
-        std::thread::spawn(move || {
-            let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let mut worst = Duration::ZERO;
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let v: String = conn.get(&other).unwrap();
-                assert_eq!(v, "x");
-                worst = worst.max(t.elapsed());
-            }
-            worst
-        })
-    };
+    let reader = reads_until(stop.clone(), source.port, other.clone());
     std::thread::sleep(Duration::from_millis(100));
     let port = target.port.to_string();
     common::ok(
@@ -506,6 +490,23 @@ fn publish_reaches_subscribers_on_every_node() {
     common::ok(&mut c, &["READWRITE"]);
     let info: String = cmd(&["CLIENT", "INFO"]).query(&mut c).unwrap();
     assert!(info.contains(" flags=N "), "{info}");
+}
+
+/// Reads `key` (which holds "x") on the node at `port` until `stop`, on a
+/// thread whose result is the longest read: how long moving a slot stalled
+/// the node's other clients.
+fn reads_until(stop: Arc<AtomicBool>, port: u16, key: String) -> std::thread::JoinHandle<Duration> {
+    std::thread::spawn(move || {
+        let mut conn = common::connect(port);
+        let mut worst = Duration::ZERO;
+        while !stop.load(Ordering::Relaxed) {
+            let t = Instant::now();
+            let v: String = conn.get(&key).unwrap();
+            assert_eq!(v, "x");
+            worst = worst.max(t.elapsed());
+        }
+        worst
+    })
 }
 
 /// The hash tag of the slot `moveslot_streams_a_slot_while_writers_run`
@@ -726,20 +727,7 @@ fn moveslot_streams_a_slot_while_writers_run() {
         .unwrap();
     common::ok(&mut c, &["SET", &other, "x"]);
     let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (stop, port, other) = (stop.clone(), source.port, other.clone());
-        std::thread::spawn(move || {
-            let mut conn = common::connect(port);
-            let mut worst = Duration::ZERO;
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let v: String = conn.get(&other).unwrap();
-                assert_eq!(v, "x");
-                worst = worst.max(t.elapsed());
-            }
-            worst
-        })
-    };
+    let reader = reads_until(stop.clone(), source.port, other.clone());
     let writer = {
         let stop = stop.clone();
         let client = cluster_client(&nodes.iter().collect::<Vec<_>>());

@@ -376,15 +376,7 @@ pub fn drop_keys(w: &mut WriteCtx, slot: u16, limit: usize) -> Result<usize, Sto
 mod tests {
     use super::*;
     use crate::storage::encoding::KeyType;
-    use crate::storage::tables::{commit_direct, init_file, ShardState};
-    use redb::Database;
-
-    fn open(dir: &std::path::Path, name: &str) -> (Database, ShardState) {
-        let db = Database::builder().create(dir.join(name)).unwrap();
-        init_file(&db).unwrap();
-        let state = ShardState::of_file(&db);
-        (db, state)
-    }
+    use crate::storage::tables::{commit_direct, scratch_file};
 
     /// A collection's row: table, key after the version prefix, value.
     type Row = (Table, Vec<u8>, Vec<u8>);
@@ -418,8 +410,8 @@ mod tests {
     #[test]
     fn a_slot_round_trips_through_frames() {
         let dir = tempfile::tempdir().unwrap();
-        let (src, mut src_state) = open(dir.path(), "src.redb");
-        let (dst, mut dst_state) = open(dir.path(), "dst.redb");
+        let (src, mut src_state) = scratch_file(&dir.path().join("src.redb"));
+        let (dst, mut dst_state) = scratch_file(&dir.path().join("dst.redb"));
         let names: [&[u8]; 3] = [b"{t}s", b"{t}z", b"{t}h"];
         let slot = crate::cluster::key_slot(b"t");
         commit_direct(&src, &mut src_state, 0, |w| {

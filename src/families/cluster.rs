@@ -698,30 +698,12 @@ pub async fn keys_in_slot(
 ) -> Result<(usize, Vec<Bytes>), Reply> {
     let shard = shard_of_slot(slot, server.shards.len());
     if max <= ON_ACTOR {
-        let out = Arc::new(parking_lot::Mutex::new((0, Vec::new())));
-        let found = out.clone();
-        let done = server
-            .shards
-            .submit(
-                shard,
-                Box::new(move |w| {
-                    *found.lock() = scan_slot(w, slot, max, collect)?;
-                    Ok(Reply::Ok)
-                }),
-            )
-            .await;
-        return match done {
-            Ok(Reply::Error(e)) => Err(Reply::Error(e)),
-            Ok(_) => Ok(std::mem::take(&mut *out.lock())),
-            Err(_) => Err(Reply::err("shard unavailable")),
-        };
+        return super::on_actor(&server.shards, shard, move |w| {
+            scan_slot(w, slot, max, collect)
+        })
+        .await;
     }
-    let snap = server
-        .shards
-        .shard(shard)
-        .current_snapshot()
-        .await
-        .map_err(Reply::err)?;
+    let snap = super::snapshot_of(&server.shards, shard).await?;
     scan_slot(&snap, slot, max, collect).map_err(Reply::err)
 }
 

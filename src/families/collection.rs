@@ -486,17 +486,11 @@ impl Edit {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::storage::tables::{init_file, ShardState};
-    use redb::Database;
 
     /// Runs `f` in one committed write transaction of a scratch shard file.
     pub(crate) fn with_shard<T>(f: impl FnOnce(&mut WriteCtx) -> T) -> T {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder()
-            .create(dir.path().join("s.redb"))
-            .unwrap();
-        init_file(&db).unwrap();
-        let mut state = ShardState::of_file(&db);
+        let (db, mut state) = crate::storage::tables::scratch_file(&dir.path().join("s.redb"));
         crate::storage::tables::commit_direct(&db, &mut state, 1, f)
     }
 

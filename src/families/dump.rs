@@ -367,9 +367,9 @@ fn migrate_in_cluster(server: Arc<Server>, cluster: Arc<Cluster>, db: u8, m: Mig
         let mut small = Vec::new();
         for key in &m.keys {
             let shard = server.shards.shard_of_key(key);
-            let snap = match server.shards.shard(shard).current_snapshot().await {
+            let snap = match super::snapshot_of(&server.shards, shard).await {
                 Ok(s) => s,
-                Err(e) => return Reply::err(e),
+                Err(r) => return r,
             };
             let size = match keyspace::peek(&snap, Key::new(db, key)) {
                 Ok(Some(meta)) if meta.ktype != KeyType::Stream => match meta.body {
@@ -430,12 +430,7 @@ async fn move_big(
             .shards
             .submit(shard, Box::new(|_| Ok(Reply::Ok)))
             .await;
-        let snap = server
-            .shards
-            .shard(shard)
-            .current_snapshot()
-            .await
-            .map_err(Reply::err)?;
+        let snap = super::snapshot_of(&server.shards, shard).await?;
         let k = key.clone();
         let stored = tokio::task::spawn_blocking(move || keys::read(&snap, Key::new(db, &k)))
             .await

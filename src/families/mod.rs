@@ -203,6 +203,43 @@ pub async fn read_now(
     }
 }
 
+/// A fresh snapshot of one shard, its failure as a reply: what jobs that
+/// read a shard off its actor (MIGRATE, slot listings and moves) start with.
+pub async fn snapshot_of(shards: &ShardSet, id: usize) -> Result<crate::shard::ReadView, Reply> {
+    shards
+        .shard(id)
+        .current_snapshot()
+        .await
+        .map_err(Reply::err)
+}
+
+/// Runs `f` on shard `id`'s actor, in its write transaction, and returns
+/// what `f` returned: for jobs that must act between the shard's other
+/// writes (a barrier, a step of a slot move) rather than as a command.
+pub async fn on_actor<T, F>(shards: &ShardSet, id: usize, f: F) -> Result<T, Reply>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut WriteCtx) -> Result<T, StoreError> + Send + 'static,
+{
+    let out = Arc::new(parking_lot::Mutex::new(None));
+    let result = out.clone();
+    let done = shards
+        .submit(
+            id,
+            Box::new(move |w| {
+                *result.lock() = Some(f(w)?);
+                Ok(Reply::Ok)
+            }),
+        )
+        .await;
+    let got = out.lock().take();
+    match (done, got) {
+        (Ok(Reply::Error(e)), _) => Err(Reply::Error(e)),
+        (Ok(_), Some(v)) => Ok(v),
+        _ => Err(Reply::err("shard unavailable")),
+    }
+}
+
 /// Turns an op's outcome into what the shard expects.
 pub fn settle(r: OpResult) -> Result<Reply, StoreError> {
     match r {

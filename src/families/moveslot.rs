@@ -28,6 +28,7 @@ use bytes::Bytes;
 
 use super::cluster::{bump_epoch, me_mut, parse_slot};
 use super::dump::Target;
+use super::on_actor;
 use crate::cluster::node::{ChangeError, Cluster};
 use crate::cluster::rows::{self, Framer, Import};
 use crate::cluster::shard_of_slot;
@@ -35,7 +36,6 @@ use crate::command::args::Args;
 use crate::net::session::Action;
 use crate::protocol::Reply;
 use crate::server::Server;
-use crate::shard::watch::SlotLog;
 
 /// Catch-up rounds before the fence goes up whatever is left.
 const ROUNDS: usize = 3;
@@ -101,7 +101,12 @@ async fn move_slot(
     cluster.slot_moves.end(slot);
     moved?;
     // The slot is the target's now: this copy is unreachable, and goes.
-    while shard_step(server, shard, move |w| rows::drop_keys(w, slot, DROP_SLICE)).await? > 0 {}
+    while on_actor(&server.shards, shard, move |w| {
+        rows::drop_keys(w, slot, DROP_SLICE)
+    })
+    .await?
+        > 0
+    {}
     Ok(())
 }
 
@@ -252,40 +257,17 @@ async fn drain(
 ) -> Result<Vec<Vec<u8>>, Reply> {
     let watches = server.shards.shard(shard).watches.clone();
     let fence = fence.cloned();
-    let out = Arc::new(parking_lot::Mutex::new(SlotLog::default()));
-    let log = out.clone();
-    shard_step(server, shard, move |_| {
+    let log = on_actor(&server.shards, shard, move |_| {
         if let Some(f) = fence {
             f.store(true, Ordering::Release);
         }
-        *log.lock() = watches.drain_slot(slot);
-        Ok(0)
+        Ok(watches.drain_slot(slot))
     })
     .await?;
-    let log = std::mem::take(&mut *out.lock());
     if log.flushed {
         return Err(Reply::err("the database was flushed during the move"));
     }
     Ok(log.keys.into_iter().collect())
-}
-
-/// Runs `f` on the shard's actor and returns its count.
-async fn shard_step<F>(server: &Arc<Server>, shard: usize, f: F) -> Result<usize, Reply>
-where
-    F: FnOnce(&mut crate::storage::WriteCtx) -> Result<usize, crate::storage::StoreError>
-        + Send
-        + 'static,
-{
-    let done = server
-        .shards
-        .submit(shard, Box::new(move |w| f(w).map(|n| Reply::Int(n as i64))))
-        .await;
-    match done {
-        Ok(Reply::Int(n)) => Ok(n as usize),
-        Ok(Reply::Error(e)) => Err(Reply::Error(e)),
-        Ok(other) => Err(Reply::err(format!("unexpected shard reply {other:?}"))),
-        Err(_) => Err(Reply::err("shard unavailable")),
-    }
 }
 
 /// Sends the slot (`names` None) or those keys of it, read from a fresh
@@ -297,12 +279,7 @@ async fn send(
     slot: u16,
     names: Option<Vec<Vec<u8>>>,
 ) -> Result<(), Reply> {
-    let snap = server
-        .shards
-        .shard(shard)
-        .current_snapshot()
-        .await
-        .map_err(Reply::err)?;
+    let snap = super::snapshot_of(&server.shards, shard).await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(WINDOW);
     let reader = tokio::task::spawn_blocking(move || {
         let mut out = Framer::new(|frame| tx.blocking_send(frame).is_ok());
@@ -432,13 +409,18 @@ async fn clear(
     slot: u16,
 ) -> Result<(), Reply> {
     let cluster = cluster.clone();
-    shard_step(server, shard, move |w| {
+    on_actor(&server.shards, shard, move |w| {
         if let Some(mut import) = cluster.imports.lock().remove(&slot) {
             import.abandon(w, slot)?;
         }
-        Ok(0)
+        Ok(())
     })
     .await?;
-    while shard_step(server, shard, move |w| rows::drop_keys(w, slot, DROP_SLICE)).await? > 0 {}
+    while on_actor(&server.shards, shard, move |w| {
+        rows::drop_keys(w, slot, DROP_SLICE)
+    })
+    .await?
+        > 0
+    {}
     Ok(())
 }

@@ -414,7 +414,7 @@ pub fn collect_garbage(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::tables::{init_file, ShardState};
+    use crate::storage::tables::{scratch_file, ShardState};
     use redb::Database;
 
     fn with_txn<T>(
@@ -440,11 +440,7 @@ mod tests {
     #[test]
     fn ttl_rows_follow_expiry_and_reaper_deletes() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder()
-            .create(dir.path().join("s.redb"))
-            .unwrap();
-        init_file(&db).unwrap();
-        let mut state = ShardState::of_file(&db);
+        let (db, mut state) = scratch_file(&dir.path().join("s.redb"));
         let k = Key::new(0, b"k");
         with_txn(&db, &mut state, 1000, |w| {
             store(w, k, None, &Meta::string(b"v".to_vec(), 5000)).unwrap();
@@ -477,11 +473,7 @@ mod tests {
     #[test]
     fn delete_is_o1_and_gc_collects_only_the_dead_version() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder()
-            .create(dir.path().join("s.redb"))
-            .unwrap();
-        init_file(&db).unwrap();
-        let mut state = ShardState::of_file(&db);
+        let (db, mut state) = scratch_file(&dir.path().join("s.redb"));
         let (a, ab) = (Key::new(0, b"a"), Key::new(0, b"ab"));
         let a_meta = with_txn(&db, &mut state, 0, |w| {
             let mut metas = Vec::new();
@@ -532,11 +524,7 @@ mod tests {
     #[test]
     fn held_versions_wait_for_their_writer() {
         let dir = tempfile::tempdir().unwrap();
-        let db = Database::builder()
-            .create(dir.path().join("s.redb"))
-            .unwrap();
-        init_file(&db).unwrap();
-        let mut state = ShardState::of_file(&db);
+        let (db, mut state) = scratch_file(&dir.path().join("s.redb"));
         let (k, old) = (Key::new(0, b"k"), Key::new(0, b"old"));
         let v = with_txn(&db, &mut state, 0, |w| {
             let mut vs = Vec::new();

@@ -1137,6 +1137,15 @@ pub(crate) fn commit_direct<T>(
     out
 }
 
+/// A new shard file at `path` for a test, with the state it holds.
+#[cfg(test)]
+pub(crate) fn scratch_file(path: &std::path::Path) -> (Database, ShardState) {
+    let db = Database::builder().create(path).unwrap();
+    init_file(&db).unwrap();
+    let state = ShardState::of_file(&db);
+    (db, state)
+}
+
 #[cfg(test)]
 impl ShardState {
     /// The state the tables of `db` alone hold.
