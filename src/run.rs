@@ -59,16 +59,24 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         server.pubsub.set_forward(Box::new(move |channel, message| {
             bus.forward(channel, message)
         }));
-        // Shard-channel subscribers of a slot that moves away are
-        // unsubscribed (and told), as in Redis.
-        let hub = server.pubsub.clone();
-        cluster.set_on_view(Box::new(move |view| {
-            hub.drop_unserved_shard_channels(|slot| view.serves(slot))
-        }));
         server.cluster = Some(cluster);
     }
     let server = Arc::new(server);
     if let Some(c) = &server.cluster {
+        // When a slot moves away, its shard-channel subscribers are
+        // unsubscribed (and told) and clients blocked on its keys are
+        // redirected, as in Redis. Weak: the server owns the hook.
+        let weak = Arc::downgrade(&server);
+        c.set_on_view(Box::new(move |view| {
+            let Some(server) = weak.upgrade() else { return };
+            server
+                .pubsub
+                .drop_unserved_shard_channels(|slot| view.serves(slot));
+            crate::net::unblock::redirect_unserved(
+                server.clients.iter().map(|e| e.value().clone()),
+                |slot| (!view.serves(slot)).then(|| crate::cluster::routing::moved(view, slot)),
+            );
+        }));
         c.start();
     }
     crate::families::info::start_sampling(&server);

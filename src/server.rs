@@ -33,8 +33,7 @@ pub struct ClientEntry {
     /// (CLIENT LIST's `b` flag).
     pub blocked: AtomicBool,
     /// How CLIENT UNBLOCK reaches its blocked command, if it is in one.
-    pub unblock:
-        parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<crate::net::unblock::Unblock>>>,
+    pub unblock: parking_lot::Mutex<Option<crate::net::unblock::Blocked>>,
 }
 
 /// The parts of a client's state others may read.

@@ -750,6 +750,12 @@ fn moveslot_streams_a_slot_while_writers_run() {
             seen
         })
     };
+    // A client blocked on a key of the slot is redirected once the slot
+    // has moved, as Redis Cluster does.
+    let blocked = {
+        let (port, k) = (source.port, key("blocked"));
+        std::thread::spawn(move || common::err(&mut common::connect(port), &["BLPOP", &k, "0"]))
+    };
     std::thread::sleep(Duration::from_millis(100));
 
     // A debug build may take a while to stream 50,000 fields: a longer
@@ -773,6 +779,10 @@ fn moveslot_streams_a_slot_while_writers_run() {
         seen.last_error
     );
     // After OK the source redirects the slot's keys to the target.
+    assert_eq!(
+        blocked.join().unwrap(),
+        format!("MOVED {slot} 127.0.0.1:{}", target.port)
+    );
     assert_eq!(
         common::err(&mut c, &["GET", &key("s1")]),
         format!("MOVED {slot} 127.0.0.1:{}", target.port)

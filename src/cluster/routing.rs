@@ -156,7 +156,7 @@ pub async fn check(
         }
         return Route::Here;
     }
-    Route::Refuse(redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n)))
+    Route::Refuse(moved(view, slot))
 }
 
 /// The check of a command a script runs (Redis 7.0's
@@ -270,6 +270,12 @@ fn down_unbound() -> Reply {
 /// Redis's answer to a command that may succeed a moment later.
 pub fn tryagain() -> Reply {
     Reply::Error("TRYAGAIN Multiple keys request during rehashing of slot".into())
+}
+
+/// Where a client goes for `slot`, which this node does not serve:
+/// `-MOVED` to its owner, or `-CLUSTERDOWN` when it has none.
+pub fn moved(view: &View, slot: u16) -> Reply {
+    redirect("MOVED", slot, view.owner_of(slot).map(|(_, n)| n))
 }
 
 /// `-MOVED slot ip:port` / `-ASK slot ip:port`.

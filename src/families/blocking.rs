@@ -84,7 +84,7 @@ fn block(
     // Only a pop whose keys all live on one shard is a single write there.
     let ids: Vec<usize> = touched.iter().map(|k| shards.shard_of_key(k)).collect();
     let one_shard = ids.windows(2).all(|w| w[0] == w[1]).then(|| ids[0]);
-    let mut unblocker = Unblocker::new(&s.entry);
+    let mut unblocker = Unblocker::waiting_on(&s.entry, touched);
     Action::Block(Box::pin(async move {
         let attempt = Arc::new(attempt);
         let (tx, mut rx) = tokio::sync::oneshot::channel();

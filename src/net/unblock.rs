@@ -15,24 +15,37 @@ use tokio::sync::{oneshot, Notify};
 use crate::protocol::Reply;
 use crate::server::ClientEntry;
 
-/// How CLIENT UNBLOCK ends the wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the wait ends early: CLIENT UNBLOCK's two ways, or a redirection
+/// when the slot of the keys it waits on is no longer served here.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Unblock {
     /// As if the command's timeout had passed (the default).
     Timeout,
     /// With Redis's `-UNBLOCKED` error.
     Error,
+    /// With this reply (`-MOVED`, `-CLUSTERDOWN`), as Redis Cluster ends
+    /// a blocked client's wait once its slot has moved away.
+    Redirect(Reply),
 }
 
 impl Unblock {
     /// The reply of a wait ended this way: `timed_out` (the command's own
-    /// timeout reply) or Redis's error.
+    /// timeout reply) or the error.
     pub fn reply(self, timed_out: Reply) -> Reply {
         match self {
             Unblock::Timeout => timed_out,
             Unblock::Error => Reply::Error("UNBLOCKED client unblocked via CLIENT UNBLOCK".into()),
+            Unblock::Redirect(r) => r,
         }
     }
+}
+
+/// What a client blocked in a command leaves in its [`ClientEntry`]: how
+/// to end the wait, and the slot of the keys it waits on, if any.
+#[derive(Debug)]
+pub struct Blocked {
+    tx: oneshot::Sender<Unblock>,
+    slot: Option<u16>,
 }
 
 /// The blocked command's end of CLIENT UNBLOCK; dropping it (the command
@@ -46,8 +59,16 @@ impl Unblocker {
     /// Lets CLIENT UNBLOCK reach the command `entry`'s client is about
     /// to block in.
     pub fn new(entry: &Arc<ClientEntry>) -> Unblocker {
+        Unblocker::waiting_on(entry, &[])
+    }
+
+    /// Like [`Unblocker::new`], for a command waiting on `keys` (all of one
+    /// slot in cluster mode): [`redirect_unserved`] ends it if their slot
+    /// moves away.
+    pub fn waiting_on(entry: &Arc<ClientEntry>, keys: &[bytes::Bytes]) -> Unblocker {
         let (tx, rx) = oneshot::channel();
-        *entry.unblock.lock() = Some(tx);
+        let slot = keys.first().map(|k| crate::cluster::key_slot(k));
+        *entry.unblock.lock() = Some(Blocked { tx, slot });
         Unblocker {
             rx,
             entry: entry.clone(),
@@ -99,7 +120,26 @@ impl Drop for Unblocker {
 /// answers 0 there, where 7.0.15 crashes).
 pub fn unblock(target: &ClientEntry, how: Unblock) -> bool {
     match target.unblock.lock().take() {
-        Some(tx) => tx.send(how).is_ok(),
+        Some(b) => b.tx.send(how).is_ok(),
         None => false,
+    }
+}
+
+/// Cluster mode, after a new topology: ends the wait of every client
+/// blocked on keys of a slot this node no longer serves, with the
+/// redirection `unserved` gives for that slot (Redis's
+/// clusterRedirectBlockedClientIfNeeded).
+pub fn redirect_unserved(
+    clients: impl Iterator<Item = Arc<ClientEntry>>,
+    unserved: impl Fn(u16) -> Option<Reply>,
+) {
+    for c in clients {
+        let mut slot = c.unblock.lock();
+        let Some(reply) = slot.as_ref().and_then(|b| b.slot).and_then(&unserved) else {
+            continue;
+        };
+        if let Some(b) = slot.take() {
+            let _ = b.tx.send(Unblock::Redirect(reply));
+        }
     }
 }

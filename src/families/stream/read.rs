@@ -230,7 +230,7 @@ pub fn xread(s: &mut Session, a: Args) -> Action {
     }
     let server = s.server.clone();
     let shards = s.server.shards.clone();
-    let mut unblocker = Unblocker::new(&s.entry);
+    let mut unblocker = Unblocker::waiting_on(&s.entry, &args.keys);
     let job = async move {
         let guard = args.block.map(|_| shards.blocked.register(db, &args.keys));
         let first = on_views(&server, db, &args.keys, |r, ks| -> Result<_, Fail> {
@@ -510,7 +510,7 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
         _ => return group_attempt(shards, req.clone(), false, req.count),
     };
     let db = s.db;
-    let mut unblocker = Unblocker::new(&s.entry);
+    let mut unblocker = Unblocker::waiting_on(&s.entry, &req.keys);
     Action::Block(Box::pin(async move {
         let guard = shards.blocked.register(db, &req.keys);
         let first = crate::families::blocking::run(
