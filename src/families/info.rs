@@ -301,56 +301,60 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 }
             }
         }
-        "cairn" => {
-            let shards = srv.shards.shards();
-            let sum = |f: fn(&crate::shard::ShardStats) -> u64| -> u64 {
-                shards.iter().map(|sh| f(&sh.stats)).sum()
-            };
-            let rows = |t| -> u64 {
-                shards
-                    .iter()
-                    .filter_map(|sh| sh.snapshot().ok())
-                    .filter_map(|snap| snap.rows(t).ok())
-                    .sum()
-            };
-            let batches = sum(|s| s.batches.load(Relaxed));
-            let ops = sum(|s| s.batch_ops.load(Relaxed));
-            let avg = if batches == 0 {
-                0.0
-            } else {
-                ops as f64 / batches as f64
-            };
-            // Rows before the counters: the reaper counts what it removes
-            // before its slice becomes visible, so rows seen gone are
-            // counted here.
-            let (sub_rows, zscore_rows, gc_pending) = (
-                rows(crate::storage::Table::Sub),
-                rows(crate::storage::Table::ZScore),
-                rows(crate::storage::Table::Gc),
-            );
-            let buffered: usize = shards
-                .iter()
-                .filter_map(|sh| sh.store().ok())
-                .map(|st| st.buffered_bytes())
-                .sum();
-            let _ = write!(
-                out,
-                "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\n",
-                shards.len(),
-                srv.shards.durability.name(),
-                super::memory::disk_bytes(srv),
-                shards.iter().map(|sh| sh.stats.max_batch.load(Relaxed)).max().unwrap_or(0),
-                sum(|s| s.commits.load(Relaxed)),
-                sum(|s| s.fsyncs.load(Relaxed)),
-                sum(|s| s.coordinated.load(Relaxed)),
-                sum(|s| s.reaper_ticks.load(Relaxed)),
-                sum(|s| s.expired_keys.load(Relaxed)),
-                sum(|s| s.gc_rows.load(Relaxed)),
-                sum(|s| s.gc_versions.load(Relaxed)),
-            );
-        }
         _ => {}
     }
+}
+
+/// INFO cairn. Its row counts cost work in the size of the write buffers
+/// (see `ReadCtx::rows`): INFO runs it on a blocking thread, not on the
+/// connection's.
+pub fn cairn_section(srv: &crate::server::Server, out: &mut String) {
+    let shards = srv.shards.shards();
+    let sum = |f: fn(&crate::shard::ShardStats) -> u64| -> u64 {
+        shards.iter().map(|sh| f(&sh.stats)).sum()
+    };
+    let rows = |t| -> u64 {
+        shards
+            .iter()
+            .filter_map(|sh| sh.snapshot().ok())
+            .filter_map(|snap| snap.rows(t).ok())
+            .sum()
+    };
+    let batches = sum(|s| s.batches.load(Relaxed));
+    let ops = sum(|s| s.batch_ops.load(Relaxed));
+    let avg = if batches == 0 {
+        0.0
+    } else {
+        ops as f64 / batches as f64
+    };
+    // Rows before the counters: the reaper counts what it removes
+    // before its slice becomes visible, so rows seen gone are
+    // counted here.
+    let (sub_rows, zscore_rows, gc_pending) = (
+        rows(crate::storage::Table::Sub),
+        rows(crate::storage::Table::ZScore),
+        rows(crate::storage::Table::Gc),
+    );
+    let buffered: usize = shards
+        .iter()
+        .filter_map(|sh| sh.store().ok())
+        .map(|st| st.buffered_bytes())
+        .sum();
+    let _ = write!(
+        out,
+        "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\n",
+        shards.len(),
+        srv.shards.durability.name(),
+        super::memory::disk_bytes(srv),
+        shards.iter().map(|sh| sh.stats.max_batch.load(Relaxed)).max().unwrap_or(0),
+        sum(|s| s.commits.load(Relaxed)),
+        sum(|s| s.fsyncs.load(Relaxed)),
+        sum(|s| s.coordinated.load(Relaxed)),
+        sum(|s| s.reaper_ticks.load(Relaxed)),
+        sum(|s| s.expired_keys.load(Relaxed)),
+        sum(|s| s.gc_rows.load(Relaxed)),
+        sum(|s| s.gc_versions.load(Relaxed)),
+    );
 }
 
 /// INFO server: Redis 7.0's fields in its order, cairn's version second.

@@ -848,14 +848,32 @@ pub fn info(s: &mut Session, a: Args) -> Action {
     };
     let mut text = String::new();
     for section in ALL_SECTIONS {
-        if wanted(section) {
+        if wanted(section) && section != "cairn" {
             if !text.is_empty() {
                 text.push_str("\r\n");
             }
             crate::families::info::section(s, section, &mut text);
         }
     }
-    Reply::Verbatim(text).into()
+    if !wanted("cairn") {
+        return Reply::Verbatim(text).into();
+    }
+    // Last in the order, and counted off the connection's thread.
+    let server = s.server.clone();
+    Action::Job(Box::pin(async move {
+        let counted = tokio::task::spawn_blocking(move || {
+            if !text.is_empty() {
+                text.push_str("\r\n");
+            }
+            crate::families::info::cairn_section(&server, &mut text);
+            text
+        })
+        .await;
+        match counted {
+            Ok(text) => Reply::Verbatim(text),
+            Err(e) => Reply::err(format!("INFO: {e}")),
+        }
+    }))
 }
 
 /// SHUTDOWN [NOSAVE|SAVE] [NOW] [FORCE] [ABORT]

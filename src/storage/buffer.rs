@@ -179,6 +179,13 @@ impl Buffer {
             .collect()
     }
 
+    /// Every key of `table` the buffer holds a version of (written or
+    /// deleted, by any commit it took).
+    pub fn keys(&self, table: Table) -> Vec<Arc<[u8]>> {
+        let t = self.tables.read_recursive();
+        t.order[table as usize].iter().cloned().collect()
+    }
+
     /// Whether the buffer holds nothing of `[start, end)` in `table`, for
     /// any reader: scans of such a range read the tables alone.
     pub fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
