@@ -887,3 +887,116 @@ fn moveslot_streams_a_slot_while_writers_run() {
         assert_eq!(e, want, "MOVESLOT {s} {to} on {}", n.port);
     }
 }
+
+/// One record of CLUSTER IMPORTROWS's frame format: a tag byte, then each
+/// field with its `u32` length.
+fn record(out: &mut Vec<u8>, tag: u8, fields: &[&[u8]]) {
+    out.push(tag);
+    for f in fields {
+        out.extend_from_slice(&(f.len() as u32).to_be_bytes());
+        out.extend_from_slice(f);
+    }
+}
+
+/// A `meta` row as the shard files store it: type, no expiry, then the
+/// string value or a collection's version, size and nothing more.
+fn meta_row(ktype: u8, body: &[&[u8]]) -> Vec<u8> {
+    let mut row = vec![ktype];
+    row.extend_from_slice(&0u64.to_be_bytes());
+    for part in body {
+        row.extend_from_slice(part);
+    }
+    row
+}
+
+/// The target's side of a slot move, driven by hand on a node that does
+/// not serve the slot: whole keys land, a collection cut short by ABORT
+/// leaves nothing behind (its rows are collected), and bad frames or steps
+/// out of order are refused with a reason.
+#[test]
+fn importrows_lands_whole_keys_and_abort_leaves_nothing() {
+    // A cluster of one node that serves no slot (no etcd needed).
+    let n = TestServer::start_with(|c| c.cluster.enabled = true);
+    let mut c = n.client();
+    let slot = cairn::cluster::key_slot(b"{imp}").to_string();
+    let rows = |c: &mut redis::Connection, frame: &[u8]| {
+        cmd(&["CLUSTER", "IMPORTROWS", &slot, "ROWS"])
+            .arg(frame)
+            .query::<()>(c)
+            .map_err(|e| error_line(&e))
+    };
+    assert_eq!(
+        rows(&mut c, b"").unwrap_err(),
+        format!("ERR no import of hash slot {slot} is under way")
+    );
+    common::ok(&mut c, &["CLUSTER", "IMPORTROWS", &slot, "BEGIN", "src"]);
+
+    // A string, whole.
+    let mut frame = Vec::new();
+    record(&mut frame, 1, &[b"{imp}s", &meta_row(1, &[b"v"])]);
+    rows(&mut c, &frame).unwrap();
+    common::ok(&mut c, &["CLUSTER", "IMPORTROWS", &slot, "READY"]);
+    assert_eq!(
+        common::int(&mut c, &["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        1
+    );
+
+    // A hash of 2,000 fields, its end never sent.
+    let size = 2000u64.to_be_bytes();
+    let mut frame = Vec::new();
+    record(
+        &mut frame,
+        1,
+        &[b"{imp}h", &meta_row(2, &[&7u64.to_be_bytes(), &size])],
+    );
+    for i in 0..2000 {
+        record(&mut frame, 2, &[format!("f{i}").as_bytes(), b"v"]);
+    }
+    rows(&mut c, &frame).unwrap();
+    assert_eq!(
+        common::err(&mut c, &["CLUSTER", "IMPORTROWS", &slot, "READY"]),
+        "ERR a key of the slot arrived in part"
+    );
+    // Held rows: not a key, and not garbage the collector may take yet.
+    assert_eq!(
+        common::int(&mut c, &["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        1
+    );
+    assert_eq!(common::field(&common::info_cairn(&mut c), "sub_rows"), 2000);
+
+    // Malformed frames.
+    assert_eq!(
+        rows(&mut c, &[9]).unwrap_err(),
+        "ERR corrupt slot rows: unknown record"
+    );
+    let mut other = Vec::new();
+    record(&mut other, 5, &[b"elsewhere"]);
+    assert_eq!(
+        rows(&mut c, &other).unwrap_err(),
+        "ERR corrupt slot rows: a key began inside another"
+    );
+
+    // ABORT drops the landed key and lets the collector take the rows.
+    common::ok(&mut c, &["CLUSTER", "IMPORTROWS", &slot, "ABORT"]);
+    assert_eq!(
+        common::int(&mut c, &["CLUSTER", "COUNTKEYSINSLOT", &slot]),
+        0
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let info = common::info_cairn(&mut c);
+        if common::field(&info, "sub_rows") == 0 && common::field(&info, "gc_pending") == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rows left behind: {info:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        rows(&mut c, b"").unwrap_err(),
+        format!("ERR no import of hash slot {slot} is under way")
+    );
+    assert_eq!(
+        common::err(&mut c, &["CLUSTER", "IMPORTROWS", &slot, "NEXT"]),
+        "ERR Invalid CLUSTER IMPORTROWS step. Try BEGIN, ROWS, READY, DONE or ABORT"
+    );
+}
