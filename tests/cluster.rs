@@ -853,6 +853,18 @@ fn moveslot_streams_a_slot_while_writers_run() {
         "a read of another slot waited {worst:?} during a {took:?} move"
     );
 
+    // Redis's own checker finds the moved cluster sound: one view of the
+    // slots, no slot left open, every slot covered.
+    let (ok, out) = cli(&strings(&["--cluster", "check", &addr(third)]));
+    assert!(ok, "{out}");
+    for line in [
+        "[OK] All nodes agree about slots configuration.",
+        "[OK] All 16384 slots covered.",
+    ] {
+        assert!(out.contains(line), "{out}");
+    }
+    assert!(!out.contains("[WARNING]"), "{out}");
+
     // And back again, now with no writer.
     let mut back = common::connect(target.port);
     back.set_read_timeout(Some(Duration::from_secs(60)))
