@@ -1012,3 +1012,39 @@ fn importrows_lands_whole_keys_and_abort_leaves_nothing() {
         "ERR Invalid CLUSTER IMPORTROWS step. Try BEGIN, ROWS, READY, DONE or ABORT"
     );
 }
+
+/// A move to a node that cannot be reached fails and changes nothing: the
+/// source keeps serving the whole slot, writes to it work again at once,
+/// and the move can be tried again.
+#[test]
+fn moveslot_to_an_unreachable_node_keeps_the_slot() {
+    let etcd = TestEtcd::start();
+    let mut nodes = common::cluster::three_nodes(&etcd.endpoint, "t-moveslot-down");
+    let key = "{down}h";
+    let slot = cairn::cluster::key_slot(key.as_bytes());
+    let src = nodes.iter().position(|n| serves(n, slot)).unwrap();
+    let dst = (src + 1) % 3;
+    let gone = myid(&nodes[dst]);
+    drop(nodes.remove(dst).stop());
+    let source = &nodes[if dst < src { src - 1 } else { src }];
+    let mut c = source.client();
+    for i in 0..100 {
+        let _: i64 = cmd(&["HSET", key, &format!("f{i}"), "v"])
+            .query(&mut c)
+            .unwrap();
+    }
+    let s = slot.to_string();
+    for _ in 0..2 {
+        let e = common::err(&mut c, &["CLUSTER", "MOVESLOT", &s, &gone]);
+        assert!(e.starts_with("IOERR"), "{e}");
+        assert_eq!(common::int(&mut c, &["HLEN", key]), 100);
+        assert_eq!(common::int(&mut c, &["HSET", key, "more", "v"]), 1);
+        assert_eq!(common::int(&mut c, &["HDEL", key, "more"]), 1);
+    }
+    assert!(serves(source, slot));
+}
+
+/// Whether `n` says it serves `slot` (its CLUSTER NODES line lists it).
+fn serves(n: &TestServer, slot: u16) -> bool {
+    slot_owner_seen_by(n, slot).1 == Some(myid(n))
+}
