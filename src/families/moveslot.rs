@@ -59,12 +59,31 @@ pub fn moveslot(server: Arc<Server>, cluster: Arc<Cluster>, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let target = String::from_utf8_lossy(a.get(3)).into_owned();
+    // A task of its own: a move, once started, ends (moved or undone)
+    // whatever happens to the connection that asked for it.
+    let moving = tokio::spawn(async move { move_slot(&server, &cluster, slot, &target).await });
     Action::Job(Box::pin(async move {
-        match move_slot(&server, &cluster, slot, &target).await {
-            Ok(()) => Reply::Ok,
-            Err(r) => r,
+        match moving.await {
+            Ok(Ok(())) => Reply::Ok,
+            Ok(Err(r)) => r,
+            Err(e) => Reply::err(format!("CLUSTER MOVESLOT failed: {e}")),
         }
     }))
+}
+
+/// Ends a move's slot watch and fence however the move ends (a panic
+/// included): a fence left up would refuse the slot's writes for good.
+struct Underway {
+    watches: Arc<crate::shard::watch::WatchRegistry>,
+    cluster: Arc<Cluster>,
+    slot: u16,
+}
+
+impl Drop for Underway {
+    fn drop(&mut self) {
+        self.watches.unwatch_slot(self.slot);
+        self.cluster.slot_moves.end(self.slot);
+    }
 }
 
 /// The source's side of a move (see the module's comment).
@@ -94,11 +113,14 @@ async fn move_slot(
         return Err(Reply::err("the slot is already being moved"));
     };
     let shard = shard_of_slot(slot, server.shards.len());
-    let watches = server.shards.shard(shard).watches.clone();
-    watches.watch_slot(slot);
+    let underway = Underway {
+        watches: server.shards.shard(shard).watches.clone(),
+        cluster: cluster.clone(),
+        slot,
+    };
+    underway.watches.watch_slot(slot);
     let moved = copy_and_hand_over(server, cluster, slot, target, &addr, &fence).await;
-    watches.unwatch_slot(slot);
-    cluster.slot_moves.end(slot);
+    drop(underway);
     moved?;
     // The slot is the target's now: this copy is unreachable, and goes.
     while on_actor(&server.shards, shard, move |w| {
