@@ -72,9 +72,20 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             server
                 .pubsub
                 .drop_unserved_shard_channels(|slot| view.serves(slot));
+            // A cluster that is down ends every such wait: with reads
+            // allowed, the write that would end it may never come (Redis
+            // 7.0 does the same).
+            let full = server.runtime.read().get("cluster-require-full-coverage") == "yes";
+            let down = !view.ok(full);
             crate::net::unblock::redirect_unserved(
                 server.clients.iter().map(|e| e.value().clone()),
-                |slot| (!view.serves(slot)).then(|| crate::cluster::routing::moved(view, slot)),
+                |slot| match (down, view.serves(slot)) {
+                    (true, _) => Some(crate::protocol::Reply::Error(
+                        "CLUSTERDOWN The cluster is down".into(),
+                    )),
+                    (false, false) => Some(crate::cluster::routing::moved(view, slot)),
+                    (false, true) => None,
+                },
             );
         }));
         c.start();

@@ -928,7 +928,7 @@ fn meta_row(ktype: u8, body: &[&[u8]]) -> Vec<u8> {
 #[test]
 fn importrows_lands_whole_keys_and_abort_leaves_nothing() {
     // A cluster of one node that serves no slot (no etcd needed).
-    let n = TestServer::start_with(|c| c.cluster.enabled = true);
+    let n = solo_node();
     let mut c = n.client();
     let slot = cairn::cluster::key_slot(b"{imp}").to_string();
     let rows = |c: &mut redis::Connection, frame: &[u8]| {
@@ -1047,4 +1047,39 @@ fn moveslot_to_an_unreachable_node_keeps_the_slot() {
 /// Whether `n` says it serves `slot` (its CLUSTER NODES line lists it).
 fn serves(n: &TestServer, slot: u16) -> bool {
     slot_owner_seen_by(n, slot).1 == Some(myid(n))
+}
+
+/// A client blocked on a key is told once the cluster goes down (a slot
+/// left without an owner under `cluster-require-full-coverage yes`), as
+/// Redis does: the write that would wake it may never be allowed.
+#[test]
+fn a_blocked_client_is_told_when_the_cluster_goes_down() {
+    let n = solo_node();
+    let mut c = n.client();
+    common::ok(&mut c, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+    let port = n.port;
+    let blocked =
+        std::thread::spawn(move || common::err(&mut common::connect(port), &["BLPOP", "q", "0"]));
+    // Wait until it is blocked.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !cmd(&["CLIENT", "LIST"])
+        .query::<String>(&mut c)
+        .unwrap()
+        .contains("cmd=blpop")
+    {
+        assert!(Instant::now() < deadline, "BLPOP never blocked");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let other = (cairn::cluster::key_slot(b"q") + 1) % 16384;
+    common::ok(&mut c, &["CLUSTER", "DELSLOTS", &other.to_string()]);
+    assert_eq!(blocked.join().unwrap(), "CLUSTERDOWN The cluster is down");
+}
+
+/// A cluster node of its own, its topology only in its nodes.conf (no
+/// etcd): it serves no slot until told to.
+fn solo_node() -> TestServer {
+    TestServer::start_with(|c| {
+        c.cluster.enabled = true;
+        c.cluster.etcd_endpoints.clear();
+    })
 }

@@ -126,8 +126,8 @@ pub fn unblock(target: &ClientEntry, how: Unblock) -> bool {
 }
 
 /// Cluster mode, after a new topology: ends the wait of every client
-/// blocked on keys of a slot this node no longer serves, with the
-/// redirection `unserved` gives for that slot (Redis's
+/// blocked on keys for which `unserved` gives an error (a slot this node
+/// no longer serves, a cluster that is down), with that error (Redis's
 /// clusterRedirectBlockedClientIfNeeded).
 pub fn redirect_unserved(
     clients: impl Iterator<Item = Arc<ClientEntry>>,
