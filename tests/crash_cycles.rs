@@ -36,6 +36,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::process::{free_port, Proc};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use redis::{Connection, RedisError, Value};
 
 /// SIGKILLs per test, all on the same data directory.
@@ -81,24 +83,11 @@ fn start(cwd: &Path, data: &Path, durability: &str) -> Proc {
 }
 
 // ---------------------------------------------------------------------------
-// Randomness without a crate.
+// Randomness: seeded, so `CRASH_SEED` replays a run's choices.
 
-/// A 64-bit LCG (Knuth's MMIX constants); the high bits are used.
-struct Lcg(u64);
-
-impl Lcg {
-    fn next(&mut self) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        self.0 >> 33
-    }
-
-    /// Uniform-ish in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
+/// The generator of a run (or of one writer), from its seed.
+fn rng_of(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
 }
 
 /// `CRASH_SEED`, or one from the clock.
@@ -290,12 +279,12 @@ fn writer(
     seed: u64,
     stop: Arc<AtomicBool>,
 ) -> WriterOut {
-    let mut rng = Lcg(seed);
+    let mut rng = rng_of(seed);
     let mut problems = Vec::new();
     let mut failed_at = None;
     let mut steps = 0;
     'steps: while !stop.load(Ordering::Relaxed) {
-        let with_exec = rng.range(0, 3) == 0;
+        let with_exec = rng.gen_range(0..=3) == 0;
         let parts: Vec<usize> = (0..tracks.len())
             .filter(|&i| i != EXEC || with_exec)
             .collect();
@@ -768,7 +757,7 @@ fn listing(dir: &Path) -> String {
 fn crash_cycles(mode: &str) {
     let seed = seed();
     eprintln!("[{mode}] CRASH_SEED={seed}");
-    let mut rng = Lcg(seed);
+    let mut rng = rng_of(seed);
     let started = Instant::now();
     let root = tempfile::tempdir().unwrap();
     let data: PathBuf = root.path().join("data");
@@ -858,11 +847,11 @@ fn crash_cycles(mode: &str) {
                 let conn = server.client();
                 let tracks = tracks.clone();
                 let stop = stop.clone();
-                let wseed = rng.next() ^ ((w as u64) << 40);
+                let wseed = rng.gen::<u64>() ^ ((w as u64) << 40);
                 std::thread::spawn(move || writer(w, conn, tracks, w % 2 == 0, wseed, stop))
             })
             .collect();
-        let run = Duration::from_millis(rng.range(RUN_MS.0, RUN_MS.1));
+        let run = Duration::from_millis(rng.gen_range(RUN_MS.0..=RUN_MS.1));
         std::thread::sleep(run);
         let died = server.exited();
         let killed_at = Instant::now();
