@@ -75,8 +75,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
             // A cluster that is down ends every such wait: with reads
             // allowed, the write that would end it may never come (Redis
             // 7.0 does the same).
-            let full = server.runtime.read().get("cluster-require-full-coverage") == "yes";
-            let down = !view.ok(full);
+            let down = !crate::cluster::routing::cluster_ok(&server, view);
             crate::net::unblock::redirect_unserved(
                 server.clients.iter().map(|e| e.value().clone()),
                 |slot| match (down, view.serves(slot)) {

@@ -244,20 +244,25 @@ impl Down {
     }
 }
 
-/// Whether the cluster as a whole is down for a command (not every slot
-/// served under `cluster-require-full-coverage yes`).
-fn down_state(server: &Server, view: &View, write: bool) -> Option<Down> {
+/// Whether the cluster is up in `view` (CLUSTER INFO's `cluster_state`):
+/// not when a slot has no owner under `cluster-require-full-coverage yes`.
+pub fn cluster_ok(server: &Server, view: &View) -> bool {
     // Every slot served: up whatever the settings (the common case, with
     // no lock taken).
     if view.assigned == super::SLOTS as usize {
+        return true;
+    }
+    let full = server.runtime.read().get("cluster-require-full-coverage") == "yes";
+    view.ok(full)
+}
+
+/// Whether the cluster as a whole is down for a command (see
+/// [`cluster_ok`]).
+fn down_state(server: &Server, view: &View, write: bool) -> Option<Down> {
+    if cluster_ok(server, view) {
         return None;
     }
-    let rt = server.runtime.read();
-    let full = rt.get("cluster-require-full-coverage") == "yes";
-    if view.ok(full) {
-        return None;
-    }
-    if rt.get("cluster-allow-reads-when-down") != "yes" {
+    if server.runtime.read().get("cluster-allow-reads-when-down") != "yes" {
         return Some(Down::All);
     }
     write.then_some(Down::ReadOnly)

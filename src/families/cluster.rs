@@ -738,8 +738,11 @@ fn scan_slot(
 
 /// CLUSTER INFO's text.
 fn info(server: &Server, view: &crate::cluster::topology::View) -> String {
-    let full = server.runtime.read().get("cluster-require-full-coverage") == "yes";
-    let state = if view.ok(full) { "ok" } else { "fail" };
+    let state = if crate::cluster::routing::cluster_ok(server, view) {
+        "ok"
+    } else {
+        "fail"
+    };
     let assigned = view.assigned;
     let size = view
         .nodes
