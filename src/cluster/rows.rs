@@ -151,26 +151,17 @@ fn write_key<F: FnMut(Vec<u8>) -> bool>(
         return Ok(());
     }
     out.record(KEY, &[name, row]);
-    let Some(version) = meta.version() else {
+    if meta.version().is_none() {
         return Ok(());
-    };
-    let prefix = encoding::version_prefix(0, slot, name, version);
-    let end = encoding::prefix_successor(&prefix);
-    let tables: &[Table] = if meta.ktype == encoding::KeyType::ZSet {
-        &[Table::Sub, Table::ZScore]
-    } else {
-        &[Table::Sub]
-    };
-    for &t in tables {
-        r.scan(t, &prefix, end.as_deref(), false, &mut |k, v| {
-            let suffix = &k[prefix.len()..];
-            match t {
-                Table::Sub => out.record(SUB, &[suffix, v]),
-                _ => out.record(ZSCORE, &[suffix]),
-            }
-            !out.closed
-        })?;
     }
+    let key = Key { db: 0, slot, name };
+    keyspace::scan_version(r, key, &meta, &mut |t, suffix, v| {
+        match t {
+            Table::Sub => out.record(SUB, &[suffix, v]),
+            _ => out.record(ZSCORE, &[suffix]),
+        }
+        !out.closed
+    })?;
     out.record(END, &[]);
     Ok(())
 }

@@ -84,16 +84,10 @@ fn dump(r: &dyn KvRead, key: Key) -> Result<Option<Dump>, StoreError> {
         return Ok(None);
     };
     let mut rows = Vec::new();
-    if let MetaBody::Collection { version, .. } = meta.body {
-        let prefix = encoding::version_prefix(key.db, key.slot, key.name, version);
-        let end = encoding::prefix_successor(&prefix);
-        for t in [Table::Sub, Table::ZScore] {
-            r.scan(t, &prefix, end.as_deref(), false, &mut |k, v| {
-                rows.push((t, k[prefix.len()..].to_vec(), v.to_vec()));
-                true
-            })?;
-        }
-    }
+    keyspace::scan_version(r, key, &meta, &mut |t, suffix, v| {
+        rows.push((t, suffix.to_vec(), v.to_vec()));
+        true
+    })?;
     Ok(Some(Dump { meta, rows }))
 }
 

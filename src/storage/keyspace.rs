@@ -205,6 +205,47 @@ pub fn delete_if_live(w: &mut WriteCtx, key: Key) -> Result<bool, StoreError> {
     }
 }
 
+/// The tables that hold a collection version's rows: `sub` for every
+/// type, and `zscore` too for a sorted set.
+pub fn version_tables(ktype: KeyType) -> &'static [Table] {
+    match ktype {
+        KeyType::ZSet => &[Table::Sub, Table::ZScore],
+        _ => &[Table::Sub],
+    }
+}
+
+/// What [`scan_version`] calls per row: table, key after the version
+/// prefix, value; false stops the scan.
+pub type VersionVisitor<'a> = dyn FnMut(Table, &[u8], &[u8]) -> bool + 'a;
+
+/// Visits every row of the collection version `meta` names for `key`, in
+/// key order per table (see [`version_tables`]): its table, the row key
+/// after the version prefix, and its value. `visit` returns false to stop.
+/// Nothing for a string.
+pub fn scan_version(
+    r: &dyn KvRead,
+    key: Key,
+    meta: &Meta,
+    visit: &mut VersionVisitor<'_>,
+) -> Result<(), StoreError> {
+    let Some(version) = meta.version() else {
+        return Ok(());
+    };
+    let prefix = encoding::version_prefix(key.db, key.slot, key.name, version);
+    let end = encoding::prefix_successor(&prefix);
+    let mut going = true;
+    for &t in version_tables(meta.ktype) {
+        r.scan(t, &prefix, end.as_deref(), false, &mut |k, v| {
+            going = visit(t, &k[prefix.len()..], v);
+            going
+        })?;
+        if !going {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// The flag of a `gc` row whose version is still being written (a key
 /// arriving in pieces, see [`hold_version`]), in its type byte.
 const HELD: u8 = 0x80;
@@ -362,11 +403,8 @@ pub fn collect_garbage(
             .and_then(|&code| Table::from_code(code))
             .map(|t| (t, row[2..].to_vec()));
         let end = encoding::prefix_successor(&prefix);
-        let tables: &[Table] = if ktype == KeyType::ZSet as u8 {
-            &[Table::Sub, Table::ZScore]
-        } else {
-            &[Table::Sub]
-        };
+        // An unknown type code: its rows are in `sub` if anywhere.
+        let tables = KeyType::from_code(ktype).map_or(&[Table::Sub][..], version_tables);
         let mut stopped = None;
         for (i, &t) in tables.iter().enumerate() {
             let start = match &resume {
