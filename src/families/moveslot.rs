@@ -123,13 +123,7 @@ async fn move_slot(
     drop(underway);
     moved?;
     // The slot is the target's now: this copy is unreachable, and goes.
-    while on_actor(&server.shards, shard, move |w| {
-        rows::drop_keys(w, slot, DROP_SLICE)
-    })
-    .await?
-        > 0
-    {}
-    Ok(())
+    drop_slot(server, shard, slot).await
 }
 
 /// Steps 1 to 4 of a move: the copy, the catch-up, the fence, the hand-over.
@@ -443,6 +437,12 @@ async fn clear(
         Ok(())
     })
     .await?;
+    drop_slot(server, shard, slot).await
+}
+
+/// Deletes every key of `slot` held here, [`DROP_SLICE`] keys per
+/// transaction so that other clients of the shard go on meanwhile.
+async fn drop_slot(server: &Arc<Server>, shard: usize, slot: u16) -> Result<(), Reply> {
     while on_actor(&server.shards, shard, move |w| {
         rows::drop_keys(w, slot, DROP_SLICE)
     })
