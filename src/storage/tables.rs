@@ -414,6 +414,10 @@ pub struct ShardState {
     pub counts: [DbCounts; NAMESPACES],
     /// Whether counts changed in the current transaction.
     pub counts_dirty: bool,
+    /// The counts as their `sys` rows hold them: a transaction rewrites
+    /// only the rows of the databases whose counts it changed, so a batch
+    /// that touched one database does not log sixteen rows.
+    pub counts_stored: [DbCounts; NAMESPACES],
     /// Runs of deleted rows the shard's scans have crossed (see
     /// [`merge::DeadRanges`]): in memory only, valid for the latest state,
     /// dropped with the state when a transaction is rolled back.
@@ -427,6 +431,9 @@ impl ShardState {
             u64::from_be_bytes(v.as_slice().try_into().unwrap_or([0; 8]))
         });
         let mut counts = [DbCounts::default(); NAMESPACES];
+        // Stays all zeros where the rows are absent, so that a count first
+        // set by a transaction is written even if it counts nothing.
+        let mut stored = [DbCounts::default(); NAMESPACES];
         let mut without_sums = [false; NAMESPACES];
         for (i, c) in counts.iter_mut().enumerate() {
             if let Some(v) = r.get(Table::Sys, count_key(i as u8).as_slice())? {
@@ -438,6 +445,7 @@ impl ShardState {
                     Some(sum) => c.expire_sum = i128::from_be_bytes(sum.try_into().unwrap()),
                     None => without_sums[i] = c.expires > 0,
                 }
+                stored[i] = *c;
             }
         }
         if without_sums.contains(&true) {
@@ -463,6 +471,7 @@ impl ShardState {
             version_dirty: false,
             counts,
             counts_dirty: false,
+            counts_stored: stored,
             dead: Default::default(),
         })
     }
@@ -1085,11 +1094,15 @@ impl<'t> WriteCtx<'t> {
         if self.state.counts_dirty {
             let counts = self.state.counts;
             for (i, c) in counts.iter().enumerate() {
+                if *c == self.state.counts_stored[i] {
+                    continue;
+                }
                 let mut v = c.keys.to_be_bytes().to_vec();
                 v.extend_from_slice(&c.expires.to_be_bytes());
                 v.extend_from_slice(&c.expire_sum.to_be_bytes());
                 self.put(Table::Sys, &count_key(i as u8), &v)?;
             }
+            self.state.counts_stored = counts;
             self.state.counts_dirty = false;
         }
         Ok(std::mem::take(&mut self.overlay).into_ops())
