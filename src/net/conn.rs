@@ -124,8 +124,28 @@ impl Outbox {
         let group = std::mem::take(&mut self.squash);
         let first = group[0].0;
         let one_shard = group.iter().all(|(s, ..)| *s == first);
-        if one_shard && (self.inflight == Inflight::None || self.inflight == Inflight::Shard(first))
-        {
+        if one_shard && self.inflight == Inflight::None {
+            // Run here if the shard is free: nothing of this client's is
+            // queued for the writes to overtake.
+            let (writes, tos): (Vec<_>, Vec<_>) =
+                group.into_iter().map(|(_, f, to)| (f, to)).unzip();
+            match self.server.shards.run_here(first, writes) {
+                Ok(replies) => {
+                    for (r, to) in replies.into_iter().zip(tos) {
+                        self.slots.push_back((Slot::Ready(r), to));
+                    }
+                }
+                Err(writes) => {
+                    for (f, to) in writes.into_iter().zip(tos) {
+                        let rx = self.server.shards.submit(first, f);
+                        self.slots.push_back((Slot::Waiting(rx), to));
+                    }
+                    self.inflight = Inflight::Shard(first);
+                }
+            }
+            return;
+        }
+        if one_shard && self.inflight == Inflight::Shard(first) {
             for (shard, f, to) in group {
                 let rx = self.server.shards.submit(shard, f);
                 self.slots.push_back((Slot::Waiting(rx), to));
@@ -620,6 +640,10 @@ async fn execute(
             {
                 outbox.drain().await;
             }
+            // Always through the actor, never run here as writes may be: a
+            // script may run until SCRIPT KILL, and must not hold a thread
+            // the connections need (two such scripts would hold both of a
+            // two-core machine's).
             let rx = server.shards.submit(shard, f);
             outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
             outbox.inflight = Inflight::Shard(shard);

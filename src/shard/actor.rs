@@ -1,6 +1,15 @@
 //! The shard actor: mailbox -> batch -> one write transaction -> commit ->
 //! replies; plus the reaper tick, the durability timer and the coordinator
 //! protocol (see the parent module).
+//!
+//! The shard's state lives in a [`ShardCore`] behind a mutex that the actor
+//! takes for each message. A client thread may take it too, when it is
+//! free, and run its own writes there ([`ShardCore::run_here`]): an idle
+//! shard then costs a write no hand-off to the actor's thread and back,
+//! two thread wake-ups that cost more than the write itself on a small
+//! machine. Writes still apply one batch at a time, in the order the core
+//! is taken; the actor remains the path for everything else (a busy shard,
+//! `always` group commits, coordinators, timers).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -75,14 +84,33 @@ impl Message for Lock {
     type Result = ();
 }
 
-/// The actor.
+/// The actor: the shard's mailbox and timers, over its core.
 pub struct ShardActor {
+    core: Arc<parking_lot::Mutex<ShardCore>>,
+    flush_scheduled: bool,
+}
+
+impl ShardActor {
+    /// The actor of a shard's core.
+    pub fn new(core: Arc<parking_lot::Mutex<ShardCore>>) -> ShardActor {
+        ShardActor {
+            core,
+            flush_scheduled: false,
+        }
+    }
+}
+
+/// A shard's mutable state: its counters, the queue of writes for the next
+/// batch and its durability bookkeeping. Whoever holds it (the actor, or a
+/// client thread in [`ShardCore::run_here`]) is the shard's one writer.
+pub struct ShardCore {
     shared: Arc<ShardShared>,
     state: ShardState,
     durability: Durability,
     max_batch: usize,
     queue: Vec<Submit>,
-    flush_scheduled: bool,
+    /// Set once the shard has shut down: no write runs after its last sync.
+    closed: bool,
     /// Commits made with Durability::None since the last durable one.
     unsynced: bool,
     /// Some of those are not in the coordination log either (batches and
@@ -96,23 +124,23 @@ pub struct ShardActor {
     last_sync: Instant,
 }
 
-impl ShardActor {
-    /// An actor for an opened, initialised file.
+impl ShardCore {
+    /// The core of an opened, initialised file.
     pub fn new(
         shared: Arc<ShardShared>,
         state: ShardState,
         durability: Durability,
         max_batch: usize,
         intent: Arc<super::intent::IntentLog>,
-    ) -> ShardActor {
+    ) -> ShardCore {
         shared.publish_counts(&state.counts);
-        ShardActor {
+        ShardCore {
             shared,
             state,
             durability,
             max_batch,
             queue: Vec::new(),
-            flush_scheduled: false,
+            closed: false,
             unsynced: false,
             unlogged: false,
             last_round: 0,
@@ -152,9 +180,42 @@ impl ShardActor {
         self.shared.publish_counts(&self.state.counts);
     }
 
+    /// Runs a client's writes here, on the caller's thread, in one batch
+    /// after whatever the actor has queued (their clients get their replies
+    /// as from the actor), and returns their replies in order; or hands the
+    /// writes back, untouched, when the shard should take them through its
+    /// mailbox instead:
+    /// * under `always`, where waiting for the fsync with other clients'
+    ///   writes (group commit) is the point, and the fsync must not hold a
+    ///   client thread;
+    /// * while the write buffers are past half their cap, where commits are
+    ///   slowed down by sleeping (see `Store::commit`);
+    /// * once the shard has shut down.
+    pub fn run_here(&mut self, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
+        let calm = self.shared.store().is_ok_and(|s| s.calm());
+        if self.closed || self.durability == Durability::Always || !calm {
+            return Err(writes);
+        }
+        let replies: Vec<_> = writes
+            .into_iter()
+            .map(|f| {
+                let (reply, rx) = tokio::sync::oneshot::channel();
+                self.queue.push(Submit { f, reply });
+                rx
+            })
+            .collect();
+        self.flush();
+        Ok(replies
+            .into_iter()
+            .map(|mut rx| {
+                rx.try_recv()
+                    .unwrap_or_else(|_| Reply::err("shard unavailable"))
+            })
+            .collect())
+    }
+
     /// Applies the queued ops in one transaction, commits, replies.
     fn flush(&mut self) {
-        self.flush_scheduled = false;
         if self.queue.is_empty() {
             return;
         }
@@ -528,27 +589,50 @@ fn publish(
     }
 }
 
+impl ShardCore {
+    /// A reaper tick: one slice of expiry and garbage collection.
+    fn reap_tick(&mut self) {
+        let started = Instant::now();
+        if let Err(e) = self.reap() {
+            tracing::error!(shard = self.shared.id, error = %e, "reaper slice failed");
+            // The counters may be ahead of what was committed.
+            self.reload_state();
+        }
+        use crate::families::latency::EXPIRE_CYCLE;
+        self.shared.latency.observe_since(EXPIRE_CYCLE, started);
+    }
+
+    /// A durability tick: syncs if commits are unsynced for `every`.
+    fn sync_tick(&mut self, every: Duration) {
+        if self.unsynced && self.last_sync.elapsed() >= every {
+            if let Err(e) = self.sync() {
+                tracing::error!(shard = self.shared.id, error = %e, "sync failed");
+            }
+        }
+    }
+
+    /// Commits what is queued, makes it durable and takes no more writes.
+    fn shut_down(&mut self) {
+        self.flush();
+        if self.unsynced {
+            if let Err(e) = self.sync() {
+                tracing::error!(shard = self.shared.id, error = %e, "final sync failed");
+            }
+        }
+        self.closed = true;
+    }
+}
+
 impl Actor for ShardActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
         // Clients may flood the mailbox; never let it push back on them.
         ctx.set_mailbox_capacity(1 << 24);
-        ctx.run_interval(REAPER_INTERVAL, |act, _| {
-            let started = Instant::now();
-            if let Err(e) = act.reap() {
-                tracing::error!(shard = act.shared.id, error = %e, "reaper slice failed");
-            }
-            use crate::families::latency::EXPIRE_CYCLE;
-            act.shared.latency.observe_since(EXPIRE_CYCLE, started);
-        });
-        if let Some(every) = self.sync_interval() {
+        ctx.run_interval(REAPER_INTERVAL, |act, _| act.core.lock().reap_tick());
+        if let Some(every) = self.core.lock().sync_interval() {
             ctx.run_interval(Duration::from_millis(100), move |act, _| {
-                if act.unsynced && act.last_sync.elapsed() >= every {
-                    if let Err(e) = act.sync() {
-                        tracing::error!(shard = act.shared.id, error = %e, "sync failed");
-                    }
-                }
+                act.core.lock().sync_tick(every)
             });
         }
     }
@@ -558,12 +642,14 @@ impl Handler<Submit> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
-        self.queue.push(msg);
-        if self.queue.len() >= self.max_batch {
-            self.flush();
+        let mut core = self.core.lock();
+        core.queue.push(msg);
+        if core.queue.len() >= core.max_batch {
+            core.flush();
         } else if !self.flush_scheduled {
             // actix runs notified messages after it has drained the mailbox,
-            // so this Flush commits everything that arrived meanwhile.
+            // so this Flush commits everything that arrived meanwhile (a
+            // client thread running its writes here may commit them first).
             self.flush_scheduled = true;
             ctx.notify(Flush);
         }
@@ -574,7 +660,8 @@ impl Handler<Flush> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, _: Flush, _: &mut Self::Context) {
-        self.flush();
+        self.flush_scheduled = false;
+        self.core.lock().flush();
     }
 }
 
@@ -582,7 +669,7 @@ impl Handler<Lock> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Lock, _: &mut Self::Context) {
-        self.serve_lock(msg);
+        self.core.lock().serve_lock(msg);
     }
 }
 
@@ -590,9 +677,10 @@ impl Handler<Reopen> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Reopen, _: &mut Self::Context) {
-        let r = self.reopen();
+        let mut core = self.core.lock();
+        let r = core.reopen();
         if let Err(e) = &r {
-            tracing::error!(shard = self.shared.id, error = %e, "DEBUG RELOAD cannot reopen the shard");
+            tracing::error!(shard = core.shared.id, error = %e, "DEBUG RELOAD cannot reopen the shard");
         }
         let _ = msg.done.send(r);
     }
@@ -602,12 +690,7 @@ impl Handler<Shutdown> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) {
-        self.flush();
-        if self.unsynced {
-            if let Err(e) = self.sync() {
-                tracing::error!(shard = self.shared.id, error = %e, "final sync failed");
-            }
-        }
+        self.core.lock().shut_down();
         ctx.stop();
         let _ = msg.done.send(());
     }

@@ -8,6 +8,11 @@
 //! durability policy, and only then replies to every op. Many clients' writes
 //! share one commit and one fsync.
 //!
+//! Under `everysec` and `no`, a connection whose shard is idle runs its
+//! writes itself, as one batch, holding the shard's core (see `actor`):
+//! the actor's thread is not woken for them. Only the thread differs; the
+//! batch, its commit and the order of batches are the same.
+//!
 //! # Reads
 //! Reads do not visit the actor: a connection opens a redb read transaction
 //! (an MVCC snapshot) on the shard's file. Replies follow commits, so a client
@@ -41,7 +46,8 @@ use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 
 pub use set::ShardSet;
 
-/// A write op: runs on the shard thread inside the batch transaction.
+/// A write op: runs inside the batch transaction of the shard's one
+/// writer (its actor, or a connection holding its core).
 pub type WriteFn = Box<dyn FnOnce(&mut WriteCtx) -> Result<Reply, StoreError> + Send>;
 
 /// Counters a shard publishes for INFO.

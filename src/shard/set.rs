@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::actor::{ShardActor, Shutdown, Submit};
+use super::actor::{ShardActor, ShardCore, Shutdown, Submit};
 use super::{ShardShared, WriteFn};
 use crate::cluster;
 use crate::config::{Config, Durability};
@@ -53,6 +53,8 @@ pub enum OpenError {
 pub struct ShardSet {
     shared: Vec<Arc<ShardShared>>,
     addrs: Vec<Addr<ShardActor>>,
+    /// Each shard's core, which its actor and client threads take in turn.
+    cores: Vec<Arc<parking_lot::Mutex<ShardCore>>>,
     system: System,
     thread: parking_lot::Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Held for the life of the process: a second server on the same
@@ -184,9 +186,16 @@ impl ShardSet {
             states.push(state);
         }
         let (durability, max_batch) = (cfg.durability, cfg.max_batch);
+        let cores: Vec<_> = shared
+            .iter()
+            .zip(states)
+            .map(|(s, state)| {
+                let core = ShardCore::new(s.clone(), state, durability, max_batch, intent.clone());
+                Arc::new(parking_lot::Mutex::new(core))
+            })
+            .collect();
         let (tx, rx) = std::sync::mpsc::channel();
-        let actor_shared = shared.clone();
-        let actor_intent = intent.clone();
+        let actor_cores = cores.clone();
         let thread = std::thread::Builder::new()
             .name("cairn-actix".into())
             .spawn(move || {
@@ -195,11 +204,10 @@ impl ShardSet {
                 let sys = System::new();
                 sys.block_on(async move {
                     let mut addrs = Vec::new();
-                    for (s, state) in actor_shared.into_iter().zip(states) {
+                    for core in actor_cores {
                         let arbiter = Arbiter::new();
-                        let log = actor_intent.clone();
                         let addr = ShardActor::start_in_arbiter(&arbiter.handle(), move |_| {
-                            ShardActor::new(s, state, durability, max_batch, log)
+                            ShardActor::new(core)
                         });
                         addrs.push(addr);
                     }
@@ -216,6 +224,7 @@ impl ShardSet {
             hub,
             shared,
             addrs,
+            cores,
             system,
             thread: parking_lot::Mutex::new(Some(thread)),
             _lock: lock,
@@ -267,6 +276,18 @@ impl ShardSet {
         let (tx, rx) = tokio::sync::oneshot::channel();
         self.addrs[id].do_send(Submit { f, reply: tx });
         rx
+    }
+
+    /// Runs a client's writes to shard `id` on the calling thread if the
+    /// shard is free (see `ShardCore::run_here`), returning their replies;
+    /// otherwise hands the writes back, for [`ShardSet::submit`]. Only for
+    /// a client with no earlier write still queued on the actor, which
+    /// these would overtake.
+    pub fn run_here(&self, id: usize, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
+        match self.cores[id].try_lock() {
+            Some(mut core) => core.run_here(writes),
+            None => Err(writes),
+        }
     }
 
     /// Consistent snapshots of several shards (ascending ids, no duplicates):

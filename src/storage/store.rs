@@ -1,7 +1,7 @@
 //! A shard's storage: its redb file, its log and its write buffers.
 //!
 //! A commit appends the batch's changes to the log (`wal`) and applies
-//! them to the active write buffer (`buffer`); that is all the shard thread
+//! them to the active write buffer (`buffer`); that is all the shard's writer
 //! does per batch. Once the active buffer (or its log generation) is full
 //! it is frozen: the log moves to a new generation, a new buffer takes the
 //! commits, and a background thread, the only writer of the redb file,
@@ -191,7 +191,7 @@ impl Store {
 
     /// Commits a batch's changes: appends them to the log (fsynced if
     /// `sync`) and makes them visible to new snapshots. Called by the
-    /// shard's thread only.
+    /// shard's one writer only: whoever holds its core (`shard::actor`).
     pub fn commit(&self, ops: Vec<RowOp>, sync: bool) -> Result<(), StoreError> {
         if ops.is_empty() {
             if sync {
@@ -235,6 +235,18 @@ impl Store {
         Ok(())
     }
 
+    /// Whether commits go at full speed: the buffered bytes are at most
+    /// half the cap, where [`Store::commit`] starts to slow them down.
+    pub fn calm(&self) -> bool {
+        self.pending() <= self.limits.cap / 2
+    }
+
+    /// Bytes buffered and not yet in the tables (active and frozen).
+    fn pending(&self) -> usize {
+        let core = &self.core;
+        core.frozen_bytes.load(Ordering::Acquire) + core.view.lock()[0].bytes()
+    }
+
     /// Slows the shard's writes while the background writer is behind,
     /// so that they meet its pace rather than stop at a wall: nothing below
     /// half the cap of buffered bytes (active and frozen), then a delay per
@@ -245,11 +257,9 @@ impl Store {
     /// whole seconds passed with no write, loading data larger than
     /// memory.)
     fn hold_back(&self) {
-        let core = &self.core;
         let cap = self.limits.cap;
         let calm = cap / 2;
-        let pending = || core.frozen_bytes.load(Ordering::Acquire) + core.view.lock()[0].bytes();
-        let now = pending();
+        let now = self.pending();
         if now <= calm {
             return;
         }
@@ -258,9 +268,9 @@ impl Store {
             std::thread::sleep(MAX_DELAY.mul_f64(excess * excess));
             return;
         }
-        let (lock, cond) = &core.room;
+        let (lock, cond) = &self.core.room;
         let mut guard = lock.lock();
-        while pending() >= cap {
+        while self.pending() >= cap {
             cond.wait_for(&mut guard, Duration::from_millis(10));
         }
     }
