@@ -640,13 +640,29 @@ async fn execute(
             {
                 outbox.drain().await;
             }
-            // Always through the actor, never run here as writes may be: a
-            // script may run until SCRIPT KILL, and must not hold a thread
-            // the connections need (two such scripts would hold both of a
-            // two-core machine's).
-            let rx = server.shards.submit(shard, f);
-            outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
-            outbox.inflight = Inflight::Shard(shard);
+            // Run here if the shard is free, as writes are, unless more
+            // commands wait in the buffer: those scripts, each a batch of
+            // its own here, share one batch on the actor. A script that
+            // runs long gives this thread's other connections to another
+            // thread (`scripting::vm`), so SCRIPT KILL still gets through.
+            let ran = if outbox.inflight == Inflight::None && buf.is_empty() {
+                server.shards.run_here(shard, vec![f])
+            } else {
+                Err(vec![f])
+            };
+            match ran {
+                Ok(mut replies) => {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(replies.pop().unwrap_or(Reply::Nil));
+                    outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
+                }
+                Err(mut writes) => {
+                    let f = writes.pop().expect("the script handed back");
+                    let rx = server.shards.submit(shard, f);
+                    outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
+                    outbox.inflight = Inflight::Shard(shard);
+                }
+            }
         }
         Action::Read { shard, f } => {
             outbox.flush_squash();

@@ -35,6 +35,9 @@ const HOOK_EVERY: u32 = 100_000;
 
 /// How long FUNCTION LOAD may run library code, as in Redis.
 const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
+/// How long a script runs on a connection thread before that thread's
+/// other connections are handed to another (see `release_worker`).
+const HAND_OFF_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
 
 /// The engine's own Lua code, run once at start-up: removes what Redis
 /// removes, wraps `pcall`/`xpcall`/`coroutine.resume`/`loadstring`, and
@@ -408,6 +411,7 @@ impl ScriptVm {
             HookTriggers::new().every_nth_instruction(HOOK_EVERY),
             move |_, _| {
                 check_kill(&k)?;
+                release_worker(&k);
                 if k.loading.load(Ordering::Acquire)
                     && k.started.lock().is_some_and(|t| t.elapsed() > LOAD_TIMEOUT)
                 {
@@ -639,6 +643,30 @@ impl ScriptVm {
             },
             Err(e) => Reply::err(error_message(&e)),
         }
+    }
+}
+
+/// A script may run on a thread of the connections' tokio runtime (a write
+/// that a connection runs itself while its shard is free: `shard::actor`).
+/// Once it has run for [`HAND_OFF_AFTER`], the thread gives its other work
+/// to another thread (`block_in_place`) and goes on with the script alone,
+/// so a script that runs until SCRIPT KILL never holds the connections that
+/// would send the KILL. Elsewhere (a shard's actor, a current-thread
+/// runtime) there is nothing to hand over. Called from the hook, so about
+/// every millisecond: a thread that already gave its work away, or got it
+/// back before the other thread took it, finds out cheaply.
+fn release_worker(kill: &KillState) {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if !kill
+        .started
+        .lock()
+        .is_some_and(|t| t.elapsed() > HAND_OFF_AFTER)
+    {
+        return;
+    }
+    if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread) {
+        // The pause lets the thread that takes the work over start first.
+        tokio::task::block_in_place(|| std::thread::sleep(std::time::Duration::from_micros(200)));
     }
 }
 
