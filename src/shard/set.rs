@@ -526,4 +526,55 @@ mod tests {
         );
         assert!(!journal.exists());
     }
+
+    fn open_set(dir: &Path, durability: Durability) -> Arc<ShardSet> {
+        let mut cfg = crate::config::Config::defaults();
+        cfg.dir = dir.to_path_buf();
+        cfg.shards = 1;
+        cfg.durability = durability;
+        ShardSet::open(&cfg).expect("shards open")
+    }
+
+    fn put_key(key: &'static [u8]) -> WriteFn {
+        Box::new(move |w| {
+            w.put(Table::Meta, key, b"v")?;
+            Ok(Reply::Ok)
+        })
+    }
+
+    /// Writes run on the caller's thread, in one batch after what the
+    /// actor has queued, with their replies in order and visible at once;
+    /// under `always` they are handed back for the actor's group commit.
+    #[test]
+    fn run_here_commits_on_the_callers_thread_only_where_allowed() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open_set(dir.path(), Durability::Everysec);
+            let replies = set
+                .run_here(0, vec![put_key(b"a"), Box::new(|_| Ok(Reply::Int(7)))])
+                .unwrap_or_else(|_| panic!("an idle shard takes the writes"));
+            assert_eq!(replies, vec![Reply::Ok, Reply::Int(7)]);
+            let snap = set.shard(0).snapshot().unwrap();
+            assert_eq!(snap.get(Table::Meta, b"a").unwrap(), Some(b"v".to_vec()));
+            // A held core hands them back.
+            let held = set.cores[0].lock();
+            assert!(set.run_here(0, vec![put_key(b"b")]).is_err());
+            drop(held);
+            set.shutdown().await;
+            // After shutdown nothing runs.
+            assert!(set.run_here(0, vec![put_key(b"c")]).is_err());
+        });
+        let dir = tempfile::tempdir().unwrap();
+        rt.block_on(async {
+            let set = open_set(dir.path(), Durability::Always);
+            let back = set.run_here(0, vec![put_key(b"a")]);
+            let Err(mut writes) = back else {
+                panic!("always keeps the actor's group commit");
+            };
+            let rx = set.submit(0, writes.pop().unwrap());
+            assert_eq!(rx.await.unwrap(), Reply::Ok);
+            set.shutdown().await;
+        });
+    }
 }
