@@ -124,12 +124,17 @@ impl Outbox {
         let group = std::mem::take(&mut self.squash);
         let first = group[0].0;
         let one_shard = group.iter().all(|(s, ..)| *s == first);
-        if one_shard && self.inflight == Inflight::None {
-            // Run here if the shard is free: nothing of this client's is
-            // queued for the writes to overtake.
+        if one_shard && [Inflight::None, Inflight::Shard(first)].contains(&self.inflight) {
             let (writes, tos): (Vec<_>, Vec<_>) =
                 group.into_iter().map(|(_, f, to)| (f, to)).unzip();
-            match self.server.shards.run_here(first, writes) {
+            // Run here if the shard is free and nothing of this client's is
+            // queued on it for the writes to overtake; else queue them
+            // behind those.
+            let ran = match self.inflight {
+                Inflight::None => self.server.shards.run_here(first, writes),
+                _ => Err(writes),
+            };
+            match ran {
                 Ok(replies) => {
                     for (r, to) in replies.into_iter().zip(tos) {
                         self.slots.push_back((Slot::Ready(r), to));
@@ -143,14 +148,6 @@ impl Outbox {
                     self.inflight = Inflight::Shard(first);
                 }
             }
-            return;
-        }
-        if one_shard && self.inflight == Inflight::Shard(first) {
-            for (shard, f, to) in group {
-                let rx = self.server.shards.submit(shard, f);
-                self.slots.push_back((Slot::Waiting(rx), to));
-            }
-            self.inflight = Inflight::Shard(first);
             return;
         }
         let mut ids: Vec<usize> = group.iter().map(|(s, ..)| *s).collect();
