@@ -389,7 +389,7 @@ impl Session {
             shard: self.shard_of(key),
             f: Box::new(move |r| {
                 if lookup == Lookup::Touch {
-                    server.access.touch(db, &name);
+                    server.access.touch(db, &name, r.now_ms());
                 }
                 let r = Counted {
                     inner: r,
@@ -413,7 +413,7 @@ impl Session {
         Action::Write {
             shard: self.shard_of(key),
             f: Box::new(move |w| {
-                server.access.touch(db, &name);
+                server.access.touch(db, &name, w.now_ms());
                 settle(f(w, Key::new(db, &name)))
             }),
         }
@@ -426,8 +426,9 @@ impl Session {
         keys: Vec<Bytes>,
         f: impl FnOnce(&[&dyn KvRead], &[Key]) -> OpResult + Send + 'static,
     ) -> Action {
+        let now = crate::shard::now_ms();
         for k in &keys {
-            self.server.access.touch(self.db, k);
+            self.server.access.touch(self.db, k, now);
         }
         self.read_many_untouched(keys, f)
     }
@@ -492,8 +493,9 @@ impl Session {
         let db = self.db;
         let shards = self.server.shards.clone();
         let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+        let now = crate::shard::now_ms();
         for k in &keys {
-            self.server.access.touch(db, k);
+            self.server.access.touch(db, k, now);
         }
         if ids.windows(2).all(|w| w[0] == w[1]) {
             return Action::Write {

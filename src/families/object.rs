@@ -53,6 +53,11 @@ fn now_secs() -> u64 {
     crate::shard::now_ms() / 1000
 }
 
+/// A slot's (counter, seconds) if it holds `tag`.
+fn unpack(v: u64, tag: u64) -> Option<(u64, u64)> {
+    (v >> 40 == tag).then_some(((v >> 32) & 0xFF, v & 0xFFFF_FFFF))
+}
+
 /// A slot packs a 24-bit tag, the 8-bit counter and 32-bit seconds.
 fn pack(tag: u64, counter: u64, secs: u64) -> u64 {
     (tag << 40) | (counter << 32) | (secs & 0xFFFF_FFFF)
@@ -69,8 +74,7 @@ impl AccessClock {
 
     /// Slot `i`'s (counter, seconds) if it holds `tag`.
     fn read_slot(&self, i: usize, tag: u64) -> Option<(u64, u64)> {
-        let v = self.slots[i].load(Ordering::Relaxed);
-        (v >> 40 == tag).then_some(((v >> 32) & 0xFF, v & 0xFFFF_FFFF))
+        unpack(self.slots[i].load(Ordering::Relaxed), tag)
     }
 
     /// The key's slot's (counter, seconds) if the slot belongs to it.
@@ -79,17 +83,24 @@ impl AccessClock {
         self.read_slot(i, tag)
     }
 
-    /// Records an access now: the time, and the counter grown the way
-    /// Redis grows it (logarithmically, `lfu-log-factor` 10) after its
-    /// decay (one per `lfu-decay-time` minute).
-    pub fn touch(&self, db: u8, key: &[u8]) {
-        let now = now_secs();
+    /// Records an access at `now_ms` (the command's clock, so that a read
+    /// or write costs no clock read of its own): the time, and the counter
+    /// grown the way Redis grows it (logarithmically, `lfu-log-factor` 10)
+    /// after its decay (one per `lfu-decay-time` minute). A slot that would
+    /// not change is not written, so that hot keys read by several threads
+    /// do not bounce its cache line between them.
+    pub fn touch(&self, db: u8, key: &[u8], now_ms: u64) {
+        let now = now_ms / 1000;
         let (i, tag) = Self::locate(db, key);
-        let counter = match self.read_slot(i, tag) {
+        let old = self.slots[i].load(Ordering::Relaxed);
+        let counter = match unpack(old, tag) {
             Some((c, at)) => grow(decay(c, now.saturating_sub(at))),
             None => LFU_INIT,
         };
-        self.slots[i].store(pack(tag, counter, now), Ordering::Relaxed);
+        let new = pack(tag, counter, now);
+        if new != old {
+            self.slots[i].store(new, Ordering::Relaxed);
+        }
     }
 
     /// Sets a key's idle time or frequency (RESTORE IDLETIME / FREQ).
@@ -127,7 +138,11 @@ fn grow(counter: u64) -> u64 {
     if counter >= 255 {
         return 255;
     }
-    let base = counter.saturating_sub(LFU_INIT) as f64;
+    if counter <= LFU_INIT {
+        // Certain (p = 1): no need to draw.
+        return counter + 1;
+    }
+    let base = (counter - LFU_INIT) as f64;
     let p = 1.0 / (base * 10.0 + 1.0);
     if rand::thread_rng().gen::<f64>() < p {
         counter + 1
