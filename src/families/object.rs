@@ -15,7 +15,6 @@
 //! (or that was not touched since the server started) reads as idle since
 //! the start, with the initial frequency.
 
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::command::args::Args;
@@ -65,10 +64,10 @@ fn pack(tag: u64, counter: u64, secs: u64) -> u64 {
 
 impl AccessClock {
     fn locate(db: u8, key: &[u8]) -> (usize, u64) {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        db.hash(&mut h);
-        key.hash(&mut h);
-        let h = h.finish();
+        // A fixed seed is enough: keys that share a slot only share an
+        // approximate access time, as Redis's sampling approximates too.
+        use std::hash::BuildHasher;
+        let h = foldhash::fast::FixedState::with_seed(0x63_61_69_72_6e).hash_one((db, key));
         ((h & ((1 << SLOTS_LOG2) - 1)) as usize, (h >> 40) | 1)
     }
 
