@@ -815,7 +815,7 @@ pub fn subcommand_of(container: &'static CommandSpec, sub: &[u8]) -> Option<&'st
     name.extend_from_slice(container.name.as_bytes());
     name.push(b'|');
     name.extend_from_slice(sub);
-    find(SUBCOMMANDS, &name)
+    find(&SUBCOMMAND_INDEX, &name)
 }
 
 commands! {
@@ -1072,16 +1072,33 @@ commands! {
 
 /// Finds a command by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
-    find(TABLE, name)
+    find(&COMMANDS, name)
+}
+
+/// A table by lowercase name. Every command looks itself up here: a hash
+/// probe costs one comparison where a binary search of the ~240 names
+/// cost eight (3-4% of a GET at pipeline 16).
+type Index =
+    std::collections::HashMap<&'static str, &'static CommandSpec, foldhash::fast::RandomState>;
+
+/// [`TABLE`] by name.
+static COMMANDS: std::sync::LazyLock<Index> = std::sync::LazyLock::new(|| index(TABLE));
+
+/// [`SUBCOMMANDS`] by `container|sub` name.
+static SUBCOMMAND_INDEX: std::sync::LazyLock<Index> =
+    std::sync::LazyLock::new(|| index(SUBCOMMANDS));
+
+fn index(table: &'static [CommandSpec]) -> Index {
+    table.iter().map(|c| (c.name, c)).collect()
 }
 
 /// A command or, named `container|sub`, a subcommand: what COMMAND INFO and
 /// GETKEYS accept (a client cannot send `config|get` as a command).
 pub fn lookup_with_subcommands(name: &[u8]) -> Option<&'static CommandSpec> {
     if name.contains(&b'|') {
-        find(SUBCOMMANDS, name)
+        find(&SUBCOMMAND_INDEX, name)
     } else {
-        find(TABLE, name)
+        find(&COMMANDS, name)
     }
 }
 
@@ -1095,8 +1112,8 @@ pub fn subcommands_of(container: &str) -> impl Iterator<Item = &'static CommandS
     })
 }
 
-/// Case-insensitive binary search of a name-sorted table.
-fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSpec> {
+/// Case-insensitive lookup in an index of a table.
+fn find(index: &Index, name: &[u8]) -> Option<&'static CommandSpec> {
     if name.len() > 32 {
         return None;
     }
@@ -1105,10 +1122,7 @@ fn find(table: &'static [CommandSpec], name: &[u8]) -> Option<&'static CommandSp
     lower.copy_from_slice(name);
     lower.make_ascii_lowercase();
     let lower = std::str::from_utf8(lower).ok()?;
-    table
-        .binary_search_by(|c| c.name.cmp(lower))
-        .ok()
-        .map(|i| &table[i])
+    index.get(lower).copied()
 }
 
 #[cfg(test)]
