@@ -611,6 +611,14 @@ impl ShardCore {
         }
     }
 
+    /// A message counted in `mailed` has left the mailbox: its writes are
+    /// in the queue (or, for a `Lock`, the core is held until they commit),
+    /// so a connection running writes here can no longer overtake them.
+    fn taken_from_mailbox(&self) {
+        use std::sync::atomic::Ordering::AcqRel;
+        self.shared.mailed.fetch_sub(1, AcqRel);
+    }
+
     /// Commits what is queued, makes it durable and takes no more writes.
     fn shut_down(&mut self) {
         self.flush();
@@ -644,6 +652,7 @@ impl Handler<Submit> for ShardActor {
     fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
         let mut core = self.core.lock();
         core.queue.push(msg);
+        core.taken_from_mailbox();
         if core.queue.len() >= core.max_batch {
             core.flush();
         } else if !self.flush_scheduled {
@@ -669,7 +678,9 @@ impl Handler<Lock> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Lock, _: &mut Self::Context) {
-        self.core.lock().serve_lock(msg);
+        let mut core = self.core.lock();
+        core.taken_from_mailbox();
+        core.serve_lock(msg);
     }
 }
 

@@ -153,7 +153,7 @@ impl Locked {
         let mut senders = Vec::with_capacity(ids.len());
         for &id in &ids {
             let (tx, rx) = std::sync::mpsc::channel();
-            set.addr(id).do_send(Lock { steps: rx });
+            set.mail(id, Lock { steps: rx });
             senders.push(tx);
         }
         Locked {

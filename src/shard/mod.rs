@@ -148,6 +148,11 @@ pub struct ShardShared {
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
     snapshot_cache: parking_lot::Mutex<Option<(u64, Arc<ReadCtx>)>>,
+    /// Messages that carry writes (`Submit`, a coordinator's `Lock`) sent
+    /// to the actor and not yet taken from its mailbox: a connection runs
+    /// its writes itself only while there are none, so that they never
+    /// overtake writes sent earlier (see `ShardSet::run_here`).
+    pub mailed: std::sync::atomic::AtomicUsize,
     /// Per database: keys, keys with an expiry, their mean expiry time.
     counts: [[AtomicI64; 3]; DATABASES],
 }
@@ -176,6 +181,7 @@ impl ShardShared {
             blocked,
             watches: Arc::default(),
             snapshot_cache: parking_lot::Mutex::new(None),
+            mailed: Default::default(),
             counts: std::array::from_fn(|_| Default::default()),
         }
     }

@@ -261,9 +261,17 @@ impl ShardSet {
         &self.shared
     }
 
-    /// The actor of a shard.
-    pub fn addr(&self, id: usize) -> &Addr<ShardActor> {
-        &self.addrs[id]
+    /// Sends a message that carries writes (`Submit`, `Lock`) to shard
+    /// `id`'s actor, counted in its `mailed` until the actor takes it.
+    pub(super) fn mail<M>(&self, id: usize, msg: M)
+    where
+        M: Message<Result = ()> + Send + 'static,
+        ShardActor: Handler<M>,
+    {
+        self.shared[id]
+            .mailed
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        self.addrs[id].do_send(msg);
     }
 
     /// The multi-shard coordinator.
@@ -274,16 +282,23 @@ impl ShardSet {
     /// Queues a write on a shard; the receiver yields its reply after commit.
     pub fn submit(&self, id: usize, f: WriteFn) -> tokio::sync::oneshot::Receiver<Reply> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.addrs[id].do_send(Submit { f, reply: tx });
+        self.mail(id, Submit { f, reply: tx });
         rx
     }
 
     /// Runs a client's writes to shard `id` on the calling thread if the
     /// shard is free (see `ShardCore::run_here`), returning their replies;
-    /// otherwise hands the writes back, for [`ShardSet::submit`]. Only for
-    /// a client with no earlier write still queued on the actor, which
-    /// these would overtake.
+    /// otherwise hands the writes back, for [`ShardSet::submit`]. Free
+    /// means its core is not held and no write waits in its mailbox: writes
+    /// sent to the actor earlier, by any client, are applied first, as the
+    /// mailbox alone would order them. (Without this, a client that was
+    /// seen blocked in XREADGROUP could have its first read overtaken by
+    /// the XADD meant to wake it, and lose the entry to a later reader.)
     pub fn run_here(&self, id: usize, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
+        use std::sync::atomic::Ordering::Acquire;
+        if self.shared[id].mailed.load(Acquire) != 0 {
+            return Err(writes);
+        }
         match self.cores[id].try_lock() {
             Some(mut core) => core.run_here(writes),
             None => Err(writes),
