@@ -11,7 +11,6 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use mlua::{Function, Lua, MultiValue, Value};
@@ -386,7 +385,7 @@ impl ScriptVm {
             st.loading = Some(Vec::new());
             st.error = None;
         }
-        *self.kill.started.lock() = Some(Instant::now());
+        self.kill.start_clock();
         self.kill.loading.store(true, Ordering::Release);
         let result = self.set_loading.call::<()>(true).and_then(|_| {
             self.run_script

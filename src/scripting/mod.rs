@@ -136,6 +136,10 @@ pub(crate) struct KillState {
     /// FUNCTION LOAD is running library code (500 ms limit).
     loading: AtomicBool,
     started: parking_lot::Mutex<Option<Instant>>,
+    /// When the running script's thread last tried to hand its other
+    /// connections to another thread (`vm::release_worker`), in ms since
+    /// `started`; 0 before the first try.
+    released_ms: std::sync::atomic::AtomicU64,
     /// The running script has run a write command (SCRIPT KILL then
     /// answers UNKILLABLE).
     wrote: AtomicBool,
@@ -144,6 +148,14 @@ pub(crate) struct KillState {
     /// What runs (FUNCTION STATS): its name, the command that called it,
     /// and since when.
     label: parking_lot::Mutex<Option<Running>>,
+}
+
+impl KillState {
+    /// Lua code starts running now.
+    fn start_clock(&self) {
+        *self.started.lock() = Some(Instant::now());
+        self.released_ms.store(0, Ordering::Release);
+    }
 }
 
 /// A running script as FUNCTION STATS shows it: its name (sha or function

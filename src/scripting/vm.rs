@@ -11,7 +11,6 @@
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use mlua::{
@@ -38,6 +37,8 @@ const LOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_millis(500);
 /// How long a script runs on a connection thread before that thread's
 /// other connections are handed to another (see `release_worker`).
 const HAND_OFF_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
+/// How often a long script tries that hand-off again.
+const HAND_OFF_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The engine's own Lua code, run once at start-up: removes what Redis
 /// removes, wraps `pcall`/`xpcall`/`coroutine.resume`/`loadstring`, and
@@ -624,7 +625,7 @@ impl ScriptVm {
         self.kill.kill.store(false, Ordering::Release);
         self.kill.wrote.store(false, Ordering::Release);
         self.kill.is_function.store(is_function, Ordering::Release);
-        *self.kill.started.lock() = Some(Instant::now());
+        self.kill.start_clock();
         self.kill.running.store(true, Ordering::Release);
         let _guard = HostGuard {
             run: &self.run,
@@ -652,18 +653,24 @@ impl ScriptVm {
 /// to another thread (`block_in_place`) and goes on with the script alone,
 /// so a script that runs until SCRIPT KILL never holds the connections that
 /// would send the KILL. Elsewhere (a shard's actor, a current-thread
-/// runtime) there is nothing to hand over. Called from the hook, so about
-/// every millisecond: a thread that already gave its work away, or got it
-/// back before the other thread took it, finds out cheaply.
+/// runtime) there is nothing to hand over.
+///
+/// The thread taking the work over may not have started when the pause
+/// ends (with every core busy running scripts, it often has not), and then
+/// this thread keeps it: so the hand-off is tried again, but only every
+/// [`HAND_OFF_RETRY`], not in every hook of a long script (each try
+/// pauses the script).
 fn release_worker(kill: &KillState) {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    if !kill
-        .started
-        .lock()
-        .is_some_and(|t| t.elapsed() > HAND_OFF_AFTER)
-    {
+    let Some(ran) = kill.started.lock().map(|t| t.elapsed()) else {
+        return;
+    };
+    let ms = ran.as_millis() as u64;
+    let last = kill.released_ms.load(Ordering::Acquire);
+    if ran <= HAND_OFF_AFTER || (last != 0 && ms < last + HAND_OFF_RETRY.as_millis() as u64) {
         return;
     }
+    kill.released_ms.store(ms, Ordering::Release);
     if Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread) {
         // The pause lets the thread that takes the work over start first.
         tokio::task::block_in_place(|| std::thread::sleep(std::time::Duration::from_micros(200)));
