@@ -562,7 +562,6 @@ fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
         w.del(Table::Ttl, &k)?;
     }
     w.state.counts[db as usize] = Default::default();
-    w.state.counts_dirty = true;
     w.flushed.push(db);
     Ok(())
 }
@@ -618,7 +617,6 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
                 w.clear(t)?;
             }
             w.state.counts = Default::default();
-            w.state.counts_dirty = true;
             w.flushed.extend(0..DATABASES as u8);
             Ok(())
         },

@@ -159,7 +159,6 @@ fn settle_replaced(
     }
     counts.expires += (new.expire_ms != 0) as i64 - (old_expire != 0) as i64;
     counts.expire_sum += i128::from(new.expire_ms) - i128::from(old_expire);
-    w.state.counts_dirty = true;
     Ok(())
 }
 
@@ -177,7 +176,6 @@ pub fn delete(w: &mut WriteCtx, key: Key, old: &Meta) -> Result<(), StoreError> 
     counts.keys -= 1;
     counts.expires -= (old.expire_ms != 0) as i64;
     counts.expire_sum -= i128::from(old.expire_ms);
-    w.state.counts_dirty = true;
     Ok(())
 }
 

@@ -412,11 +412,10 @@ pub struct ShardState {
     pub version_dirty: bool,
     /// Key counts per database.
     pub counts: [DbCounts; NAMESPACES],
-    /// Whether counts changed in the current transaction.
-    pub counts_dirty: bool,
     /// The counts as their `sys` rows hold them: a transaction rewrites
-    /// only the rows of the databases whose counts it changed, so a batch
-    /// that touched one database does not log sixteen rows.
+    /// the rows of the databases whose counts differ from these (so a batch
+    /// that touched one database does not log sixteen rows), and none if
+    /// none differ.
     pub counts_stored: [DbCounts; NAMESPACES],
     /// Runs of deleted rows the shard's scans have crossed (see
     /// [`merge::DeadRanges`]): in memory only, valid for the latest state,
@@ -470,7 +469,6 @@ impl ShardState {
             next_version: hwm.max(now_micros()) + 1,
             version_dirty: false,
             counts,
-            counts_dirty: false,
             counts_stored: stored,
             dead: Default::default(),
         })
@@ -832,7 +830,6 @@ impl<'t> WriteCtx<'t> {
             }
         }
         self.state.counts = undo.counts;
-        self.state.counts_dirty = true;
         Ok(())
     }
 
@@ -1091,7 +1088,7 @@ impl<'t> WriteCtx<'t> {
             self.put(Table::Sys, b"version_hwm", &hwm.to_be_bytes())?;
             self.state.version_dirty = false;
         }
-        if self.state.counts_dirty {
+        if self.state.counts != self.state.counts_stored {
             let counts = self.state.counts;
             for (i, c) in counts.iter().enumerate() {
                 if *c == self.state.counts_stored[i] {
@@ -1103,7 +1100,6 @@ impl<'t> WriteCtx<'t> {
                 self.put(Table::Sys, &count_key(i as u8), &v)?;
             }
             self.state.counts_stored = counts;
-            self.state.counts_dirty = false;
         }
         Ok(std::mem::take(&mut self.overlay).into_ops())
     }
@@ -1378,7 +1374,6 @@ mod tests {
             w.clear(Table::Ttl).unwrap();
             w.put(Table::Ttl, b"u", b"").unwrap();
             w.state.counts[2].keys = 9;
-            w.state.counts_dirty = true;
             let seen = dump_view(&w);
             (seen, w.finish().unwrap())
         };
@@ -1410,7 +1405,6 @@ mod tests {
             expires: 2,
             expire_sum: 3_000_000_000_000,
         };
-        state.counts_dirty = true;
         commit_direct(&db, &mut state, 0, |_| {});
         drop(db);
         let db = open(&path);
