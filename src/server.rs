@@ -36,6 +36,28 @@ pub struct ClientEntry {
     pub unblock: parking_lot::Mutex<Option<crate::net::unblock::Blocked>>,
 }
 
+impl ClientEntry {
+    /// A new RESP2 client with nothing queued, subscribed or blocked.
+    pub fn new(id: u64, addr: String, laddr: String) -> ClientEntry {
+        ClientEntry {
+            id,
+            addr,
+            laddr,
+            created: Instant::now(),
+            info: parking_lot::Mutex::new(ClientInfo {
+                resp: 2,
+                multi: -1,
+                ..ClientInfo::default()
+            }),
+            kill: tokio::sync::Notify::new(),
+            killed: AtomicBool::new(false),
+            mailbox: Default::default(),
+            blocked: AtomicBool::new(false),
+            unblock: Default::default(),
+        }
+    }
+}
+
 /// The parts of a client's state others may read.
 #[derive(Debug, Clone, Default)]
 pub struct ClientInfo {

@@ -66,14 +66,16 @@ fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
             }),
         };
     }
+    // Subscribers are woken when the client's batch of commands ends.
+    let wakes = Some(&mut s.wakes);
     if s.bus_link {
-        return Reply::Int(hub.publish_local(kind, &channel, &message) as i64).into();
+        return Reply::Int(hub.publish_local(kind, &channel, &message, wakes) as i64).into();
     }
     if s.settled {
-        return Reply::Int(hub.publish(kind, &channel, &message) as i64).into();
+        return Reply::Int(hub.publish(kind, &channel, &message, wakes) as i64).into();
     }
     Action::Job(Box::pin(async move {
-        Reply::Int(hub.publish(kind, &channel, &message) as i64)
+        Reply::Int(hub.publish(kind, &channel, &message, None) as i64)
     }))
 }
 

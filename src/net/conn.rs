@@ -22,7 +22,7 @@ use super::session::{Action, ReplyMode, Session};
 use crate::command::{self, Args};
 use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
-use crate::server::{ClientEntry, ClientInfo, Server};
+use crate::server::{ClientEntry, Server};
 use crate::shard::pause::PauseKind;
 
 /// A reply slot in request order.
@@ -65,7 +65,8 @@ fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
     }
 }
 
-/// How many bytes of queued pushes go into one socket write.
+/// Below this many bytes, a write of pushes alone waits for the
+/// publishers still feeding the client (see `Mailbox`).
 const PUSH_WRITE_BYTES: usize = 64 * 1024;
 
 /// Most writes squashed into one coordinated group.
@@ -102,8 +103,6 @@ struct Outbox {
     /// Writes collected but not sent yet, with how their replies go out.
     squash: Vec<(usize, crate::shard::WriteFn, ReplyTo)>,
     server: Arc<Server>,
-    /// Pub/Sub messages for this client, written between replies.
-    pushes: tokio::sync::mpsc::UnboundedReceiver<Push>,
     /// Whether pushes are sent as RESP3 (`>`) or RESP2 arrays.
     resp3: bool,
     /// Bytes of pushes in `out`: once written, the client's mailbox no
@@ -250,7 +249,7 @@ impl Outbox {
     /// for after the reply about to be written.
     fn take_pushes(&mut self, room: usize, hold: bool) {
         while self.out.len() < room {
-            let Ok(push) = self.pushes.try_recv() else {
+            let Some(push) = self.entry.mailbox.pop() else {
                 return;
             };
             self.add_push(push, hold);
@@ -283,23 +282,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
         .local_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let (mailbox, pushes) = crate::pubsub::Mailbox::new();
-    let entry = Arc::new(ClientEntry {
-        mailbox,
-        id,
-        addr: peer.to_string(),
-        laddr,
-        created: Instant::now(),
-        info: parking_lot::Mutex::new(ClientInfo {
-            resp: 2,
-            multi: -1,
-            ..ClientInfo::default()
-        }),
-        kill: tokio::sync::Notify::new(),
-        killed: std::sync::atomic::AtomicBool::new(false),
-        blocked: std::sync::atomic::AtomicBool::new(false),
-        unblock: Default::default(),
-    });
+    let entry = Arc::new(ClientEntry::new(id, peer.to_string(), laddr));
     server.stats.connections.fetch_add(1, Ordering::Relaxed);
     if server.clients.len() >= server.runtime.read().maxclients() {
         server.stats.rejected.fetch_add(1, Ordering::Relaxed);
@@ -310,17 +293,14 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     }
     server.clients.insert(id, entry.clone());
     let mut session = Session::new(server.clone(), entry.clone());
-    serve(&mut session, &mut stream, pushes).await;
+    serve(&mut session, &mut stream).await;
+    entry.mailbox.close();
     server.pubsub.tracking.disable(id);
     server.pubsub.monitors.remove(id);
     server.clients.remove(&id);
 }
 
-async fn serve(
-    session: &mut Session,
-    stream: &mut TcpStream,
-    pushes: tokio::sync::mpsc::UnboundedReceiver<Push>,
-) {
+async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let server = session.server.clone();
     let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len());
     let mut buf = BytesMut::with_capacity(16 * 1024);
@@ -330,12 +310,14 @@ async fn serve(
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
         server: server.clone(),
-        pushes,
         resp3: false,
         push_bytes: 0,
         entry: session.entry.clone(),
         held: Vec::new(),
     };
+    // Woken for pushes alone: their write may wait for the publishers
+    // still feeding this client (see `Mailbox`).
+    let mut pushes_only = false;
     loop {
         let mut close = false;
         loop {
@@ -343,6 +325,7 @@ async fn serve(
             match parser.next(&mut buf) {
                 Ok(Some(argv)) if argv.is_empty() => continue,
                 Ok(Some(argv)) => {
+                    pushes_only = false;
                     session.qbuf = queued;
                     if execute(session, &mut outbox, Args::new(argv), stream, &mut buf).await {
                         close = true;
@@ -351,6 +334,7 @@ async fn serve(
                 }
                 Ok(None) => break,
                 Err(e) => {
+                    session.wakes.wake();
                     outbox.drain().await;
                     let to = ReplyTo {
                         resp3: session.resp3,
@@ -363,9 +347,13 @@ async fn serve(
                 }
             }
         }
+        // The batch ends: subscribers its PUBLISHes fed may write now.
+        session.wakes.wake();
         outbox.drain().await;
         outbox.release_held();
-        if !outbox.out.is_empty() {
+        let hold =
+            pushes_only && outbox.out.len() < PUSH_WRITE_BYTES && session.entry.mailbox.fed();
+        if !outbox.out.is_empty() && !hold {
             server
                 .stats
                 .net_out
@@ -409,11 +397,9 @@ async fn serve(
                     server.stats.reads.fetch_add(1, Ordering::Relaxed);
                 }
             },
-            Some(push) = outbox.pushes.recv() => {
-                // Written with whatever else is already queued, in one go.
-                outbox.add_push(push, false);
-                outbox.take_pushes(PUSH_WRITE_BYTES, false);
-            }
+            // Taken, with whatever else is queued by then, at the top of
+            // the loop.
+            _ = outbox.entry.mailbox.ready() => pushes_only = true,
             _ = session.entry.kill.notified() => return,
             _ = server.shutdown.notified() => return,
             _ = idle => return,
@@ -446,10 +432,16 @@ async fn execute(
         cmd: None,
     };
     let Some(spec) = command::lookup(args.get(0)) else {
+        session.wakes.wake();
         refuse_in_multi(session);
         outbox.push_ready(unknown_command(&args), refused);
         return false;
     };
+    // Subscribers fed by this batch's PUBLISHes are woken before any other
+    // command, which may wait: only a run of PUBLISHes shares their wake.
+    if !matches!(spec.name, "publish" | "spublish") {
+        session.wakes.wake();
+    }
     // Calls are counted, and arity checked, against the subcommand a
     // container's arguments name (`config|get`). Redis refuses an unknown
     // subcommand first, then a wrong argument count, then a client that
@@ -507,6 +499,7 @@ async fn execute(
     let mut guard = None;
     if let Some(cluster) = server.cluster.clone() {
         use crate::cluster::routing::Route;
+        session.wakes.wake();
         let refusal = match route(session, outbox, &cluster, spec, &args, asking).await {
             Route::Here => None,
             Route::Refuse(r) => Some(r),
@@ -542,6 +535,7 @@ async fn execute(
     // time (as in Redis).
     let mut waited = std::time::Duration::ZERO;
     if let Some((kind, _)) = server.shards.pause.current() {
+        session.wakes.wake();
         let held = |kind| kind == PauseKind::All || held_by_write_pause(session, checked, &args);
         if !session.bus_link && held(kind) {
             let wait_began = Instant::now();
@@ -606,6 +600,9 @@ async fn execute(
         cmd: Some(checked),
     };
     let mut close = false;
+    if !matches!(action, Action::Reply(_)) {
+        session.wakes.wake();
+    }
     match action {
         Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {
@@ -745,10 +742,7 @@ async fn wait_blocked<T>(
             r = &mut until => break Some(r),
             // A RESP3 client gets its messages and invalidations while it
             // waits, as in Redis.
-            Some(push) = outbox.pushes.recv() => {
-                outbox.add_push(push, false);
-                outbox.take_pushes(PUSH_WRITE_BYTES, false);
-            }
+            _ = outbox.entry.mailbox.ready() => outbox.take_pushes(usize::MAX, false),
             _ = peer_gone(stream, buf, server) => break None,
             _ = entry.kill.notified() => break None,
             _ = server.shutdown.notified() => break None,

@@ -222,6 +222,10 @@ pub struct Session {
     pub bus_link: bool,
     /// MONITOR mode: the client only watches commands go by.
     pub monitor: bool,
+    /// Subscribers the client's PUBLISHes have fed during the current
+    /// batch of commands: the connection wakes them when the batch ends,
+    /// or before anything that may wait.
+    pub wakes: crate::pubsub::Wakes,
     /// CLIENT TRACKING settings, while on.
     pub tracking: Option<Arc<crate::pubsub::tracking::Tracked>>,
     /// CLIENT CACHING YES|NO was sent: it covers the next command.
@@ -292,6 +296,7 @@ impl Session {
             qbuf: 0,
             bus_link: false,
             monitor: false,
+            wakes: Default::default(),
             tracking: None,
             caching: false,
             server,

@@ -7,8 +7,9 @@
 //!   never wait for each other. Patterns are few in practice and every
 //!   PUBLISH must try them all: they sit behind one read-mostly lock, and a
 //!   counter lets a PUBLISH skip it entirely while nobody uses a pattern.
-//! * **Delivery.** Every client has a [`Mailbox`]: the sending side of an
-//!   unbounded channel its connection task listens on. A message is
+//! * **Delivery.** Every client has a [`Mailbox`]: a queue its connection
+//!   task drains when woken. A connection's run of PUBLISHes wakes each
+//!   subscriber once, when it ends ([`Wakes`]). A message is
 //!   encoded once per PUBLISH (per matching pattern for `pmessage`), as a
 //!   RESP2 array; its RESP3 form differs only in the first byte (`>` for
 //!   `*`), so the same bytes serve every subscriber, cloned by reference
@@ -36,7 +37,6 @@ use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use dashmap::DashMap;
-use tokio::sync::mpsc;
 
 use crate::server::ClientEntry;
 
@@ -144,9 +144,25 @@ impl Push {
 }
 
 /// A client's inbox for pushes, and what CLIENT LIST shows of it.
-#[derive(Debug)]
+///
+/// Pushes wait in a queue the client's connection drains when `ready`
+/// wakes it. A PUBLISH run by a connection does not wake a subscriber per
+/// message: it counts itself in `feeding` and wakes the subscriber once,
+/// when its batch of commands ends (see [`Wakes`]), and a subscriber woken
+/// while other publishers are still feeding it waits for them. So one
+/// socket write carries what every publisher ready at the time sent, as
+/// one turn of Redis's event loop does.
+#[derive(Debug, Default)]
 pub struct Mailbox {
-    tx: mpsc::UnboundedSender<Push>,
+    queue: parking_lot::Mutex<Inbox>,
+    /// Wakes the connection: pushes are queued, or a feeder finished.
+    ready: tokio::sync::Notify,
+    /// Batches of PUBLISHes in progress that have queued messages here and
+    /// will wake the client when they end.
+    feeding: AtomicU32,
+    /// The [`Wakes`] that last counted itself in `feeding` (its id): a
+    /// batch publishing many messages here counts once.
+    last_feeder: AtomicU64,
     /// Bytes queued for the client and not yet written to its socket
     /// (CLIENT LIST's `omem`; checked against the output buffer limits).
     pub pending: AtomicUsize,
@@ -160,20 +176,15 @@ pub struct Mailbox {
     pub(crate) names: parking_lot::Mutex<subscriptions::AllNames>,
 }
 
-impl Mailbox {
-    /// A mailbox and the receiving end its connection listens on.
-    pub fn new() -> (Mailbox, mpsc::UnboundedReceiver<Push>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mailbox = Mailbox {
-            tx,
-            pending: AtomicUsize::new(0),
-            soft_since: AtomicU64::new(0),
-            counts: Default::default(),
-            names: Default::default(),
-        };
-        (mailbox, rx)
-    }
+/// The queue of a [`Mailbox`].
+#[derive(Debug, Default)]
+struct Inbox {
+    pushes: std::collections::VecDeque<Push>,
+    /// The connection has ended: nothing is queued any more.
+    closed: bool,
+}
 
+impl Mailbox {
     /// Subscriptions of one kind.
     pub fn count(&self, kind: Kind) -> u32 {
         self.counts[kind as usize].load(Ordering::Relaxed)
@@ -185,28 +196,108 @@ impl Mailbox {
         self.counts.iter().any(|c| c.load(Ordering::Relaxed) > 0)
     }
 
-    /// Queues `push`, counting it; false when the client is gone.
+    /// Queues `push`, counting it, and wakes the client; false when it is
+    /// gone.
     pub fn send(&self, push: Push) -> bool {
-        self.queue(push).is_some()
+        let queued = self.queue(push).is_some();
+        self.ready.notify_one();
+        queued
     }
 
-    /// Queues `push`; the bytes now pending for the client, or `None` when
-    /// it is gone.
+    /// Queues `push` without waking the client; the bytes now pending for
+    /// it, or `None` when it is gone.
     fn queue(&self, push: Push) -> Option<usize> {
         let n = push.size();
-        // Counted before it is sent: the connection may write it (and
-        // subtract it) as soon as it is in the channel.
-        let pending = self.pending.fetch_add(n, Ordering::Relaxed) + n;
-        if self.tx.send(push).is_err() {
-            self.pending.fetch_sub(n, Ordering::Relaxed);
+        let mut inbox = self.queue.lock();
+        if inbox.closed {
             return None;
         }
-        Some(pending)
+        inbox.pushes.push_back(push);
+        // Under the lock: the connection subtracts it only after taking
+        // the push out.
+        Some(self.pending.fetch_add(n, Ordering::Relaxed) + n)
+    }
+
+    /// The oldest push queued, taking it out.
+    pub fn pop(&self) -> Option<Push> {
+        self.queue.lock().pushes.pop_front()
+    }
+
+    /// Waits until pushes may be queued (or a feeder finished).
+    pub async fn ready(&self) {
+        self.ready.notified().await
+    }
+
+    /// Whether a batch of PUBLISHes that queued messages here is still
+    /// running (and will wake the client when it ends).
+    pub fn fed(&self) -> bool {
+        self.feeding.load(Ordering::Acquire) > 0
+    }
+
+    /// The connection has ended: drops what is queued and refuses more.
+    pub fn close(&self) {
+        let mut inbox = self.queue.lock();
+        inbox.closed = true;
+        inbox.pushes.clear();
+        self.pending.store(0, Ordering::Relaxed);
     }
 
     /// Records that `n` bytes of pushes went out on the socket.
     pub fn written(&self, n: usize) {
         self.pending.fetch_sub(n, Ordering::Relaxed);
+    }
+}
+
+/// The subscribers one connection's current batch of PUBLISHes has queued
+/// messages for, woken when the batch ends ([`Wakes::wake`], or when it is
+/// dropped), so each gets one wake per batch rather than one per message.
+#[derive(Debug)]
+pub struct Wakes {
+    id: u64,
+    fed: Vec<Arc<ClientEntry>>,
+}
+
+impl Default for Wakes {
+    fn default() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Wakes {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            fed: Vec::new(),
+        }
+    }
+}
+
+impl Wakes {
+    /// Counts this batch as feeding `client`, once.
+    fn feed(&mut self, client: &Arc<ClientEntry>) {
+        let mailbox = &client.mailbox;
+        // Another batch may have fed it since: counting again is harmless
+        // (each count is undone by one wake), missing one is not.
+        if mailbox.last_feeder.swap(self.id, Ordering::AcqRel) != self.id {
+            mailbox.feeding.fetch_add(1, Ordering::AcqRel);
+            self.fed.push(client.clone());
+        }
+    }
+
+    /// Ends the batch: wakes every subscriber it fed.
+    pub fn wake(&mut self) {
+        for client in self.fed.drain(..) {
+            let mailbox = &client.mailbox;
+            let _ = mailbox.last_feeder.compare_exchange(
+                self.id,
+                0,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            );
+            mailbox.feeding.fetch_sub(1, Ordering::AcqRel);
+            mailbox.ready.notify_one();
+        }
+    }
+}
+
+impl Drop for Wakes {
+    fn drop(&mut self) {
+        self.wake();
     }
 }
 
@@ -328,9 +419,16 @@ impl Hub {
     /// PUBLISH (or SPUBLISH with `kind` Shard): delivers `message` to this
     /// node's subscribers (see [`Hub::publish_local`]) and, for PUBLISH in
     /// cluster mode, sends it on to the other nodes. The count is this
-    /// node's, as Redis Cluster's is.
-    pub fn publish(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
-        let n = self.publish_local(kind, channel, message);
+    /// node's, as Redis Cluster's is. With `wakes` (a connection's batch),
+    /// subscribers are woken when the batch ends; without, at once.
+    pub fn publish(
+        &self,
+        kind: Kind,
+        channel: &[u8],
+        message: &[u8],
+        wakes: Option<&mut Wakes>,
+    ) -> usize {
+        let n = self.publish_local(kind, channel, message, wakes);
         if kind == Kind::Channel {
             if let Some(forward) = self.forward.get() {
                 forward(channel, message);
@@ -343,7 +441,13 @@ impl Hub {
     /// plain channel, every matching pattern's) and returns how many
     /// deliveries it made: a message from another node, or a keyspace
     /// notification (node-local in Redis Cluster too).
-    pub fn publish_local(&self, kind: Kind, channel: &[u8], message: &[u8]) -> usize {
+    pub fn publish_local(
+        &self,
+        kind: Kind,
+        channel: &[u8],
+        message: &[u8],
+        mut wakes: Option<&mut Wakes>,
+    ) -> usize {
         let mut receivers = 0;
         self.each_audience(kind, channel, |pattern, subs| {
             let frame = match (kind, pattern) {
@@ -352,7 +456,7 @@ impl Hub {
                 (_, Some(p)) => encode(&[b"pmessage", p, channel, message]),
             };
             for client in subs {
-                receivers += self.deliver(client, &frame);
+                receivers += self.deliver(client, &frame, wakes.as_deref_mut());
             }
         });
         receivers
@@ -390,8 +494,18 @@ impl Hub {
     /// Queues `frame` for `client`; 1 when it was queued, 0 when the
     /// client is gone. Disconnects the client if that takes it past its
     /// output buffer limit.
-    fn deliver(&self, client: &ClientEntry, frame: &Bytes) -> usize {
-        match client.mailbox.queue(Push::Frame(frame.clone())) {
+    fn deliver(
+        &self,
+        client: &Arc<ClientEntry>,
+        frame: &Bytes,
+        wakes: Option<&mut Wakes>,
+    ) -> usize {
+        let queued = client.mailbox.queue(Push::Frame(frame.clone()));
+        match wakes {
+            Some(wakes) => wakes.feed(client),
+            None => client.mailbox.ready.notify_one(),
+        }
+        match queued {
             Some(pending) => {
                 self.check_limit(client, pending);
                 1
@@ -488,4 +602,70 @@ pub fn encode(parts: &[&[u8]]) -> Bytes {
         out.bulk(p);
     }
     out.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(id: u64) -> Arc<ClientEntry> {
+        Arc::new(ClientEntry::new(id, String::new(), String::new()))
+    }
+
+    fn frame(text: &str) -> Bytes {
+        Bytes::copy_from_slice(text.as_bytes())
+    }
+
+    /// Whether `ready` has a wake stored for the client.
+    fn woken(c: &ClientEntry) -> bool {
+        use std::future::Future;
+        let waiting = std::pin::pin!(c.mailbox.ready());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        waiting.poll(&mut cx).is_ready()
+    }
+
+    #[test]
+    fn a_batch_wakes_each_subscriber_once_when_it_ends() {
+        let hub = Hub::default();
+        let (a, b) = (client(1), client(2));
+        hub.add(Kind::Channel, &frame("ch"), &a);
+        hub.add(Kind::Channel, &frame("ch"), &b);
+        let mut batch = Wakes::default();
+        for _ in 0..3 {
+            assert_eq!(hub.publish(Kind::Channel, b"ch", b"m", Some(&mut batch)), 2);
+        }
+        // Queued, counted, but nobody woken: the batch is still feeding.
+        assert!(!woken(&a) && a.mailbox.fed());
+        assert_eq!(batch.fed.len(), 2);
+        // A second publisher's batch counts as well.
+        let mut other = Wakes::default();
+        hub.publish(Kind::Channel, b"ch", b"n", Some(&mut other));
+        batch.wake();
+        assert!(woken(&a) && woken(&b));
+        assert!(a.mailbox.fed(), "the other batch still feeds it");
+        drop(other);
+        assert!(!a.mailbox.fed() && !b.mailbox.fed());
+        let got: Vec<_> = std::iter::from_fn(|| a.mailbox.pop()).collect();
+        assert_eq!(got.len(), 4);
+        // The same connection's next batch counts again.
+        hub.publish(Kind::Channel, b"ch", b"m", Some(&mut batch));
+        assert!(a.mailbox.fed());
+        batch.wake();
+        assert!(!a.mailbox.fed());
+    }
+
+    #[test]
+    fn a_closed_mailbox_takes_nothing() {
+        let hub = Hub::default();
+        let a = client(1);
+        hub.add(Kind::Channel, &frame("ch"), &a);
+        assert_eq!(hub.publish(Kind::Channel, b"ch", b"m", None), 1);
+        assert!(woken(&a));
+        assert!(a.mailbox.pending.load(Ordering::Relaxed) > 0);
+        a.mailbox.close();
+        assert_eq!(a.mailbox.pending.load(Ordering::Relaxed), 0);
+        assert!(a.mailbox.pop().is_none());
+        assert_eq!(hub.publish(Kind::Channel, b"ch", b"m", None), 0);
+        assert!(!a.mailbox.send(Push::Line(frame("+x\r\n"))));
+    }
 }

@@ -181,7 +181,7 @@ pub fn key_miss(hub: &super::Hub, db: u8, key: &[u8]) {
         return;
     }
     for (channel, payload) in messages(flags, KEY_MISS, "keymiss", db, key) {
-        hub.publish_local(super::Kind::Channel, &channel, &payload);
+        hub.publish_local(super::Kind::Channel, &channel, &payload, None);
     }
 }
 

@@ -573,18 +573,21 @@ impl ShardCore {
     }
 }
 
-/// Publishes the messages of committed writes, in order.
+/// Publishes the messages of committed writes, in order; each subscriber
+/// is woken once, after the last.
 fn publish(
     hub: &crate::pubsub::Hub,
     messages: impl IntoIterator<Item = crate::storage::tables::Message>,
 ) {
     use crate::pubsub::Kind;
     use crate::storage::tables::Route;
+    let mut wakes = crate::pubsub::Wakes::default();
     for (route, channel, message) in messages {
+        let wakes = Some(&mut wakes);
         match route {
-            Route::Channel => hub.publish(Kind::Channel, &channel, &message),
-            Route::ShardChannel => hub.publish(Kind::Shard, &channel, &message),
-            Route::Local => hub.publish_local(Kind::Channel, &channel, &message),
+            Route::Channel => hub.publish(Kind::Channel, &channel, &message, wakes),
+            Route::ShardChannel => hub.publish(Kind::Shard, &channel, &message, wakes),
+            Route::Local => hub.publish_local(Kind::Channel, &channel, &message, wakes),
         };
     }
 }
