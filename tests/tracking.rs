@@ -258,3 +258,34 @@ fn noloop_covers_the_callers_scripts() {
     expect(&mut n, "$1\r\n2\r\n");
     quiet(&mut n, 200);
 }
+
+/// NOLOOP covers every write of the client's transactions, also those run
+/// one by one because the unit spans shards (Redis's tracking.tcl,
+/// "Tracking gets notification of lazy expired keys", whose DEBUG SLEEP
+/// also makes the unit run that way). Others' writes still invalidate.
+#[test]
+fn noloop_covers_transactions_over_several_shards() {
+    let server = TestServer::start();
+    let (a, b) = ("nl-a", "nl-b");
+    let mut b_key = b.to_string();
+    for i in 0.. {
+        if common::shard_of(&b_key, 2) != common::shard_of(a, 2) {
+            break;
+        }
+        b_key = format!("{b}{i}");
+    }
+    let mut n = tracking_client(&server, &["BCAST", "NOLOOP"]);
+    for (cmd, reply) in [
+        (vec!["MULTI"], "+OK\r\n"),
+        (vec!["SET", a, "1"], "+QUEUED\r\n"),
+        (vec!["SET", &b_key, "1"], "+QUEUED\r\n"),
+        (vec!["EXEC"], "*2\r\n+OK\r\n+OK\r\n"),
+    ] {
+        send(&mut n, &cmd);
+        expect(&mut n, reply);
+    }
+    quiet(&mut n, 200);
+    let mut other = server.client();
+    ok(&mut other, &["SET", a, "2"]);
+    expect(&mut n, &invalidate(&[a]));
+}

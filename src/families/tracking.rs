@@ -251,6 +251,14 @@ pub fn after_command(s: &mut Session, spec: &'static CommandSpec, action: Action
     if spec.name != "client" && s.multi.is_none() {
         s.caching = false;
     }
+    noloop(s, action)
+}
+
+/// Marks `action`'s writes as the client's own when its tracking is
+/// NOLOOP, so they invalidate nothing for it. EXEC marks each queued
+/// command this way: a unit that is not one write on one shard (it spans
+/// shards, or holds a command such as DEBUG SLEEP) runs them one by one.
+pub fn noloop(s: &Session, action: Action) -> Action {
     let Some(t) = s.tracking.as_ref().filter(|t| t.noloop) else {
         return action;
     };

@@ -153,7 +153,8 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
             if let Some(r) = crate::acl::check::exec_refusal(s, counted, &args) {
                 return (counted, Action::Reply(r));
             }
-            (counted, (spec.handler)(s, args))
+            let action = (spec.handler)(s, args);
+            (counted, crate::families::tracking::noloop(s, action))
         })
         .collect();
     s.in_exec = false;
