@@ -146,3 +146,54 @@ fn monitor_shows_every_command_as_redis_does() {
         b"*1\r\n-ERR MONITOR isn't allowed for DENY BLOCKING client\r\n",
     );
 }
+
+/// Where Redis 7.0.15 shows scripts and blocking commands among the lines
+/// (recorded): a script before the commands it calls, also inside a
+/// transaction, whose EXEC comes after all of them; a blocking command
+/// when it blocks, before the push that serves it.
+#[test]
+fn scripts_come_before_their_calls_and_exec_after_its_unit() {
+    let server = TestServer::start();
+    let mut m = server.tcp();
+    call(&mut m, &[b"MONITOR"], b"+OK\r\n");
+    let mut c = server.tcp();
+    let mut b = server.tcp();
+    call(
+        &mut c,
+        &[
+            b"EVAL",
+            b"redis.call('set',KEYS[1],ARGV[1])",
+            b"1",
+            b"foo",
+            b"bar",
+        ],
+        b"$-1\r\n",
+    );
+    call(&mut c, &[b"MULTI"], b"+OK\r\n");
+    call(&mut c, &[b"SET", b"a", b"1"], b"+QUEUED\r\n");
+    call(
+        &mut c,
+        &[b"EVAL", b"return redis.call('get','a')", b"0"],
+        b"+QUEUED\r\n",
+    );
+    call(&mut c, &[b"EXEC"], b"*2\r\n+OK\r\n$1\r\n1\r\n");
+    assert_eq!(
+        lines(&mut m, 7),
+        vec![
+            "+T [0 ADDR] \"EVAL\" \"redis.call('set',KEYS[1],ARGV[1])\" \"1\" \"foo\" \"bar\"",
+            "+T [0 lua] \"set\" \"foo\" \"bar\"",
+            "+T [0 ADDR] \"MULTI\"",
+            "+T [0 ADDR] \"SET\" \"a\" \"1\"",
+            "+T [0 ADDR] \"EVAL\" \"return redis.call('get','a')\" \"0\"",
+            "+T [0 lua] \"get\" \"a\"",
+            "+T [0 ADDR] \"EXEC\"",
+        ]
+    );
+    send_raw(&mut b, &[b"BLPOP", b"bl", b"0"]);
+    assert_eq!(lines(&mut m, 1), vec!["+T [0 ADDR] \"BLPOP\" \"bl\" \"0\""]);
+    call(&mut c, &[b"LPUSH", b"bl", b"x"], b":1\r\n");
+    let mut got = [0u8; 19];
+    b.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"*2\r\n$2\r\nbl\r\n$1\r\nx\r\n");
+    assert_eq!(lines(&mut m, 1), vec!["+T [0 ADDR] \"LPUSH\" \"bl\" \"x\""]);
+}

@@ -569,16 +569,49 @@ async fn execute(
         }
     }
     crate::families::tracking::before_command(session, spec, &args);
-    let monitored = server.pubsub.monitors.active().then(|| {
+    // MONITOR shows a command once it has run, as Redis does: with the
+    // database it leaves selected, after its reply is queued. A blocking
+    // command shows when it blocks, a script before the commands it calls,
+    // and EXEC after those of its transaction.
+    let mut monitored = server.pubsub.monitors.active().then(|| {
         if spec.name == "exec" {
             feed_transaction(session);
         }
         args.all().to_vec()
     });
+    if checked.has_flag("skip_monitor") {
+        if let Some(argv) = monitored.take() {
+            let addr = &session.entry.addr;
+            server
+                .pubsub
+                .monitors
+                .feed(checked, session.db, addr, &argv);
+        }
+    }
     session.settled = outbox.slots.is_empty() && outbox.squash.is_empty();
     let kept = crate::families::slowlog::keep(session, checked, &args);
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
+    let mut feed = monitored.map(|argv| {
+        let (db, addr) = (session.db, session.entry.addr.clone());
+        let server = server.clone();
+        move || server.pubsub.monitors.feed(checked, db, &addr, &argv)
+    });
+    if spec.name == "exec"
+        && matches!(
+            action,
+            Action::Write { .. } | Action::Plan { .. } | Action::Job(_)
+        )
+    {
+        if let Some(feed) = feed.take() {
+            action = after_run(action, Box::new(feed));
+        }
+    }
+    if matches!(action, Action::Block(_)) {
+        if let Some(feed) = feed.take() {
+            feed();
+        }
+    }
     outbox.resp3 = session.resp3;
     match guard {
         Some(Guard::Present(keys, gone, moving)) => {
@@ -701,12 +734,8 @@ async fn execute(
             close = true;
         }
     }
-    if let Some(argv) = monitored {
-        let addr = &session.entry.addr;
-        server
-            .pubsub
-            .monitors
-            .feed(checked, session.db, addr, &argv);
+    if let Some(feed) = feed {
+        feed();
     }
     // Statistics, latency sample and slow log; what the time covers is
     // documented in `families::slowlog`.
@@ -854,6 +883,42 @@ fn while_unfenced(action: Action, fence: Arc<std::sync::atomic::AtomicBool>) -> 
             }),
         },
         other => other,
+    }
+}
+
+/// Calls `then` once `action` has run (its writes or its plan), before
+/// its reply goes out.
+fn after_run(action: Action, then: Box<dyn FnOnce() + Send>) -> Action {
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| {
+                let r = f(w);
+                then();
+                r
+            }),
+        },
+        Action::Plan { ids, blind, plan } => Action::Plan {
+            ids,
+            blind,
+            plan: Box::new(move |locked| {
+                let ran = plan(locked);
+                Box::pin(async move {
+                    let r = ran.await;
+                    then();
+                    r
+                })
+            }),
+        },
+        Action::Job(job) => Action::Job(Box::pin(async move {
+            let r = job.await;
+            then();
+            r
+        })),
+        other => {
+            then();
+            other
+        }
     }
 }
 
