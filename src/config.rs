@@ -44,6 +44,32 @@ impl Durability {
     }
 }
 
+/// The durability policy in force: the shards read it at every commit,
+/// and CONFIG SET appendfsync changes it while the server runs.
+#[derive(Debug)]
+pub struct DurabilityCell(std::sync::atomic::AtomicU8);
+
+impl DurabilityCell {
+    /// A cell holding `d`.
+    pub fn new(d: Durability) -> DurabilityCell {
+        DurabilityCell(std::sync::atomic::AtomicU8::new(d as u8))
+    }
+
+    /// The policy now.
+    pub fn get(&self) -> Durability {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => Durability::Always,
+            1 => Durability::Everysec,
+            _ => Durability::No,
+        }
+    }
+
+    /// Applies `d` to the commits from now on.
+    pub fn set(&self, d: Durability) {
+        self.0.store(d as u8, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// The server configuration.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -195,7 +221,14 @@ impl Config {
                 }
             }
         }
-        let cfg: Config = toml::Value::Table(base).try_into().map_err(parse_err)?;
+        let mut cfg: Config = toml::Value::Table(base).try_into().map_err(parse_err)?;
+        // Redis's name for it, in [redis], wins over the top-level key.
+        if let Some(v) = cfg.redis.get("appendfsync") {
+            let text = v.as_str().unwrap_or_default();
+            cfg.durability = Durability::parse(text).ok_or_else(|| {
+                ConfigError::Bounds(format!("[redis] appendfsync '{text}' (always|everysec|no)"))
+            })?;
+        }
         cfg.validate()?;
         Ok(cfg)
     }
@@ -234,6 +267,7 @@ impl Config {
             cfg.durability = Durability::parse(d).ok_or_else(|| {
                 ConfigError::Bounds(format!("durability '{d}' (always|everysec|no)"))
             })?;
+            cfg.redis.remove("appendfsync");
         }
         if let Some(v) = &flags.cluster_enabled {
             cfg.cluster.enabled = match v.to_ascii_lowercase().as_str() {
@@ -292,6 +326,13 @@ mod tests {
         let d = Config::defaults();
         assert_eq!(d.port, 6379);
         assert_eq!(d.durability, Durability::Everysec);
+        // Redis's appendfsync in [redis] wins over the top-level key.
+        let r = Config::from_toml(
+            "durability = \"no\"\n[redis]\nappendfsync = \"always\"",
+            "test",
+        )
+        .unwrap();
+        assert_eq!(r.durability, Durability::Always);
         let c = Config::from_toml("port = 7000\ndurability = \"always\"", "test").unwrap();
         assert_eq!(c.port, 7000);
         assert_eq!(c.durability, Durability::Always);

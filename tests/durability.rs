@@ -690,3 +690,46 @@ fn loglevel_and_logfile() {
     assert_eq!(err, "");
     assert!(!text.contains('\u{1b}'), "{text}");
 }
+
+/// CONFIG SET appendfsync changes the policy while the server runs, as in
+/// Redis (clients and tools set it): under `always` every write is fsynced
+/// before its reply; under `no` none is (within its 30 seconds).
+#[test]
+fn appendfsync_changes_the_policy_at_run_time() {
+    let tweak = |cfg: &mut cairn::config::Config| cfg.durability = Durability::No;
+    let srv = TestServer::start_with(tweak);
+    let mut c = srv.client();
+    let fsyncs = |c: &mut Connection| common::field(&common::info_cairn(c), "fsyncs");
+    let config_get = |c: &mut Connection| -> Vec<String> {
+        common::cmd(&["CONFIG", "GET", "appendfsync"])
+            .query(c)
+            .unwrap()
+    };
+    assert_eq!(config_get(&mut c), ["appendfsync", "no"]);
+    common::ok(&mut c, &["CONFIG", "SET", "appendfsync", "always"]);
+    assert_eq!(config_get(&mut c), ["appendfsync", "always"]);
+    let persistence = info(&mut c, "persistence");
+    assert_eq!(
+        info_field(&persistence, "cairn_durability").as_deref(),
+        Some("always")
+    );
+    let before = fsyncs(&mut c);
+    for i in 0..5 {
+        common::ok(&mut c, &["SET", &format!("k{i}"), "v"]);
+    }
+    assert!(
+        fsyncs(&mut c) >= before + 5,
+        "one fsync per acknowledged write"
+    );
+    common::ok(&mut c, &["CONFIG", "SET", "appendfsync", "no"]);
+    let before = fsyncs(&mut c);
+    for i in 0..5 {
+        common::ok(&mut c, &["SET", &format!("k{i}"), "w"]);
+    }
+    assert_eq!(fsyncs(&mut c), before);
+    assert_eq!(
+        common::err(&mut c, &["CONFIG", "SET", "appendfsync", "sometimes"]),
+        "ERR CONFIG SET failed (possibly related to argument 'appendfsync') - argument(s) must be one of the following: everysec, always, no"
+    );
+    drop(srv.stop());
+}

@@ -4,7 +4,7 @@
 //!
 //! Every value is kept in its canonical text form (what CONFIG GET shows),
 //! so reading one is a table lookup and a parse; the few that cairn derives
-//! from its own state (port, bind, dir, databases, appendfsync) are computed
+//! from its own state (port, bind, dir, databases) are computed
 //! when asked and cannot be changed while the server runs.
 
 use std::collections::HashMap;
@@ -23,7 +23,7 @@ const IMMUTABLE: u8 = 1;
 /// CONFIG SET needs `enable-protected-configs` ("can't set protected config").
 const PROTECTED: u8 = 2;
 /// cairn computes the value from its own state; it cannot change at run
-/// time (a deviation where Redis allows it: port, bind, appendfsync).
+/// time (a deviation where Redis allows it: port, bind).
 const LIVE: u8 = 4 | IMMUTABLE;
 /// A cairn parameter Redis does not have (left out of CONFIG REWRITE).
 const CAIRN: u8 = 8 | LIVE;
@@ -392,12 +392,7 @@ pub static PARAMS: &[Param] = &[
         ],
         "noeviction",
     ),
-    en(
-        "appendfsync",
-        LIVE,
-        &["everysec", "always", "no"],
-        "everysec",
-    ),
+    en("appendfsync", 0, &["everysec", "always", "no"], "everysec"),
     en(
         "oom-score-adj",
         0,
@@ -1227,7 +1222,7 @@ pub fn get_value(server: &Server, vals: &Values, i: usize) -> String {
             .display()
             .to_string(),
         "databases" => crate::storage::tables::DATABASES.to_string(),
-        "appendfsync" | "durability" => server.shards.durability.name().to_string(),
+        "durability" => server.shards.durability().name().to_string(),
         "shards" => server.shards.len().to_string(),
         "cluster-enabled" => if cfg.cluster.enabled { "yes" } else { "no" }.to_string(),
         _ => vals.vals[i].clone(),
@@ -1349,6 +1344,9 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
     .then(|| staged.requirepass().to_string());
     *rt = staged;
     s.server.pubsub.configure(&rt);
+    if let Some(d) = crate::config::Durability::parse(rt.get("appendfsync")) {
+        s.server.shards.set_durability(d);
+    }
     crate::logging::set_level(rt.get("loglevel"));
     crate::families::latency::configure(&s.server.slowlog, &s.server.latency, &rt);
     // requirepass is the default user's password, as in Redis.
@@ -1399,6 +1397,7 @@ const LEGACY_KEYS: &[(&str, &str)] = &[
     ("proto-max-bulk-len", "proto_max_bulk_len"),
     ("maxclients", "maxclients"),
     ("loglevel", "log_level"),
+    ("appendfsync", "durability"),
 ];
 
 /// The values the config file sets: `[redis]` entries, then the legacy
@@ -1409,6 +1408,7 @@ pub fn initial_values(cfg: &crate::config::Config) -> Result<Values, String> {
         let v = match *key {
             "requirepass" => cfg.requirepass.clone(),
             "proto_max_bulk_len" => cfg.proto_max_bulk_len.to_string(),
+            "durability" => cfg.durability.name().to_string(),
             // Redis's names, or tracing's (what log_level took before).
             "log_level" => crate::logging::redis_level(&cfg.log_level)
                 .map_or_else(|| cfg.log_level.clone(), str::to_string),

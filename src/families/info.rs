@@ -98,7 +98,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 ps.last_secs.load(Relaxed),
                 current,
                 ps.saves.load(Relaxed),
-                srv.shards.durability.name()
+                srv.shards.durability().name()
             );
         }
         "stats" => {
@@ -344,7 +344,7 @@ pub fn cairn_section(srv: &crate::server::Server, out: &mut String) {
         out,
         "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\n",
         shards.len(),
-        srv.shards.durability.name(),
+        srv.shards.durability().name(),
         super::memory::disk_bytes(srv),
         shards.iter().map(|sh| sh.stats.max_batch.load(Relaxed)).max().unwrap_or(0),
         sum(|s| s.commits.load(Relaxed)),

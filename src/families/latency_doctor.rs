@@ -38,7 +38,7 @@ pub fn report(server: &Server) -> String {
         (
             rt.int("slowlog-log-slower-than"),
             rt.int("hz"),
-            server.shards.durability == crate::config::Durability::Always,
+            server.shards.durability() == crate::config::Durability::Always,
         )
     };
     let mut out = String::new();

@@ -106,7 +106,7 @@ impl ShardActor {
 pub struct ShardCore {
     shared: Arc<ShardShared>,
     state: ShardState,
-    durability: Durability,
+    durability: Arc<crate::config::DurabilityCell>,
     max_batch: usize,
     queue: Vec<Submit>,
     /// Set once the shard has shut down: no write runs after its last sync.
@@ -129,7 +129,7 @@ impl ShardCore {
     pub fn new(
         shared: Arc<ShardShared>,
         state: ShardState,
-        durability: Durability,
+        durability: Arc<crate::config::DurabilityCell>,
         max_batch: usize,
         intent: Arc<super::intent::IntentLog>,
     ) -> ShardCore {
@@ -159,7 +159,7 @@ impl ShardCore {
     /// `serve_lock`), so readers never wait for its fsync.
     fn commit(&mut self, ops: Vec<RowOp>) -> Result<(), StoreError> {
         let started = Instant::now();
-        let fsynced = self.durability == Durability::Always;
+        let fsynced = self.durability.get() == Durability::Always;
         self.shared.store()?.commit(ops, fsynced)?;
         self.shared.latency.commit_took(fsynced, started);
         self.note_commit();
@@ -169,7 +169,7 @@ impl ShardCore {
     /// After a commit of this shard's own (a batch, a reaper slice).
     fn note_commit(&mut self) {
         self.shared.committed();
-        if self.durability == Durability::Always {
+        if self.durability.get() == Durability::Always {
             // Durable, and with it every earlier round.
             self.shared.stats.durable_now();
             self.intent.durable(self.shared.id, self.last_round);
@@ -193,7 +193,7 @@ impl ShardCore {
     /// * once the shard has shut down.
     pub fn run_here(&mut self, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
         let calm = self.shared.store().is_ok_and(|s| s.calm());
-        if self.closed || self.durability == Durability::Always || !calm {
+        if self.closed || self.durability.get() == Durability::Always || !calm {
             return Err(writes);
         }
         let replies: Vec<_> = writes
@@ -376,13 +376,14 @@ impl ShardCore {
         Ok(())
     }
 
-    fn sync_interval(&self) -> Option<Duration> {
-        match self.durability {
+    /// How long commits may stay unsynced under the policy in force.
+    fn sync_interval(&self) -> Duration {
+        match self.durability.get() {
             // Only multi-shard rounds leave commits unsynced under
             // `always` (the log holds them); syncing lets the log be cut.
-            Durability::Always => Some(Duration::from_secs(1)),
-            Durability::Everysec => Some(Duration::from_secs(1)),
-            Durability::No => Some(Duration::from_secs(30)),
+            Durability::Always => Duration::from_secs(1),
+            Durability::Everysec => Duration::from_secs(1),
+            Durability::No => Duration::from_secs(30),
         }
     }
 
@@ -605,9 +606,10 @@ impl ShardCore {
         self.shared.latency.observe_since(EXPIRE_CYCLE, started);
     }
 
-    /// A durability tick: syncs if commits are unsynced for `every`.
-    fn sync_tick(&mut self, every: Duration) {
-        if self.unsynced && self.last_sync.elapsed() >= every {
+    /// A durability tick: syncs if commits have been unsynced for longer
+    /// than the policy allows.
+    fn sync_tick(&mut self) {
+        if self.unsynced && self.last_sync.elapsed() >= self.sync_interval() {
             if let Err(e) = self.sync() {
                 tracing::error!(shard = self.shared.id, error = %e, "sync failed");
             }
@@ -641,11 +643,9 @@ impl Actor for ShardActor {
         // Clients may flood the mailbox; never let it push back on them.
         ctx.set_mailbox_capacity(1 << 24);
         ctx.run_interval(REAPER_INTERVAL, |act, _| act.core.lock().reap_tick());
-        if let Some(every) = self.core.lock().sync_interval() {
-            ctx.run_interval(Duration::from_millis(100), move |act, _| {
-                act.core.lock().sync_tick(every)
-            });
-        }
+        ctx.run_interval(Duration::from_millis(100), |act, _| {
+            act.core.lock().sync_tick()
+        });
     }
 }
 

@@ -161,7 +161,7 @@ impl Locked {
             senders,
             log: (
                 set.intent.clone(),
-                set.durability == crate::config::Durability::Always,
+                set.durability() == crate::config::Durability::Always,
             ),
             finished: AtomicBool::new(false),
             steps_sent: std::sync::atomic::AtomicU64::new(0),

@@ -61,7 +61,7 @@ pub struct ShardSet {
     /// directory fails to take it.
     _lock: File,
     /// The durability policy the shards run with.
-    pub durability: Durability,
+    durability: Arc<crate::config::DurabilityCell>,
     /// Clients blocked on keys.
     pub blocked: Arc<super::blocking::BlockRegistry>,
     coordinator: super::coordinator::Coordinator,
@@ -185,12 +185,14 @@ impl ShardSet {
             )));
             states.push(state);
         }
-        let (durability, max_batch) = (cfg.durability, cfg.max_batch);
+        let durability = Arc::new(crate::config::DurabilityCell::new(cfg.durability));
+        let max_batch = cfg.max_batch;
         let cores: Vec<_> = shared
             .iter()
             .zip(states)
             .map(|(s, state)| {
-                let core = ShardCore::new(s.clone(), state, durability, max_batch, intent.clone());
+                let policy = durability.clone();
+                let core = ShardCore::new(s.clone(), state, policy, max_batch, intent.clone());
                 Arc::new(parking_lot::Mutex::new(core))
             })
             .collect();
@@ -217,7 +219,7 @@ impl ShardSet {
             })
             .map_err(dir_err)?;
         let (addrs, system) = rx.recv().expect("actix system started");
-        tracing::info!(shards = n, dir = %cfg.dir.display(), durability = durability.name(), "shards open");
+        tracing::info!(shards = n, dir = %cfg.dir.display(), durability = cfg.durability.name(), "shards open");
         Ok(Arc::new_cyclic(|me| ShardSet {
             switches,
             blocked,
@@ -234,6 +236,19 @@ impl ShardSet {
             latency,
             pause,
         }))
+    }
+
+    /// The durability policy in force.
+    pub fn durability(&self) -> Durability {
+        self.durability.get()
+    }
+
+    /// Changes the durability policy (CONFIG SET appendfsync): each shard
+    /// applies it from its next commit. A switch to `always` makes the
+    /// earlier commits durable with that first fsync, as each shard's log
+    /// is one sequence.
+    pub fn set_durability(&self, d: Durability) {
+        self.durability.set(d);
     }
 
     /// Number of shards.
