@@ -174,8 +174,13 @@ pub struct Server {
     pub started: Instant,
     /// Unix time the server started: LASTSAVE until a durable commit.
     pub last_save: AtomicU64,
-    /// The port actually bound.
+    /// The port actually bound (0: none, after CONFIG SET port 0).
     pub port: AtomicU64,
+    /// A listener CONFIG SET port has bound, for the accept loop to take
+    /// in place of its own (`Some(None)`: stop listening).
+    pub relisten: parking_lot::Mutex<Option<Option<std::net::TcpListener>>>,
+    /// Wakes the accept loop to take `relisten`.
+    pub relistened: tokio::sync::Notify,
     /// Signalled to stop the server (SHUTDOWN, signals).
     pub shutdown: tokio::sync::Notify,
     /// Set once shutdown has begun.
@@ -278,6 +283,8 @@ impl Server {
             started: Instant::now(),
             last_save: AtomicU64::new(now),
             port: AtomicU64::new(0),
+            relisten: Default::default(),
+            relistened: tokio::sync::Notify::new(),
             shutdown: tokio::sync::Notify::new(),
             scripts: Arc::new(scripts),
             functions_lock: tokio::sync::Mutex::new(()),

@@ -829,10 +829,59 @@ fn info_config_dbsize() {
         .query(&mut c)
         .unwrap();
     assert!(none.is_empty());
+    // Every value CONFIG GET * shows can be set back, as Redis's
+    // introspection.tcl "CONFIG sanity" does; bind only to the value it
+    // has (changing it needs a restart in cairn).
+    let port = srv.port.to_string();
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "port", &port, "bind", "127.0.0.1"],
+    );
+    assert_eq!(
+        err(&mut c, &["CONFIG", "SET", "bind", "0.0.0.0"]),
+        "ERR CONFIG SET failed (possibly related to argument 'bind') - can't set immutable config"
+    );
+    assert_eq!(
+        err(&mut c, &["CONFIG", "SET", "databases", "16"]),
+        "ERR CONFIG SET failed (possibly related to argument 'databases') - can't set immutable config"
+    );
     assert_eq!(
         err(&mut c, &["DBSIZE", "x"]),
         "ERR wrong number of arguments for 'dbsize' command"
     );
+}
+
+/// CONFIG SET port moves the listener, as Redis's networking.tcl and
+/// introspection.tcl check: new connections use the new port, connections
+/// already open stay; a port in use fails with Redis's error (recorded) and
+/// nothing of the call is applied.
+#[test]
+fn config_set_port_moves_the_listener() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    assert_eq!(
+        err(&mut c, &["CONFIG", "SET", "maxmemory", "5", "port", &taken_port]),
+        "ERR CONFIG SET failed (possibly related to argument 'port') - Unable to listen on this port. Check server logs."
+    );
+    let mm: Vec<String> = cmd(&["CONFIG", "GET", "maxmemory"]).query(&mut c).unwrap();
+    assert_eq!(mm, ["maxmemory", "0"]);
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let new_port = free.local_addr().unwrap().port();
+    drop(free);
+    ok(&mut c, &["CONFIG", "SET", "port", &new_port.to_string()]);
+    let got: Vec<String> = cmd(&["CONFIG", "GET", "port"]).query(&mut c).unwrap();
+    assert_eq!(got, ["port".to_string(), new_port.to_string()]);
+    let mut moved = common::connect(new_port);
+    assert_eq!(cmd(&["PING"]).query::<String>(&mut moved).unwrap(), "PONG");
+    // The old port is closed; this connection, opened on it, stays.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(("127.0.0.1", srv.port)).is_ok() {
+        assert!(Instant::now() < deadline, "the old port still accepts");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(cmd(&["PING"]).query::<String>(&mut c).unwrap(), "PONG");
 }
 
 // Pins: SHUTDOWN closes the client's connection without a reply and stops

@@ -23,7 +23,7 @@ const IMMUTABLE: u8 = 1;
 /// CONFIG SET needs `enable-protected-configs` ("can't set protected config").
 const PROTECTED: u8 = 2;
 /// cairn computes the value from its own state; it cannot change at run
-/// time (a deviation where Redis allows it: port, bind).
+/// time (a deviation where Redis allows it: bind; port in cluster mode).
 const LIVE: u8 = 4 | IMMUTABLE;
 /// A cairn parameter Redis does not have (left out of CONFIG REWRITE).
 const CAIRN: u8 = 8 | LIVE;
@@ -1321,7 +1321,16 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
         if p.flags & PROTECTED != 0 && !protected_allowed(s, &rt) {
             return failed(&given, "can't set protected config");
         }
-        if p.live() {
+        // The port moves to another listener (not in cluster mode, where
+        // the other nodes know this one by it).
+        let movable = p.name == "port" && s.server.cluster.is_none();
+        if p.live() && !movable {
+            // Set to the value it has, bind changes nothing, as in Redis
+            // (tools write back what CONFIG GET gave them); another value
+            // needs a restart here.
+            if p.name == "bind" && pair[1] == get_value(&s.server, &rt, i).as_bytes() {
+                continue;
+            }
             return failed(&given, "can't set immutable config");
         }
         if !seen.insert(given.to_ascii_lowercase()) {
@@ -1330,11 +1339,21 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
         targets.push((i, given.to_ascii_lowercase(), pair[1].clone()));
     }
     let mut staged = rt.clone();
+    let mut new_port = None;
     for (i, name, value) in targets {
         let value = String::from_utf8_lossy(&value).into_owned();
         match parse(&PARAMS[i], &value, &staged.vals[i]) {
+            Ok(v) if PARAMS[i].name == "port" => new_port = v.parse::<u16>().ok(),
             Ok(v) => staged.vals[i] = v,
             Err(why) => return failed(&name, &why),
+        }
+    }
+    // The one change that can fail once every value is valid: nothing is
+    // applied if it does.
+    if let Some(port) = new_port {
+        if let Err(e) = relisten(&s.server, port) {
+            tracing::warn!(port, error = %e, "CONFIG SET port: unable to listen");
+            return failed("port", "Unable to listen on this port. Check server logs.");
         }
     }
     let new_pass = (rt.requirepass() != staged.requirepass()
@@ -1354,6 +1373,37 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
         s.server.acl.set_requirepass(&pass);
     }
     Reply::Ok.into()
+}
+
+/// Binds `port` on the configured address (0: none) and hands the
+/// listener to the accept loop, which closes the one it had; the same port
+/// keeps its listener.
+fn relisten(server: &Server, port: u16) -> std::io::Result<()> {
+    if u64::from(port) == server.port.load(Relaxed) {
+        return Ok(());
+    }
+    let next = if port == 0 {
+        None
+    } else {
+        use std::net::ToSocketAddrs;
+        let addr = (server.config.bind.as_str(), port)
+            .to_socket_addrs()?
+            .next()
+            .ok_or(std::io::ErrorKind::AddrNotAvailable)?;
+        // As the first listener is made (tokio's bind): SO_REUSEADDR and
+        // a backlog of 1024.
+        let socket = match addr {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        Some(socket.listen(1024)?.into_std()?)
+    };
+    *server.relisten.lock() = Some(next);
+    server.relistened.notify_one();
+    server.port.store(u64::from(port), Relaxed);
+    Ok(())
 }
 
 /// CONFIG RESETSTAT: zeroes what Redis's resetServerStats zeroes and cairn

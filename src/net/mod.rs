@@ -12,11 +12,25 @@ use tokio::net::TcpListener;
 
 use crate::server::Server;
 
-/// Accepts connections until the server is asked to stop.
+/// Accepts connections until the server is asked to stop, on the listener
+/// CONFIG SET port last bound.
 pub async fn serve(server: Arc<Server>, listener: TcpListener) {
+    let mut listener = Some(listener);
     loop {
+        let accept = async {
+            match &listener {
+                Some(l) => l.accept().await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            accepted = listener.accept() => match accepted {
+            _ = server.relistened.notified() => {
+                if let Some(next) = server.relisten.lock().take() {
+                    // Connections accepted on the old port stay.
+                    listener = next.and_then(|l| TcpListener::from_std(l).ok());
+                }
+            }
+            accepted = accept => match accepted {
                 Ok((stream, peer)) => {
                     let _ = stream.set_nodelay(true);
                     let server = server.clone();
