@@ -159,6 +159,8 @@ pub(crate) fn register_function(lua: &Lua, run: &Arc<Mutex<RunState>>) -> mlua::
         let Some(list) = st.loading.as_mut() else {
             return Err(raise("ERR redis.register_function can only be called on FUNCTION LOAD command"));
         };
+        // Within a library names are compared exactly (Redis 7.0 takes
+        // `f` and `F`); across libraries, case-insensitively.
         if list.iter().any(|r| r.name == name) {
             return Err(raise("ERR Function already exists in the library"));
         }
@@ -195,11 +197,11 @@ fn library_header(code: &[u8]) -> Result<(String, usize), Reply> {
     let Some(name) = parsed.name else {
         return Err(Reply::err("Library name was not given"));
     };
-    if !valid_name(name) {
+    if !valid_name(&name) {
         return Err(Reply::err(BAD_NAME));
     }
     Ok((
-        String::from_utf8_lossy(name).into_owned(),
+        String::from_utf8_lossy(&name).into_owned(),
         parsed.code_start,
     ))
 }
@@ -229,7 +231,7 @@ impl LibraryEdit<'_> {
             return false;
         };
         for f in lib.functions {
-            self.inner.functions.remove(&f.name);
+            self.inner.functions.remove(&f.name.to_ascii_lowercase());
         }
         self.changed = true;
         true
@@ -355,7 +357,7 @@ impl ScriptVm {
             return Err(Reply::err("No functions registered"));
         }
         for r in &registered {
-            if let Some(owner) = inner.functions.get(&r.name) {
+            if let Some(owner) = inner.functions.get(&r.name.to_ascii_lowercase()) {
                 if *owner != name {
                     return Err(Reply::err(format!("Function {} already exists", r.name)));
                 }
@@ -363,11 +365,13 @@ impl ScriptVm {
         }
         if let Some(old) = inner.libraries.remove(&name) {
             for f in old.functions {
-                inner.functions.remove(&f.name);
+                inner.functions.remove(&f.name.to_ascii_lowercase());
             }
         }
         for r in &registered {
-            inner.functions.insert(r.name.clone(), name.clone());
+            inner
+                .functions
+                .insert(r.name.to_ascii_lowercase(), name.clone());
         }
         let lib = Library {
             code: Bytes::copy_from_slice(code),
@@ -418,11 +422,16 @@ impl ScriptVm {
     ) -> Reply {
         let mut inner = self.inner.lock();
         self.sync_libraries(&mut inner);
+        // Function names are case-insensitive, as in Redis.
         let found = inner
             .functions
-            .get(name)
+            .get(&name.to_ascii_lowercase())
             .and_then(|lib| inner.libraries.get(lib))
-            .and_then(|lib| lib.functions.iter().find(|f| f.name == name));
+            .and_then(|lib| {
+                lib.functions
+                    .iter()
+                    .find(|f| f.name.eq_ignore_ascii_case(name))
+            });
         let Some(f) = found else {
             return Reply::err("Function not found");
         };

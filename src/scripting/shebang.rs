@@ -5,32 +5,34 @@ use crate::protocol::reply::Reply;
 
 /// A parsed first line: its options and where the code starts. The code
 /// keeps the line's newline so that error line numbers match the body.
-pub(crate) struct Shebang<'a> {
+pub(crate) struct Shebang {
     /// `flags=...` values, accumulated (`eval_compat` false).
     pub flags: ScriptFlags,
     /// `name=...` (function libraries only).
-    pub name: Option<&'a [u8]>,
+    pub name: Option<Vec<u8>>,
     /// Byte offset of the code after the first line (at its `\n`).
     pub code_start: usize,
 }
 
-/// Splits a shebang line on whitespace as Redis's argument splitter does
-/// for unquoted words (`\r` counts as space, so CRLF bodies work).
-fn words(line: &[u8]) -> impl Iterator<Item = &[u8]> {
-    line.split(|c| matches!(c, b' ' | b'\t' | b'\r' | b'\n' | b'\x0b' | b'\x0c'))
-        .filter(|w| !w.is_empty())
-}
-
 /// Parses the shebang of `body` if it has one (`None` = no shebang).
 /// `library` accepts `name=` (FUNCTION LOAD); scripts accept only `flags=`.
-pub(crate) fn parse(body: &[u8], library: bool) -> Result<Option<Shebang<'_>>, Reply> {
+pub(crate) fn parse(body: &[u8], library: bool) -> Result<Option<Shebang>, Reply> {
     if !body.starts_with(b"#!") {
         return Ok(None);
     }
     let Some(nl) = body.iter().position(|&c| c == b'\n') else {
         return Err(Reply::err("Invalid script shebang"));
     };
-    let mut parts = words(&body[..nl]);
+    // Split as Redis splits it, like an inline command: quotes group
+    // (`name="foo"` names foo), unbalanced ones are invalid.
+    let words = crate::protocol::request::split_args(&body[..nl]).ok_or_else(|| {
+        Reply::err(if library {
+            "Invalid library metadata"
+        } else {
+            "Invalid engine in script shebang"
+        })
+    })?;
+    let mut parts = words.iter().map(Vec::as_slice);
     let engine = parts.next().unwrap_or(b"#!");
     // A library names its engine in any case (Redis looks engines up
     // case-insensitively); a script's shebang must say `#!lua`.
@@ -56,7 +58,7 @@ pub(crate) fn parse(body: &[u8], library: bool) -> Result<Option<Shebang<'_>>, R
     };
     for part in parts {
         if let (true, Some(value)) = (library, part.strip_prefix(b"name=")) {
-            out.name = Some(value);
+            out.name = Some(value.to_vec());
         } else if let (false, Some(value)) = (library, part.strip_prefix(b"flags=")) {
             if value.is_empty() {
                 continue;

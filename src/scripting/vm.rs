@@ -313,7 +313,8 @@ pub(crate) struct Inner {
     epoch: u64,
     /// FUNCTION libraries by name.
     pub(crate) libraries: HashMap<String, super::functions::Library>,
-    /// Function name -> its library's name.
+    /// Function name, lower-cased (names are case-insensitive) -> its
+    /// library's name.
     pub(crate) functions: HashMap<String, String>,
     /// The registry's generation `libraries` were loaded from.
     pub(crate) generation: u64,
