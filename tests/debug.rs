@@ -559,4 +559,26 @@ fn sleep_shows_in_the_slow_log_and_the_latency_monitor() {
         panic!("LATENCY HISTORY is an array");
     };
     assert_eq!(history.len(), 1, "{history:?}");
+    // In a transaction (run as a plan, after EXEC returns to the
+    // connection) its time is still its own: slowlog.tcl, "SLOWLOG - EXEC
+    // is not logged, just executed commands".
+    ok(&mut c, &["SLOWLOG", "RESET"]);
+    ok(&mut c, &["MULTI"]);
+    assert_eq!(
+        q(&mut c, &["DEBUG", "SLEEP", "0.2"]),
+        Value::SimpleString("QUEUED".into())
+    );
+    assert_eq!(q(&mut c, &["EXEC"]), Value::Array(vec![Value::Okay]));
+    assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 1);
+    let Value::Array(entries) = q(&mut c, &["SLOWLOG", "GET"]) else {
+        panic!("SLOWLOG GET is an array");
+    };
+    let Value::Array(entry) = &entries[0] else {
+        panic!("an entry is an array");
+    };
+    assert!(
+        matches!(entry[2], Value::Int(us) if us >= 200_000),
+        "{entry:?}"
+    );
+    assert_eq!(entry[3], common::arr(&["DEBUG", "SLEEP", "0.2"]));
 }

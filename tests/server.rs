@@ -884,6 +884,29 @@ fn config_set_port_moves_the_listener() {
     assert_eq!(cmd(&["PING"]).query::<String>(&mut c).unwrap(), "PONG");
 }
 
+/// A client that kills every client, itself included, gets the count
+/// before its connection closes, as in Redis (introspection.tcl, "CLIENT
+/// KILL SKIPME YES/NO will kill all clients"). Repeated: the reply and the
+/// close once raced.
+#[test]
+fn client_kill_of_itself_replies_first() {
+    let srv = TestServer::start();
+    for _ in 0..20 {
+        let mut s = srv.tcp();
+        common::send_raw(&mut s, &[b"CLIENT", b"KILL", b"SKIPME", b"no"]);
+        let mut got = Vec::new();
+        s.read_to_end(&mut got).unwrap();
+        // This client, and any earlier one not yet gone.
+        let text = String::from_utf8_lossy(&got);
+        let n: i64 = text
+            .strip_prefix(':')
+            .and_then(|t| t.strip_suffix("\r\n"))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("got {text:?}"));
+        assert!(n >= 1, "{text}");
+    }
+}
+
 // Pins: SHUTDOWN closes the client's connection without a reply and stops
 // the server: new connections are refused afterwards.
 #[test]

@@ -193,15 +193,41 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
             });
         }
         Kept::Exec(commands) => {
-            // The transaction runs as one unit: each command is given an
-            // even share of its time.
-            let share = usec / commands.len().max(1) as u64;
-            if log.wants(share) {
-                for (spec, argv) in commands {
-                    if !spec.has_flag("skip_slowlog") {
-                        log.push(share, &argv, spec, session);
-                    }
-                }
+            let name = session.entry.info.lock().name.clone();
+            log_exec(log, commands, usec, &session.entry.addr, &name);
+        }
+    }
+}
+
+/// EXEC's commands, logged once its transaction has run `usec` µs (which
+/// may be after EXEC returned to the connection: a transaction spanning
+/// shards runs later, as a plan); `None` unless `kept` holds them.
+pub fn exec_when_run(session: &Session, kept: &mut Kept) -> Option<impl FnOnce(u64) + Send> {
+    let Kept::Exec(commands) = std::mem::replace(kept, Kept::Nothing) else {
+        return None;
+    };
+    let server = session.server.clone();
+    let (addr, name) = (
+        session.entry.addr.clone(),
+        session.entry.info.lock().name.clone(),
+    );
+    Some(move |usec| log_exec(&server.slowlog, commands, usec, &addr, &name))
+}
+
+/// Logs a transaction's commands: it runs as one unit, so each is given
+/// an even share of its time.
+fn log_exec(
+    log: &SlowLog,
+    commands: Vec<(&'static CommandSpec, Vec<Bytes>)>,
+    usec: u64,
+    addr: &str,
+    name: &str,
+) {
+    let share = usec / commands.len().max(1) as u64;
+    if log.wants(share) {
+        for (spec, argv) in commands {
+            if !spec.has_flag("skip_slowlog") {
+                log.push_as(share, &argv, spec, addr.to_string(), name.to_string());
             }
         }
     }

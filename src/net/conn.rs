@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -112,6 +112,8 @@ struct Outbox {
     entry: Arc<ClientEntry>,
     /// Invalidations waiting for the reply being written.
     held: Vec<Push>,
+    /// Pushes taken from the mailbox (empty between takes).
+    taken: std::collections::VecDeque<Push>,
 }
 
 impl Outbox {
@@ -178,7 +180,7 @@ impl Outbox {
             // Messages that arrived before this reply was made go first,
             // as Redis would have queued them first; invalidations wait
             // for it (see `Push::after_reply`).
-            self.take_pushes(usize::MAX, true);
+            self.take_pushes(true);
             emit(&mut self.out, &self.server, &r, to);
             self.release_held();
         } else {
@@ -202,7 +204,7 @@ impl Outbox {
                     }
                 }
                 Slot::Group(rx, flags) => {
-                    self.take_pushes(usize::MAX, true);
+                    self.take_pushes(true);
                     let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
                     match got {
                         Reply::Array(items) if items.len() == flags.len() => {
@@ -226,7 +228,7 @@ impl Outbox {
             // them inside EXEC's array, breaking its length; cairn sends
             // them after it, as Redis 7.2 does.
             if to.cmd.is_none_or(|c| c.name != "exec") {
-                self.take_pushes(usize::MAX, true);
+                self.take_pushes(true);
             }
             emit(&mut self.out, &self.server, &reply, to);
             self.release_held();
@@ -234,7 +236,7 @@ impl Outbox {
         self.inflight = Inflight::None;
         // A reply may follow at once (the command that waited for this
         // drain): invalidations stay behind it.
-        self.take_pushes(usize::MAX, true);
+        self.take_pushes(true);
     }
 
     /// Writes the invalidations held back for a reply.
@@ -244,16 +246,17 @@ impl Outbox {
         }
     }
 
-    /// Moves the pushes already queued for this client into `out`, until
-    /// `out` holds `room` bytes; with `hold`, invalidations are kept back
-    /// for after the reply about to be written.
-    fn take_pushes(&mut self, room: usize, hold: bool) {
-        while self.out.len() < room {
-            let Some(push) = self.entry.mailbox.pop() else {
-                return;
-            };
+    /// Moves the pushes already queued for this client into `out`; with
+    /// `hold`, invalidations are kept back for after the reply about to be
+    /// written.
+    fn take_pushes(&mut self, hold: bool) {
+        // All of them at once, into a queue kept for the purpose.
+        let mut taken = std::mem::take(&mut self.taken);
+        self.entry.mailbox.take_all(&mut taken);
+        for push in taken.drain(..) {
             self.add_push(push, hold);
         }
+        self.taken = taken;
     }
 
     fn add_push(&mut self, push: Push, hold: bool) {
@@ -314,6 +317,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         push_bytes: 0,
         entry: session.entry.clone(),
         held: Vec::new(),
+        taken: Default::default(),
     };
     // Woken for pushes alone: their write may wait for the publishers
     // still feeding this client (see `Mailbox`).
@@ -359,8 +363,11 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 .net_out
                 .fetch_add(outbox.out.len() as u64, Ordering::Relaxed);
             // A client that stops reading must still be closable: by
-            // CLIENT KILL, by its output buffer limit, by shutdown.
+            // CLIENT KILL, by its output buffer limit, by shutdown. The
+            // write is tried first: a client that killed itself (CLIENT
+            // KILL SKIPME no) still gets the reply, as in Redis.
             tokio::select! {
+                biased;
                 r = stream.write_all(&outbox.out) => if r.is_err() { return },
                 _ = session.entry.kill.notified() => return,
                 _ = server.shutdown.notified() => return,
@@ -589,7 +596,7 @@ async fn execute(
         }
     }
     session.settled = outbox.slots.is_empty() && outbox.squash.is_empty();
-    let kept = crate::families::slowlog::keep(session, checked, &args);
+    let mut kept = crate::families::slowlog::keep(session, checked, &args);
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
     let mut feed = monitored.map(|argv| {
@@ -603,9 +610,20 @@ async fn execute(
             Action::Write { .. } | Action::Plan { .. } | Action::Job(_)
         )
     {
-        if let Some(feed) = feed.take() {
-            action = after_run(action, Box::new(feed));
-        }
+        // Its commands are logged, and it is shown, once they have run.
+        let log = crate::families::slowlog::exec_when_run(session, &mut kept);
+        let feed = feed.take();
+        action = after_run(
+            action,
+            Box::new(move |took| {
+                if let Some(log) = log {
+                    log(took.as_micros() as u64);
+                }
+                if let Some(feed) = feed {
+                    feed();
+                }
+            }),
+        );
     }
     if matches!(action, Action::Block(_)) {
         if let Some(feed) = feed.take() {
@@ -771,7 +789,7 @@ async fn wait_blocked<T>(
             r = &mut until => break Some(r),
             // A RESP3 client gets its messages and invalidations while it
             // waits, as in Redis.
-            _ = outbox.entry.mailbox.ready() => outbox.take_pushes(usize::MAX, false),
+            _ = outbox.entry.mailbox.ready() => outbox.take_pushes(false),
             _ = peer_gone(stream, buf, server) => break None,
             _ = entry.kill.notified() => break None,
             _ = server.shutdown.notified() => break None,
@@ -886,15 +904,16 @@ fn while_unfenced(action: Action, fence: Arc<std::sync::atomic::AtomicBool>) -> 
     }
 }
 
-/// Calls `then` once `action` has run (its writes or its plan), before
-/// its reply goes out.
-fn after_run(action: Action, then: Box<dyn FnOnce() + Send>) -> Action {
+/// Calls `then` with how long `action` took to run (its writes, its plan
+/// or its job), once it has, before its reply goes out.
+fn after_run(action: Action, then: Box<dyn FnOnce(Duration) + Send>) -> Action {
     match action {
         Action::Write { shard, f } => Action::Write {
             shard,
             f: Box::new(move |w| {
+                let began = Instant::now();
                 let r = f(w);
-                then();
+                then(began.elapsed());
                 r
             }),
         },
@@ -902,21 +921,23 @@ fn after_run(action: Action, then: Box<dyn FnOnce() + Send>) -> Action {
             ids,
             blind,
             plan: Box::new(move |locked| {
+                let began = Instant::now();
                 let ran = plan(locked);
                 Box::pin(async move {
                     let r = ran.await;
-                    then();
+                    then(began.elapsed());
                     r
                 })
             }),
         },
         Action::Job(job) => Action::Job(Box::pin(async move {
+            let began = Instant::now();
             let r = job.await;
-            then();
+            then(began.elapsed());
             r
         })),
         other => {
-            then();
+            then(Duration::ZERO);
             other
         }
     }

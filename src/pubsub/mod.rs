@@ -218,9 +218,9 @@ impl Mailbox {
         Some(self.pending.fetch_add(n, Ordering::Relaxed) + n)
     }
 
-    /// The oldest push queued, taking it out.
-    pub fn pop(&self) -> Option<Push> {
-        self.queue.lock().pushes.pop_front()
+    /// Moves every push queued into `into` (empty), oldest first.
+    pub fn take_all(&self, into: &mut std::collections::VecDeque<Push>) {
+        std::mem::swap(&mut self.queue.lock().pushes, into);
     }
 
     /// Waits until pushes may be queued (or a feeder finished).
@@ -645,7 +645,8 @@ mod tests {
         assert!(a.mailbox.fed(), "the other batch still feeds it");
         drop(other);
         assert!(!a.mailbox.fed() && !b.mailbox.fed());
-        let got: Vec<_> = std::iter::from_fn(|| a.mailbox.pop()).collect();
+        let mut got = Default::default();
+        a.mailbox.take_all(&mut got);
         assert_eq!(got.len(), 4);
         // The same connection's next batch counts again.
         hub.publish(Kind::Channel, b"ch", b"m", Some(&mut batch));
@@ -664,7 +665,9 @@ mod tests {
         assert!(a.mailbox.pending.load(Ordering::Relaxed) > 0);
         a.mailbox.close();
         assert_eq!(a.mailbox.pending.load(Ordering::Relaxed), 0);
-        assert!(a.mailbox.pop().is_none());
+        let mut got = Default::default();
+        a.mailbox.take_all(&mut got);
+        assert!(got.is_empty());
         assert_eq!(hub.publish(Kind::Channel, b"ch", b"m", None), 0);
         assert!(!a.mailbox.send(Push::Line(frame("+x\r\n"))));
     }
