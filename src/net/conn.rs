@@ -67,7 +67,7 @@ fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
 
 /// Below this many bytes, a write of pushes alone waits for the
 /// publishers still feeding the client (see `Mailbox`).
-const PUSH_WRITE_BYTES: usize = 64 * 1024;
+const PUSH_WRITE_BYTES: usize = 16 * 1024;
 
 /// Most writes squashed into one coordinated group.
 const MAX_SQUASH: usize = 1024;
