@@ -525,6 +525,22 @@ fn local_refuses_clients_from_other_addresses() {
     ok(&mut local, &["DEBUG", "SLEEP", "0"]);
 }
 
+/// The slow log holds one entry: DEBUG SLEEP 0.2, of at least 200 ms.
+fn the_slow_log_holds_one_sleep_of_200ms(c: &mut redis::Connection) {
+    assert_eq!(int(c, &["SLOWLOG", "LEN"]), 1);
+    let Value::Array(entries) = q(c, &["SLOWLOG", "GET"]) else {
+        panic!("SLOWLOG GET is an array");
+    };
+    let Value::Array(entry) = &entries[0] else {
+        panic!("an entry is an array");
+    };
+    assert!(
+        matches!(entry[2], Value::Int(us) if us >= 200_000),
+        "{entry:?}"
+    );
+    assert_eq!(entry[3], common::arr(&["DEBUG", "SLEEP", "0.2"]));
+}
+
 /// DEBUG SLEEP's time is the command's own, as SLOWLOG and the latency
 /// monitor see it in Redis (Redis's tests time it that way: slowlog.tcl,
 /// latency-monitor.tcl).
@@ -543,18 +559,7 @@ fn sleep_shows_in_the_slow_log_and_the_latency_monitor() {
     ok(&mut c, &["SLOWLOG", "RESET"]);
     ok(&mut c, &["DEBUG", "SLEEP", "0"]);
     ok(&mut c, &["DEBUG", "SLEEP", "0.2"]);
-    assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 1);
-    let Value::Array(entries) = q(&mut c, &["SLOWLOG", "GET"]) else {
-        panic!("SLOWLOG GET is an array");
-    };
-    let Value::Array(entry) = &entries[0] else {
-        panic!("an entry is an array");
-    };
-    assert!(
-        matches!(entry[2], Value::Int(us) if us >= 200_000),
-        "{entry:?}"
-    );
-    assert_eq!(entry[3], common::arr(&["DEBUG", "SLEEP", "0.2"]));
+    the_slow_log_holds_one_sleep_of_200ms(&mut c);
     let Value::Array(history) = q(&mut c, &["LATENCY", "HISTORY", "command"]) else {
         panic!("LATENCY HISTORY is an array");
     };
@@ -569,16 +574,5 @@ fn sleep_shows_in_the_slow_log_and_the_latency_monitor() {
         Value::SimpleString("QUEUED".into())
     );
     assert_eq!(q(&mut c, &["EXEC"]), Value::Array(vec![Value::Okay]));
-    assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 1);
-    let Value::Array(entries) = q(&mut c, &["SLOWLOG", "GET"]) else {
-        panic!("SLOWLOG GET is an array");
-    };
-    let Value::Array(entry) = &entries[0] else {
-        panic!("an entry is an array");
-    };
-    assert!(
-        matches!(entry[2], Value::Int(us) if us >= 200_000),
-        "{entry:?}"
-    );
-    assert_eq!(entry[3], common::arr(&["DEBUG", "SLEEP", "0.2"]));
+    the_slow_log_holds_one_sleep_of_200ms(&mut c);
 }
