@@ -74,6 +74,9 @@ fn publish_to(s: &mut Session, kind: Kind, a: Args) -> Action {
     if s.settled {
         return Reply::Int(hub.publish(kind, &channel, &message, wakes) as i64).into();
     }
+    // It waits for the client's earlier commands: the subscribers this
+    // batch fed before it are not kept waiting too.
+    s.wakes.wake();
     Action::Job(Box::pin(async move {
         Reply::Int(hub.publish(kind, &channel, &message, None) as i64)
     }))

@@ -438,17 +438,17 @@ async fn execute(
         suppressed,
         cmd: None,
     };
-    let Some(spec) = command::lookup(args.get(0)) else {
+    let spec = command::lookup(args.get(0));
+    // Subscribers fed by this batch's PUBLISHes are woken before any other
+    // command, which may wait: only a run of PUBLISHes shares their wake.
+    if !spec.is_some_and(|s| matches!(s.name, "publish" | "spublish")) {
         session.wakes.wake();
+    }
+    let Some(spec) = spec else {
         refuse_in_multi(session);
         outbox.push_ready(unknown_command(&args), refused);
         return false;
     };
-    // Subscribers fed by this batch's PUBLISHes are woken before any other
-    // command, which may wait: only a run of PUBLISHes shares their wake.
-    if !matches!(spec.name, "publish" | "spublish") {
-        session.wakes.wake();
-    }
     // Calls are counted, and arity checked, against the subcommand a
     // container's arguments name (`config|get`). Redis refuses an unknown
     // subcommand first, then a wrong argument count, then a client that
@@ -651,9 +651,6 @@ async fn execute(
         cmd: Some(checked),
     };
     let mut close = false;
-    if !matches!(action, Action::Reply(_)) {
-        session.wakes.wake();
-    }
     match action {
         Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {

@@ -500,18 +500,15 @@ impl Hub {
         frame: &Bytes,
         wakes: Option<&mut Wakes>,
     ) -> usize {
-        let queued = client.mailbox.queue(Push::Frame(frame.clone()));
+        let Some(pending) = client.mailbox.queue(Push::Frame(frame.clone())) else {
+            return 0;
+        };
         match wakes {
             Some(wakes) => wakes.feed(client),
             None => client.mailbox.ready.notify_one(),
         }
-        match queued {
-            Some(pending) => {
-                self.check_limit(client, pending);
-                1
-            }
-            None => 0,
-        }
+        self.check_limit(client, pending);
+        1
     }
 
     /// Redis's output buffer limit check: over the hard limit, or over the
