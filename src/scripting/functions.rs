@@ -206,6 +206,12 @@ fn library_header(code: &[u8]) -> Result<(String, usize), Reply> {
     ))
 }
 
+/// A function's key in `Inner::functions`: names are case-insensitive
+/// across libraries and in FCALL, as in Redis 7.0.
+fn function_key(name: &str) -> String {
+    name.to_ascii_lowercase()
+}
+
 /// One change of the libraries, made on one state and published whole
 /// when it succeeds ([`ScriptVm::edit_libraries`]).
 pub struct LibraryEdit<'a> {
@@ -231,7 +237,7 @@ impl LibraryEdit<'_> {
             return false;
         };
         for f in lib.functions {
-            self.inner.functions.remove(&f.name.to_ascii_lowercase());
+            self.inner.functions.remove(&function_key(&f.name));
         }
         self.changed = true;
         true
@@ -357,7 +363,7 @@ impl ScriptVm {
             return Err(Reply::err("No functions registered"));
         }
         for r in &registered {
-            if let Some(owner) = inner.functions.get(&r.name.to_ascii_lowercase()) {
+            if let Some(owner) = inner.functions.get(&function_key(&r.name)) {
                 if *owner != name {
                     return Err(Reply::err(format!("Function {} already exists", r.name)));
                 }
@@ -365,13 +371,11 @@ impl ScriptVm {
         }
         if let Some(old) = inner.libraries.remove(&name) {
             for f in old.functions {
-                inner.functions.remove(&f.name.to_ascii_lowercase());
+                inner.functions.remove(&function_key(&f.name));
             }
         }
         for r in &registered {
-            inner
-                .functions
-                .insert(r.name.to_ascii_lowercase(), name.clone());
+            inner.functions.insert(function_key(&r.name), name.clone());
         }
         let lib = Library {
             code: Bytes::copy_from_slice(code),
@@ -422,10 +426,9 @@ impl ScriptVm {
     ) -> Reply {
         let mut inner = self.inner.lock();
         self.sync_libraries(&mut inner);
-        // Function names are case-insensitive, as in Redis.
         let found = inner
             .functions
-            .get(&name.to_ascii_lowercase())
+            .get(&function_key(name))
             .and_then(|lib| inner.libraries.get(lib))
             .and_then(|lib| {
                 lib.functions
