@@ -19,9 +19,26 @@
 //! 20-30% cheaper than one of an appended file. What is left of the old
 //! generation past the new records ends the reading, being of another
 //! generation.
+//!
+//! Records are copied into a shared memory map of the file rather than
+//! written with a system call each: a store into the map is in the page
+//! cache as soon as it is made, so a killed process loses nothing it
+//! acknowledged, and `sync` (fdatasync) makes the map's pages durable like
+//! written ones. The map is a window of [`WINDOW`] bytes that moves along
+//! the file, whose blocks are allocated ahead of it (so a store into it
+//! never has to find disk space, which a full disk would turn into a
+//! SIGBUS), and it keeps the log's share of the server's memory to one
+//! window. Measured here at pipeline 1, `everysec`, -c 50: server CPU per
+//! request SET 16.7 -> 15.0 us, INCR 17.0 -> 16.2 (three rounds each; a
+//! build that skipped the write altogether gave -14% and -20%). A commit
+//! fsynced at once (`always`), and a record too big for a window, are
+//! written with `pwrite` as before: each fsync write-protects the pages
+//! it cleaned, so the next store into one would take a page fault, a cost
+//! of the same order as the call it would save.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -32,6 +49,9 @@ use super::tables::RowOp;
 const MAGIC: u32 = 0x6377_616c;
 /// Record header: magic, body length, body CRC-32.
 const HEADER: usize = 12;
+
+/// Bytes of the log file mapped at a time (see the module doc).
+pub const WINDOW: usize = 4 << 20;
 
 /// The `sys` row naming the last log generation the tables hold.
 pub const GEN_ROW: &[u8] = b"wal_gen";
@@ -118,6 +138,11 @@ pub struct Wal {
     gen: u64,
     file: File,
     len: u64,
+    /// The mapped part of the file, once a record was stored into one.
+    window: Option<Window>,
+    /// False where the file system cannot allocate blocks ahead
+    /// (fallocate): records are then written with `pwrite`.
+    mappable: bool,
     /// Appended since the last fsync.
     dirty: bool,
     /// Reused for encoding records.
@@ -131,6 +156,7 @@ impl Wal {
         let target = path(dir, stem, gen);
         let reused = std::fs::rename(spare(dir, stem), &target).is_ok();
         let file = OpenOptions::new()
+            .read(true)
             .write(true)
             .create(true)
             .truncate(!reused)
@@ -144,6 +170,8 @@ impl Wal {
             gen,
             file,
             len: 0,
+            window: None,
+            mappable: true,
             dirty: false,
             scratch: Vec::new(),
         })
@@ -179,7 +207,9 @@ impl Wal {
         rec[8..12].copy_from_slice(&crc.to_be_bytes());
         // A failed write may leave part of a record: the next append goes
         // over it, at the same place.
-        self.file.write_all_at(&rec, self.len)?;
+        if sync || !self.mappable || !self.store(&rec)? {
+            self.file.write_all_at(&rec, self.len)?;
+        }
         self.len += rec.len() as u64;
         self.dirty = true;
         // Kept for the next record, unless a big value made it big: a
@@ -206,9 +236,107 @@ impl Wal {
     /// later generation is only ever read after a whole earlier one, so a
     /// crash recovers a prefix of the commits.
     pub fn rotate(&mut self) -> io::Result<()> {
+        // A finished generation's file holds its records and nothing after
+        // them: the blocks allocated ahead of the window are given back.
+        if self.window.take().is_some() {
+            self.file.set_len(self.len)?;
+        }
         self.sync()?;
         *self = Wal::create(&self.dir, &self.stem, self.gen + 1)?;
         Ok(())
+    }
+
+    /// Copies `rec` into the map at the end of the log, moving the window
+    /// if it does not hold it; false if `rec` is too big for a window.
+    fn store(&mut self, rec: &[u8]) -> io::Result<bool> {
+        let end = self.len + rec.len() as u64;
+        let held = |w: &Window| w.start <= self.len && end <= w.start + WINDOW as u64;
+        if !self.window.as_ref().is_some_and(held) {
+            // Half a window at most, so that a moved window always has
+            // room for the record after the page it starts in.
+            if rec.len() > WINDOW / 2 {
+                return Ok(false);
+            }
+            self.window = None;
+            match Window::map(&self.file, self.len & !(page_size() - 1)) {
+                Ok(w) => self.window = Some(w),
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    self.mappable = false;
+                    return Ok(false);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let w = self.window.as_ref().expect("mapped above");
+        let at = (self.len - w.start) as usize;
+        // SAFETY: `at + rec.len() <= WINDOW` (checked above), the window
+        // maps WINDOW bytes of file blocks allocated before mapping, and
+        // `rec` is ordinary memory, so the ranges cannot overlap.
+        unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), w.ptr.add(at), rec.len()) };
+        Ok(true)
+    }
+}
+
+/// The system's page size, to which a map's offset must be aligned.
+fn page_size() -> u64 {
+    // SAFETY: sysconf only reads a system constant.
+    let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    u64::try_from(n)
+        .ok()
+        .filter(|n| n.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// [`WINDOW`] bytes of a log file, mapped shared and writable.
+#[derive(Debug)]
+struct Window {
+    /// The file offset of the first byte.
+    start: u64,
+    ptr: *mut u8,
+}
+
+// SAFETY: the mapping belongs to the one `Wal` that owns the window, and
+// stores through it happen only under that `Wal`'s `&mut self`.
+unsafe impl Send for Window {}
+
+impl Window {
+    /// Allocates the file's blocks for `[start, start + WINDOW)` (growing
+    /// the file if it is shorter) and maps them.
+    fn map(file: &File, start: u64) -> io::Result<Window> {
+        let fd = file.as_raw_fd();
+        let offset = libc::off_t::try_from(start).map_err(io::Error::other)?;
+        // SAFETY: plain system calls on an open descriptor; mmap gets no
+        // address hint and its result is checked before use.
+        unsafe {
+            let r = libc::fallocate(fd, 0, offset, WINDOW as libc::off_t);
+            if r != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let ptr = libc::mmap(
+                std::ptr::null_mut(),
+                WINDOW,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                offset,
+            );
+            if ptr == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(Window {
+                start,
+                ptr: ptr.cast(),
+            })
+        }
+    }
+}
+
+impl Drop for Window {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` is the start of a WINDOW-byte mapping made by
+        // `map` and not unmapped before; nothing refers to it after this.
+        // Unmapping leaves the stored bytes in the page cache.
+        unsafe { libc::munmap(self.ptr.cast(), WINDOW) };
     }
 }
 
@@ -286,6 +414,42 @@ mod tests {
         assert_eq!(read(&files[1].1, 8).unwrap(), (vec![], true));
         remove_upto(dir.path(), "shard-0", 7).unwrap();
         assert_eq!(existing(dir.path(), "shard-0").unwrap().len(), 1);
+    }
+
+    /// Records stored through the map are in the file for any reader at
+    /// once (no sync, as a killed process would leave them), across moves
+    /// of the window, mixed with fsynced and oversized records written
+    /// with pwrite; a finished generation's file ends at its last record.
+    #[test]
+    fn mapped_records_read_back_across_windows() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut wal = Wal::create(dir.path(), "m", 1).unwrap();
+        let value = vec![7u8; 100_000];
+        let row = |seq: u64| {
+            let size = match seq {
+                // Bigger than half a window: written, not mapped.
+                20 => WINDOW / 2 + 1,
+                _ => value.len(),
+            };
+            vec![RowOp::Put(
+                Table::Sub,
+                seq.to_be_bytes().to_vec(),
+                vec![seq as u8; size],
+            )]
+        };
+        let mut expected = Vec::new();
+        // About three windows' worth.
+        for seq in 1..=120 {
+            wal.append(seq, &row(seq), seq % 10 == 0).unwrap();
+            expected.push(Record { seq, ops: row(seq) });
+        }
+        assert!(wal.len() > 2 * WINDOW as u64);
+        let file = path(dir.path(), "m", 1);
+        assert_eq!(read(&file, 1).unwrap(), (expected, true));
+        let len = wal.len();
+        wal.rotate().unwrap();
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), len);
+        assert!(!read(&file, 1).unwrap().1);
     }
 
     /// A file done with is written over by a later generation: its old
