@@ -89,6 +89,76 @@ pub fn in_range(key: &[u8], start: &[u8], end: Option<&[u8]>) -> bool {
     key >= start && end.is_none_or(|e| key < e)
 }
 
+/// Longest row key a buffer holds inline: a meta row of a key up to 18
+/// bytes long (the row adds a 4-byte namespace and slot prefix).
+const INLINE: usize = 22;
+
+/// A row key as a buffer holds it. A short key is kept inside the hash
+/// slot and the ordered set's node, so a probe compares it without a
+/// cache miss on a separate allocation: under GET at pipeline 16 on
+/// 100,000 keys, that comparison was 10% of the server's time. A longer
+/// key is shared by the map and the set.
+#[derive(Clone, Debug)]
+enum RowKey {
+    Inline(u8, [u8; INLINE]),
+    Shared(Arc<[u8]>),
+}
+
+impl RowKey {
+    fn new(key: &[u8]) -> RowKey {
+        match <[u8; INLINE]>::try_from(key) {
+            Ok(whole) => RowKey::Inline(INLINE as u8, whole),
+            Err(_) if key.len() < INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..key.len()].copy_from_slice(key);
+                RowKey::Inline(key.len() as u8, bytes)
+            }
+            Err(_) => RowKey::Shared(Arc::from(key)),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            RowKey::Inline(len, bytes) => &bytes[..*len as usize],
+            RowKey::Shared(key) => key,
+        }
+    }
+}
+
+// Equality, order and hash are the bytes', so that the map and the set
+// can be probed with a plain `&[u8]` (`Borrow`).
+impl std::borrow::Borrow<[u8]> for RowKey {
+    fn borrow(&self) -> &[u8] {
+        self.as_slice()
+    }
+}
+
+impl PartialEq for RowKey {
+    fn eq(&self, other: &RowKey) -> bool {
+        self.as_slice() == other.as_slice()
+    }
+}
+
+impl Eq for RowKey {}
+
+impl PartialOrd for RowKey {
+    fn partial_cmp(&self, other: &RowKey) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for RowKey {
+    fn cmp(&self, other: &RowKey) -> std::cmp::Ordering {
+        self.as_slice().cmp(other.as_slice())
+    }
+}
+
+impl std::hash::Hash for RowKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_slice().hash(state);
+    }
+}
+
 /// Per table: rows by key (point reads and writes, the common case, cost
 /// one hash probe) and the keys in order (scans walk it and look each row
 /// up). Rewriting a row already here touches only the hash map.
@@ -99,8 +169,8 @@ pub fn in_range(key: &[u8], start: &[u8], end: Option<&[u8]>) -> bool {
 /// so clients still cannot choose keys that collide.
 #[derive(Debug, Default)]
 struct Tables {
-    rows: [HashMap<Arc<[u8]>, Versions, foldhash::fast::RandomState>; 6],
-    order: [BTreeSet<Arc<[u8]>>; 6],
+    rows: [HashMap<RowKey, Versions, foldhash::fast::RandomState>; 6],
+    order: [BTreeSet<RowKey>; 6],
     ranges: [Vec<RangeDel>; 6],
 }
 
@@ -188,7 +258,13 @@ impl Buffer {
     /// deleted, by any commit it took).
     pub fn keys(&self, table: Table) -> Vec<Arc<[u8]>> {
         let t = self.tables.read_recursive();
-        t.order[table as usize].iter().cloned().collect()
+        t.order[table as usize]
+            .iter()
+            .map(|k| match k {
+                RowKey::Shared(k) => k.clone(),
+                RowKey::Inline(..) => Arc::from(k.as_slice()),
+            })
+            .collect()
     }
 
     /// Whether the buffer holds nothing of `[start, end)` in `table`, for
@@ -227,7 +303,7 @@ impl Buffer {
         let more = super::merge::take_n(range, reverse, n, |k| {
             let visible = rows.get(k).and_then(|v| v.at(s));
             if let Some(e) = visible {
-                out.push_back((k.to_vec(), e.clone()));
+                out.push_back((k.as_slice().to_vec(), e.clone()));
             }
             Ok::<_, std::convert::Infallible>(visible.is_some())
         });
@@ -249,7 +325,11 @@ impl Buffer {
                 f(Change::Range(table, &r.start, r.end.as_deref()))?;
             }
             for k in &t.order[i] {
-                f(Change::Row(table, k, t.rows[i][k].value.as_deref()))?;
+                f(Change::Row(
+                    table,
+                    k.as_slice(),
+                    t.rows[i][k].value.as_deref(),
+                ))?;
             }
         }
         Ok(())
@@ -273,7 +353,7 @@ fn upsert(t: &mut Tables, table: Table, key: &[u8], value: Entry, seq: u64, keep
         return v.push(seq, value, keep);
     }
     let delta = (key.len() + value.as_ref().map_or(0, Vec::len) + ROW_OVERHEAD) as isize;
-    let key: Arc<[u8]> = Arc::from(key);
+    let key = RowKey::new(key);
     t.order[i].insert(key.clone());
     t.rows[i].insert(
         key,
@@ -330,6 +410,30 @@ mod tests {
             &mut out,
         );
         out.into()
+    }
+
+    /// Keys held inline and keys held shared (both sides of the length
+    /// limit, and keys that are prefixes of each other) are found, listed
+    /// and scanned in byte order like any keys.
+    #[test]
+    fn short_and_long_keys_order_and_probe_alike() {
+        let b = Buffer::new(1);
+        let keys: Vec<Vec<u8>> = [INLINE - 1, INLINE, INLINE + 1, 0, 40]
+            .iter()
+            .map(|&n| vec![b'k'; n])
+            .chain([b"k\0".to_vec(), b"j".repeat(INLINE + 5)])
+            .collect();
+        b.apply(1, keys.iter().map(|k| put(k, k)).collect(), 0);
+        let mut sorted = keys.clone();
+        sorted.sort();
+        for k in &keys {
+            assert_eq!(b.get(Table::Sub, k, 1), Some(Some(k.clone())));
+        }
+        let listed: Vec<Vec<u8>> = b.keys(Table::Sub).iter().map(|k| k.to_vec()).collect();
+        assert_eq!(listed, sorted);
+        let scanned: Vec<Vec<u8>> = rows(&b, 1, false).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(scanned, sorted);
+        assert_eq!(b.get(Table::Sub, &[b'k'; INLINE + 2], 1), None);
     }
 
     /// A reader at an older sequence keeps seeing the versions of its
