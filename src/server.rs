@@ -193,6 +193,9 @@ pub struct Server {
     /// beyond the shard of their declared keys: they run holding every
     /// shard from then on.
     pub nonlocal_scripts: DashMap<String, ()>,
+    /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call commands flagged
+    /// `noscript` (Redis's own tests call DEBUG from scripts this way).
+    pub deny_scripts_disabled: AtomicBool,
     /// Serializes changes of the function libraries with their storage.
     pub functions_lock: tokio::sync::Mutex<()>,
     /// Libraries and functions loaded (FUNCTION STATS without waiting for
@@ -289,6 +292,7 @@ impl Server {
             scripts: Arc::new(scripts),
             functions_lock: tokio::sync::Mutex::new(()),
             nonlocal_scripts: DashMap::new(),
+            deny_scripts_disabled: AtomicBool::new(false),
             function_counts: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),

@@ -205,6 +205,11 @@ fn begin_in_cluster(session: &mut Session, flags: ScriptFlags, keys: &[Bytes]) -
 }
 
 impl Host for LocalHost<'_, '_> {
+    fn allows_noscript(&mut self) -> bool {
+        let server = &self.session.server;
+        server.deny_scripts_disabled.load(Ordering::Relaxed)
+    }
+
     fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
         begin_in_cluster(&mut self.session, flags, keys)
     }
@@ -333,6 +338,11 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &Kil
 }
 
 impl Host for ScriptHost<'_> {
+    fn allows_noscript(&mut self) -> bool {
+        let server = &self.session.server;
+        server.deny_scripts_disabled.load(Ordering::Relaxed)
+    }
+
     fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
         begin_in_cluster(&mut self.session, flags, keys)
     }

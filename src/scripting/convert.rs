@@ -168,11 +168,17 @@ pub fn reply_to_lua(lua: &Lua, r: &Reply, resp3: bool) -> mlua::Result<Value> {
                 Value::Boolean(false)
             }
         }
-        // Scripts cannot subscribe (the commands are `noscript`); these
-        // only shape replies as arrays.
-        Reply::Array(items) | Reply::Push(items) | Reply::Frames(items) => {
-            array(lua, items, resp3)?
-        }
+        Reply::Array(items) => array(lua, items, resp3)?,
+        // Several frames written in a row (only DEBUG PROTOCOL makes them,
+        // which scripts reach under DEBUG SET-DISABLE-DENY-SCRIPTS): the
+        // script gets the first reply, past the attributes that lead it,
+        // as Redis's reply parser does.
+        Reply::Frames(items) => match items.iter().find(|f| !matches!(f, Reply::Attribute(_))) {
+            Some(first) => reply_to_lua(lua, first, resp3)?,
+            None => Value::Nil,
+        },
+        // Redis's parser makes nothing of a push: the script gets nil.
+        Reply::Push(_) => Value::Nil,
         Reply::Set(items) if resp3 => {
             let set = lua.create_table()?;
             for item in items {
@@ -184,7 +190,8 @@ pub fn reply_to_lua(lua: &Lua, r: &Reply, resp3: bool) -> mlua::Result<Value> {
             wrap(lua, "set", set)?
         }
         Reply::Set(items) => array(lua, items, resp3)?,
-        // Only DEBUG PROTOCOL makes attributes, and scripts cannot call it.
+        // An attribute on its own (only DEBUG PROTOCOL makes them, as a
+        // frame before its reply): nothing.
         Reply::Attribute(_) => Value::Nil,
         Reply::Map(pairs) if resp3 => {
             let map = lua.create_table()?;

@@ -59,9 +59,16 @@ pub trait Host {
     /// script's own protocol (`redis.setresp(3)`), not the caller's: replies
     /// whose structure depends on the protocol (ZRANGE WITHSCORES...) must be
     /// built for it. The engine has already checked: argv non-empty, command
-    /// exists, arity, not flagged `noscript`, and no write command in a
-    /// read-only script. Must not call back into the [`ScriptVm`].
+    /// exists, arity, not flagged `noscript` (unless
+    /// [`Host::allows_noscript`]), and no write command in a read-only
+    /// script. Must not call back into the [`ScriptVm`].
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply;
+
+    /// Whether scripts may call commands flagged `noscript` (DEBUG
+    /// SET-DISABLE-DENY-SCRIPTS); by default they may not.
+    fn allows_noscript(&mut self) -> bool {
+        false
+    }
 
     /// Whether the current user may run `argv` (`redis.acl_check_cmd`); the
     /// command is known to exist. Without ACL users, always.

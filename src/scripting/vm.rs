@@ -793,9 +793,6 @@ fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool)
     if !spec.arity_ok(argv.len()) {
         return Err("ERR Wrong number of args calling Redis command from script".to_owned());
     }
-    if spec.has_flag("noscript") {
-        return Err("ERR This Redis command is not allowed from script".to_owned());
-    }
     let (ptr, resp3) = {
         let st = run.lock();
         // Read-only scripts refuse what may replicate (PUBLISH, PFCOUNT's
@@ -810,7 +807,11 @@ fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool)
     };
     // SAFETY: see HostPtr; the RunState lock is released so the host may
     // take as long as it needs.
-    let reply = unsafe { (*ptr).call(argv, resp3) };
+    let host = unsafe { &mut *ptr };
+    if spec.has_flag("noscript") && !host.allows_noscript() {
+        return Err("ERR This Redis command is not allowed from script".to_owned());
+    }
+    let reply = host.call(argv, resp3);
     Ok((reply, resp3))
 }
 

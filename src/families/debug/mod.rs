@@ -11,6 +11,7 @@ mod digest;
 mod object;
 mod populate;
 
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use super::{coordinated, help_reply, subcommand_syntax};
@@ -150,6 +151,11 @@ pub fn debug(s: &mut Session, a: Args) -> Action {
         }
         (b"digest-value", _) => digest_values(s, a.from(2).to_vec()),
         (b"protocol", 3) => protocol(a.get(2), s.resp3),
+        (b"set-disable-deny-scripts", 3) => {
+            let on = atoi(a.get(2)) != 0;
+            s.server.deny_scripts_disabled.store(on, Ordering::Relaxed);
+            Reply::Ok.into()
+        }
         (b"reload", _) => reload(s, &a),
         _ => subcommand_syntax(&a).into(),
     }
