@@ -99,7 +99,7 @@ fn table_to_reply(t: &Table, resp3: bool, depth: usize) -> Reply {
         return Reply::Error(e.to_string_lossy());
     }
     if let Ok(Value::String(s)) = t.raw_get::<Value>("ok") {
-        return Reply::Status(s.to_string_lossy());
+        return Reply::Status(one_line(s.to_string_lossy()));
     }
     if let Ok(d) = t.raw_get::<Value>("double") {
         if let Some(d) = as_number(&d) {
@@ -107,7 +107,7 @@ fn table_to_reply(t: &Table, resp3: bool, depth: usize) -> Reply {
         }
     }
     if let Ok(Value::String(s)) = t.raw_get::<Value>("big_number") {
-        return Reply::BigNumber(s.to_string_lossy());
+        return Reply::BigNumber(one_line(s.to_string_lossy()));
     }
     if let Ok(Value::Table(m)) = t.raw_get::<Value>("map") {
         let mut pairs = Vec::new();
@@ -147,6 +147,16 @@ fn table_to_reply(t: &Table, resp3: bool, depth: usize) -> Reply {
         }
     }
     Reply::Array(items)
+}
+
+/// A status or big number a script returns, made one line as Redis makes
+/// it: each CR and LF becomes a space.
+fn one_line(s: String) -> String {
+    if s.contains(['\r', '\n']) {
+        s.replace(['\r', '\n'], " ")
+    } else {
+        s
+    }
 }
 
 /// Converts a command's reply into the Lua value `redis.call` returns.
