@@ -326,6 +326,9 @@ fn protocol(name: &[u8], resp3: bool) -> Action {
 /// every shard's file and opens it again (see `ShardSet::reopen`), which
 /// proves what Redis's reload proves: the data survives a reopen. The
 /// options are accepted and change nothing.
+/// Redis 7.0's reply when DEBUG RELOAD cannot load what it saved.
+const LOAD_FAILED: &str = "Error trying to load the RDB dump";
+
 fn reload(s: &Session, a: &Args) -> Action {
     let known = ["merge", "noflush", "nosave"];
     if !a.from(2).iter().all(|o| known.iter().any(|k| is(o, k))) {
@@ -336,6 +339,15 @@ fn reload(s: &Session, a: &Args) -> Action {
         // The transaction holds the shards the reopen needs.
         return Reply::err("DEBUG RELOAD inside MULTI is not allowed").into();
     }
+    let has = |name: &str| a.from(2).iter().any(|o| is(o, name));
+    // Redis loads the saved functions back over the ones it kept: without
+    // MERGE a library already there fails the load, before any key is
+    // read, and nothing changes. (A key already there would stop Redis
+    // altogether; cairn's keys are the ones it reopens, so it goes on.)
+    if has("noflush") && !has("merge") && !s.server.scripts.registry().libraries().is_empty() {
+        tracing::warn!("DEBUG RELOAD NOFLUSH: the saved function libraries already exist");
+        return Reply::err(LOAD_FAILED).into();
+    }
     let shards = s.server.shards.clone();
     Action::Job(Box::pin(async move {
         match shards.reopen().await {
@@ -345,7 +357,7 @@ fn reload(s: &Session, a: &Args) -> Action {
             }
             Err(e) => {
                 tracing::error!(error = %e, "DEBUG RELOAD failed");
-                Reply::err("Error trying to load the RDB dump, check server logs.")
+                Reply::err(LOAD_FAILED)
             }
         }
     }))
