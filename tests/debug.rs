@@ -240,6 +240,54 @@ fn set_active_expire_0_keeps_expired_keys_until_reenabled() {
     assert_eq!(q(&mut c, &["GET", "stays"]), bulk("v"));
 }
 
+/// A read that finds a key expired deletes it before it replies, as
+/// Redis's lazy expiry does: DBSIZE drops, `expired_keys` counts it and
+/// the `expired` event goes out (Redis's expire unit, "Redis should lazy
+/// expire keys").
+#[test]
+fn reads_delete_the_expired_keys_they_find() {
+    let s = with_debug("yes");
+    let mut c = s.client();
+    ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "Ex"]);
+    let mut sub = s.client();
+    let mut events = sub.as_pubsub();
+    events.subscribe("__keyevent@0__:expired").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let expired = |c: &mut redis::Connection| -> u64 {
+        let text: String = cmd(&["INFO", "stats"]).query(c).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("expired_keys:"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    for k in ["k1{t}", "k2{t}", "k3{t}", "other"] {
+        ok(&mut c, &["SET", k, "v", "PX", "50"]);
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(int(&mut c, &["DBSIZE"]), 4);
+    assert_eq!(expired(&mut c), 0);
+    assert_eq!(
+        q(&mut c, &["MGET", "k1{t}", "k2{t}", "k3{t}"]),
+        Value::Array(vec![Value::Nil, Value::Nil, Value::Nil])
+    );
+    assert_eq!(int(&mut c, &["DBSIZE"]), 1);
+    assert_eq!(expired(&mut c), 3);
+    assert_eq!(int(&mut c, &["EXISTS", "other"]), 0);
+    assert_eq!(int(&mut c, &["DBSIZE"]), 0);
+    assert_eq!(expired(&mut c), 4);
+    let mut got: Vec<String> = (0..4)
+        .map(|_| events.get_message().unwrap().get_payload().unwrap())
+        .collect();
+    got.sort();
+    assert_eq!(got, ["k1{t}", "k2{t}", "k3{t}", "other"]);
+    ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "1"]);
+}
+
 #[test]
 fn pause_cron_stops_the_reaper_and_garbage_collection() {
     let s = with_debug("yes");

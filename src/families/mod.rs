@@ -323,6 +323,10 @@ impl KvRead for Counted<'_> {
         }
     }
 
+    fn note_expired(&self, db: u8, key: &[u8]) {
+        self.inner.note_expired(db, key);
+    }
+
     fn note_lookup(&self, hit: bool) {
         use std::sync::atomic::Ordering::Relaxed;
         let counter = if hit {

@@ -715,11 +715,22 @@ async fn execute(
                 if outbox.inflight != Inflight::None {
                     outbox.drain().await;
                 }
-                let r = match server.shards.shard(shard).current_snapshot().await {
-                    Ok(view) => f(&view).unwrap_or_else(Reply::err),
-                    Err(e) => Reply::err(e),
+                let sh = server.shards.shard(shard);
+                let (r, expired) = match sh.current_snapshot().await {
+                    Ok(view) => (f(&view).unwrap_or_else(Reply::err), view.take_expired()),
+                    Err(e) => (Reply::err(e), Vec::new()),
                 };
-                outbox.push_ready(r, to);
+                if expired.is_empty() || sh.pause.writes_paused() {
+                    outbox.push_ready(r, to);
+                } else {
+                    // The keys found expired go before the reply does, as
+                    // in Redis: whoever sees the reply sees them deleted.
+                    let rx = server
+                        .shards
+                        .submit(shard, crate::shard::expire_found(expired, r));
+                    outbox.push_slot(Slot::Waiting(rx), to);
+                    outbox.inflight = Inflight::Shard(shard);
+                }
             }
         }
         Action::ReadMany { ids, f } => {

@@ -324,6 +324,7 @@ impl ShardCore {
         let (hits, misses) = w.lookups;
         self.shared.stats.hits.fetch_add(hits, Relaxed);
         self.shared.stats.misses.fetch_add(misses, Relaxed);
+        self.shared.stats.expired_keys.fetch_add(w.expired, Relaxed);
         let blocked = &self.shared.blocked;
         for (db, key) in w.signals {
             blocked.signal(db, &key);

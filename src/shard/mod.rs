@@ -319,6 +319,7 @@ impl ShardShared {
         Ok(ReadView {
             snap,
             now_ms: now_ms(),
+            expired: Default::default(),
         })
     }
 }
@@ -328,6 +329,16 @@ impl ShardShared {
 pub struct ReadView {
     snap: Arc<ReadCtx>,
     now_ms: u64,
+    /// Keys the reads found expired (see `KvRead::note_expired`).
+    expired: parking_lot::Mutex<Vec<(u8, Vec<u8>)>>,
+}
+
+impl ReadView {
+    /// The keys (database, name) the reads through this view found expired:
+    /// the connection has them deleted before it replies.
+    pub fn take_expired(&self) -> Vec<(u8, Vec<u8>)> {
+        std::mem::take(&mut self.expired.lock())
+    }
 }
 
 impl crate::storage::KvRead for ReadView {
@@ -349,6 +360,26 @@ impl crate::storage::KvRead for ReadView {
     ) -> Result<(), StoreError> {
         self.snap.scan(table, start, end, reverse, visit)
     }
+
+    fn note_expired(&self, db: u8, key: &[u8]) {
+        self.expired.lock().push((db, key.to_vec()));
+    }
+}
+
+/// The write that follows a read which found keys expired: each one still
+/// expired is deleted, reported (`expired`) and counted as Redis's lazy
+/// expiry does, and then the read's own reply goes out. Nothing happens
+/// while writes are paused, as Redis expires nothing then.
+pub fn expire_found(expired: Vec<(u8, Vec<u8>)>, reply: Reply) -> WriteFn {
+    Box::new(move |w| {
+        for (db, name) in &expired {
+            crate::storage::keyspace::lookup_for_write(
+                w,
+                crate::storage::keyspace::Key::new(*db, name),
+            )?;
+        }
+        Ok(reply)
+    })
 }
 
 /// Wall-clock time in Unix milliseconds.

@@ -55,7 +55,11 @@ pub fn peek(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
         return Ok(None);
     };
     let meta = Meta::decode(&raw)?;
-    Ok((!meta.is_expired(r.now_ms())).then_some(meta))
+    if meta.is_expired(r.now_ms()) {
+        r.note_expired(key.db, key.name);
+        return Ok(None);
+    }
+    Ok(Some(meta))
 }
 
 /// Type and expiry of a live key without decoding its value.
@@ -70,6 +74,7 @@ pub fn lookup_header(r: &dyn KvRead, key: Key) -> Result<Option<(KeyType, u64)>,
     r.note_lookup(!expired);
     if expired {
         r.note_miss(key.db, key.name);
+        r.note_expired(key.db, key.name);
     }
     Ok((!expired).then_some((t, expire)))
 }
@@ -83,8 +88,9 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
     let meta = Meta::decode(&raw)?;
     if meta.is_expired(w.now_ms()) {
         delete(w, key, &meta)?;
-        // Redis's lazy expiry on a write reports the deletion.
+        // Redis's lazy expiry on a write reports and counts the deletion.
         w.notify(notify::EXPIRED, "expired", key.db, key.name);
+        w.expired += 1;
         return Ok(None);
     }
     Ok(Some(meta))
@@ -110,6 +116,7 @@ pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, S
     let expired = old.as_ref().is_some_and(|m| m.is_expired(now));
     if expired {
         w.notify(notify::EXPIRED, "expired", key.db, key.name);
+        w.expired += 1;
     }
     settle_replaced(w, key, old.as_ref(), new)?;
     if expired {
@@ -351,8 +358,8 @@ pub fn reap_expired(
         {
             Some(meta) if meta.expire_ms == expire => {
                 delete(w, key, &meta)?;
-                // Reads never delete in cairn: this is where `expired`
-                // comes from (as Redis's active expiry).
+                // As Redis's active expiry (reads report theirs through
+                // `KvRead::note_expired`).
                 w.notify(notify::EXPIRED, "expired", db, &name);
                 stats.expired += 1;
             }

@@ -138,6 +138,11 @@ pub trait KvRead {
     /// the keyspace notification `keymiss`. Only the connection's readers
     /// publish it (see `families::Counted`).
     fn note_miss(&self, _db: u8, _key: &[u8]) {}
+
+    /// Told of a key a lookup found expired: a reader that can have it
+    /// deleted (a connection's snapshot read) does so after the command,
+    /// as Redis deletes a key its access found expired.
+    fn note_expired(&self, _db: u8, _key: &[u8]) {}
 }
 
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
@@ -501,6 +506,9 @@ pub struct Wakeups {
     pub flushed: Vec<u8>,
     /// Read-like key lookups (hits, misses) for INFO.
     pub lookups: (u64, u64),
+    /// Keys deleted because an access found them expired, for INFO's
+    /// `expired_keys`.
+    pub expired: u64,
     /// Messages published by the transaction's commands, sent once it has
     /// committed.
     pub messages: Vec<Message>,
@@ -744,6 +752,9 @@ pub struct WriteCtx<'t> {
     /// Key lookups of read-like steps in writes (hits, misses): see
     /// `KvRead::note_lookup`; the shard adds them to its INFO counters.
     pub lookups: std::cell::Cell<(u64, u64)>,
+    /// Keys deleted because an access found them expired (lazy expiry):
+    /// the shard adds them to `expired_keys`, as Redis counts both kinds.
+    pub expired: u64,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
     /// Told of row changes while any key of the shard is watched.
@@ -786,6 +797,7 @@ impl<'t> WriteCtx<'t> {
             tracked: None,
             writer: 0,
             lookups: Default::default(),
+            expired: 0,
             state,
             observer: None,
             quiet: false,
@@ -902,6 +914,7 @@ impl<'t> WriteCtx<'t> {
         self.message_places.clear();
         Wakeups {
             lookups: self.lookups.take(),
+            expired: std::mem::take(&mut self.expired),
             signals: std::mem::take(&mut self.signals),
             broadcasts: std::mem::take(&mut self.broadcasts),
             flushed: std::mem::take(&mut self.flushed),
