@@ -177,12 +177,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             let emptied = from.size == 0;
             from.save(w, ks)?;
             w.event_emptying(notify::SET, "srem", ks, emptied);
-            let mut to = Edit::load_or_create(w, kd, SET)?;
-            let added = to.put(w, &m, &[])?;
-            to.save(w, kd)?;
-            if added {
-                w.event(notify::SET, "sadd", kd);
-            }
+            add_moved(w, kd, &m)?;
             Ok(Reply::Int(1))
         });
     }
@@ -222,24 +217,31 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             Ok(true) => {
                 locked
                     .run(id, move |w| {
-                        let k = Key::new(db, &dst);
-                        let mut to = match Edit::load_or_create(w, k, SET) {
-                            Ok(t) => t,
-                            Err(Fail::Store(e)) => return Err(e),
+                        match add_moved(w, Key::new(db, &dst), &m) {
+                            Ok(()) => Ok(()),
+                            Err(Fail::Store(e)) => Err(e),
                             Err(Fail::Reply(_)) => unreachable!("destination type checked"),
-                        };
-                        let added = to.put(w, &m, &[])?;
-                        to.save(w, k)?;
-                        if added {
-                            w.event(notify::SET, "sadd", k);
                         }
-                        Ok(())
                     })
                     .await?;
                 Ok(Ok(Reply::Int(1)))
             }
         }
     })
+}
+
+/// SMOVE's addition to the destination. A member already there leaves
+/// the destination untouched, as in Redis: no write, no event, and a
+/// client watching it is not told it changed.
+fn add_moved(w: &mut WriteCtx, key: Key, member: &[u8]) -> Result<(), Fail> {
+    let mut to = Edit::load_or_create(w, key, SET)?;
+    if to.get(w, member)?.is_some() {
+        return Ok(());
+    }
+    to.put(w, member, &[])?;
+    to.save(w, key)?;
+    w.event(notify::SET, "sadd", key);
+    Ok(())
 }
 
 /// Which set operation.

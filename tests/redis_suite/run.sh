@@ -66,6 +66,11 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 
+# Tests of Redis's in-memory hash tables (rehashing, bucket chains, read
+# with DEBUG HTSTATS-KEY), which cairn's on-disk sets do not have: without
+# the command the test aborts its whole unit.
+skip=(--skiptest "SRANDMEMBER with a dict containing long chain")
+
 mkdir -p "$src/out"
 cd "$src/redis-7.0.15"
 for unit in "${units[@]}"; do
@@ -74,7 +79,7 @@ for unit in "${units[@]}"; do
   # each unit gets a bounded time.
   timeout "${UNIT_SECONDS:-300}" ./runtest --host 127.0.0.1 --port "$port" \
     --single "unit/$unit" --clients 1 --tags -needs:config-maxmemory \
-    2>&1 | sed 's/\x1b\[[0-9;]*m//g' >"$out" || true
+    "${skip[@]}" 2>&1 | sed 's/\x1b\[[0-9;]*m//g' >"$out" || true
   ok=$(grep -c '^\[ok\]' "$out" || true)
   bad=$(grep -cE '^\[(err|exception)\]' "$out" || true)
   echo "$unit: $ok passed, $bad failed"
