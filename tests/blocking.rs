@@ -122,6 +122,39 @@ fn timeout_zero_waits_until_a_push() {
     wait_blocked(&mut admin, 0);
 }
 
+/// Two clients blocked on one list, the older one moving onto a key of
+/// another type (Redis's list unit, "BRPOPLPUSH with multiple blocked
+/// clients"): the push answers the older one with WRONGTYPE, leaving the
+/// element, and serves the younger one, which is not the key's oldest
+/// waiter but must be woken all the same.
+#[test]
+fn a_wrong_type_destination_answers_its_client_and_the_next_is_served() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    assert_eq!(q(&mut admin, &["SET", "target1{t}", "nolist"]), Value::Okay);
+    let first = Pending::blocked(
+        &srv,
+        &mut admin,
+        &["BRPOPLPUSH", "blist{t}", "target1{t}", "0"],
+        0,
+    );
+    let second = Pending::blocked(
+        &srv,
+        &mut admin,
+        &["BRPOPLPUSH", "blist{t}", "target2{t}", "0"],
+        1,
+    );
+    assert_eq!(int(&mut admin, &["LPUSH", "blist{t}", "foo"]), 1);
+    assert!(first.error().starts_with("WRONGTYPE"));
+    assert_eq!(second.reply(), bulk("foo"));
+    assert_eq!(
+        q(&mut admin, &["LRANGE", "target2{t}", "0", "-1"]),
+        arr(&["foo"])
+    );
+    assert_eq!(int(&mut admin, &["EXISTS", "blist{t}"]), 0);
+    wait_blocked(&mut admin, 0);
+}
+
 // Pins: a fractional timeout (0.2 s) ends with the null reply after about
 // that long, for every blocking command, and leaves no blocked client and
 // no key behind.

@@ -93,6 +93,14 @@ fn block(
             Handoff {
                 shard,
                 attempt: Box::new(move || match again(sh.clone()) {
+                    // A handoff never is the first try: a key of another
+                    // type under a watched key only means "not yet".
+                    Action::Write { f, .. } if only_watched => Some(Box::new(move |w| {
+                        let r = f(w)?;
+                        let wrong_type =
+                            matches!(&r, Reply::Error(e) if e.starts_with("WRONGTYPE"));
+                        Ok(if wrong_type { Reply::NilArray } else { r })
+                    })),
                     Action::Write { f, .. } => Some(f),
                     _ => None,
                 }),

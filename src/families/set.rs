@@ -216,12 +216,10 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             Ok(false) => Ok(Err(Reply::Int(0))),
             Ok(true) => {
                 locked
-                    .run(id, move |w| {
-                        match add_moved(w, Key::new(db, &dst), &m) {
-                            Ok(()) => Ok(()),
-                            Err(Fail::Store(e)) => Err(e),
-                            Err(Fail::Reply(_)) => unreachable!("destination type checked"),
-                        }
+                    .run(id, move |w| match add_moved(w, Key::new(db, &dst), &m) {
+                        Ok(()) => Ok(()),
+                        Err(Fail::Store(e)) => Err(e),
+                        Err(Fail::Reply(_)) => unreachable!("destination type checked"),
                     })
                     .await?;
                 Ok(Ok(Reply::Int(1)))

@@ -717,6 +717,9 @@ fn deliver(w: &Waiter, reply: Reply) {
     if let Some(tx) = w.handoff.as_ref().and_then(|h| h.deliver.lock().take()) {
         let _ = tx.send(reply);
     }
+    // The client may sleep on its keys, and the wake-up after the commit
+    // goes to each key's oldest waiter, which need not be this one.
+    w.notify.notify_one();
 }
 
 /// Serves blocked clients of the keys this transaction fed since the
@@ -742,7 +745,10 @@ fn serve_blocked(
                 continue;
             };
             let r = f(ctx)?;
-            if serves(&r) {
+            // An error is the client's answer too (BLMOVE onto a key of
+            // another type), as Redis unblocks it with the error; the
+            // handoff already turned what only means "not yet" into nil.
+            if serves(&r) || matches!(r, Reply::Error(_)) {
                 *stage = Stage::Served;
                 drop(stage);
                 served.push((w, r));
