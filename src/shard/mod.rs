@@ -368,8 +368,8 @@ impl crate::storage::KvRead for ReadView {
 
 /// The write that follows a read which found keys expired: each one still
 /// expired is deleted, reported (`expired`) and counted as Redis's lazy
-/// expiry does, and then the read's own reply goes out. Nothing happens
-/// while writes are paused, as Redis expires nothing then.
+/// expiry does, and then the read's own reply goes out. (The connection
+/// sends none while writes are paused, as Redis expires nothing then.)
 pub fn expire_found(expired: Vec<(u8, Vec<u8>)>, reply: Reply) -> WriteFn {
     Box::new(move |w| {
         for (db, name) in &expired {

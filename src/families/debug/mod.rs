@@ -39,6 +39,8 @@ const HELP: &[&str] = &[
     "    unit tests to simulate Redis errors.",
     "LOG <message>",
     "    Write <message> to the server log.",
+    "LOADAOF",
+    "    Flush the AOF buffers on disk and reload the AOF in memory.",
     "OBJECT <key>",
     "    Show low level info about `key` and associated value.",
     "POPULATE <count> [<prefix>] [<size>]",
@@ -157,6 +159,7 @@ pub fn debug(s: &mut Session, a: Args) -> Action {
             Reply::Ok.into()
         }
         (b"reload", _) => reload(s, &a),
+        (b"loadaof", _) => loadaof(s),
         _ => subcommand_syntax(&a).into(),
     }
 }
@@ -326,6 +329,33 @@ fn protocol(name: &[u8], resp3: bool) -> Action {
 /// every shard's file and opens it again (see `ShardSet::reopen`), which
 /// proves what Redis's reload proves: the data survives a reopen. The
 /// options are accepted and change nothing.
+/// DEBUG LOADAOF: Redis empties its data and loads it back from its
+/// append-only files. cairn's log and shard files are that record, so
+/// this reopens them as DEBUG RELOAD does, and answers OK.
+fn loadaof(s: &Session) -> Action {
+    if s.in_exec {
+        return Reply::err("DEBUG LOADAOF inside MULTI is not allowed").into();
+    }
+    reopen(s, "Append Only File loaded by DEBUG LOADAOF")
+}
+
+/// Reopens every shard's files (DEBUG RELOAD and LOADAOF).
+fn reopen(s: &Session, done: &'static str) -> Action {
+    let shards = s.server.shards.clone();
+    Action::Job(Box::pin(async move {
+        match shards.reopen().await {
+            Ok(()) => {
+                tracing::info!("{done}");
+                Reply::Ok
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "reopening the shard files failed");
+                Reply::err(LOAD_FAILED)
+            }
+        }
+    }))
+}
+
 /// Redis 7.0's reply when DEBUG RELOAD cannot load what it saved.
 const LOAD_FAILED: &str = "Error trying to load the RDB dump";
 
@@ -348,19 +378,7 @@ fn reload(s: &Session, a: &Args) -> Action {
         tracing::warn!("DEBUG RELOAD NOFLUSH: the saved function libraries already exist");
         return Reply::err(LOAD_FAILED).into();
     }
-    let shards = s.server.shards.clone();
-    Action::Job(Box::pin(async move {
-        match shards.reopen().await {
-            Ok(()) => {
-                tracing::info!("DB reloaded by DEBUG RELOAD");
-                Reply::Ok
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "DEBUG RELOAD failed");
-                Reply::err(LOAD_FAILED)
-            }
-        }
-    }))
+    reopen(s, "DB reloaded by DEBUG RELOAD")
 }
 
 #[cfg(test)]

@@ -59,7 +59,9 @@ struct AddTrim {
 }
 
 /// Parses XADD's or XTRIM's options with Redis's errors and their order.
-fn parse_add_trim(a: &Args, xadd: bool) -> Result<AddTrim, Reply> {
+/// `node_entries` is stream-node-max-entries, which bounds an approximate
+/// trim without LIMIT.
+fn parse_add_trim(a: &Args, xadd: bool, node_entries: usize) -> Result<AddTrim, Reply> {
     let argv = a.all();
     let argc = argv.len();
     let mut out = AddTrim {
@@ -139,15 +141,20 @@ fn parse_add_trim(a: &Args, xadd: bool) -> Result<AddTrim, Reply> {
             ));
         }
     } else if out.approx {
-        // Redis bounds an approximate trim to 100 nodes' worth of entries.
-        out.limit = 100 * 100;
+        // Redis bounds an approximate trim to 100 nodes' worth of entries,
+        // and to 10,000 when that is more or nodes are unbounded (0).
+        out.limit = match (node_entries as u64).saturating_mul(100) {
+            n if n == 0 || n > 10_000 => 10_000,
+            n => n,
+        };
     }
     Ok(out)
 }
 
 /// XADD key [NOMKSTREAM] [MAXLEN|MINID [=|~] threshold [LIMIT count]] *|id field value [field value ...]
 pub fn xadd(s: &mut Session, a: Args) -> Action {
-    let opts = match parse_add_trim(&a, true) {
+    let limits = s.server.encoding_limits().stream;
+    let opts = match parse_add_trim(&a, true, limits.max_entries) {
         Ok(o) => o,
         Err(r) => return r.into(),
     };
@@ -163,7 +170,6 @@ pub fn xadd(s: &mut Session, a: Args) -> Action {
         .chunks(2)
         .map(|p| (p[0].clone(), p[1].clone()))
         .collect();
-    let limits = s.server.encoding_limits().stream;
     s.write(a.get(1), move |w, k| {
         let mut st = match store::load_for_write(w, k)? {
             Some(st) => st,
@@ -219,7 +225,8 @@ pub fn xadd(s: &mut Session, a: Args) -> Action {
 
 /// XTRIM key MAXLEN|MINID [=|~] threshold [LIMIT count]
 pub fn xtrim(s: &mut Session, a: Args) -> Action {
-    let opts = match parse_add_trim(&a, false) {
+    let node_entries = s.server.encoding_limits().stream.max_entries;
+    let opts = match parse_add_trim(&a, false, node_entries) {
         Ok(o) => o,
         Err(r) => return r.into(),
     };
