@@ -301,6 +301,8 @@ commands! {
         "Sent by cluster clients after an -ASK redirect", "", "";
     "auth", -2, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::auth,
         "Authenticate to the server.", "[username] password", "";
+    "bgrewriteaof", 1, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::bgrewriteaof,
+        "Asynchronously rewrite the append-only file", "", "";
     "bgsave", -1, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::bgsave,
         "Asynchronously save the dataset to disk", "[SCHEDULE]", "";
     "bitcount", -2, "readonly", (1, 1, 1), "RO ACCESS", "@read @bitmap @slow", "bitmap", "2.6.0", bits::bitcount,

@@ -203,6 +203,27 @@ pub fn bgsave(s: &mut Session, a: Args) -> Action {
     Reply::Status("Background saving started".into()).into()
 }
 
+/// BGREWRITEAOF: Redis rewrites its append-only file as the shortest
+/// one that rebuilds the data. cairn's equivalent is to move what each
+/// shard's log holds into its tables now, which leaves the log empty: every
+/// shard's write buffer goes to its background writer. As in Redis, a
+/// running BGSAVE makes the reply "scheduled".
+pub fn bgrewriteaof(s: &mut Session, _a: Args) -> Action {
+    for sh in s.server.shards.shards() {
+        if let Err(e) = sh.store().and_then(|st| st.freeze_now()) {
+            tracing::error!(shard = sh.id, error = %e, "BGREWRITEAOF failed");
+            return Reply::err(e).into();
+        }
+    }
+    tracing::info!("Background append only file rewriting started");
+    let status = if s.server.persistence.in_progress.load(Ordering::Relaxed) {
+        "Background append only file rewriting scheduled"
+    } else {
+        "Background append only file rewriting started"
+    };
+    Reply::Status(status.into()).into()
+}
+
 /// SYNC / PSYNC replid offset: the snapshot as a replica's full
 /// resynchronisation receives it (`$<len>` then the RDB bytes), then the
 /// connection closes: cairn serves the snapshot (for `redis-cli --rdb`

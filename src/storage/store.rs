@@ -221,6 +221,18 @@ impl Store {
         Ok(())
     }
 
+    /// Hands the active buffer to the background writer now, if it holds
+    /// any commit, and starts a new log generation (BGREWRITEAOF: the log
+    /// so far goes into the tables).
+    pub fn freeze_now(&self) -> Result<(), StoreError> {
+        let mut wal = self.wal.lock();
+        if wal.is_empty() {
+            return Ok(());
+        }
+        let active = self.core.view.lock()[0].clone();
+        self.freeze(&mut wal, active)
+    }
+
     /// Hands the active buffer to the background writer and starts a new
     /// one, with a new log generation.
     fn freeze(&self, wal: &mut Wal, active: Arc<Buffer>) -> Result<(), StoreError> {
