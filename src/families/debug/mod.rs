@@ -324,11 +324,6 @@ fn protocol(name: &[u8], resp3: bool) -> Action {
     reply.into()
 }
 
-/// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE]: cairn's data is already on
-/// disk, so there is nothing to save or to load back. Reloading closes
-/// every shard's file and opens it again (see `ShardSet::reopen`), which
-/// proves what Redis's reload proves: the data survives a reopen. The
-/// options are accepted and change nothing.
 /// DEBUG LOADAOF: Redis empties its data and loads it back from its
 /// append-only files. cairn's log and shard files are that record, so
 /// this reopens them as DEBUG RELOAD does, and answers OK.
@@ -359,6 +354,12 @@ fn reopen(s: &Session, done: &'static str) -> Action {
 /// Redis 7.0's reply when DEBUG RELOAD cannot load what it saved.
 const LOAD_FAILED: &str = "Error trying to load the RDB dump";
 
+/// DEBUG RELOAD [MERGE] [NOFLUSH] [NOSAVE]: cairn's data is already on
+/// disk, so there is nothing to save or to load back. Reloading closes
+/// every shard's file and opens it again (see `ShardSet::reopen`), which
+/// proves what Redis's reload proves: the data survives a reopen. The
+/// options change nothing, but for NOFLUSH without MERGE over loaded
+/// function libraries, which fails as Redis's load does.
 fn reload(s: &Session, a: &Args) -> Action {
     let known = ["merge", "noflush", "nosave"];
     if !a.from(2).iter().all(|o| known.iter().any(|k| is(o, k))) {
