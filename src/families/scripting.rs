@@ -204,10 +204,15 @@ fn begin_in_cluster(session: &mut Session, flags: ScriptFlags, keys: &[Bytes]) -
     None
 }
 
+/// Whether the scripts of either host may call commands flagged
+/// `noscript` (DEBUG SET-DISABLE-DENY-SCRIPTS).
+fn noscript_allowed(session: &Session) -> bool {
+    session.server.deny_scripts_disabled.load(Ordering::Relaxed)
+}
+
 impl Host for LocalHost<'_, '_> {
     fn allows_noscript(&mut self) -> bool {
-        let server = &self.session.server;
-        server.deny_scripts_disabled.load(Ordering::Relaxed)
+        noscript_allowed(&self.session)
     }
 
     fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {
@@ -339,8 +344,7 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &Kil
 
 impl Host for ScriptHost<'_> {
     fn allows_noscript(&mut self) -> bool {
-        let server = &self.session.server;
-        server.deny_scripts_disabled.load(Ordering::Relaxed)
+        noscript_allowed(&self.session)
     }
 
     fn begin(&mut self, flags: ScriptFlags, keys: &[Bytes]) -> Option<Reply> {

@@ -88,12 +88,17 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
     let meta = Meta::decode(&raw)?;
     if meta.is_expired(w.now_ms()) {
         delete(w, key, &meta)?;
-        // Redis's lazy expiry on a write reports and counts the deletion.
-        w.notify(notify::EXPIRED, "expired", key.db, key.name);
-        w.expired += 1;
+        lazily_expired(w, key);
         return Ok(None);
     }
     Ok(Some(meta))
+}
+
+/// Reports a key an access found expired and deleted, as Redis's lazy
+/// expiry does: the `expired` event, and INFO's `expired_keys`.
+fn lazily_expired(w: &mut WriteCtx, key: Key) {
+    w.notify(notify::EXPIRED, "expired", key.db, key.name);
+    w.expired += 1;
 }
 
 /// Stores `new` as the key's metadata, replacing `old` (which must be what
@@ -115,8 +120,7 @@ pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, S
     let now = w.now_ms();
     let expired = old.as_ref().is_some_and(|m| m.is_expired(now));
     if expired {
-        w.notify(notify::EXPIRED, "expired", key.db, key.name);
-        w.expired += 1;
+        lazily_expired(w, key);
     }
     settle_replaced(w, key, old.as_ref(), new)?;
     if expired {
