@@ -207,7 +207,7 @@ impl Wal {
         rec[8..12].copy_from_slice(&crc.to_be_bytes());
         // A failed write may leave part of a record: the next append goes
         // over it, at the same place.
-        if sync || !self.mappable || !self.store(&rec)? {
+        if sync || !self.store(&rec)? {
             self.file.write_all_at(&rec, self.len)?;
         }
         self.len += rec.len() as u64;
@@ -247,8 +247,12 @@ impl Wal {
     }
 
     /// Copies `rec` into the map at the end of the log, moving the window
-    /// if it does not hold it; false if `rec` is too big for a window.
+    /// if it does not hold it; false if `rec` is too big for a window or
+    /// the file cannot be mapped.
     fn store(&mut self, rec: &[u8]) -> io::Result<bool> {
+        if !self.mappable {
+            return Ok(false);
+        }
         let end = self.len + rec.len() as u64;
         let held = |w: &Window| w.start <= self.len && end <= w.start + WINDOW as u64;
         if !self.window.as_ref().is_some_and(held) {
