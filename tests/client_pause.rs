@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::waiting::{wait_blocked, Pending};
-use common::{err, int, ok, q, text, TestServer};
+use common::{err, expired_keys, int, ok, q, text, TestServer};
 use redis::Value;
 
 fn client_id(c: &mut redis::Connection) -> String {
@@ -154,16 +154,7 @@ fn a_pause_set_inside_a_transaction_starts_after_it() {
 fn keys_do_not_expire_while_writes_are_paused() {
     let srv = TestServer::start();
     let mut c = srv.client();
-    let expired = |c: &mut redis::Connection| {
-        let info = text(q(c, &["INFO", "stats"]));
-        info.lines()
-            .find_map(|l| l.strip_prefix("expired_keys:"))
-            .unwrap()
-            .trim()
-            .parse::<u64>()
-            .unwrap()
-    };
-    let before = expired(&mut c);
+    let before = expired_keys(&mut c);
     ok(&mut c, &["MULTI"]);
     q(&mut c, &["SET", "foo{t}", "x", "PX", "10"]);
     q(&mut c, &["SET", "bar{t}", "y", "PX", "10"]);
@@ -174,14 +165,14 @@ fn keys_do_not_expire_while_writes_are_paused() {
     std::thread::sleep(Duration::from_millis(500));
     assert_eq!(q(&mut c, &["GET", "foo{t}"]), Value::Nil);
     assert_eq!(q(&mut c, &["EXISTS", "bar{t}"]), Value::Int(0));
-    assert_eq!(expired(&mut c), before);
+    assert_eq!(expired_keys(&mut c), before);
     ok(&mut c, &["CLIENT", "UNPAUSE"]);
     // Reading them now deletes them (unless the reaper was first), and
     // either way they are counted by the time the reads reply, as in
     // Redis's pause unit.
     assert_eq!(q(&mut c, &["GET", "foo{t}"]), Value::Nil);
     assert_eq!(q(&mut c, &["GET", "bar{t}"]), Value::Nil);
-    assert_eq!(expired(&mut c), before + 2);
+    assert_eq!(expired_keys(&mut c), before + 2);
 }
 
 #[test]

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{bulk, cmd, err, int, ok, q, TestServer};
+use common::{bulk, cmd, err, expired_keys, int, ok, q, TestServer};
 use redis::Value;
 
 /// Redis 7.0.15's refusal, as redis-server with its default config sends it.
@@ -256,30 +256,21 @@ fn reads_delete_the_expired_keys_they_find() {
     events
         .set_read_timeout(Some(Duration::from_secs(5)))
         .unwrap();
-    let expired = |c: &mut redis::Connection| -> u64 {
-        let text: String = cmd(&["INFO", "stats"]).query(c).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("expired_keys:"))
-            .unwrap()
-            .trim()
-            .parse()
-            .unwrap()
-    };
     for k in ["k1{t}", "k2{t}", "k3{t}", "other"] {
         ok(&mut c, &["SET", k, "v", "PX", "50"]);
     }
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(int(&mut c, &["DBSIZE"]), 4);
-    assert_eq!(expired(&mut c), 0);
+    assert_eq!(expired_keys(&mut c), 0);
     assert_eq!(
         q(&mut c, &["MGET", "k1{t}", "k2{t}", "k3{t}"]),
         Value::Array(vec![Value::Nil, Value::Nil, Value::Nil])
     );
     assert_eq!(int(&mut c, &["DBSIZE"]), 1);
-    assert_eq!(expired(&mut c), 3);
+    assert_eq!(expired_keys(&mut c), 3);
     assert_eq!(int(&mut c, &["EXISTS", "other"]), 0);
     assert_eq!(int(&mut c, &["DBSIZE"]), 0);
-    assert_eq!(expired(&mut c), 4);
+    assert_eq!(expired_keys(&mut c), 4);
     let mut got: Vec<String> = (0..4)
         .map(|_| events.get_message().unwrap().get_payload().unwrap())
         .collect();

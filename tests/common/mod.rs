@@ -202,6 +202,18 @@ pub fn info_cairn(c: &mut Connection) -> HashMap<String, u64> {
         .collect()
 }
 
+/// INFO stats' `expired_keys`: keys removed because they expired, by the
+/// reaper or by an access.
+pub fn expired_keys(c: &mut Connection) -> u64 {
+    let text: String = cmd(&["INFO", "stats"]).query(c).unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix("expired_keys:"))
+        .expect("INFO stats has expired_keys")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
 /// One field of [`info_cairn`]'s map; panics if it is missing.
 pub fn field(info: &HashMap<String, u64>, name: &str) -> u64 {
     *info
