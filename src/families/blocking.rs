@@ -97,9 +97,7 @@ fn block(
                     // type under a watched key only means "not yet".
                     Action::Write { f, .. } if only_watched => Some(Box::new(move |w| {
                         let r = f(w)?;
-                        let wrong_type =
-                            matches!(&r, Reply::Error(e) if e.starts_with("WRONGTYPE"));
-                        Ok(if wrong_type { Reply::NilArray } else { r })
+                        Ok(if wrong_type(&r) { Reply::NilArray } else { r })
                     })),
                     Action::Write { f, .. } => Some(f),
                     _ => None,
@@ -116,9 +114,8 @@ fn block(
             let reply = run(&shards, try_once).await;
             // Once blocked, a key that now holds another type just keeps the
             // client waiting, as in Redis; only the first try reports it.
-            let wrong_type = matches!(&reply, Reply::Error(e) if e.starts_with("WRONGTYPE"));
             let nothing = matches!(reply, Reply::Nil | Reply::NilArray)
-                || (wrong_type && !first && only_watched);
+                || (wrong_type(&reply) && !first && only_watched);
             first = false;
             if !nothing {
                 // Dropping the guard passes any wake-up on to the next
@@ -146,6 +143,12 @@ fn block(
             return ended.reply(Reply::NilArray);
         }
     }))
+}
+
+/// Whether a try met a key of another type (which, under a watched key
+/// after the first try, only means "not yet").
+fn wrong_type(reply: &Reply) -> bool {
+    matches!(reply, Reply::Error(e) if e.starts_with("WRONGTYPE"))
 }
 
 /// A try of a single-shard pop that first checks, in the shard, that no
