@@ -18,7 +18,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use common::waiting::{blocked_clients, keys_on_both_shards, resp, text, wait_blocked, Pending};
+use common::waiting::{
+    blocked_clients, keys_on_both_shards, raw_expect, resp, text, wait_blocked, Pending,
+};
 use common::{arr, bulk, cmd, int, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
@@ -44,16 +46,6 @@ fn keys_on_same_shard(prefix: &str) -> (String, String) {
         .find(|k| shard_of(k, 2) == shard)
         .unwrap();
     (first, second)
-}
-
-/// Reads exactly `expected.len()` bytes and compares.
-fn raw_expect(s: &mut TcpStream, expected: &[u8]) {
-    let mut got = vec![0u8; expected.len()];
-    s.read_exact(&mut got).expect("reply bytes");
-    assert_eq!(
-        String::from_utf8_lossy(&got),
-        String::from_utf8_lossy(expected)
-    );
 }
 
 /// Reads one `:<n>\r\n` reply.

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use common::error_line;
 use common::waiting::{
-    blocked_clients, first_reply, keys_on_both_shards, resp, text, wait_blocked, Pending,
-    REPLY_WITHIN,
+    blocked_clients, first_reply, keys_on_both_shards, raw_expect, resp, text, wait_blocked,
+    Pending, REPLY_WITHIN,
 };
 use common::{arr, bulk, cmd, err, field, info_cairn, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
@@ -468,6 +468,45 @@ fn xreadgroup_block_woken_by_xadd_and_entry_pending() {
     assert_eq!(groups[0]["lag"], Value::Int(0));
     assert_eq!(int(&mut admin, &["XACK", "s", "g", "3-0"]), 1);
     assert_eq!(q(&mut admin, &["XPENDING", "s", "g"]), no_pending());
+}
+
+// Pins: a blocked group reader is served by the XADD that feeds its stream
+// before the adder's next command, as Redis serves it: a pipeline XADD +
+// XPENDING + XREADGROUP (another consumer of the group) from another client
+// sees the entry pending for the blocked consumer, and nothing left for the
+// other (bytes recorded from Redis 7.0.15).
+#[test]
+fn xreadgroup_blocked_reader_is_served_before_the_next_command() {
+    let srv = TestServer::start();
+    let mut admin = srv.client();
+    for round in 0..5 {
+        let s_key = format!("s{round}");
+        ok(
+            &mut admin,
+            &["XGROUP", "CREATE", &s_key, "g", "$", "MKSTREAM"],
+        );
+        let grp = group_reader(&srv, &mut admin, ("g", "c"), &s_key, 0);
+        let mut s = srv.tcp();
+        let mut pipe = resp(&["XADD", &s_key, "1-0", "f", "v"]);
+        pipe.extend(resp(&["XPENDING", &s_key, "g"]));
+        pipe.extend(resp(&[
+            "XREADGROUP",
+            "GROUP",
+            "g",
+            "other",
+            "STREAMS",
+            &s_key,
+            ">",
+        ]));
+        s.write_all(&pipe).unwrap();
+        raw_expect(
+            &mut s,
+            b"$3\r\n1-0\r\n*4\r\n:1\r\n$3\r\n1-0\r\n$3\r\n1-0\r\n*1\r\n*2\r\n$1\r\nc\r\n$1\r\n1\r\n*-1\r\n",
+        );
+        let want = read_reply(&s_key, vec![entry("1-0", &["f", "v"])]);
+        assert_eq!(grp.reply(), want, "round {round}");
+        wait_blocked(&mut admin, 0);
+    }
 }
 
 // Pins: two consumers blocked on the same group and one XADD of one entry:

@@ -1,7 +1,8 @@
 //! Blocking pops: BLPOP BRPOP BLMOVE BRPOPLPUSH BLMPOP BZPOPMIN BZPOPMAX
 //! BZMPOP. Each tries its non-blocking twin (LMPOP, LMOVE, ZMPOP) and, if
 //! there is nothing to take, waits on the keys (see `shard::blocking`)
-//! until woken or timed out.
+//! until woken or timed out. XREADGROUP's BLOCK waits through the same
+//! loop ([`block`] with [`Waits::Stream`]).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -53,33 +54,47 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
     }
 }
 
+/// What a blocked client's tries mean, beyond "nil is nothing yet".
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Waits {
+    /// A pop whose every touched key is a watched key: a WRONGTYPE met
+    /// after the first try means "another type is under the key now" and
+    /// the client keeps waiting, as in Redis.
+    Pop,
+    /// BLMOVE, which also touches its destination: a WRONGTYPE is the
+    /// client's answer.
+    Move,
+    /// A stream group reader: errors are its answer, and a try that finds
+    /// nothing wakes the next waiter of its keys, since what this reader's
+    /// group had already taken may be new to another group's reader.
+    Stream,
+}
+
 /// The blocking loop: register on `keys`, try, wait, try again...
-/// `attempt` builds one try; a nil or nil-array reply means "nothing yet".
-///
-/// `only_watched`: every key the attempt touches is a watched key, so a
-/// WRONGTYPE met after the first try means "another type is under the key
-/// now" and the client keeps waiting, as in Redis. BLMOVE also touches its
-/// destination, whose WRONGTYPE is the client's answer.
+/// `attempt` builds one try, told whether it is a retry (the first try
+/// may differ, as XREADGROUP's does); a nil or nil-array reply means
+/// "nothing yet".
 ///
 /// A pop that runs on one shard registers a handoff, so the shard can
 /// serve this client inside the transaction that feeds its key (see
 /// `shard::blocking`); every try goes through the waiter's stage, so the
 /// client is served once whichever way comes first.
-fn block(
+pub(crate) fn block(
     s: &Session,
     keys: Vec<Bytes>,
     touched: &[Bytes],
     wait: Option<Duration>,
-    only_watched: bool,
-    attempt: impl Fn(Arc<ShardSet>) -> Action + Send + Sync + 'static,
+    waits: Waits,
+    attempt: impl Fn(Arc<ShardSet>, bool) -> Action + Send + Sync + 'static,
     finish: fn(Reply) -> Reply,
 ) -> Action {
     let shards = s.server.shards.clone();
     if s.in_exec {
         // Inside a transaction a blocking pop never blocks: it is its
         // non-blocking attempt, shaped as the blocking form replies.
-        return attempt(shards).map(finish);
+        return attempt(shards, false).map(finish);
     }
+    let only_watched = waits == Waits::Pop;
     let db = s.db;
     // Only a pop whose keys all live on one shard is a single write there.
     let ids: Vec<usize> = touched.iter().map(|k| shards.shard_of_key(k)).collect();
@@ -92,7 +107,7 @@ fn block(
             let (again, sh) = (attempt.clone(), shards.clone());
             Handoff {
                 shard,
-                attempt: Box::new(move || match again(sh.clone()) {
+                attempt: Box::new(move || match again(sh.clone(), true) {
                     // A handoff never is the first try: a key of another
                     // type under a watched key only means "not yet".
                     Action::Write { f, .. } if only_watched => Some(Box::new(move |w| {
@@ -108,15 +123,14 @@ fn block(
         let guard = shards.blocked.register_with(db, &keys, handoff);
         // A deadline beyond what the clock can represent is "forever".
         let deadline = wait.and_then(|d| Instant::now().checked_add(d));
-        let mut first = true;
+        let mut retry = false;
         loop {
-            let try_once = through_stage(attempt(shards.clone()), guard.waiter.clone());
+            let try_once = through_stage(attempt(shards.clone(), retry), guard.waiter.clone());
             let reply = run(&shards, try_once).await;
             // Once blocked, a key that now holds another type just keeps the
             // client waiting, as in Redis; only the first try reports it.
             let nothing = matches!(reply, Reply::Nil | Reply::NilArray)
-                || (wrong_type(&reply) && !first && only_watched);
-            first = false;
+                || (wrong_type(&reply) && retry && only_watched);
             if !nothing {
                 // Dropping the guard passes any wake-up on to the next
                 // waiter of each key.
@@ -126,6 +140,10 @@ fn block(
             if served {
                 return finish(handed_over(&mut rx).await);
             }
+            if retry && waits == Waits::Stream {
+                guard.pass_on();
+            }
+            retry = true;
             let Some(ended) = unblocker.wait(&guard.waiter.notify, deadline).await else {
                 continue;
             };
@@ -234,8 +252,8 @@ fn block_mpop(
         keys.clone(),
         &keys,
         wait,
-        true,
-        move |shards| pop(shards, db, attempt_keys.clone(), first, count),
+        Waits::Pop,
+        move |shards, _| pop(shards, db, attempt_keys.clone(), first, count),
         finish,
     )
 }
@@ -282,8 +300,8 @@ fn bmove(
         vec![src.clone()],
         &[src, dst],
         wait,
-        false,
-        move |shards| {
+        Waits::Move,
+        move |shards, _| {
             list::lmove_action(shards, db, src2.clone(), dst2.clone(), from_left, to_left)
         },
         keep,

@@ -174,6 +174,17 @@ pub fn resp(args: &[&str]) -> Vec<u8> {
     out
 }
 
+/// Reads exactly `expected.len()` bytes from a raw connection and
+/// compares them with `expected`.
+pub fn raw_expect(s: &mut std::net::TcpStream, expected: &[u8]) {
+    let mut got = vec![0u8; expected.len()];
+    std::io::Read::read_exact(s, &mut got).expect("reply bytes");
+    assert_eq!(
+        String::from_utf8_lossy(&got),
+        String::from_utf8_lossy(expected)
+    );
+}
+
 /// BUSY while a script runs past busy-reply-threshold.
 pub const BUSY: &str =
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.";

@@ -17,6 +17,7 @@ use super::group::GroupEdit;
 use super::id::{self, StreamId};
 use super::{entries_reply, entry_reply, store};
 use crate::command::args::{error, int, is, Args, SYNTAX};
+use crate::families::blocking::Waits;
 use crate::families::{coordinated, on_views, settle, Fail};
 use crate::net::session::{Action, Session};
 use crate::net::unblock::Unblocker;
@@ -509,34 +510,26 @@ pub fn xreadgroup(s: &mut Session, a: Args) -> Action {
         // Inside a transaction a blocking read is a plain one.
         _ => return group_attempt(shards, req.clone(), false, req.count),
     };
-    let db = s.db;
-    let mut unblocker = Unblocker::waiting_on(&s.entry, &req.keys);
-    Action::Block(Box::pin(async move {
-        let guard = shards.blocked.register(db, &req.keys);
-        let first = crate::families::blocking::run(
-            &shards,
-            group_attempt(shards.clone(), req.clone(), false, req.count),
-        )
-        .await;
-        if first != Reply::NilArray {
-            return first;
-        }
-        let deadline = deadline_of(block_ms);
-        let count = blocked_count(req.count);
-        loop {
-            // Its timeout, or CLIENT UNBLOCK.
-            if let Some(how) = unblocker.wait(&guard.waiter.notify, deadline).await {
-                return how.reply(Reply::NilArray);
-            }
-            let r = crate::families::blocking::run(
-                &shards,
-                group_attempt(shards.clone(), req.clone(), true, count),
-            )
-            .await;
-            if r != Reply::NilArray {
-                return r;
-            }
-            guard.pass_on();
-        }
-    }))
+    // BLOCK 0 waits forever.
+    let wait = (block_ms > 0).then(|| Duration::from_millis(block_ms));
+    let keys = req.keys.clone();
+    // A reader that was blocked reads with the errors and the COUNT cap
+    // Redis gives a served blocked reader; the shard that feeds one of its
+    // keys may serve it by the same try (see `families::blocking`).
+    crate::families::blocking::block(
+        s,
+        keys.clone(),
+        &keys,
+        wait,
+        Waits::Stream,
+        move |shards, retry| {
+            let count = if retry {
+                blocked_count(req.count)
+            } else {
+                req.count
+            };
+            group_attempt(shards, req.clone(), retry, count)
+        },
+        |r| r,
+    )
 }
