@@ -195,6 +195,23 @@ impl Buffer {
         }
     }
 
+    /// An empty buffer for the commits of log generation `gen`, whose row
+    /// maps start with room for as many rows as `like` (the buffer it
+    /// follows) holds: a shard's buffers take like loads one after
+    /// another, and a map grown from empty rehashes every row at each
+    /// doubling, into fresh memory the system must fault in and zero.
+    pub fn sized_like(gen: u64, like: &Buffer) -> Buffer {
+        let b = Buffer::new(gen);
+        {
+            let like = like.tables.read_recursive();
+            let mut t = b.tables.write();
+            for (rows, old) in t.rows.iter_mut().zip(&like.rows) {
+                rows.reserve(old.len());
+            }
+        }
+        b
+    }
+
     /// Memory the buffer holds, roughly (payload plus per-row overhead).
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
@@ -410,6 +427,20 @@ mod tests {
             &mut out,
         );
         out.into()
+    }
+
+    /// A buffer that follows another starts with room for its rows, and
+    /// empty.
+    #[test]
+    fn a_buffer_sized_like_another_has_room_for_its_rows() {
+        let b = Buffer::new(1);
+        let ops = (0..1000u32).map(|i| put(&i.to_be_bytes(), b"v")).collect();
+        b.apply(1, ops, 0);
+        let next = Buffer::sized_like(2, &b);
+        let t = next.tables.read();
+        assert!(t.rows[Table::Sub as usize].capacity() >= 1000);
+        assert!(t.rows.iter().all(|r| r.is_empty()));
+        assert_eq!(next.bytes(), 0);
     }
 
     /// Keys held inline and keys held shared (both sides of the length

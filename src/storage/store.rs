@@ -238,7 +238,8 @@ impl Store {
     fn freeze(&self, wal: &mut Wal, active: Arc<Buffer>) -> Result<(), StoreError> {
         wal.rotate().map_err(io_err)?;
         let core = &self.core;
-        core.view.lock().insert(0, Arc::new(Buffer::new(wal.gen())));
+        let next = Buffer::sized_like(wal.gen(), &active);
+        core.view.lock().insert(0, Arc::new(next));
         core.frozen_bytes
             .fetch_add(active.bytes(), Ordering::AcqRel);
         if let Some((tx, _)) = &*self.writer.lock() {
