@@ -473,12 +473,13 @@ fn inside_multi_debug_runs_in_the_transaction() {
     );
     assert_eq!(int(&mut c, &["DBSIZE"]), 100);
 
-    // The transaction holds the shards a reopen needs.
+    // Inside a transaction it answers OK, as Redis 7.0.15 does, and the
+    // data is unchanged.
     let mut raw = s.tcp();
     for args in [&[&b"MULTI"[..]][..], &[b"DEBUG", b"RELOAD"], &[b"EXEC"]] {
         common::send_raw(&mut raw, args);
     }
-    let want = b"+OK\r\n+QUEUED\r\n*1\r\n-ERR DEBUG RELOAD inside MULTI is not allowed\r\n";
+    let want = b"+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n";
     let mut got = vec![0; want.len()];
     std::io::Read::read_exact(&mut raw, &mut got).unwrap();
     assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
