@@ -241,7 +241,8 @@ impl Cluster {
             // First from the version last seen (most changes are made by
             // the node that saw the last one: one etcd round trip), then,
             // if someone changed it meanwhile, from the store.
-            let (mut topology, revision) = if attempt == 0 && self.reachable() {
+            let cached = attempt == 0 && self.reachable();
+            let (mut topology, revision) = if cached {
                 self.applied.lock().clone()
             } else {
                 self.current().await?
@@ -250,7 +251,16 @@ impl Cluster {
             let before = topology.clone();
             register(&mut topology, &myid, &self.announce);
             topology.expire_forgotten(now_ms());
-            f(&mut topology, &myid).map_err(ChangeError::Refused)?;
+            if let Err(refused) = f(&mut topology, &myid) {
+                // The version seen here may be behind the store (a node
+                // that registered a moment ago, as CLUSTER MEET right
+                // after that node started finds): only the store's own
+                // version may refuse.
+                if cached {
+                    continue;
+                }
+                return Err(ChangeError::Refused(refused));
+            }
             if topology == before {
                 // Nothing to write; what was read may still be news here.
                 self.apply(topology, revision);
