@@ -288,9 +288,7 @@ impl Wal {
         unsafe { std::ptr::copy_nonoverlapping(rec.as_ptr(), w.ptr.add(at), rec.len()) };
         Ok(true)
     }
-}
 
-impl Wal {
     /// Makes sure the file's blocks up to `end` are allocated, allocating
     /// [`WINDOW`] bytes (or what `end` needs) past the last record when
     /// they are not. Where the file system cannot (EOPNOTSUPP), records
