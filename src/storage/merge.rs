@@ -282,19 +282,21 @@ pub fn scan(
                 best = Some((i, k));
             }
         }
-        let Some((winner, _)) = best else {
+        let Some((winner, key)) = best else {
             // Exhausted: the rest of the range is dead.
             if crossed {
                 note_to_edge(&run);
             }
             return Ok(());
         };
-        // The winner's row, taken whole (its key is the scan's position
-        // next); older layers' versions of it are passed over.
-        let (key, entry) = cursors[winner].rows.pop_front().expect("head");
+        let key = key.to_vec();
+        let mut entry = None;
         for (i, c) in cursors.iter_mut().enumerate() {
-            if i != winner && c.head() == Some(key.as_slice()) {
-                c.rows.pop_front();
+            if c.head() == Some(key.as_slice()) {
+                let (_, e) = c.rows.pop_front().expect("head");
+                if i == winner {
+                    entry = Some(e);
+                }
             }
         }
         let hidden = ranges[..winner]
@@ -302,7 +304,7 @@ pub fn scan(
             .flatten()
             .any(|(s, e)| in_range(&key, s, e.as_deref()));
         match (entry, hidden) {
-            (Some(value), false) => {
+            (Some(Some(value)), false) => {
                 if crossed {
                     let mut to = key.clone();
                     if reverse {
@@ -315,10 +317,7 @@ pub fn scan(
                 if !visit(&key, &value) {
                     return Ok(());
                 }
-                // Rewritten in place: a new copy per row, grown again by
-                // the 0, was about a fifth of the samples under LRANGE.
-                run.clear();
-                run.extend_from_slice(&key);
+                run = key.clone();
                 if !reverse {
                     run.push(0);
                 }
