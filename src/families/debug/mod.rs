@@ -328,14 +328,18 @@ fn protocol(name: &[u8], resp3: bool) -> Action {
 /// append-only files. cairn's log and shard files are that record, so
 /// this reopens them as DEBUG RELOAD does, and answers OK.
 fn loadaof(s: &Session) -> Action {
-    if s.in_exec {
-        return Reply::Ok.into();
-    }
     reopen(s, "Append Only File loaded by DEBUG LOADAOF")
 }
 
-/// Reopens every shard's files (DEBUG RELOAD and LOADAOF).
+/// Reopens every shard's files (DEBUG RELOAD and LOADAOF). Inside a
+/// transaction the reply is Redis's OK without the reopen: the
+/// transaction holds the shards a reopen must close, and what a client
+/// reads after a reload is what it read before, so the reopen is the only
+/// part left out.
 fn reopen(s: &Session, done: &'static str) -> Action {
+    if s.in_exec {
+        return Reply::Ok.into();
+    }
     let shards = s.server.shards.clone();
     Action::Job(Box::pin(async move {
         match shards.reopen().await {
@@ -360,11 +364,6 @@ const LOAD_FAILED: &str = "Error trying to load the RDB dump";
 /// proves what Redis's reload proves: the data survives a reopen. The
 /// options change nothing, but for NOFLUSH without MERGE over loaded
 /// function libraries, which fails as Redis's load does.
-///
-/// Inside a transaction (and so for LOADAOF) the reply is Redis's OK
-/// without the reopen: the transaction holds the shards a reopen must
-/// close, and what a client reads after a reload is what it read before,
-/// so the reopen is the only part left out.
 fn reload(s: &Session, a: &Args) -> Action {
     let known = ["merge", "noflush", "nosave"];
     if !a.from(2).iter().all(|o| known.iter().any(|k| is(o, k))) {
@@ -379,9 +378,6 @@ fn reload(s: &Session, a: &Args) -> Action {
     if has("noflush") && !has("merge") && !s.server.scripts.registry().libraries().is_empty() {
         tracing::warn!("DEBUG RELOAD NOFLUSH: the saved function libraries already exist");
         return Reply::err(LOAD_FAILED).into();
-    }
-    if s.in_exec {
-        return Reply::Ok.into();
     }
     reopen(s, "DB reloaded by DEBUG RELOAD")
 }
