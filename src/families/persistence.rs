@@ -215,12 +215,12 @@ pub fn bgrewriteaof(s: &mut Session, _a: Args) -> Action {
             return Reply::err(e).into();
         }
     }
-    tracing::info!("Background append only file rewriting started");
     let status = if s.server.persistence.in_progress.load(Ordering::Relaxed) {
         "Background append only file rewriting scheduled"
     } else {
         "Background append only file rewriting started"
     };
+    tracing::info!("{status}");
     Reply::Status(status.into()).into()
 }
 
