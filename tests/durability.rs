@@ -749,12 +749,7 @@ fn bgrewriteaof_moves_the_logs_into_the_tables() {
             .query(&mut c)
             .unwrap();
     }
-    let buffered = |c: &mut Connection| -> u64 {
-        info_field(&info(c, "cairn"), "write_buffer_bytes")
-            .unwrap()
-            .parse()
-            .unwrap()
-    };
+    let buffered = |c: &mut Connection| common::field(&common::info_cairn(c), "write_buffer_bytes");
     assert!(buffered(&mut c) > 0);
     let reply: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
     assert_eq!(
