@@ -55,15 +55,8 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
     let run = move |vm: &ScriptVm, host: &mut dyn Host| {
         vm.call_function(&name, keys.clone(), args.clone(), ro, host)
     };
-    dispatch(
-        s.server.clone(),
-        &declared,
-        id,
-        run,
-        s.entry.clone(),
-        s.db,
-        label,
-    )
+    let caller = super::scripting::Caller::of(s, &declared);
+    dispatch(s.server.clone(), &declared, id, run, caller, label)
 }
 
 /// FUNCTION subcommand [arg ...]

@@ -189,17 +189,81 @@ pub async fn on_views<T>(
 }
 
 /// Runs a multi-shard read on fresh consistent snapshots of its shards.
+/// The keys it finds expired are deleted before the reply goes out, as
+/// for a read of one shard (`net::conn`), in the order it found them.
 pub async fn read_now(
     shards: &ShardSet,
     ids: &[usize],
     f: crate::net::session::ReadManyFn,
 ) -> Reply {
-    match shards.snapshots(ids).await {
-        Ok(snaps) => {
-            let readers: Vec<&dyn KvRead> = snaps.iter().map(|s| s as &dyn KvRead).collect();
-            f(&readers)
+    let snaps = match shards.snapshots(ids).await {
+        Ok(snaps) => snaps,
+        Err(e) => return Reply::err(e),
+    };
+    let found = parking_lot::Mutex::new(Vec::new());
+    let reply = {
+        let views: Vec<Noting> = ids
+            .iter()
+            .zip(&snaps)
+            .map(|(&shard, snap)| Noting {
+                snap,
+                shard,
+                found: &found,
+            })
+            .collect();
+        let readers: Vec<&dyn KvRead> = views.iter().map(|v| v as &dyn KvRead).collect();
+        f(&readers)
+    };
+    let mut found = found.into_inner();
+    while !found.is_empty() {
+        // A run of keys of one shard is one write.
+        let shard = found[0].0;
+        let run = found.iter().take_while(|(s, ..)| *s == shard).count();
+        let keys: Vec<(u8, Vec<u8>)> = found.drain(..run).map(|(_, db, k)| (db, k)).collect();
+        if !shards.shard(shard).pause.writes_paused() {
+            // A failure leaves the key to the reaper; the read stands.
+            let _ = shards
+                .submit(shard, crate::shard::expire_found(keys, Reply::Ok))
+                .await;
         }
-        Err(e) => Reply::err(e),
+    }
+    reply
+}
+
+/// One shard's snapshot in a multi-shard read: the keys found expired go
+/// to one list for all the shards, in the order they were found.
+struct Noting<'a> {
+    snap: &'a crate::storage::ReadCtx,
+    shard: usize,
+    found: &'a parking_lot::Mutex<Vec<(usize, u8, Vec<u8>)>>,
+}
+
+impl KvRead for Noting<'_> {
+    fn now_ms(&self) -> u64 {
+        self.snap.now_ms()
+    }
+
+    fn get(&self, table: crate::storage::Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.snap.get(table, key)
+    }
+
+    fn scan(
+        &self,
+        table: crate::storage::Table,
+        start: &[u8],
+        end: Option<&[u8]>,
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.snap.scan(table, start, end, reverse, visit)
+    }
+
+    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
+        self.snap.key_count(db)
+    }
+
+    fn note_expired(&self, db: u8, key: &[u8]) {
+        self.found.lock().push((self.shard, db, key.to_vec()));
     }
 }
 

@@ -68,7 +68,7 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
     };
     let body = a.get(1).clone();
     let server = s.server.clone();
-    let (entry, db) = (s.entry.clone(), s.db);
+    let caller = Caller::of(s, &keys);
     let label = (
         if by_sha {
             String::from_utf8_lossy(&body).to_ascii_lowercase()
@@ -92,7 +92,35 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
         vm.run(&sha, keys.clone(), argv.clone(), ro, host)
     };
     let id = label.0.clone();
-    dispatch(server, &declared, id, run, entry, db, label)
+    dispatch(server, &declared, id, run, caller, label)
+}
+
+/// Who runs a script: the calling client and its database, and what the
+/// script's reads make it track.
+#[derive(Clone)]
+pub struct Caller {
+    entry: Arc<ClientEntry>,
+    db: u8,
+    /// See [`Session::script_tracks`].
+    tracks: Option<Vec<Bytes>>,
+}
+
+impl Caller {
+    /// The client of `s` running a script that declares `keys`.
+    pub fn of(s: &Session, keys: &[Bytes]) -> Caller {
+        Caller {
+            entry: s.entry.clone(),
+            db: s.db,
+            tracks: crate::families::tracking::script_keys(s, keys),
+        }
+    }
+
+    /// The session the script's commands run in.
+    fn session(&self, server: &Arc<Server>) -> Session {
+        let mut s = Session::for_script(server.clone(), self.entry.clone(), self.db);
+        s.script_tracks = self.tracks.clone();
+        s
+    }
 }
 
 /// Where a script runs: inside the shard of its declared keys when they
@@ -103,8 +131,7 @@ pub fn dispatch(
     declared: &[Bytes],
     id: String,
     body: impl Fn(&ScriptVm, &mut dyn Host) -> Reply + Clone + Send + 'static,
-    entry: Arc<ClientEntry>,
-    db: u8,
+    caller: Caller,
     label: (String, Vec<Bytes>),
 ) -> Action {
     let shards: Vec<usize> = declared
@@ -115,13 +142,7 @@ pub fn dispatch(
         .first()
         .copied()
         .filter(|s| shards.iter().all(|x| x == s));
-    let slow = run_script(
-        server.clone(),
-        body.clone(),
-        entry.clone(),
-        db,
-        label.clone(),
-    );
+    let slow = run_script(server.clone(), body.clone(), caller.clone(), label.clone());
     let Some(shard) = one else {
         return slow;
     };
@@ -136,7 +157,7 @@ pub fn dispatch(
         let mut host = LocalHost {
             w,
             shard,
-            session: Session::for_script(server.clone(), entry, db),
+            session: caller.session(&server),
             run: vm.kill_handle(),
             nonlocal: false,
         };
@@ -252,8 +273,7 @@ impl Host for LocalHost<'_, '_> {
 fn run_script(
     server: Arc<Server>,
     body: impl FnOnce(&ScriptVm, &mut dyn Host) -> Reply + Send + 'static,
-    entry: Arc<ClientEntry>,
-    db: u8,
+    caller: Caller,
     label: (String, Vec<Bytes>),
 ) -> Action {
     let ids: Vec<usize> = (0..server.shards.len()).collect();
@@ -261,7 +281,7 @@ fn run_script(
         let vm = server.scripts.plan();
         let mut host = ScriptHost {
             at,
-            session: Session::for_script(server.clone(), entry, db),
+            session: caller.session(&server),
             run: vm.kill_handle(),
             failure: None,
         };
@@ -330,6 +350,13 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &Kil
     }
     if counted.has_flag("write") {
         run.mark_wrote();
+    }
+    if counted.has_flag("readonly") {
+        if let Some(keys) = session.script_tracks.take() {
+            for key in &keys {
+                server.pubsub.tracking.remember(session.entry.id, key);
+            }
+        }
     }
     session.resp3 = resp3;
     let monitors = &server.pubsub.monitors;

@@ -216,32 +216,98 @@ pub fn trackinginfo(s: &Session) -> Action {
 
 /// Before a command runs: a read-only command of a client tracking in the
 /// default mode records its keys (unless OPTIN without CACHING YES, or
-/// OPTOUT with CACHING NO). For EXEC, the queued read-only commands do.
+/// OPTOUT with CACHING NO). Before the read, so that no write can slip
+/// between the read and the tracking. Inside EXEC, each queued read-only
+/// command does so where it runs in the unit (see `read_in_unit`).
 pub fn before_command(s: &Session, spec: &'static CommandSpec, args: &Args) {
-    let Some(t) = &s.tracking else {
-        return;
-    };
-    if t.bcast || (t.optin && !s.caching) || (t.optout && s.caching) {
+    if spec.name == "exec" {
         return;
     }
     let tracker = &s.server.pubsub.tracking;
-    let remember = |spec: &'static CommandSpec, args: &Args| {
-        let spec = crate::command::call_spec(spec, args).unwrap_or(spec);
-        if spec.has_flag("readonly") {
-            for pos in spec.key_positions(args.all()) {
-                tracker.remember(s.entry.id, args.get(pos));
+    for key in reads(s, spec, args) {
+        tracker.remember(s.entry.id, &key);
+    }
+}
+
+/// The keys a command of the client makes it track (see
+/// [`before_command`]).
+pub fn reads(s: &Session, spec: &'static CommandSpec, args: &Args) -> Vec<Bytes> {
+    if !remembers_reads(s) {
+        return Vec::new();
+    }
+    let spec = crate::command::call_spec(spec, args).unwrap_or(spec);
+    // A read-only script's keys are tracked only once it reads (see
+    // `script_keys`).
+    if !spec.has_flag("readonly") || READ_ONLY_SCRIPTS.contains(&spec.name) {
+        return Vec::new();
+    }
+    spec.key_positions(args.all())
+        .into_iter()
+        .map(|pos| args.get(pos).clone())
+        .collect()
+}
+
+/// A read-only command queued in EXEC, which makes the client track `keys`
+/// once it has run, at its place in the unit: a change an earlier command
+/// of the unit made to one of them is not sent to the client, a change a
+/// later one makes is, as in Redis (see `storage::tables::Touch::Read`).
+pub fn read_in_unit(s: &Session, keys: Vec<Bytes>, action: Action) -> Action {
+    if keys.is_empty() {
+        return action;
+    }
+    let (id, server) = (s.entry.id, s.server.clone());
+    // Where the reader cannot note the keys, they are tracked at once.
+    let track = move |r: Option<&dyn crate::storage::KvRead>| {
+        if !r.is_some_and(|r| r.track_read(id, &keys)) {
+            for key in &keys {
+                server.pubsub.tracking.remember(id, key);
             }
         }
     };
-    if spec.name == "exec" {
-        if let Some(multi) = &s.multi {
-            for (spec, args) in &multi.queue {
-                remember(spec, args);
-            }
+    match action {
+        Action::Read { shard, f } => Action::Read {
+            shard,
+            f: Box::new(move |r| {
+                let out = f(r)?;
+                track(Some(r));
+                Ok(out)
+            }),
+        },
+        Action::ReadMany { ids, f } => Action::ReadMany {
+            ids,
+            f: Box::new(move |rs| {
+                let out = f(rs);
+                track(rs.first().copied());
+                out
+            }),
+        },
+        // Anything else (a refusal) is tracked from the start of the unit.
+        other => {
+            track(None);
+            other
         }
-    } else {
-        remember(spec, args);
     }
+}
+
+/// The script commands flagged read-only, whose keys the reads inside
+/// them track.
+const READ_ONLY_SCRIPTS: [&str; 3] = ["eval_ro", "evalsha_ro", "fcall_ro"];
+
+/// Whether the client's read-only commands make it track their keys now:
+/// it tracks in the default mode, and not OPTIN without CACHING YES nor
+/// OPTOUT with CACHING NO.
+fn remembers_reads(s: &Session) -> bool {
+    s.tracking
+        .as_ref()
+        .is_some_and(|t| !(t.bcast || (t.optin && !s.caching) || (t.optout && s.caching)))
+}
+
+/// The keys a script declaring `keys` makes its caller track, if any: as
+/// in Redis, a script (EVAL, FCALL and their read-only forms) tracks its
+/// caller's declared keys once it calls a read-only command, and tracks
+/// nothing if it never reads.
+pub fn script_keys(s: &Session, keys: &[Bytes]) -> Option<Vec<Bytes>> {
+    remembers_reads(s).then(|| keys.to_vec())
 }
 
 /// After a command: CLIENT CACHING covers only the next command (or the

@@ -153,7 +153,9 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
             if let Some(r) = crate::acl::check::exec_refusal(s, counted, &args) {
                 return (counted, Action::Reply(r));
             }
+            let reads = crate::families::tracking::reads(s, spec, &args);
             let action = (spec.handler)(s, args);
+            let action = crate::families::tracking::read_in_unit(s, reads, action);
             (counted, crate::families::tracking::noloop(s, action))
         })
         .collect();

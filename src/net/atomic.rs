@@ -75,10 +75,29 @@ impl Atomic {
             Action::ReadMany { ids, f } => {
                 let remotes: Vec<Remote> = ids
                     .iter()
-                    .map(|&shard| Remote { at: self, shard })
+                    .map(|&shard| Remote {
+                        at: self,
+                        shard,
+                        found: Default::default(),
+                    })
                     .collect();
                 let readers: Vec<&dyn KvRead> = remotes.iter().map(|r| r as &dyn KvRead).collect();
-                Ok(f(&readers))
+                let reply = f(&readers);
+                for r in &remotes {
+                    let found = r.found.take();
+                    if !found.is_empty() {
+                        self.step(r.shard, move |w| {
+                            // Through the shard's own list, which knows
+                            // whether keys may expire now (not while
+                            // writes are paused).
+                            for (db, key) in &found {
+                                w.note_expired(*db, key);
+                            }
+                            crate::storage::keyspace::expire_noted(w)
+                        })?;
+                    }
+                }
+                Ok(reply)
             }
             Action::Plan { plan, .. } => match self.rt.block_on(plan(self.locked.clone()))? {
                 Ok(r) | Err(r) => Ok(r),
@@ -143,6 +162,9 @@ const SCAN_CHUNK: usize = 256;
 struct Remote<'a> {
     at: &'a Atomic,
     shard: usize,
+    /// Keys its lookups found expired: deleted on the shard after the
+    /// read, as a read of one shard does (`session::read_in_write`).
+    found: std::cell::RefCell<Vec<(u8, Vec<u8>)>>,
 }
 
 impl KvRead for Remote<'_> {
@@ -199,5 +221,16 @@ impl KvRead for Remote<'_> {
 
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
         self.at.step(self.shard, move |w| w.key_count(db))
+    }
+
+    fn note_expired(&self, db: u8, key: &[u8]) {
+        self.found.borrow_mut().push((db, key.to_vec()));
+    }
+
+    fn track_read(&self, id: u64, keys: &[bytes::Bytes]) -> bool {
+        let keys = keys.to_vec();
+        self.at
+            .step(self.shard, move |w| Ok(w.track_read(id, &keys)))
+            .unwrap_or(false)
     }
 }

@@ -709,7 +709,9 @@ async fn execute(
         Action::Read { shard, f } => {
             outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {
-                let rx = server.shards.submit(shard, Box::new(move |w| f(&*w)));
+                let rx = server
+                    .shards
+                    .submit(shard, super::session::read_in_write(f));
                 outbox.push_slot(Slot::Waiting(rx), to);
             } else {
                 if outbox.inflight != Inflight::None {
@@ -794,6 +796,9 @@ async fn wait_blocked<T>(
     let mut until = std::pin::pin!(until);
     let done = loop {
         tokio::select! {
+            // The outcome first: an invalidation its own serving caused
+            // (BLMOVE's destination) goes after the reply, as in Redis.
+            biased;
             r = &mut until => break Some(r),
             // A RESP3 client gets its messages and invalidations while it
             // waits, as in Redis.

@@ -106,9 +106,9 @@ impl Action {
     pub fn into_shard_op(self) -> Result<(usize, WriteFn), Action> {
         match self {
             Action::Write { shard, f } => Ok((shard, f)),
-            Action::Read { shard, f } => Ok((shard, Box::new(move |w| f(&*w)))),
+            Action::Read { shard, f } => Ok((shard, read_in_write(f))),
             Action::ReadMany { ids, f } if ids.len() == 1 => {
-                Ok((ids[0], Box::new(move |w| Ok(f(&[&*w as &dyn KvRead])))))
+                Ok((ids[0], read_in_write(Box::new(move |r| Ok(f(&[r]))))))
             }
             other => Err(other),
         }
@@ -164,6 +164,17 @@ impl Action {
     }
 }
 
+/// A read run in its shard's write transaction (inside EXEC or a script,
+/// or behind the connection's writes in flight): the keys it found expired
+/// are deleted before its reply goes out, as Redis's lazy expiry does.
+pub fn read_in_write(f: ReadFn) -> WriteFn {
+    Box::new(move |w| {
+        let r = f(&*w)?;
+        crate::storage::keyspace::expire_noted(w)?;
+        Ok(r)
+    })
+}
+
 /// CLIENT REPLY mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReplyMode {
@@ -201,6 +212,11 @@ pub struct Session {
     /// Set in the session a script's commands run in (Redis's
     /// CLIENT_SCRIPT: SORT of a set BY a constant sorts it there).
     pub in_script: bool,
+    /// In a script's session: the script's declared keys, when its caller
+    /// tracks keys in the default mode. The first read-only command the
+    /// script calls makes the caller track them, as in Redis (see
+    /// `families::tracking::script_keys`).
+    pub script_tracks: Option<Vec<bytes::Bytes>>,
     /// What CLIENT LIST last got told of the transaction: (queued commands
     /// or -1, whether keys are watched).
     pub shown_transaction: (i64, bool),
@@ -309,6 +325,7 @@ impl Session {
             watching: Watching::default(),
             in_exec: false,
             in_script: false,
+            script_tracks: None,
             shown_transaction: (-1, false),
             asking: false,
             script_slot: None,

@@ -269,6 +269,9 @@ impl ShardCore {
                 }
                 let run = || {
                     let r = f(&mut ctx)?;
+                    // Keys a write's lookups found expired (reads expire
+                    // theirs in `read_in_write` already).
+                    crate::storage::keyspace::expire_noted(&mut ctx)?;
                     serve_blocked(&shared, &mut ctx, &mut seen, &mut served)?;
                     Ok(r)
                 };
@@ -344,7 +347,7 @@ impl ShardCore {
                 self.shared.hub.tracking.invalidate_all();
             }
         } else if !w.tracked.is_empty() {
-            self.shared.hub.tracking.invalidate(&w.tracked);
+            invalidate(&self.shared.hub, w.tracked);
         }
     }
 
@@ -475,8 +478,12 @@ impl ShardCore {
             match lock.steps.recv() {
                 Ok(Step::Run(f, place, tx)) => {
                     ctx.message_place = (place, 0);
-                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(&mut ctx)))
-                        .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
+                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        let r = f(&mut ctx)?;
+                        crate::storage::keyspace::expire_noted(&mut ctx)?;
+                        Ok(r)
+                    }))
+                    .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
                     step_failed |= r.is_err();
                     let _ = tx.send(r);
                 }
@@ -498,13 +505,16 @@ impl ShardCore {
         };
         let places = std::mem::take(&mut ctx.message_places);
         let mut signals = ctx.take_wakeups();
-        // Messages go out with the whole round's, after every participant
-        // has committed (see `CommitRound::messages`).
+        // Messages and invalidations go out with the whole round's, after
+        // every participant has committed (see `CommitRound::messages`).
         round.messages.lock().extend(
             places
                 .into_iter()
                 .zip(std::mem::take(&mut signals.messages)),
         );
+        if signals.flushed.is_empty() {
+            round.tracked.lock().append(&mut signals.tracked);
+        }
         let finished = ctx
             .put(
                 Table::Sys,
@@ -557,6 +567,7 @@ impl ShardCore {
             // Stable: a step's own messages keep their order.
             messages.sort_by_key(|(place, _)| *place);
             publish(&self.shared.hub, messages.into_iter().map(|(_, m)| m));
+            invalidate(&self.shared.hub, std::mem::take(&mut *round.tracked.lock()));
         }
         match &result {
             Ok(()) => {
@@ -572,6 +583,33 @@ impl ShardCore {
             Err(_) => self.reload_state(),
         }
         let _ = done.send(result.map_err(|e| e.to_string()));
+    }
+}
+
+/// Tells tracking clients of the keys committed writes changed, and has
+/// the reads inside EXEC tracked, in the order the unit made them (a
+/// multi-shard commit's, across its shards).
+fn invalidate(hub: &crate::pubsub::Hub, mut changes: Vec<crate::storage::tables::KeyChange>) {
+    use crate::storage::tables::Touch;
+    if changes.is_empty() {
+        return;
+    }
+    // Stable: a step's own changes keep their order.
+    changes.sort_by_key(|(place, _)| *place);
+    let mut run = Vec::new();
+    for (_, touch) in changes {
+        match touch {
+            Touch::Changed(key, writer) => run.push((key, writer)),
+            Touch::Read(key, id) => {
+                if !run.is_empty() {
+                    hub.tracking.invalidate(&std::mem::take(&mut run));
+                }
+                hub.tracking.remember(id, &key);
+            }
+        }
+    }
+    if !run.is_empty() {
+        hub.tracking.invalidate(&run);
     }
 }
 

@@ -83,6 +83,9 @@ pub struct CommitRound {
     /// step order, once all have committed, so a command over keys of
     /// several shards reports its events in the order Redis would.
     pub messages: parking_lot::Mutex<Vec<((u64, u64), crate::storage::tables::Message)>>,
+    /// The keys every participant changed while clients track keys, told
+    /// to them like the messages.
+    pub tracked: parking_lot::Mutex<Vec<crate::storage::tables::KeyChange>>,
 }
 
 /// What a plan decides: `Ok(reply)` (its writes stand) or `Err(reply)` (it
@@ -221,6 +224,7 @@ impl Locked {
             log: self.log.0.clone(),
             sync: self.log.1,
             messages: Default::default(),
+            tracked: Default::default(),
         });
         let mut waits = Vec::new();
         let mut sent = true;
@@ -287,12 +291,18 @@ pub fn spread(writes: Vec<(usize, super::WriteFn)>) -> Plan {
         }
     }
     Box::new(move |locked| {
+        // Each write's messages (keyspace events) take its place in the
+        // list, as if the writes had run one after another.
+        let place = locked.reserve_place();
         let pending: Vec<_> = per_shard
             .into_iter()
             .map(|(shard, fs)| {
                 locked.send(shard, move |w| {
                     fs.into_iter()
-                        .map(|(i, f)| f(w).map(|r| (i, r)))
+                        .map(|(i, f)| {
+                            w.message_place = (place, i as u64);
+                            f(w).map(|r| (i, r))
+                        })
                         .collect::<Result<Vec<_>, _>>()
                 })
             })

@@ -239,6 +239,7 @@ impl ShardShared {
             .then(|| self.watches.clone() as Arc<dyn crate::storage::tables::RowObserver>);
         ctx.notify_flags = self.hub.notify_flags();
         ctx.tracked = self.hub.tracking.active().then(Default::default);
+        ctx.found_expired = (!self.pause.writes_paused()).then(Default::default);
         ctx
     }
 
@@ -372,12 +373,7 @@ impl crate::storage::KvRead for ReadView {
 /// sends none while writes are paused, as Redis expires nothing then.)
 pub fn expire_found(expired: Vec<(u8, Vec<u8>)>, reply: Reply) -> WriteFn {
     Box::new(move |w| {
-        for (db, name) in &expired {
-            crate::storage::keyspace::lookup_for_write(
-                w,
-                crate::storage::keyspace::Key::new(*db, name),
-            )?;
-        }
+        crate::storage::keyspace::expire_keys(w, &expired)?;
         Ok(reply)
     })
 }

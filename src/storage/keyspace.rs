@@ -94,6 +94,28 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
     Ok(Some(meta))
 }
 
+/// Deletes the keys of `found` (database, name) that are still expired,
+/// reporting each as [`lookup_for_write`] does: the write that follows a
+/// read which found them expired.
+pub fn expire_keys(w: &mut WriteCtx, found: &[(u8, Vec<u8>)]) -> Result<(), StoreError> {
+    for (db, name) in found {
+        lookup_for_write(w, Key::new(*db, name))?;
+    }
+    Ok(())
+}
+
+/// Deletes the keys this transaction's lookups found expired since the
+/// last call (see [`WriteCtx::found_expired`]): a command run in the shard's
+/// transaction (inside EXEC, a script, a pipeline) expires what it reads
+/// as Redis's lazy expiry does, before its reply goes out.
+pub fn expire_noted(w: &mut WriteCtx) -> Result<(), StoreError> {
+    let found = match &w.found_expired {
+        Some(f) if !f.borrow().is_empty() => f.take(),
+        _ => return Ok(()),
+    };
+    expire_keys(w, &found)
+}
+
 /// Reports a key an access found expired and deleted, as Redis's lazy
 /// expiry does: the `expired` event, and INFO's `expired_keys`.
 fn lazily_expired(w: &mut WriteCtx, key: Key) {

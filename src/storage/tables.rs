@@ -143,6 +143,15 @@ pub trait KvRead {
     /// deleted (a connection's snapshot read) does so after the command,
     /// as Redis deletes a key its access found expired.
     fn note_expired(&self, _db: u8, _key: &[u8]) {}
+
+    /// Notes that client `id`'s command inside EXEC has read `keys`, so
+    /// that it tracks them from this point of the unit on (see
+    /// [`Touch::Read`]). False where the reader cannot (a snapshot, or a
+    /// shard where no client tracks keys): the caller then has the keys
+    /// tracked itself.
+    fn track_read(&self, _id: u64, _keys: &[bytes::Bytes]) -> bool {
+        false
+    }
 }
 
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
@@ -515,7 +524,27 @@ pub struct Wakeups {
     /// Names of the keys changed (with the client that changed them, when
     /// it asked to be told so: see [`WriteCtx::writer`]), while clients
     /// track keys for client-side caching.
-    pub tracked: Vec<(bytes::Bytes, u64)>,
+    pub tracked: Vec<KeyChange>,
+}
+
+/// A key by database and name.
+pub type DbKey = (u8, Vec<u8>);
+
+/// What a transaction did to a key while clients track keys, with its
+/// place in the order of a multi-shard commit's (see
+/// [`WriteCtx::message_place`]).
+pub type KeyChange = ((u64, u64), Touch);
+
+/// See [`KeyChange`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Touch {
+    /// The key changed, by this client when it asked to be told so (see
+    /// [`WriteCtx::writer`]), 0 otherwise.
+    Changed(bytes::Bytes, u64),
+    /// A read-only command of this client inside EXEC read the key: from
+    /// this point on, the client tracks it (a change earlier in the unit
+    /// is not news to it), as a Redis client does after each command.
+    Read(bytes::Bytes, u64),
 }
 
 /// A message a write publishes when it commits (PUBLISH inside EXEC or a
@@ -744,8 +773,9 @@ pub struct WriteCtx<'t> {
     /// order Redis would make them.
     pub message_place: (u64, u64),
     /// Collects the names of changed keys while clients track keys (see
-    /// [`Wakeups::tracked`]); `None` otherwise.
-    pub tracked: Option<std::cell::RefCell<Vec<(bytes::Bytes, u64)>>>,
+    /// [`Wakeups::tracked`]), each with the `message_place` current when it
+    /// changed; `None` otherwise.
+    pub tracked: Option<std::cell::RefCell<Vec<KeyChange>>>,
     /// The client running the current command, when it tracks keys with
     /// NOLOOP (0 otherwise): its own changes are not sent back to it.
     pub writer: u64,
@@ -755,6 +785,11 @@ pub struct WriteCtx<'t> {
     /// Keys deleted because an access found them expired (lazy expiry):
     /// the shard adds them to `expired_keys`, as Redis counts both kinds.
     pub expired: u64,
+    /// Keys lookups found expired and not deleted yet (see
+    /// [`KvRead::note_expired`]): the shard deletes them after the command
+    /// that found them. `None` where expired keys stay (writes are paused,
+    /// as Redis expires nothing then, or a transaction outside a shard).
+    pub found_expired: Option<std::cell::RefCell<Vec<DbKey>>>,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
     /// Told of row changes while any key of the shard is watched.
@@ -798,6 +833,7 @@ impl<'t> WriteCtx<'t> {
             writer: 0,
             lookups: Default::default(),
             expired: 0,
+            found_expired: None,
             state,
             observer: None,
             quiet: false,
@@ -874,11 +910,11 @@ impl<'t> WriteCtx<'t> {
             let Some(name) = name else { return };
             let mut tracked = tracked.borrow_mut();
             // A collection's rows come one after another: one entry each.
-            if tracked
-                .last()
-                .is_none_or(|(k, w)| &k[..] != name || *w != self.writer)
-            {
-                tracked.push((bytes::Bytes::copy_from_slice(name), self.writer));
+            let repeated = matches!(tracked.last(),
+                Some((_, Touch::Changed(k, w))) if &k[..] == name && *w == self.writer);
+            if !repeated {
+                let change = Touch::Changed(bytes::Bytes::copy_from_slice(name), self.writer);
+                tracked.push((self.message_place, change));
             }
         }
     }
@@ -1158,6 +1194,23 @@ impl KvRead for WriteCtx<'_> {
     fn note_lookup(&self, hit: bool) {
         let (h, m) = self.lookups.get();
         self.lookups.set(if hit { (h + 1, m) } else { (h, m + 1) });
+    }
+
+    fn note_expired(&self, db: u8, key: &[u8]) {
+        if let Some(found) = &self.found_expired {
+            found.borrow_mut().push((db, key.to_vec()));
+        }
+    }
+
+    fn track_read(&self, id: u64, keys: &[bytes::Bytes]) -> bool {
+        let Some(tracked) = &self.tracked else {
+            return false;
+        };
+        let mut tracked = tracked.borrow_mut();
+        for key in keys {
+            tracked.push((self.message_place, Touch::Read(key.clone(), id)));
+        }
+        true
     }
 }
 
