@@ -182,7 +182,10 @@ fn big_hash_delete_is_o1_and_gc_empties_rows() {
     assert_eq!(q(&mut c, &["HGET", "big", "field:1"]), Value::Nil);
     assert_eq!(int(&mut c, &["DBSIZE"]), 0);
 
-    let (after, took) = wait_gc(&mut c, Duration::from_secs(15));
+    // A bound on correctness, not a speed target (those are benchmarks):
+    // the GC of a million rows takes 10-13 s in the debug build on the
+    // 2-core machine, and more while other tests load it.
+    let (after, took) = wait_gc(&mut c, Duration::from_secs(60));
     println!("GC of {N} rows finished within {took:?}");
     assert!(
         field(&after, "gc_rows_deleted") >= N as u64,

@@ -282,21 +282,19 @@ pub fn scan(
                 best = Some((i, k));
             }
         }
-        let Some((winner, key)) = best else {
+        let Some((winner, _)) = best else {
             // Exhausted: the rest of the range is dead.
             if crossed {
                 note_to_edge(&run);
             }
             return Ok(());
         };
-        let key = key.to_vec();
-        let mut entry = None;
+        // The winner's row, taken whole (its key is the scan's position
+        // next); older layers' versions of it are passed over.
+        let (key, entry) = cursors[winner].rows.pop_front().expect("head");
         for (i, c) in cursors.iter_mut().enumerate() {
-            if c.head() == Some(key.as_slice()) {
-                let (_, e) = c.rows.pop_front().expect("head");
-                if i == winner {
-                    entry = Some(e);
-                }
+            if i != winner && c.head() == Some(key.as_slice()) {
+                c.rows.pop_front();
             }
         }
         let hidden = ranges[..winner]
@@ -304,7 +302,7 @@ pub fn scan(
             .flatten()
             .any(|(s, e)| in_range(&key, s, e.as_deref()));
         match (entry, hidden) {
-            (Some(Some(value)), false) => {
+            (Some(value), false) => {
                 if crossed {
                     let mut to = key.clone();
                     if reverse {
@@ -317,7 +315,10 @@ pub fn scan(
                 if !visit(&key, &value) {
                     return Ok(());
                 }
-                run = key.clone();
+                // Rewritten in place: a new copy per row, grown again by
+                // the 0, was about a fifth of the samples under LRANGE.
+                run.clear();
+                run.extend_from_slice(&key);
                 if !reverse {
                     run.push(0);
                 }
