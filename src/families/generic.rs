@@ -298,11 +298,15 @@ pub fn move_(s: &mut Session, a: Args) -> Action {
 }
 
 /// Visits the live keys of database `db` in one shard snapshot, from slot
-/// `from_slot` on, in slot order; `visit` returns false to stop.
+/// `from_slot` on, in slot order; `visit` returns false to stop. An
+/// expired key met on the way is deleted after the command (see
+/// `KvRead::note_expired`) if `expire` says so for its name: SCAN and
+/// RANDOMKEY delete what they meet, as in Redis, KEYS does not.
 fn for_each_key(
     r: &dyn KvRead,
     db: u8,
     from_slot: u16,
+    expire: &dyn Fn(&[u8]) -> bool,
     visit: &mut dyn FnMut(u16, &[u8], KeyType) -> bool,
 ) -> Result<(), StoreError> {
     let start = encoding::meta_slot_prefix(db, from_slot);
@@ -315,7 +319,12 @@ fn for_each_key(
         };
         match Meta::peek_header(v) {
             Ok((t, exp)) if exp == 0 || exp > now => visit(slot, name, t),
-            Ok(_) => true,
+            Ok(_) => {
+                if expire(name) {
+                    r.note_expired(db, name);
+                }
+                true
+            }
             Err(e) => {
                 err = Some(e);
                 false
@@ -344,7 +353,7 @@ pub fn keys(s: &mut Session, a: Args) -> Action {
         let all = pattern.as_ref() == b"*";
         let mut out = Vec::new();
         for &snap in snaps {
-            let r = for_each_key(snap, db, 0, &mut |_, name, _| {
+            let r = for_each_key(snap, db, 0, &|_| false, &mut |_, name, _| {
                 if all || glob::string_match(&pattern, name, false) {
                     out.push(Reply::bulk_copy(name));
                 }
@@ -384,7 +393,9 @@ pub fn scan(s: &mut Session, a: Args) -> Action {
         'shards: for &snap in &snaps[first_shard..] {
             let mut last_slot: Option<u16> = None;
             let mut stop_at: Option<u16> = None;
-            let r = for_each_key(snap, db, start_slot, &mut |slot, name, t| {
+            // Redis deletes the expired keys that pass MATCH.
+            let expire = |name: &[u8]| opts.matches_name(name);
+            let r = for_each_key(snap, db, start_slot, &expire, &mut |slot, name, t| {
                 if seen >= opts.count && last_slot != Some(slot) {
                     stop_at = Some(slot);
                     return false;
@@ -472,11 +483,14 @@ impl ScanOpts {
 
     /// Whether a key passes the filters.
     pub fn matches(&self, name: &[u8], t: KeyType) -> bool {
-        self.ktype.as_ref().is_none_or(|k| k == t.name())
-            && self
-                .pattern
-                .as_ref()
-                .is_none_or(|p| glob::string_match(p, name, false))
+        self.ktype.as_ref().is_none_or(|k| k == t.name()) && self.matches_name(name)
+    }
+
+    /// Whether a key's name passes MATCH.
+    pub fn matches_name(&self, name: &[u8]) -> bool {
+        self.pattern
+            .as_ref()
+            .is_none_or(|p| glob::string_match(p, name, false))
     }
 }
 
@@ -492,7 +506,7 @@ pub fn randomkey(s: &mut Session, _a: Args) -> Action {
         for (n, i) in order.enumerate() {
             let from = if n == 0 { slot } else { 0 };
             let mut hit = None;
-            if let Err(e) = for_each_key(snaps[i], db, from, &mut |_, name, _| {
+            if let Err(e) = for_each_key(snaps[i], db, from, &|_| true, &mut |_, name, _| {
                 hit = Some(name.to_vec());
                 false
             }) {
