@@ -200,21 +200,20 @@ pub async fn read_now(
         Ok(snaps) => snaps,
         Err(e) => return Reply::err(e),
     };
-    let found = parking_lot::Mutex::new(Vec::new());
+    let found = crate::shard::Found::default();
+    let now = crate::shard::now_ms();
     let reply = {
-        let views: Vec<Noting> = ids
+        let views: Vec<_> = ids
             .iter()
-            .zip(&snaps)
-            .map(|(&shard, snap)| Noting {
-                snap,
-                shard,
-                found: &found,
+            .zip(snaps)
+            .map(|(&shard, snap)| {
+                crate::shard::ReadView::new(Arc::new(snap), now, shard, Some(found.clone()))
             })
             .collect();
         let readers: Vec<&dyn KvRead> = views.iter().map(|v| v as &dyn KvRead).collect();
         f(&readers)
     };
-    let mut found = found.into_inner();
+    let mut found = std::mem::take(&mut *found.lock());
     while !found.is_empty() {
         // A run of keys of one shard is one write.
         let shard = found[0].0;
@@ -228,43 +227,6 @@ pub async fn read_now(
         }
     }
     reply
-}
-
-/// One shard's snapshot in a multi-shard read: the keys found expired go
-/// to one list for all the shards, in the order they were found.
-struct Noting<'a> {
-    snap: &'a crate::storage::ReadCtx,
-    shard: usize,
-    found: &'a parking_lot::Mutex<Vec<(usize, u8, Vec<u8>)>>,
-}
-
-impl KvRead for Noting<'_> {
-    fn now_ms(&self) -> u64 {
-        self.snap.now_ms()
-    }
-
-    fn get(&self, table: crate::storage::Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.snap.get(table, key)
-    }
-
-    fn scan(
-        &self,
-        table: crate::storage::Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.snap.scan(table, start, end, reverse, visit)
-    }
-
-    fn key_count(&self, db: u8) -> Result<i64, StoreError> {
-        self.snap.key_count(db)
-    }
-
-    fn note_expired(&self, db: u8, key: &[u8]) {
-        self.found.lock().push((self.shard, db, key.to_vec()));
-    }
 }
 
 /// A fresh snapshot of one shard, its failure as a reply: what jobs that

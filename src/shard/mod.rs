@@ -317,11 +317,7 @@ impl ShardShared {
                 snap
             }
         };
-        Ok(ReadView {
-            snap,
-            now_ms: now_ms(),
-            expired: Default::default(),
-        })
+        Ok(ReadView::new(snap, now_ms(), self.id, None))
     }
 }
 
@@ -330,11 +326,32 @@ impl ShardShared {
 pub struct ReadView {
     snap: Arc<ReadCtx>,
     now_ms: u64,
-    /// Keys the reads found expired (see `KvRead::note_expired`).
+    /// The shard it reads.
+    shard: usize,
+    /// The keys its reads found expired, unless they go to `shared`.
     expired: parking_lot::Mutex<Vec<(u8, Vec<u8>)>>,
+    /// Where the views of a multi-shard read note them together.
+    shared: Option<Found>,
 }
 
+/// Keys reads found expired (see `KvRead::note_expired`), each with its
+/// shard, in the order found: shared by the views of a multi-shard read.
+pub type Found = Arc<parking_lot::Mutex<Vec<(usize, u8, Vec<u8>)>>>;
+
 impl ReadView {
+    /// A view of shard `shard`'s snapshot `snap`, judging expiry at
+    /// `now_ms`, that notes the keys it finds expired in `shared` if given,
+    /// else for [`ReadView::take_expired`].
+    pub fn new(snap: Arc<ReadCtx>, now_ms: u64, shard: usize, shared: Option<Found>) -> ReadView {
+        ReadView {
+            snap,
+            now_ms,
+            shard,
+            expired: Default::default(),
+            shared,
+        }
+    }
+
     /// The keys (database, name) the reads through this view found expired:
     /// the connection has them deleted before it replies.
     pub fn take_expired(&self) -> Vec<(u8, Vec<u8>)> {
@@ -363,7 +380,10 @@ impl crate::storage::KvRead for ReadView {
     }
 
     fn note_expired(&self, db: u8, key: &[u8]) {
-        self.expired.lock().push((db, key.to_vec()));
+        match &self.shared {
+            Some(found) => found.lock().push((self.shard, db, key.to_vec())),
+            None => self.expired.lock().push((db, key.to_vec())),
+        }
     }
 }
 
