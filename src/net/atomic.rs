@@ -87,13 +87,7 @@ impl Atomic {
                     let found = r.found.take();
                     if !found.is_empty() {
                         self.step(r.shard, move |w| {
-                            // Through the shard's own list, which knows
-                            // whether keys may expire now (not while
-                            // writes are paused).
-                            for (db, key) in &found {
-                                w.note_expired(*db, key);
-                            }
-                            crate::storage::keyspace::expire_noted(w)
+                            crate::storage::keyspace::expire_keys(w, &found)
                         })?;
                     }
                 }

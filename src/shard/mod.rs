@@ -389,8 +389,9 @@ impl crate::storage::KvRead for ReadView {
 
 /// The write that follows a read which found keys expired: each one still
 /// expired is deleted, reported (`expired`) and counted as Redis's lazy
-/// expiry does, and then the read's own reply goes out. (The connection
-/// sends none while writes are paused, as Redis expires nothing then.)
+/// expiry does (nothing while writes are paused: see
+/// `keyspace::expire_keys`), and then the read's own reply goes out. A
+/// connection that sees writes paused sends none, and replies at once.
 pub fn expire_found(expired: Vec<(u8, Vec<u8>)>, reply: Reply) -> WriteFn {
     Box::new(move |w| {
         crate::storage::keyspace::expire_keys(w, &expired)?;

@@ -96,8 +96,13 @@ pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, Stor
 
 /// Deletes the keys of `found` (database, name) that are still expired,
 /// reporting each as [`lookup_for_write`] does: the write that follows a
-/// read which found them expired.
+/// read which found them expired. Nothing while writes are paused (the
+/// shard opened the transaction without [`WriteCtx::found_expired`]), as
+/// Redis expires nothing then.
 pub fn expire_keys(w: &mut WriteCtx, found: &[(u8, Vec<u8>)]) -> Result<(), StoreError> {
+    if w.found_expired.is_none() {
+        return Ok(());
+    }
     for (db, name) in found {
         lookup_for_write(w, Key::new(*db, name))?;
     }
