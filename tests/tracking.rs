@@ -120,33 +120,6 @@ fn own_writes_come_after_the_reply_and_never_with_noloop() {
     expect(&mut n, &invalidate(&["k"]));
 }
 
-// Pins: a client blocked in BLMOVE and served by another client's push
-// gets its reply before the invalidation of the destination its own move
-// changed, as in Redis (the order once depended on a race: 1 run in 5-10).
-#[test]
-fn a_served_blmove_replies_before_its_own_invalidation() {
-    let server = TestServer::start();
-    let mut other = server.client();
-    let mut t = tracking_client(&server, &[]);
-    for round in 0..20 {
-        assert_eq!(int(&mut other, &["RPUSH", "dst{t}", "a"]), round + 1);
-        send(&mut t, &["LRANGE", "dst{t}", "0", "0"]);
-        expect(&mut t, "*1\r\n$1\r\na\r\n");
-        send(
-            &mut t,
-            &["BLMOVE", "src{t}", "dst{t}", "RIGHT", "RIGHT", "0"],
-        );
-        common::waiting::wait_blocked(&mut other, 1);
-        assert_eq!(int(&mut other, &["RPUSH", "src{t}", "foo"]), 1);
-        expect(&mut t, &format!("$3\r\nfoo\r\n{}", invalidate(&["dst{t}"])));
-        // The move appended `foo`: take it off so dst{t} grows by one `a`.
-        assert_eq!(
-            q(&mut other, &["RPOP", "dst{t}"]),
-            redis::Value::BulkString(b"foo".to_vec())
-        );
-    }
-}
-
 #[test]
 fn bcast_prefixes_see_every_matching_key() {
     let server = TestServer::start();
