@@ -32,6 +32,10 @@ pub struct ClientEntry {
     /// While it waits in a blocking command or is held by CLIENT PAUSE
     /// (CLIENT LIST's `b` flag).
     pub blocked: AtomicBool,
+    /// While a blocked command's try is on its shard: the invalidations
+    /// its own write sends this client wait for its reply, as in Redis
+    /// (BLMOVE's destination).
+    pub trying: AtomicBool,
     /// How CLIENT UNBLOCK reaches its blocked command, if it is in one.
     pub unblock: parking_lot::Mutex<Option<crate::net::unblock::Blocked>>,
 }
@@ -53,6 +57,7 @@ impl ClientEntry {
             killed: AtomicBool::new(false),
             mailbox: Default::default(),
             blocked: AtomicBool::new(false),
+            trying: AtomicBool::new(false),
             unblock: Default::default(),
         }
     }

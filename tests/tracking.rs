@@ -120,6 +120,42 @@ fn own_writes_come_after_the_reply_and_never_with_noloop() {
     expect(&mut n, &invalidate(&["k"]));
 }
 
+// Pins: a client blocked in BLMOVE and served by another client's push
+// gets its reply before the invalidation of the destination its own move
+// changed, as in Redis (the order once depended on a race: 1 run in 5-10).
+#[test]
+fn a_served_blmove_replies_before_its_own_invalidation() {
+    // One shard: the pushing client's commit serves the BLMOVE (handoff).
+    // Two shards: the woken client retries the move itself.
+    let (src, dst) = ("src{t}", "dst{t}");
+    assert_eq!(common::shard_of(src, 2), common::shard_of(dst, 2));
+    blmove_reply_then_invalidation(src, dst);
+    let (src, dst) = ("src{b}", "dst{a}");
+    assert_ne!(common::shard_of(src, 2), common::shard_of(dst, 2));
+    blmove_reply_then_invalidation(src, dst);
+}
+
+fn blmove_reply_then_invalidation(src: &str, dst: &str) {
+    let server = TestServer::start();
+    let mut other = server.client();
+    let mut t = tracking_client(&server, &[]);
+    for round in 0..20 {
+        assert_eq!(int(&mut other, &["RPUSH", dst, "a"]), round + 1);
+        send(&mut t, &["LRANGE", dst, "0", "0"]);
+        expect(&mut t, "*1\r\n$1\r\na\r\n");
+        send(&mut t, &["BLMOVE", src, dst, "RIGHT", "RIGHT", "0"]);
+        common::waiting::wait_blocked(&mut other, 1);
+        assert_eq!(int(&mut other, &["RPUSH", src, "foo"]), 1);
+        expect(&mut t, &format!("$3\r\nfoo\r\n{}", invalidate(&[dst])));
+        // The move appended `foo`: take it off so the destination grows
+        // by one `a` a round.
+        assert_eq!(
+            q(&mut other, &["RPOP", dst]),
+            redis::Value::BulkString(b"foo".to_vec())
+        );
+    }
+}
+
 #[test]
 fn bcast_prefixes_see_every_matching_key() {
     let server = TestServer::start();
@@ -199,10 +235,10 @@ fn the_table_is_bounded_by_tracking_table_max_keys() {
     let mut t = tracking_client(&server, &[]);
     send(&mut t, &["MGET", "x1", "x2", "x3"]);
     // Remembering the third key evicts one, which is invalidated at once.
-    let mut got = vec![0u8; 256];
+    let mut buf = vec![0u8; 256];
     std::thread::sleep(Duration::from_millis(200));
-    let n = t.read(&mut got).unwrap();
-    let got = String::from_utf8_lossy(&got[..n]).into_owned();
+    let n = t.read(&mut buf).unwrap();
+    let got = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(got.starts_with("*3\r\n_\r\n_\r\n_\r\n"), "{got:?}");
     assert!(
         got.contains(">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\nx"),

@@ -4,6 +4,7 @@
 //! until woken or timed out. XREADGROUP's BLOCK waits through the same
 //! loop ([`block`] with [`Waits::Stream`]).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -100,6 +101,7 @@ pub(crate) fn block(
     let ids: Vec<usize> = touched.iter().map(|k| shards.shard_of_key(k)).collect();
     let one_shard = ids.windows(2).all(|w| w[0] == w[1]).then(|| ids[0]);
     let mut unblocker = Unblocker::waiting_on(&s.entry, touched);
+    let entry = s.entry.clone();
     Action::Block(Box::pin(async move {
         let attempt = Arc::new(attempt);
         let (tx, mut rx) = tokio::sync::oneshot::channel();
@@ -132,7 +134,9 @@ pub(crate) fn block(
                 return finish(reply);
             }
             let try_once = through_stage(attempt(shards.clone(), retry), guard.waiter.clone());
+            entry.trying.store(true, Ordering::Relaxed);
             let reply = run(&shards, try_once).await;
+            entry.trying.store(false, Ordering::Relaxed);
             // Once blocked, a key that now holds another type just keeps the
             // client waiting, as in Redis; only the first try reports it.
             let nothing = matches!(reply, Reply::Nil | Reply::NilArray)

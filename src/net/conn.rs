@@ -801,8 +801,14 @@ async fn wait_blocked<T>(
             biased;
             r = &mut until => break Some(r),
             // A RESP3 client gets its messages and invalidations while it
-            // waits, as in Redis.
-            _ = outbox.entry.mailbox.ready() => outbox.take_pushes(false),
+            // waits, as in Redis; those its own try sent wait for its reply.
+            _ = outbox.entry.mailbox.ready() => {
+                let trying = entry.trying.load(Ordering::Relaxed);
+                if !trying {
+                    outbox.release_held();
+                }
+                outbox.take_pushes(trying);
+            }
             _ = peer_gone(stream, buf, server) => break None,
             _ = entry.kill.notified() => break None,
             _ = server.shutdown.notified() => break None,
