@@ -247,6 +247,21 @@ fn the_table_is_bounded_by_tracking_table_max_keys() {
     let stats = common::text(q(&mut other, &["INFO", "stats"]));
     assert!(stats.contains("tracking_total_keys:2"), "{stats}");
     assert_eq!(int(&mut other, &["DBSIZE"]), 0);
+    // Lowering the limit evicts at once, with no read to trigger it (Redis's
+    // cron does; tracking.tcl "Tracking gets notification on tracking table
+    // key eviction" waits for it).
+    ok(
+        &mut other,
+        &["CONFIG", "SET", "tracking-table-max-keys", "1"],
+    );
+    let n = t.read(&mut buf).unwrap();
+    let got = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(
+        got.starts_with(">2\r\n$10\r\ninvalidate\r\n*1\r\n$2\r\nx"),
+        "{got:?}"
+    );
+    let stats = common::text(q(&mut other, &["INFO", "stats"]));
+    assert!(stats.contains("tracking_total_keys:1"), "{stats}");
 }
 
 /// A client that read keys, then switched to BCAST, hears of them by its

@@ -350,8 +350,7 @@ impl Hub {
             .filter_map(|w| w.parse().ok())
             .collect();
         self.tracking
-            .max_keys
-            .store(rt.size("tracking-table-max-keys"), Ordering::Relaxed);
+            .set_max_keys(rt.size("tracking-table-max-keys"));
         // Groups of (hard, soft, seconds) for normal, replica, pubsub.
         for (limit, group) in self.limits.iter().zip([0, 2]) {
             if let Some(g) = nums.get(group * 3..group * 3 + 3) {

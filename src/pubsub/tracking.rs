@@ -67,7 +67,7 @@ pub struct Tracker {
     /// not 0.
     active: AtomicUsize,
     /// `tracking-table-max-keys` (0: no limit).
-    pub max_keys: AtomicUsize,
+    max_keys: AtomicUsize,
 }
 
 impl Tracker {
@@ -114,18 +114,30 @@ impl Tracker {
         });
         ids.insert(id);
         drop(ids);
+        self.limit();
+    }
+
+    /// Sets `tracking-table-max-keys`, and brings the table under it at
+    /// once: Redis's cron does so within a tick of a CONFIG SET lowering
+    /// it, even on an idle server.
+    pub fn set_max_keys(&self, max: usize) {
+        self.max_keys.store(max, Ordering::Relaxed);
+        self.limit();
+    }
+
+    /// Invalidates keys until the table is back under its limit.
+    fn limit(&self) {
         let (max, keys) = (
             self.max_keys.load(Ordering::Relaxed),
             self.keys.load(Ordering::Relaxed),
         );
-        if max > 0 && keys > max {
-            self.evict(keys - max);
+        if max == 0 || keys <= max {
+            return;
         }
-    }
-
-    /// Invalidates `n` keys to bring the table back under its limit.
-    fn evict(&self, n: usize) {
-        let victims: Vec<Bytes> = self.table.iter().take(n).map(|e| e.key().clone()).collect();
+        let victims: Vec<Bytes> = (self.table.iter())
+            .take(keys - max)
+            .map(|e| e.key().clone())
+            .collect();
         for key in victims {
             self.invalidate_key(&key, 0);
         }
