@@ -47,11 +47,17 @@ pub fn setbit(s: &mut Session, a: Args) -> Action {
             .as_ref()
             .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
         let byte = (offset / 8) as usize;
-        if v.len() <= byte {
+        let grown = v.len() <= byte;
+        if grown {
             v.resize(byte + 1, 0);
         }
         let mask = 0x80u8 >> (offset % 8);
         let was = v[byte] & mask != 0;
+        // As in Redis, setting a bit of an existing string to what it is
+        // writes nothing: no event, no change a WATCH sees.
+        if old.is_some() && !grown && was == on {
+            return Ok(Reply::Int(was as i64));
+        }
         if on {
             v[byte] |= mask;
         } else {
@@ -237,47 +243,47 @@ fn parse_field_ops(a: &Args, read_only: bool) -> Result<Vec<FieldOp>, Reply> {
     Ok(ops)
 }
 
-/// Runs BITFIELD ops over a value; returns the replies and whether it changed.
-fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool) {
+/// Runs BITFIELD ops over a value. Returns the replies, whether the value
+/// grew (was created or extended), and how many writes count as changes:
+/// as in Redis, a write counts if the value grew or it changed its field,
+/// and a refused OVERFLOW FAIL write never does.
+fn run_field_ops(v: &mut Vec<u8>, ops: &[FieldOp]) -> (Vec<Reply>, bool, usize) {
     let mut out = Vec::with_capacity(ops.len());
-    let mut changed = false;
     // Redis grows the string for every SET/INCRBY before running any of
     // them, so even a refused OVERFLOW FAIL write creates or extends it.
+    let before = v.len();
     for op in ops {
         if let FieldOp::Set(ty, off, ..) | FieldOp::Incr(ty, off, ..) = *op {
-            let before = v.len();
             bits::grow_for_field(v, off, ty);
-            changed |= v.len() != before;
         }
     }
+    let grown = v.len() != before;
+    let mut changes = 0;
     for op in ops {
-        match *op {
-            FieldOp::Get(ty, off) => out.push(Reply::Int(bits::get_field(v, off, ty))),
-            FieldOp::Set(ty, off, value, ov) => {
-                let old = bits::get_field(v, off, ty);
-                match bits::set_value(value, ty, ov) {
-                    Some(stored) => {
-                        bits::set_field(v, off, ty, stored);
-                        changed = true;
-                        out.push(Reply::Int(old));
-                    }
-                    None => out.push(Reply::Nil),
-                }
+        let (ty, off, new, reply_new) = match *op {
+            FieldOp::Get(ty, off) => {
+                out.push(Reply::Int(bits::get_field(v, off, ty)));
+                continue;
             }
+            FieldOp::Set(ty, off, value, ov) => (ty, off, bits::set_value(value, ty, ov), false),
             FieldOp::Incr(ty, off, by, ov) => {
                 let old = bits::get_field(v, off, ty);
-                match bits::incr_field(old, by, ty, ov) {
-                    Some(new) => {
-                        bits::set_field(v, off, ty, new);
-                        changed = true;
-                        out.push(Reply::Int(new));
-                    }
-                    None => out.push(Reply::Nil),
-                }
+                (ty, off, bits::incr_field(old, by, ty, ov), true)
             }
+        };
+        let Some(new) = new else {
+            out.push(Reply::Nil);
+            continue;
+        };
+        let old = bits::get_field(v, off, ty);
+        bits::set_field(v, off, ty, new);
+        if grown || bits::get_field(v, off, ty) != old {
+            changes += 1;
         }
+        // SET answers the old value, INCRBY the new one.
+        out.push(Reply::Int(if reply_new { new } else { old }));
     }
-    (out, changed)
+    (out, grown, changes)
 }
 
 /// BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset increment] [OVERFLOW WRAP|SAT|FAIL]
@@ -297,17 +303,13 @@ pub fn bitfield(s: &mut Session, a: Args) -> Action {
         let mut v = old
             .as_ref()
             .map_or_else(Vec::new, |m| string_bytes(m).to_vec());
-        let (out, changed) = run_field_ops(&mut v, &ops);
-        if changed || old.is_none() {
+        let (out, grown, changes) = run_field_ops(&mut v, &ops);
+        if grown || changes > 0 {
             store_bytes(w, k, old.as_ref(), v)?;
         }
         // Growing the string alone (a refused OVERFLOW FAIL write) is no
-        // change Redis reports.
-        let writes = ops
-            .iter()
-            .zip(&out)
-            .any(|(op, r)| !matches!(op, FieldOp::Get(..)) && *r != Reply::Nil);
-        if writes {
+        // change Redis reports, nor is writing a field its own value.
+        if changes > 0 {
             w.event(notify::STRING, "setbit", k);
         }
         Ok(Reply::Array(out))
