@@ -27,6 +27,9 @@ pub struct ClientEntry {
     pub kill: tokio::sync::Notify,
     /// Whether CLIENT KILL (or ACL DELUSER) has targeted this client.
     pub killed: AtomicBool,
+    /// Closed for passing its output buffer limit: nothing more is written
+    /// to it, as in Redis.
+    pub over_limit: AtomicBool,
     /// Where Pub/Sub messages for this client are queued.
     pub mailbox: crate::pubsub::Mailbox,
     /// While it waits in a blocking command or is held by CLIENT PAUSE
@@ -55,6 +58,7 @@ impl ClientEntry {
             }),
             kill: tokio::sync::Notify::new(),
             killed: AtomicBool::new(false),
+            over_limit: AtomicBool::new(false),
             mailbox: Default::default(),
             blocked: AtomicBool::new(false),
             trying: AtomicBool::new(false),

@@ -1,7 +1,8 @@
 //! The wire protocol over raw TCP: large requests arriving in pieces,
 //! Redis's exact protocol errors (and the close that follows), inline
-//! commands, pipelines mixing inline and multibulk, and clients that vanish
-//! mid-command or with replies unread.
+//! commands, pipelines mixing inline and multibulk, clients that vanish
+//! mid-command or with replies unread, and replies past a client's output
+//! buffer limit (the client is closed and gets none of them).
 
 mod common;
 
@@ -355,4 +356,115 @@ fn disconnect_with_unread_replies() {
             format!("$2\r\nc{i}\r\n").as_bytes(),
         );
     }
+}
+
+/// Reads what the server sends until it closes `s`; the bytes read.
+fn read_until_closed(s: &mut TcpStream) -> usize {
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (mut buf, mut n) = (vec![0u8; 1 << 16], 0);
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return n,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return n,
+            Err(e) => panic!("the server kept the connection open: {e} ({n} bytes read)"),
+        }
+    }
+}
+
+fn send_inline(s: &mut TcpStream, lines: &str) {
+    s.write_all(lines.as_bytes()).unwrap();
+}
+
+// Redis's unit/obuf-limits: replies past the normal class's hard limit
+// close the client before any of them is sent; a transaction still runs
+// whole; a negative-count random pick whose count alone passes the limit
+// closes the client instead of building the reply (it once ran the server
+// out of memory).
+#[test]
+fn replies_past_the_output_buffer_limit_close_the_client_unsent() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    common::ok(
+        &mut c,
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "normal 100000 0 0",
+        ],
+    );
+    let big = "x".repeat(10_000);
+    common::ok(&mut c, &["SET", "bigkey", &big]);
+
+    // Small replies are not limited.
+    let mut small = server.tcp();
+    send_inline(&mut small, "GET bigkey\r\nPING\r\n");
+    let mut got = vec![0u8; "$10000\r\n".len() + 10_000 + 2 + "+PONG\r\n".len()];
+    small.read_exact(&mut got).unwrap();
+    assert!(got.ends_with(b"+PONG\r\n"));
+
+    // A pipeline whose replies pass the limit: nothing comes back.
+    let mut piped = server.tcp();
+    let mut lines = String::new();
+    for i in 0..15 {
+        lines.push_str(&format!(
+            "SET {i} {i}\r\nGET {i}\r\nDEL {i}\r\nGET bigkey\r\n"
+        ));
+    }
+    send_inline(&mut piped, &lines);
+    assert_eq!(read_until_closed(&mut piped), 0);
+
+    // A transaction runs whole, then its client is closed unanswered.
+    let mut tx = server.tcp();
+    send_inline(
+        &mut tx,
+        "SET k1 v1\r\nMULTI\r\nSET k2 v2\r\nMGET bigkey bigkey bigkey bigkey bigkey bigkey bigkey bigkey bigkey bigkey bigkey bigkey\r\nSET k3 v3\r\nDEL k1\r\nEXEC\r\n",
+    );
+    assert_eq!(read_until_closed(&mut tx), 0);
+    assert_eq!(
+        common::q(&mut c, &["MGET", "k1", "k2", "k3"]),
+        redis::Value::Array(vec![
+            redis::Value::Nil,
+            common::bulk("v2"),
+            common::bulk("v3")
+        ])
+    );
+
+    // HRANDFIELD with a huge negative count, as Redis's test sends it.
+    common::ok(
+        &mut c,
+        &[
+            "CONFIG",
+            "SET",
+            "client-output-buffer-limit",
+            "normal 1000000 0 0",
+        ],
+    );
+    assert_eq!(common::int(&mut c, &["HSET", "myhash", "a", "b"]), 1);
+    assert_eq!(common::int(&mut c, &["SADD", "myset", "a"]), 1);
+    assert_eq!(common::int(&mut c, &["ZADD", "myzset", "1", "a"]), 1);
+    for cmd in [
+        "HRANDFIELD myhash",
+        "SRANDMEMBER myset",
+        "ZRANDMEMBER myzset",
+    ] {
+        let mut huge = server.tcp();
+        send_inline(&mut huge, &format!("{cmd} -999999999\r\n"));
+        assert_eq!(read_until_closed(&mut huge), 0, "{cmd}");
+    }
+    // A missing key answers its empty array; a modest count is served.
+    let mut fine = server.tcp();
+    send_inline(
+        &mut fine,
+        "HRANDFIELD nosuch -999999999\r\nSRANDMEMBER myset -3\r\n",
+    );
+    let want = b"*0\r\n*3\r\n$1\r\na\r\n$1\r\na\r\n$1\r\na\r\n";
+    let mut got = vec![0u8; want.len()];
+    fine.read_exact(&mut got).unwrap();
+    assert_eq!(got, want);
+    assert_eq!(
+        common::q(&mut c, &["PING"]),
+        redis::Value::SimpleString("PONG".into())
+    );
 }

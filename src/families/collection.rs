@@ -380,6 +380,39 @@ fn size_of(m: &Meta) -> u64 {
     }
 }
 
+/// A random pick with a negative count whose reply is sure to pass the
+/// client's output buffer hard limit. A negative count repeats members, so
+/// the reply's size follows the count, not the collection: Redis stops such
+/// a reply once it passes the limit and closes the client. cairn builds a
+/// reply whole, so when the count alone (at the fewest bytes an element can
+/// take, `$0\r\n\r\n`) passes the limit, the pick is not made and the
+/// client is closed instead, once the key is found.
+pub struct PickOverflow {
+    server: std::sync::Arc<crate::server::Server>,
+    entry: std::sync::Arc<crate::server::ClientEntry>,
+    bytes: u64,
+}
+
+impl PickOverflow {
+    /// `Some` if picking `count` members would pass the client's limit.
+    pub fn check(s: &Session, count: i64) -> Option<PickOverflow> {
+        let hard = s.server.pubsub.hard_limit(&s.entry);
+        let bytes = count.unsigned_abs().saturating_mul(6);
+        let counted = bytes > crate::pubsub::REPLY_BUFFER as u64 && bytes >= hard;
+        (count < 0 && hard > 0 && counted).then(|| PickOverflow {
+            server: s.server.clone(),
+            entry: s.entry.clone(),
+            bytes,
+        })
+    }
+
+    /// Closes the client; the reply returned is never sent.
+    pub fn close(&self) -> Reply {
+        self.server.pubsub.close_over_limit(&self.entry, self.bytes);
+        Reply::Nil
+    }
+}
+
 /// A collection being changed by a writer.
 pub struct Edit {
     key_meta: Option<Meta>,

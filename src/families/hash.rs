@@ -241,10 +241,14 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let resp3 = s.resp3;
+    let overflow = collection::PickOverflow::check(s, count);
     s.read(a.get(1), move |r, k| {
         let Some(h) = View::load(r, k, HASH)? else {
             return Ok(Reply::Array(Vec::new()));
         };
+        if let Some(o) = &overflow {
+            return Ok(o.close());
+        }
         let picked = h.pick(r, count)?;
         let mut out = Vec::new();
         for (f, v) in picked {

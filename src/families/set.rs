@@ -142,10 +142,12 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
         },
         _ => return error(SYNTAX).into(),
     };
+    let overflow = collection::PickOverflow::check(s, count);
     s.read(a.get(1), move |r, k| {
-        let picked = match View::load(r, k, SET)? {
-            Some(v) => v.pick(r, count)?,
-            None => Vec::new(),
+        let picked = match (View::load(r, k, SET)?, &overflow) {
+            (Some(_), Some(o)) => return Ok(o.close()),
+            (Some(v), None) => v.pick(r, count)?,
+            (None, _) => Vec::new(),
         };
         Ok(Reply::Array(
             picked.into_iter().map(|(m, _)| Reply::bulk(m)).collect(),

@@ -1007,10 +1007,14 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let resp3 = s.resp3;
+    let overflow = super::collection::PickOverflow::check(s, count);
     s.read(a.get(1), move |r, k| {
         let Some(v) = View::load(r, k, ZSET)? else {
             return Ok(Reply::Array(Vec::new()));
         };
+        if let Some(o) = &overflow {
+            return Ok(o.close());
+        }
         let picked: Vec<Entry> = v
             .pick(r, count)?
             .into_iter()

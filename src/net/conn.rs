@@ -358,6 +358,14 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         let hold =
             pushes_only && outbox.out.len() < PUSH_WRITE_BYTES && session.entry.mailbox.fed();
         if !outbox.out.is_empty() && !hold {
+            // Past its output buffer limit a client gets nothing more, as
+            // in Redis (a transaction has run whole by then).
+            let replies = outbox.out.len() - outbox.push_bytes;
+            if server.pubsub.check_replies(&session.entry, replies)
+                || session.entry.over_limit.load(Ordering::Acquire)
+            {
+                return;
+            }
             server
                 .stats
                 .net_out

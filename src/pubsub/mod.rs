@@ -301,6 +301,10 @@ impl Drop for Wakes {
     }
 }
 
+/// Reply bytes Redis keeps in a client's static buffer, which its output
+/// buffer limit does not count.
+pub const REPLY_BUFFER: usize = 16 * 1024;
+
 /// One class's `client-output-buffer-limit`: hard bytes, soft bytes, soft
 /// seconds (0 = no limit).
 #[derive(Debug, Default)]
@@ -511,9 +515,10 @@ impl Hub {
     }
 
     /// Redis's output buffer limit check: over the hard limit, or over the
-    /// soft limit for longer than its seconds, closes the client.
-    fn check_limit(&self, client: &ClientEntry, pending: usize) {
-        let limit = &self.limits[usize::from(client.mailbox.subscribed())];
+    /// soft limit for longer than its seconds, closes the client. True if
+    /// this call closed it.
+    fn check_limit(&self, client: &ClientEntry, pending: usize) -> bool {
+        let limit = self.limit_of(client);
         let (hard, soft) = (
             limit.hard.load(Ordering::Relaxed),
             limit.soft.load(Ordering::Relaxed),
@@ -531,15 +536,52 @@ impl Hub {
             // Stored only when it changes: this runs on every delivery.
             since.store(0, Ordering::Relaxed);
         }
-        if over && !client.killed.swap(true, Ordering::AcqRel) {
-            tracing::warn!(
-                client = client.id,
-                addr = %client.addr,
-                pending,
-                "client closed for overcoming of output buffer limits"
-            );
-            client.kill.notify_one();
+        over && self.close_over_limit(client, pending)
+    }
+
+    /// The client's class's limit: pubsub while it has subscriptions, else
+    /// normal.
+    fn limit_of(&self, client: &ClientEntry) -> &Limit {
+        &self.limits[usize::from(client.mailbox.subscribed())]
+    }
+
+    /// The hard output buffer limit of the client's class (0: none).
+    pub fn hard_limit(&self, client: &ClientEntry) -> u64 {
+        self.limit_of(client).hard.load(Ordering::Relaxed)
+    }
+
+    /// Checks the replies a batch made, `bytes` of them about to be written,
+    /// against the client's limit, with its pending pushes. True if the
+    /// client is now closed: nothing is written to it.
+    pub fn check_replies(&self, client: &ClientEntry, bytes: usize) -> bool {
+        // Redis does not count replies that fit its 16 KiB static buffer;
+        // past it, it counts whole reply blocks, whose slack is of the
+        // order of that buffer: so all of a bigger reply counts here.
+        let counted = if bytes > REPLY_BUFFER { bytes } else { 0 };
+        // Checked for every write, so that a client back under its soft
+        // limit starts its soft time afresh next time.
+        self.check_limit(
+            client,
+            client.mailbox.pending.load(Ordering::Relaxed) + counted,
+        )
+    }
+
+    /// Closes a client for passing its output buffer limit (`pending`
+    /// bytes), as Redis does: nothing more is written to it. True if this
+    /// call closed it.
+    pub fn close_over_limit(&self, client: &ClientEntry, pending: u64) -> bool {
+        if client.killed.swap(true, Ordering::AcqRel) {
+            return false;
         }
+        client.over_limit.store(true, Ordering::Release);
+        tracing::warn!(
+            client = client.id,
+            addr = %client.addr,
+            pending,
+            "client closed for overcoming of output buffer limits"
+        );
+        client.kill.notify_one();
+        true
     }
 
     /// Ends the subscriptions to shard channels whose slot this node no
