@@ -132,6 +132,26 @@ fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
     assert!(closed_by_server(&mut sub));
 }
 
+// Redis's obuf-limits "soft limit is not enforced too early and is
+// enforced when no traffic": the soft limit's time runs out with nothing
+// more published, and the subscriber is closed all the same.
+#[test]
+fn a_soft_limit_runs_out_without_more_traffic() {
+    let server = TestServer::start();
+    let (mut c, mut sub) = limited_subscriber(&server, "pubsub 0 256kb 1", "quiet");
+    let payload = "y".repeat(64 * 1024);
+    for _ in 0..200 {
+        int(&mut c, &["PUBLISH", "quiet", &payload]);
+    }
+    // Closed once its second has passed (whole seconds: within two).
+    let until = Instant::now() + Duration::from_millis(3000);
+    while numsub(&mut c, "quiet") != 0 {
+        assert!(Instant::now() < until, "still subscribed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(closed_by_server(&mut sub));
+}
+
 #[test]
 fn a_client_that_leaves_is_unsubscribed() {
     let server = TestServer::start();

@@ -371,14 +371,34 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 .net_out
                 .fetch_add(outbox.out.len() as u64, Ordering::Relaxed);
             // A client that stops reading must still be closable: by
-            // CLIENT KILL, by its output buffer limit, by shutdown. The
-            // write is tried first: a client that killed itself (CLIENT
-            // KILL SKIPME no) still gets the reply, as in Redis.
-            tokio::select! {
-                biased;
-                r = stream.write_all(&outbox.out) => if r.is_err() { return },
-                _ = session.entry.kill.notified() => return,
-                _ = server.shutdown.notified() => return,
+            // CLIENT KILL, by its output buffer limit (also once its soft
+            // limit's time runs out with nothing more queued), by
+            // shutdown. The write is tried first: a client that killed
+            // itself (CLIENT KILL SKIPME no) still gets the reply, as in
+            // Redis.
+            let mut write = std::pin::pin!(stream.write_all(&outbox.out));
+            loop {
+                let soft = server.pubsub.soft_recheck(&session.entry);
+                let soft_due = async {
+                    match soft {
+                        Some(d) => tokio::time::sleep(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    r = &mut write => match r {
+                        Ok(()) => break,
+                        Err(_) => return,
+                    },
+                    _ = session.entry.kill.notified() => return,
+                    _ = server.shutdown.notified() => return,
+                    _ = soft_due => {
+                        if server.pubsub.check_replies(&session.entry, replies) {
+                            return;
+                        }
+                    }
+                }
             }
             server.stats.writes.fetch_add(1, Ordering::Relaxed);
             outbox.written();

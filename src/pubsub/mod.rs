@@ -566,6 +566,28 @@ impl Hub {
         )
     }
 
+    /// When to check a client's output again while a write to it waits
+    /// (it has stopped reading), so that its soft limit's time runs out
+    /// even if nothing more is queued for it, as Redis's cron checks it:
+    /// when that time runs out if it is over the soft limit, else after a
+    /// cron tick (100 ms, as more may have been queued meanwhile). `None`
+    /// when its class has no soft limit.
+    pub fn soft_recheck(&self, client: &ClientEntry) -> Option<std::time::Duration> {
+        let limit = self.limit_of(client);
+        if limit.soft.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        let tick = std::time::Duration::from_millis(100);
+        let since = client.mailbox.soft_since.load(Ordering::Relaxed);
+        if since == 0 {
+            return Some(tick);
+        }
+        // Over the limit once more than `secs` whole seconds have passed.
+        let due_ms = (since + limit.secs.load(Ordering::Relaxed) + 1) * 1000;
+        let left = due_ms.saturating_sub(crate::shard::now_ms());
+        Some(tick.min(std::time::Duration::from_millis(left)))
+    }
+
     /// Closes a client for passing its output buffer limit (`pending`
     /// bytes), as Redis does: nothing more is written to it. True if this
     /// call closed it.
