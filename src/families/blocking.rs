@@ -4,7 +4,7 @@
 //! until woken or timed out. XREADGROUP's BLOCK waits through the same
 //! loop ([`block`] with [`Waits::Stream`]).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -134,9 +134,10 @@ pub(crate) fn block(
                 return finish(reply);
             }
             let try_once = through_stage(attempt(shards.clone(), retry), guard.waiter.clone());
-            entry.trying.store(true, Ordering::Relaxed);
-            let reply = run(&shards, try_once).await;
-            entry.trying.store(false, Ordering::Relaxed);
+            let reply = {
+                let _trying = Trying::mark(&entry.trying);
+                run(&shards, try_once).await
+            };
             // Once blocked, a key that now holds another type just keeps the
             // client waiting, as in Redis; only the first try reports it.
             let nothing = matches!(reply, Reply::Nil | Reply::NilArray)
@@ -171,6 +172,23 @@ pub(crate) fn block(
             return ended.reply(Reply::NilArray);
         }
     }))
+}
+
+/// Marks a blocked client's try as on its shard for as long as it lives
+/// (see `ClientEntry::trying`); also when the try is dropped half way.
+struct Trying<'a>(&'a AtomicBool);
+
+impl<'a> Trying<'a> {
+    fn mark(flag: &'a AtomicBool) -> Trying<'a> {
+        flag.store(true, Ordering::Relaxed);
+        Trying(flag)
+    }
+}
+
+impl Drop for Trying<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }
 
 /// Whether a try met a key of another type (which, under a watched key
