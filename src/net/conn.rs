@@ -359,8 +359,10 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             pushes_only && outbox.out.len() < PUSH_WRITE_BYTES && session.entry.mailbox.fed();
         if !outbox.out.is_empty() && !hold {
             // Past its output buffer limit a client gets nothing more, as
-            // in Redis (a transaction has run whole by then).
-            let replies = outbox.out.len() - outbox.push_bytes;
+            // in Redis (a transaction has run whole by then). `push_bytes`
+            // counts pushes at their queued size, which is not always what
+            // they took in `out` (a RESP2 client gets no invalidation).
+            let replies = outbox.out.len().saturating_sub(outbox.push_bytes);
             if server.pubsub.check_replies(&session.entry, replies)
                 || session.entry.over_limit.load(Ordering::Acquire)
             {
