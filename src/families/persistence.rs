@@ -23,8 +23,6 @@ use crate::storage::KvRead;
 pub struct SaveState {
     /// A BGSAVE is running.
     pub in_progress: AtomicBool,
-    /// Another BGSAVE was asked for (SCHEDULE) while one ran.
-    pub scheduled: AtomicBool,
     /// The last save succeeded.
     pub last_ok: AtomicBool,
     /// Seconds the last BGSAVE took (-1 before the first).
@@ -41,7 +39,6 @@ impl Default for SaveState {
     fn default() -> Self {
         SaveState {
             in_progress: AtomicBool::new(false),
-            scheduled: AtomicBool::new(false),
             last_ok: AtomicBool::new(true),
             last_secs: AtomicI64::new(-1),
             started_ms: AtomicU64::new(0),
@@ -151,63 +148,63 @@ pub fn save(s: &mut Session, _a: Args) -> Action {
     }))
 }
 
-/// Runs BGSAVEs until none is scheduled.
+/// Runs a BGSAVE.
 async fn background(server: Arc<Server>) {
     let st = &server.persistence;
-    loop {
-        let started = Instant::now();
-        st.started_ms
-            .store(crate::shard::now_ms(), Ordering::Relaxed);
-        let ops = write_ops(&server);
-        let ok = match save_to_disk(&server).await {
-            Ok(stats) => {
-                tracing::info!(
-                    keys = stats.keys,
-                    bytes = stats.bytes,
-                    "Background saving terminated with success"
-                );
-                true
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "Background saving error");
-                false
-            }
-        };
-        finished(&server, ok, ops);
-        st.last_secs
-            .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
-        st.started_ms.store(0, Ordering::Relaxed);
-        if !st.scheduled.swap(false, Ordering::AcqRel) {
-            break;
+    let started = Instant::now();
+    st.started_ms
+        .store(crate::shard::now_ms(), Ordering::Relaxed);
+    let ops = write_ops(&server);
+    let ok = match save_to_disk(&server).await {
+        Ok(stats) => {
+            tracing::info!(
+                keys = stats.keys,
+                bytes = stats.bytes,
+                "Background saving terminated with success"
+            );
+            true
         }
-    }
+        Err(e) => {
+            tracing::error!(error = %e, "Background saving error");
+            false
+        }
+    };
+    finished(&server, ok, ops);
+    st.last_secs
+        .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
+    st.started_ms.store(0, Ordering::Relaxed);
     st.in_progress.store(false, Ordering::Release);
 }
 
 /// BGSAVE [SCHEDULE]
 pub fn bgsave(s: &mut Session, a: Args) -> Action {
-    let schedule = match a.len() {
-        1 => false,
-        2 if is(a.get(1), "schedule") => true,
+    // SCHEDULE waits out another kind of background job in Redis (an AOF
+    // rewrite); cairn runs no other kind, so it changes nothing here, and
+    // a save already running is an error with it too, as in Redis.
+    match a.len() {
+        1 => {}
+        2 if is(a.get(1), "schedule") => {}
         _ => return error(SYNTAX).into(),
-    };
+    }
     let st = &s.server.persistence;
     if st.in_progress.swap(true, Ordering::AcqRel) {
-        if schedule {
-            st.scheduled.store(true, Ordering::Release);
-            return Reply::Status("Background saving scheduled".into()).into();
-        }
         return Reply::err("Background save already in progress").into();
     }
     tokio::spawn(background(s.server.clone()));
-    Reply::Status("Background saving started".into()).into()
+    // Inside a transaction Redis only schedules the save (its cron starts
+    // it right after), and says so.
+    let status = if s.in_exec {
+        "Background saving scheduled"
+    } else {
+        "Background saving started"
+    };
+    Reply::Status(status.into()).into()
 }
 
 /// BGREWRITEAOF: Redis rewrites its append-only file as the shortest
 /// one that rebuilds the data. cairn's equivalent is to move what each
 /// shard's log holds into its tables now, which leaves the log empty: every
-/// shard's write buffer goes to its background writer. As in Redis, a
-/// running BGSAVE makes the reply "scheduled".
+/// shard's write buffer goes to its background writer.
 pub fn bgrewriteaof(s: &mut Session, _a: Args) -> Action {
     for sh in s.server.shards.shards() {
         if let Err(e) = sh.store().and_then(|st| st.freeze_now()) {
@@ -215,7 +212,8 @@ pub fn bgrewriteaof(s: &mut Session, _a: Args) -> Action {
             return Reply::err(e).into();
         }
     }
-    let status = if s.server.persistence.in_progress.load(Ordering::Relaxed) {
+    // As in Redis: "scheduled" while a BGSAVE runs or inside a transaction.
+    let status = if s.in_exec || s.server.persistence.in_progress.load(Ordering::Relaxed) {
         "Background append only file rewriting scheduled"
     } else {
         "Background append only file rewriting started"
