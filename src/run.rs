@@ -90,6 +90,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
         c.start();
     }
     crate::families::info::start_sampling(&server);
+    crate::families::persistence::start_save_points(&server);
     // Function libraries persist; scripts do not (as in Redis).
     if let Err(e) = crate::families::functions::load_stored(&server) {
         tracing::error!(error = %e, "cannot read the stored function libraries");

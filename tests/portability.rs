@@ -477,6 +477,57 @@ fn bgsave_file_loads_in_redis() {
     assert_eq!(q(&mut r, &["FCALL", "f1", "0"]), Value::Int(1));
 }
 
+/// Save points (`save <seconds> <changes>`) start a BGSAVE as Redis's cron
+/// does, and the file loads in redis-server; SHUTDOWN saves first with
+/// SAVE (or with save points configured), not with NOSAVE.
+#[test]
+fn save_points_and_shutdown_write_the_rdb_file() {
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    let file = cairn.path.join("dump.rdb");
+    ok(&mut c, &["CONFIG", "SET", "save", "1 2"]);
+    ok(&mut c, &["SET", "a", "1"]);
+    // One change is not enough for "1 2".
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(!file.exists());
+    ok(&mut c, &["SET", "b", "2"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !file.exists() {
+        assert!(Instant::now() < deadline, "no save point fired");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_bgsave(&mut c);
+    let info: String = redis::cmd("INFO").arg("persistence").query(&mut c).unwrap();
+    assert!(info.contains("rdb_changes_since_last_save:0"), "{info}");
+    let redis = RealRedis::start_with_file(&file);
+    let mut r = redis.client();
+    assert_eq!(everything(&mut r), everything(&mut c));
+    drop(redis);
+
+    // SHUTDOWN SAVE writes the latest data even with no save point.
+    ok(&mut c, &["CONFIG", "SET", "save", ""]);
+    ok(&mut c, &["SET", "c", "3"]);
+    std::fs::remove_file(&file).unwrap();
+    assert_eq!(
+        err(&mut c, &["SHUTDOWN", "SAVE", "NOSAVE"]),
+        "ERR syntax error"
+    );
+    let _ = cmd(&["SHUTDOWN", "SAVE"]).query::<Value>(&mut c);
+    let dir = cairn.stop().expect("the data dir");
+    let redis = RealRedis::start_with_file(&dir.path().join("dump.rdb"));
+    let mut r = redis.client();
+    assert_eq!(int(&mut r, &["DBSIZE"]), 3);
+
+    // NOSAVE writes nothing, save points or not.
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    ok(&mut c, &["CONFIG", "SET", "save", "3600 1"]);
+    ok(&mut c, &["SET", "a", "1"]);
+    let _ = cmd(&["SHUTDOWN", "NOSAVE"]).query::<Value>(&mut c);
+    let dir = cairn.stop().expect("the data dir");
+    assert!(!dir.path().join("dump.rdb").exists());
+}
+
 /// An RDB file saved by redis-server imports into a cairn data directory
 /// (`cairn --import`) with every key, value, TTL and library; expired keys
 /// stay out.

@@ -33,6 +33,8 @@ pub struct SaveState {
     pub ops_at_save: AtomicU64,
     /// Saves completed.
     pub saves: AtomicU64,
+    /// When the last BGSAVE started (Unix seconds; 0 = none yet).
+    pub last_try: AtomicU64,
 }
 
 impl Default for SaveState {
@@ -44,6 +46,7 @@ impl Default for SaveState {
             started_ms: AtomicU64::new(0),
             ops_at_save: AtomicU64::new(0),
             saves: AtomicU64::new(0),
+            last_try: AtomicU64::new(0),
         }
     }
 }
@@ -152,8 +155,9 @@ pub fn save(s: &mut Session, _a: Args) -> Action {
 async fn background(server: Arc<Server>) {
     let st = &server.persistence;
     let started = Instant::now();
-    st.started_ms
-        .store(crate::shard::now_ms(), Ordering::Relaxed);
+    let now_ms = crate::shard::now_ms();
+    st.started_ms.store(now_ms, Ordering::Relaxed);
+    st.last_try.store(now_ms / 1000, Ordering::Relaxed);
     let ops = write_ops(&server);
     let ok = match save_to_disk(&server).await {
         Ok(stats) => {
@@ -306,4 +310,87 @@ pub fn wait(s: &mut Session, a: Args) -> Action {
             how = unblocker.requested() => how.reply(Reply::Int(0)),
         }
     }))
+}
+
+/// How long Redis waits after a failed BGSAVE before its save points may
+/// start another (CONFIG_BGSAVE_RETRY_DELAY), in seconds.
+const RETRY_DELAY_SECS: u64 = 5;
+
+/// Save points (`save <seconds> <changes> ...`): as Redis's cron does, a
+/// BGSAVE starts once, for some point, at least `changes` write ops were
+/// applied since the last save and more than `seconds` have passed since
+/// it; after a failed one, not before `RETRY_DELAY_SECS`. cairn's data is
+/// on disk already: these snapshots are the `dump.rdb` a Redis user asks
+/// for, to back up or to move data. Checked every 100 ms (Redis's `hz`).
+pub fn start_save_points(server: &Arc<Server>) {
+    let weak = Arc::downgrade(server);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let Some(server) = weak.upgrade() else { return };
+            if server.stopping.load(Ordering::Relaxed) {
+                return;
+            }
+            let Some((secs, changes)) = due_save_point(&server) else {
+                continue;
+            };
+            if !server.persistence.in_progress.swap(true, Ordering::AcqRel) {
+                tracing::info!("{changes} changes in {secs} seconds. Saving...");
+                tokio::spawn(background(server.clone()));
+            }
+        }
+    });
+}
+
+/// The configured save points, as (seconds, changes) pairs.
+fn save_points(server: &Server) -> Vec<(u64, u64)> {
+    let rt = server.runtime.read();
+    let nums: Vec<u64> = rt
+        .get("save")
+        .split(' ')
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    nums.chunks_exact(2).map(|p| (p[0], p[1])).collect()
+}
+
+/// The first save point that is due now, if any.
+fn due_save_point(server: &Server) -> Option<(u64, u64)> {
+    let points = save_points(server);
+    if points.is_empty() {
+        return None;
+    }
+    let st = &server.persistence;
+    let changes = write_ops(server).saturating_sub(st.ops_at_save.load(Ordering::Relaxed));
+    let now = crate::shard::now_ms() / 1000;
+    let since_save = now.saturating_sub(server.last_save.load(Ordering::Relaxed));
+    let may_retry = st.last_ok.load(Ordering::Relaxed)
+        || now.saturating_sub(st.last_try.load(Ordering::Relaxed)) > RETRY_DELAY_SECS;
+    points
+        .into_iter()
+        .find(|&(secs, min_changes)| changes >= min_changes && since_save > secs && may_retry)
+}
+
+/// SHUTDOWN's save: with SAVE, or without NOSAVE when save points are
+/// configured, Redis writes its RDB file before it exits (a BGSAVE then
+/// running is replaced by it). True if the server may stop: nothing to
+/// save, or saved.
+pub async fn save_for_shutdown(server: &Arc<Server>, save: bool, nosave: bool) -> bool {
+    if nosave || (!save && save_points(server).is_empty()) {
+        return true;
+    }
+    tracing::info!("Saving the final RDB snapshot before exiting.");
+    let ops = write_ops(server);
+    match save_to_disk(server).await {
+        Ok(stats) => {
+            tracing::info!(keys = stats.keys, bytes = stats.bytes, "DB saved on disk");
+            finished(server, true, ops);
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "Error trying to save the DB, can't exit.");
+            finished(server, false, ops);
+            false
+        }
+    }
 }

@@ -886,7 +886,23 @@ pub fn shutdown(s: &mut Session, a: Args) -> Action {
             return error(SYNTAX).into();
         }
     }
+    let flag = |name| a.from(1).iter().any(|o| is(o, name));
+    if flag("save") && flag("nosave") {
+        return error(SYNTAX).into();
+    }
+    let (save, nosave, force) = (flag("save"), flag("nosave"), flag("force"));
     tracing::info!("SHUTDOWN requested by client {}", s.entry.id);
-    s.server.request_shutdown();
+    let server = s.server.clone();
+    // The save is the last thing this server does: the connection waits
+    // for it on this thread (its other connections move to another). A
+    // save that fails keeps the server up, unless FORCE, as in Redis.
+    let saved = tokio::task::block_in_place(|| {
+        tokio::runtime::Handle::current()
+            .block_on(super::persistence::save_for_shutdown(&server, save, nosave))
+    });
+    if !saved && !force {
+        return Reply::err("Errors trying to SHUTDOWN. Check logs.").into();
+    }
+    server.request_shutdown();
     Action::Close(None)
 }
