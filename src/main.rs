@@ -59,7 +59,17 @@ fn main() {
         };
         let server = running.server.clone();
         tokio::spawn(async move {
-            wait_for_signal().await;
+            loop {
+                wait_for_signal().await;
+                // With save points set, Redis saves before it exits, and
+                // stays up if that fails.
+                if cairn::families::persistence::save_for_shutdown(&server, false, false).await {
+                    break;
+                }
+                tracing::warn!(
+                    "signal received but errors trying to shut down the server, check the logs for more information"
+                );
+            }
             server.request_shutdown();
             tracing::info!("signal received, shutting down");
         });

@@ -773,3 +773,30 @@ fn bgrewriteaof_moves_the_logs_into_the_tables() {
     drop(srv.stop());
     drop(tmp);
 }
+
+// With save points set, SIGTERM writes dump.rdb before the server exits,
+// as Redis's shutdown on a signal does.
+#[test]
+fn sigterm_saves_with_save_points() {
+    let root = tempfile::tempdir().unwrap();
+    let data = root.path().join("data");
+    let mut server = Proc::start(root.path(), &data);
+    let mut c = server.client();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("save")
+        .arg("3600 1")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET").arg("x").arg("1").query(&mut c).unwrap();
+    let status = Command::new("kill")
+        .arg("-TERM")
+        .arg(server.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit =
+        wait_exit(&mut server.child, Duration::from_secs(20)).expect("cairn exits on SIGTERM");
+    assert!(exit.success(), "{exit}");
+    assert!(data.join("dump.rdb").exists());
+}
