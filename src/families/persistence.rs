@@ -96,11 +96,16 @@ async fn snapshot_into<W: std::io::Write + Send + 'static>(
 /// Writes the snapshot to a temporary file, syncs it and renames it over
 /// the target, so a crash mid-save leaves the previous file whole.
 async fn save_to_disk(server: &Arc<Server>) -> Result<SaveStats, SaveError> {
+    // A temporary file of its own per save: SAVE, SHUTDOWN's save and a
+    // BGSAVE may overlap here (in Redis a SAVE holds the whole server), and
+    // each renames a whole snapshot over the target.
+    static SAVES: AtomicU64 = AtomicU64::new(0);
+    let n = SAVES.fetch_add(1, Ordering::Relaxed);
     let path = target_path(server);
     let tmp = server
         .config
         .dir
-        .join(format!("temp-{}.rdb", std::process::id()));
+        .join(format!("temp-{}-{n}.rdb", std::process::id()));
     let f = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&tmp)?);
     let result = snapshot_into(server, f).await;
     let (stats, w) = match result {
