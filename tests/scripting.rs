@@ -53,6 +53,11 @@ fn a_busy_script_is_killed() {
     );
     let looping = Pending::start(&srv, &["EVAL", "while true do end", "0"]);
     wait_busy(&mut admin);
+    // Only SHUTDOWN NOSAVE may stop the server now (Redis 7.0's reply).
+    assert_eq!(
+        err(&mut admin, &["SHUTDOWN"]),
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    );
     script_kill(&mut admin, &looping);
     assert_eq!(
         err(&mut admin, &["SCRIPT", "KILL"]),

@@ -502,7 +502,16 @@ pub fn abort_for_shutdown(server: &Server) {
 /// run longer than `busy-reply-threshold`, unless it is allowed then
 /// (`allow_busy`).
 pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
-    if !server.scripts.running() || spec.has_flag("allow_busy") {
+    if spec.has_flag("allow_busy") {
+        return None;
+    }
+    busy_reply(server)
+}
+
+/// The BUSY error while a script or function runs past
+/// `busy-reply-threshold`, whatever the command.
+pub fn busy_reply(server: &Server) -> Option<Reply> {
+    if !server.scripts.running() {
         return None;
     }
     let handle = server.scripts.longest_running()?;

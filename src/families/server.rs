@@ -891,6 +891,13 @@ pub fn shutdown(s: &mut Session, a: Args) -> Action {
         return error(SYNTAX).into();
     }
     let (save, nosave, force) = (flag("save"), flag("nosave"), flag("force"));
+    // A script past busy-reply-threshold holds every shard: only NOSAVE may
+    // stop the server then, as in Redis (a save would wait for the script).
+    if !nosave {
+        if let Some(busy) = super::scripting::busy_reply(&s.server) {
+            return busy.into();
+        }
+    }
     tracing::info!("SHUTDOWN requested by client {}", s.entry.id);
     let server = s.server.clone();
     // The save is the last thing this server does: the connection waits
