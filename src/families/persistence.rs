@@ -121,16 +121,21 @@ async fn save_to_disk(server: &Arc<Server>) -> Result<SaveStats, SaveError> {
     Ok(stats)
 }
 
-/// Records a finished save.
-fn finished(server: &Server, ok: bool, ops_before: u64) {
+/// Saves now (see [`save_to_disk`]) and records how it went, for INFO
+/// persistence, LASTSAVE and the save points: what SAVE, BGSAVE and
+/// SHUTDOWN's save share.
+async fn save_recorded(server: &Arc<Server>) -> Result<SaveStats, SaveError> {
+    let ops_before = write_ops(server);
+    let result = save_to_disk(server).await;
     let st = &server.persistence;
-    st.last_ok.store(ok, Ordering::Relaxed);
-    if ok {
+    st.last_ok.store(result.is_ok(), Ordering::Relaxed);
+    if result.is_ok() {
         st.ops_at_save.store(ops_before, Ordering::Relaxed);
         st.saves.fetch_add(1, Ordering::Relaxed);
         let now = crate::shard::now_ms() / 1000;
         server.last_save.store(now, Ordering::Relaxed);
     }
+    result
 }
 
 /// SAVE
@@ -140,16 +145,13 @@ pub fn save(s: &mut Session, _a: Args) -> Action {
     }
     let server = s.server.clone();
     Action::Job(Box::pin(async move {
-        let ops = write_ops(&server);
-        match save_to_disk(&server).await {
+        match save_recorded(&server).await {
             Ok(stats) => {
                 tracing::info!(keys = stats.keys, bytes = stats.bytes, "DB saved on disk");
-                finished(&server, true, ops);
                 Reply::Ok
             }
             Err(e) => {
                 tracing::error!(error = %e, "SAVE failed");
-                finished(&server, false, ops);
                 Reply::Error("ERR".into())
             }
         }
@@ -163,22 +165,14 @@ async fn background(server: Arc<Server>) {
     let now_ms = crate::shard::now_ms();
     st.started_ms.store(now_ms, Ordering::Relaxed);
     st.last_try.store(now_ms / 1000, Ordering::Relaxed);
-    let ops = write_ops(&server);
-    let ok = match save_to_disk(&server).await {
-        Ok(stats) => {
-            tracing::info!(
-                keys = stats.keys,
-                bytes = stats.bytes,
-                "Background saving terminated with success"
-            );
-            true
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "Background saving error");
-            false
-        }
-    };
-    finished(&server, ok, ops);
+    match save_recorded(&server).await {
+        Ok(stats) => tracing::info!(
+            keys = stats.keys,
+            bytes = stats.bytes,
+            "Background saving terminated with success"
+        ),
+        Err(e) => tracing::error!(error = %e, "Background saving error"),
+    }
     st.last_secs
         .store(started.elapsed().as_secs() as i64, Ordering::Relaxed);
     st.started_ms.store(0, Ordering::Relaxed);
@@ -385,16 +379,13 @@ pub async fn save_for_shutdown(server: &Arc<Server>, save: bool, nosave: bool) -
         return true;
     }
     tracing::info!("Saving the final RDB snapshot before exiting.");
-    let ops = write_ops(server);
-    match save_to_disk(server).await {
+    match save_recorded(server).await {
         Ok(stats) => {
             tracing::info!(keys = stats.keys, bytes = stats.bytes, "DB saved on disk");
-            finished(server, true, ops);
             true
         }
         Err(e) => {
             tracing::warn!(error = %e, "Error trying to save the DB, can't exit.");
-            finished(server, false, ops);
             false
         }
     }
