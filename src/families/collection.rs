@@ -396,10 +396,9 @@ pub struct PickOverflow {
 impl PickOverflow {
     /// `Some` if picking `count` members would pass the client's limit.
     pub fn check(s: &Session, count: i64) -> Option<PickOverflow> {
-        let hard = s.server.pubsub.hard_limit(&s.entry);
         let bytes = count.unsigned_abs().saturating_mul(6);
-        let counted = bytes > crate::pubsub::REPLY_BUFFER as u64 && bytes >= hard;
-        (count < 0 && hard > 0 && counted).then(|| PickOverflow {
+        let over = count < 0 && s.server.pubsub.passes_hard_limit(&s.entry, bytes);
+        over.then(|| PickOverflow {
             server: s.server.clone(),
             entry: s.entry.clone(),
             bytes,

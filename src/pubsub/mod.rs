@@ -303,7 +303,19 @@ impl Drop for Wakes {
 
 /// Reply bytes Redis keeps in a client's static buffer, which its output
 /// buffer limit does not count.
-pub const REPLY_BUFFER: usize = 16 * 1024;
+const REPLY_BUFFER: u64 = 16 * 1024;
+
+/// What replies of `bytes` count toward an output buffer limit. Redis does
+/// not count replies that fit its 16 KiB static buffer; past it, it counts
+/// whole reply blocks, whose slack is of the order of that buffer: so all
+/// of a bigger reply counts here.
+fn counted_reply_bytes(bytes: u64) -> u64 {
+    if bytes > REPLY_BUFFER {
+        bytes
+    } else {
+        0
+    }
+}
 
 /// One class's `client-output-buffer-limit`: hard bytes, soft bytes, soft
 /// seconds (0 = no limit).
@@ -545,25 +557,22 @@ impl Hub {
         &self.limits[usize::from(client.mailbox.subscribed())]
     }
 
-    /// The hard output buffer limit of the client's class (0: none).
-    pub fn hard_limit(&self, client: &ClientEntry) -> u64 {
-        self.limit_of(client).hard.load(Ordering::Relaxed)
+    /// Whether replies of `bytes` alone pass the hard output buffer limit
+    /// of the client's class.
+    pub fn passes_hard_limit(&self, client: &ClientEntry, bytes: u64) -> bool {
+        let hard = self.limit_of(client).hard.load(Ordering::Relaxed);
+        hard > 0 && counted_reply_bytes(bytes) >= hard
     }
 
     /// Checks the replies a batch made, `bytes` of them about to be written,
     /// against the client's limit, with its pending pushes. True if the
     /// client is now closed: nothing is written to it.
     pub fn check_replies(&self, client: &ClientEntry, bytes: usize) -> bool {
-        // Redis does not count replies that fit its 16 KiB static buffer;
-        // past it, it counts whole reply blocks, whose slack is of the
-        // order of that buffer: so all of a bigger reply counts here.
-        let counted = if bytes > REPLY_BUFFER { bytes } else { 0 };
         // Checked for every write, so that a client back under its soft
         // limit starts its soft time afresh next time.
-        self.check_limit(
-            client,
-            client.mailbox.pending.load(Ordering::Relaxed) + counted,
-        )
+        let pending = client.mailbox.pending.load(Ordering::Relaxed) as u64;
+        let total = pending + counted_reply_bytes(bytes as u64);
+        self.check_limit(client, total as usize)
     }
 
     /// When to check a client's output again while a write to it waits
