@@ -353,9 +353,7 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &Kil
     }
     if counted.has_flag("readonly") {
         if let Some(keys) = session.script_tracks.take() {
-            for key in &keys {
-                server.pubsub.tracking.remember(session.entry.id, key);
-            }
+            server.pubsub.tracking.remember_all(session.entry.id, &keys);
         }
     }
     session.resp3 = resp3;

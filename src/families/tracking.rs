@@ -223,10 +223,8 @@ pub fn before_command(s: &Session, spec: &'static CommandSpec, args: &Args) {
     if spec.name == "exec" {
         return;
     }
-    let tracker = &s.server.pubsub.tracking;
-    for key in reads(s, spec, args) {
-        tracker.remember(s.entry.id, &key);
-    }
+    let keys = reads(s, spec, args);
+    s.server.pubsub.tracking.remember_all(s.entry.id, &keys);
 }
 
 /// The keys a command of the client makes it track (see
@@ -259,9 +257,7 @@ pub fn read_in_unit(s: &Session, keys: Vec<Bytes>, action: Action) -> Action {
     // Where the reader cannot note the keys, they are tracked at once.
     let track = move |r: Option<&dyn crate::storage::KvRead>| {
         if !r.is_some_and(|r| r.track_read(id, &keys)) {
-            for key in &keys {
-                server.pubsub.tracking.remember(id, key);
-            }
+            server.pubsub.tracking.remember_all(id, &keys);
         }
     };
     match action {

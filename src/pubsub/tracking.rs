@@ -117,6 +117,13 @@ impl Tracker {
         self.limit();
     }
 
+    /// Records that client `id` read each of `keys`.
+    pub fn remember_all(&self, id: u64, keys: &[Bytes]) {
+        for key in keys {
+            self.remember(id, key);
+        }
+    }
+
     /// Sets `tracking-table-max-keys`, and brings the table under it at
     /// once: Redis's cron does so within a tick of a CONFIG SET lowering
     /// it, even on an idle server.
