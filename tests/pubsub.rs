@@ -104,16 +104,23 @@ fn subscriber_past_the_hard_limit_is_disconnected() {
     assert_eq!(clients, "");
 }
 
+/// A subscriber of `channel` that stops reading, under `pubsub 0 256kb 1`,
+/// sent far more than its soft limit at once (200 messages of 64 KiB).
+fn over_the_soft_limit(server: &TestServer, channel: &str) -> (redis::Connection, TcpStream) {
+    let (mut c, sub) = limited_subscriber(server, "pubsub 0 256kb 1", channel);
+    let payload = "y".repeat(64 * 1024);
+    for _ in 0..200 {
+        int(&mut c, &["PUBLISH", channel, &payload]);
+    }
+    (c, sub)
+}
+
 #[test]
 fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
     let server = TestServer::start();
-    let (mut c, mut sub) = limited_subscriber(&server, "pubsub 0 256kb 1", "slow");
-    let payload = "y".repeat(64 * 1024);
     // Over the soft limit, the client stays until the limit has held for
     // more than a second: the next message after that closes it.
-    for _ in 0..200 {
-        int(&mut c, &["PUBLISH", "slow", &payload]);
-    }
+    let (mut c, mut sub) = over_the_soft_limit(&server, "slow");
     // CLIENT LIST shows what waits for it.
     let list = text(q(&mut c, &["CLIENT", "LIST", "TYPE", "pubsub"]));
     assert!(list.contains("flags=P") && list.contains("sub=1"), "{list}");
@@ -125,7 +132,7 @@ fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
         .unwrap();
     assert!(omem >= 256 * 1024, "omem={omem}");
     std::thread::sleep(Duration::from_millis(2100));
-    int(&mut c, &["PUBLISH", "slow", &payload]);
+    int(&mut c, &["PUBLISH", "slow", &"y".repeat(64 * 1024)]);
     eventually("the subscriber to be unregistered", || {
         numsub(&mut c, "slow") == 0
     });
@@ -138,11 +145,7 @@ fn subscriber_over_the_soft_limit_too_long_is_disconnected() {
 #[test]
 fn a_soft_limit_runs_out_without_more_traffic() {
     let server = TestServer::start();
-    let (mut c, mut sub) = limited_subscriber(&server, "pubsub 0 256kb 1", "quiet");
-    let payload = "y".repeat(64 * 1024);
-    for _ in 0..200 {
-        int(&mut c, &["PUBLISH", "quiet", &payload]);
-    }
+    let (mut c, mut sub) = over_the_soft_limit(&server, "quiet");
     // Closed once its second has passed (whole seconds: within two).
     let until = Instant::now() + Duration::from_millis(3000);
     while numsub(&mut c, "quiet") != 0 {
