@@ -463,6 +463,15 @@ impl Edit {
         })
     }
 
+    /// The collection as it stands in this edit, for reads.
+    pub fn view(&self) -> View {
+        View {
+            prefix: self.prefix.clone(),
+            size: self.size,
+            extra: self.extra.clone(),
+        }
+    }
+
     /// One member's value.
     pub fn get(&self, w: &WriteCtx, member: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         w.get(Table::Sub, &encoding::sub_key(&self.prefix, member))
@@ -496,6 +505,14 @@ impl Edit {
         let removed = w.del(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
         self.size -= removed as u64;
         Ok(removed)
+    }
+
+    /// Removes a member the caller has just seen (a pop's pick), without
+    /// looking it up again.
+    pub fn remove_seen(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<(), StoreError> {
+        w.del_seen(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
+        self.size -= 1;
+        Ok(())
     }
 
     /// Writes the metadata back; an emptied collection is deleted, and one

@@ -573,7 +573,7 @@ fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
         true
     })?;
     for k in ttl_rows {
-        w.del(Table::Ttl, &k)?;
+        w.del_seen(Table::Ttl, &k)?;
     }
     w.state.counts[db as usize] = Default::default();
     w.flushed.push(db);

@@ -102,17 +102,21 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     s.write(a.get(1), move |w, k| {
-        let Some(v) = View::load(w, k, SET)? else {
+        let Some(mut set) = Edit::load(w, k, SET)? else {
             return Ok(match count {
                 None => Reply::Nil,
                 Some(_) => Reply::Set(Vec::new()),
             });
         };
-        let want = count.map_or(1, |c| c.min(v.size)) as usize;
-        let picked: Vec<Vec<u8>> = v.random(w, want)?.into_iter().map(|(m, _)| m).collect();
-        let mut set = Edit::load(w, k, SET)?.expect("set exists");
+        let want = count.map_or(1, |c| c.min(set.size)) as usize;
+        let picked: Vec<Vec<u8>> = set
+            .view()
+            .random(w, want)?
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
         for m in &picked {
-            set.remove(w, m)?;
+            set.remove_seen(w, m)?;
         }
         let emptied = set.size == 0;
         set.save(w, k)?;

@@ -133,7 +133,7 @@ impl ZEdit {
             if old.to_bits() == score.to_bits() {
                 return Ok(Some(old));
             }
-            w.del(
+            w.del_seen(
                 Table::ZScore,
                 &encoding::zscore_key(&self.e.prefix, old, member),
             )?;
@@ -151,22 +151,24 @@ impl ZEdit {
         let Some(old) = self.score(w, member)? else {
             return Ok(false);
         };
-        self.remove_scored(w, member, old)
+        self.remove_scored(w, member, old)?;
+        Ok(true)
     }
 
-    /// Removes a member whose score the caller just read from the index
-    /// (pops, range removals): no lookup of the score.
+    /// Removes a member whose score the caller just read (from the index,
+    /// in pops and range removals, or from its row): both rows are known to
+    /// be there, so neither is looked up.
     fn remove_scored(
         &mut self,
         w: &mut WriteCtx,
         member: &[u8],
         score: f64,
-    ) -> Result<bool, StoreError> {
-        w.del(
+    ) -> Result<(), StoreError> {
+        w.del_seen(
             Table::ZScore,
             &encoding::zscore_key(&self.e.prefix, score, member),
         )?;
-        self.e.remove(w, member)
+        self.e.remove_seen(w, member)
     }
 
     fn save(self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {

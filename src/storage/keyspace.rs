@@ -168,7 +168,7 @@ fn settle_replaced(
     let old_expire = old.map_or(0, |m| m.expire_ms);
     if old_expire != new.expire_ms {
         if old_expire != 0 {
-            w.del(
+            w.del_seen(
                 Table::Ttl,
                 &encoding::ttl_key(old_expire, key.db, key.slot, key.name),
             )?;
@@ -202,9 +202,9 @@ fn settle_replaced(
 
 /// Deletes a key whose current metadata is `old`.
 pub fn delete(w: &mut WriteCtx, key: Key, old: &Meta) -> Result<(), StoreError> {
-    w.del(Table::Meta, &key.meta_key())?;
+    w.del_seen(Table::Meta, &key.meta_key())?;
     if old.expire_ms != 0 {
-        w.del(
+        w.del_seen(
             Table::Ttl,
             &encoding::ttl_key(old.expire_ms, key.db, key.slot, key.name),
         )?;
@@ -369,11 +369,11 @@ pub fn reap_expired(
     )?;
     for ttl_row in due {
         let Some((expire, mkey)) = encoding::decode_ttl_key(&ttl_row) else {
-            w.del(Table::Ttl, &ttl_row)?;
+            w.del_seen(Table::Ttl, &ttl_row)?;
             continue;
         };
         let Some((db, slot, name)) = encoding::decode_meta_key(mkey) else {
-            w.del(Table::Ttl, &ttl_row)?;
+            w.del_seen(Table::Ttl, &ttl_row)?;
             continue;
         };
         let name = name.to_vec();
@@ -396,7 +396,7 @@ pub fn reap_expired(
             }
             // A stale index row (should not happen; repair it quietly).
             _ => {
-                w.del(Table::Ttl, &ttl_row)?;
+                w.del_seen(Table::Ttl, &ttl_row)?;
             }
         }
     }
@@ -458,7 +458,7 @@ pub fn collect_garbage(
             // Dead versions belong to no live key: nobody watching a key
             // is told of their removal.
             w.quiet = true;
-            let deleted = rows.iter().try_for_each(|k| w.del(t, k).map(|_| ()));
+            let deleted = rows.iter().try_for_each(|k| w.del_seen(t, k));
             w.quiet = false;
             deleted?;
             budget -= rows.len();
@@ -475,7 +475,7 @@ pub fn collect_garbage(
                 w.put(Table::Gc, &prefix, &row)?;
             }
             None => {
-                w.del(Table::Gc, &prefix)?;
+                w.del_seen(Table::Gc, &prefix)?;
                 stats.gc_versions += 1;
                 from = prefix;
                 from.push(0);

@@ -1034,6 +1034,18 @@ impl<'t> WriteCtx<'t> {
         Ok(self.take(table, key)?.is_some())
     }
 
+    /// Removes a row the caller knows is there: one it has just read, or
+    /// one an invariant vouches for (the score index row of a member, the
+    /// `ttl` row of a key with an expiry). Unlike [`WriteCtx::del`] it
+    /// does not look the row up (a tree walk in the tables) unless a
+    /// before-image must be kept for a rollback.
+    pub fn del_seen(&mut self, table: Table, key: &[u8]) -> Result<(), StoreError> {
+        self.remember(table, key)?;
+        self.changed(table, key, true);
+        self.set(table, key, None);
+        Ok(())
+    }
+
     /// Removes a row and returns its value (a pop: read the element, then
     /// drop it).
     pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
