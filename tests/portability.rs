@@ -528,6 +528,41 @@ fn save_points_and_shutdown_write_the_rdb_file() {
     assert!(!dir.path().join("dump.rdb").exists());
 }
 
+/// FLUSHALL saves the emptied dataset when save points are set, as Redis
+/// does (so a restart from the file cannot bring the keys back, and the
+/// change count is zero); without save points it leaves the file alone.
+#[test]
+fn flushall_saves_with_save_points() {
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    let file = cairn.path.join("dump.rdb");
+    let changes = |c: &mut Connection| {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+            .expect("the field")
+            .to_string()
+    };
+    ok(&mut c, &["SET", "a", "1"]);
+    ok(&mut c, &["SAVE"]);
+    ok(&mut c, &["SET", "b", "2"]);
+    ok(&mut c, &["FLUSHALL"]);
+    assert_ne!(changes(&mut c), "0");
+    {
+        let redis = RealRedis::start_with_file(&file);
+        assert_eq!(int(&mut redis.client(), &["DBSIZE"]), 1);
+    }
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "save", "3600 1 300 100 60 10000"],
+    );
+    ok(&mut c, &["SET", "key", "value"]);
+    ok(&mut c, &["FLUSHALL"]);
+    assert_eq!(changes(&mut c), "0");
+    let redis = RealRedis::start_with_file(&file);
+    assert_eq!(int(&mut redis.client(), &["DBSIZE"]), 0);
+}
+
 /// An RDB file saved by redis-server imports into a cairn data directory
 /// (`cairn --import`) with every key, value, TTL and library; expired keys
 /// stay out.

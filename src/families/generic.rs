@@ -618,6 +618,26 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
     if let Err(r) = flush_mode(&a) {
         return r.into();
     }
+    let flush = flush_all(s);
+    // With save points set, Redis writes the emptied dataset at once, so a
+    // restart cannot bring back what was flushed and the change count
+    // starts again from zero. Inside EXEC or a script the flush is part of
+    // a unit that holds every shard, which a save must read: no save there.
+    if s.in_exec || s.in_script || !super::persistence::has_save_points(&s.server) {
+        return flush;
+    }
+    let server = s.server.clone();
+    Action::Job(Box::pin(async move {
+        let reply = super::blocking::run(&server.shards, flush).await;
+        if matches!(reply, Reply::Ok) {
+            super::persistence::save_after_flushall(&server).await;
+        }
+        reply
+    }))
+}
+
+/// FLUSHALL's writes: every table of every shard emptied.
+fn flush_all(s: &Session) -> Action {
     on_all_shards(
         s,
         |w| {

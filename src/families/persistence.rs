@@ -342,6 +342,24 @@ pub fn start_save_points(server: &Arc<Server>) {
     });
 }
 
+/// Whether any save point is configured (`save` is not empty).
+pub fn has_save_points(server: &Server) -> bool {
+    !save_points(server).is_empty()
+}
+
+/// FLUSHALL's save (see `generic::flushall`). Redis kills a BGSAVE under
+/// way first; here one still running holds the data from before the
+/// flush, so it is let finish, or its file would replace this one.
+pub async fn save_after_flushall(server: &Arc<Server>) {
+    while server.persistence.in_progress.load(Ordering::Acquire) {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    match save_recorded(server).await {
+        Ok(stats) => tracing::info!(keys = stats.keys, bytes = stats.bytes, "DB saved on disk"),
+        Err(e) => tracing::warn!(error = %e, "FLUSHALL could not save the DB"),
+    }
+}
+
 /// The configured save points, as (seconds, changes) pairs.
 fn save_points(server: &Server) -> Vec<(u64, u64)> {
     let rt = server.runtime.read();
