@@ -165,6 +165,9 @@ pub struct Server {
     pub config: Config,
     /// Settable configuration.
     pub runtime: parking_lot::RwLock<Runtime>,
+    /// The compact-encoding thresholds in force (see
+    /// [`Server::encoding_limits`]).
+    limits: parking_lot::RwLock<crate::rdb::object::Limits>,
     /// The shards.
     pub shards: Arc<ShardSet>,
     /// Connected clients by id.
@@ -242,21 +245,17 @@ impl Server {
     }
 
     /// The compact-encoding thresholds of the `*-max-listpack-*` family,
-    /// which decide the encoding DUMP writes a value in.
+    /// which decide the encoding DUMP writes a value in and when a write
+    /// converts a collection out of its compact encoding.
     pub fn encoding_limits(&self) -> crate::rdb::object::Limits {
-        let rt = self.runtime.read();
-        crate::rdb::object::Limits {
-            hash_entries: rt.size("hash-max-listpack-entries"),
-            hash_value: rt.size("hash-max-listpack-value"),
-            set_intset_entries: rt.size("set-max-intset-entries"),
-            zset_entries: rt.size("zset-max-listpack-entries"),
-            zset_value: rt.size("zset-max-listpack-value"),
-            list_fill: rt.int("list-max-listpack-size"),
-            stream: crate::rdb::stream::NodeLimits {
-                max_bytes: rt.size("stream-node-max-bytes"),
-                max_entries: rt.size("stream-node-max-entries"),
-            },
-        }
+        *self.limits.read()
+    }
+
+    /// Takes the thresholds of [`Server::encoding_limits`] from `rt` (at
+    /// start and after CONFIG SET): commands read a copy rather than parse
+    /// the configuration each time.
+    pub fn configure_limits(&self, rt: &Runtime) {
+        *self.limits.write() = limits_of(rt);
     }
 
     /// Creates the shared state.
@@ -283,6 +282,7 @@ impl Server {
             replid: parking_lot::Mutex::new(crate::util::hex_id()),
             pubsub,
             config,
+            limits: parking_lot::RwLock::new(limits_of(&runtime)),
             runtime: parking_lot::RwLock::new(runtime),
             shards,
             clients: DashMap::new(),
@@ -368,5 +368,21 @@ impl Server {
                 .failed
                 .fetch_add(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// The compact-encoding thresholds set in `rt`.
+fn limits_of(rt: &Runtime) -> crate::rdb::object::Limits {
+    crate::rdb::object::Limits {
+        hash_entries: rt.size("hash-max-listpack-entries"),
+        hash_value: rt.size("hash-max-listpack-value"),
+        set_intset_entries: rt.size("set-max-intset-entries"),
+        zset_entries: rt.size("zset-max-listpack-entries"),
+        zset_value: rt.size("zset-max-listpack-value"),
+        list_fill: rt.int("list-max-listpack-size"),
+        stream: crate::rdb::stream::NodeLimits {
+            max_bytes: rt.size("stream-node-max-bytes"),
+            max_entries: rt.size("stream-node-max-entries"),
+        },
     }
 }

@@ -366,6 +366,19 @@ fn prefix_of(key: Key, m: &Meta) -> Vec<u8> {
     encoding::version_prefix(key.db, key.slot, key.name, m.version().unwrap_or(0))
 }
 
+/// The `extra` of a set, hash or sorted set that has left Redis's compact
+/// encoding (intset, listpack). Redis converts a value on the write that
+/// passes a `*-max-*` limit and never back while it lives, so OBJECT
+/// ENCODING (and DUMP's format) must remember it: the contents alone
+/// cannot tell a set shrunk back under the limits from one never over.
+const CONVERTED: &[u8] = &[1];
+
+/// Whether `m` is a collection that has left its compact encoding.
+pub fn is_converted(m: &Meta) -> bool {
+    matches!(m.ktype, KeyType::Set | KeyType::Hash | KeyType::ZSet)
+        && matches!(&m.body, MetaBody::Collection { extra, .. } if extra == CONVERTED)
+}
+
 fn extra_of(m: &Meta) -> Vec<u8> {
     match &m.body {
         MetaBody::Collection { extra, .. } => extra.clone(),
@@ -461,6 +474,27 @@ impl Edit {
             key_meta: None,
             meta,
         })
+    }
+
+    /// Whether this edit creates the collection (it was not stored).
+    pub fn is_new(&self) -> bool {
+        self.key_meta.is_none()
+    }
+
+    /// Whether the collection (a set, hash or sorted set) has left its
+    /// compact encoding (see [`CONVERTED`]).
+    pub fn converted(&self) -> bool {
+        self.extra == CONVERTED
+    }
+
+    /// Records that a set, hash or sorted set has left its compact
+    /// encoding; `save` writes it down.
+    pub fn mark_converted(&mut self) {
+        debug_assert!(matches!(
+            self.meta.ktype,
+            KeyType::Set | KeyType::Hash | KeyType::ZSet
+        ));
+        self.extra = CONVERTED.to_vec();
     }
 
     /// The collection as it stands in this edit, for reads.

@@ -1363,6 +1363,7 @@ pub fn config_set(s: &Session, pairs: &[Bytes]) -> Action {
     .then(|| staged.requirepass().to_string());
     *rt = staged;
     s.server.pubsub.configure(&rt);
+    s.server.configure_limits(&rt);
     if let Some(d) = crate::config::Durability::parse(rt.get("appendfsync")) {
         s.server.shards.set_durability(d);
     }

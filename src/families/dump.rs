@@ -55,10 +55,12 @@ pub fn crc_checked(server: &Server) -> bool {
 pub fn dump(s: &mut Session, a: Args) -> Action {
     let limits = s.server.encoding_limits();
     s.read(a.get(1), move |r, k| {
-        Ok(match keys::read(r, k)? {
-            None => Reply::Nil,
-            Some(stored) => Reply::bulk(payload(&stored.value, &limits)),
-        })
+        let Some(meta) = keyspace::lookup(r, k)? else {
+            return Ok(Reply::Nil);
+        };
+        let limits = super::object::limits_for(limits, &meta);
+        let stored = keys::read_meta(r, k, meta)?;
+        Ok(Reply::bulk(payload(&stored.value, &limits)))
     })
 }
 

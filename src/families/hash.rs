@@ -8,6 +8,7 @@ use crate::command::args::{self, error, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::pubsub::notify;
+use crate::rdb::object::Limits;
 use crate::storage::KeyType;
 use crate::util::num;
 
@@ -28,17 +29,30 @@ fn field_pairs(a: &Args, from: usize) -> Result<Vec<(Bytes, Bytes)>, Reply> {
         .collect())
 }
 
+/// Records that `h` left its compact encoding (a listpack) if this write
+/// makes it: an argument (field or value) of `longest` bytes over
+/// `hash-max-listpack-value`, or more fields than
+/// `hash-max-listpack-entries`.
+fn note_written(h: &mut Edit, longest: usize, limits: &Limits) {
+    if !h.converted() && (longest > limits.hash_value || h.size > limits.hash_entries as u64) {
+        h.mark_converted();
+    }
+}
+
 fn hset_generic(s: &mut Session, a: Args, reply_ok: bool) -> Action {
     let pairs = match field_pairs(&a, 2) {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
+    let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         let mut h = Edit::load_or_create(w, k, HASH)?;
         let mut added = 0;
         for (f, v) in &pairs {
             added += h.put(w, f, v)? as i64;
         }
+        let longest = pairs.iter().map(|(f, v)| f.len().max(v.len())).max();
+        note_written(&mut h, longest.unwrap_or(0), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hset", k);
         Ok(if reply_ok {
@@ -62,12 +76,14 @@ pub fn hmset(s: &mut Session, a: Args) -> Action {
 /// HSETNX key field value
 pub fn hsetnx(s: &mut Session, a: Args) -> Action {
     let (f, v) = (a.get(2).clone(), a.get(3).clone());
+    let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         let mut h = Edit::load_or_create(w, k, HASH)?;
         if h.get(w, &f)?.is_some() {
             return Ok(Reply::Int(0));
         }
         h.put(w, &f, &v)?;
+        note_written(&mut h, f.len().max(v.len()), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hset", k);
         Ok(Reply::Int(1))
@@ -186,6 +202,7 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let f = a.get(2).clone();
+    let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         let mut h = Edit::load_or_create(w, k, HASH)?;
         let cur = match h.get(w, &f)? {
@@ -198,6 +215,8 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
             .checked_add(by)
             .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
         h.put(w, &f, new.to_string().as_bytes())?;
+        // Redis checks only the field count here, not the lengths.
+        note_written(&mut h, 0, &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hincrby", k);
         Ok(Reply::Int(new))
@@ -211,11 +230,13 @@ pub fn hincrbyfloat(s: &mut Session, a: Args) -> Action {
     if let Err(e) = num::hincrbyfloat(None, &by) {
         return incr_float_error(e).into();
     }
+    let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         let mut h = Edit::load_or_create(w, k, HASH)?;
         let cur = h.get(w, &f)?;
         let text = num::hincrbyfloat(cur.as_deref(), &by).map_err(incr_float_error)?;
         h.put(w, &f, text.as_bytes())?;
+        note_written(&mut h, 0, &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hincrbyfloat", k);
         Ok(Reply::bulk(text))

@@ -195,6 +195,17 @@ pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
     }
 }
 
+/// The thresholds that decide the encoding of the value whose metadata
+/// is `meta`: a collection that has left its compact encoding keeps the
+/// big one (see `collection::is_converted`).
+pub fn limits_for(limits: Limits, meta: &crate::storage::Meta) -> Limits {
+    if super::collection::is_converted(meta) {
+        limits.converted(meta.ktype)
+    } else {
+        limits
+    }
+}
+
 /// Whether the `maxmemory-policy` is an LFU one.
 fn lfu_policy(s: &Session) -> bool {
     s.server
@@ -239,10 +250,12 @@ pub fn object(s: &mut Session, a: Args) -> Action {
         "encoding" => {
             let limits = s.server.encoding_limits();
             s.read_unnoticed(&key, move |r, k| {
-                Ok(match keys::read(r, k)? {
-                    None => Reply::Nil,
-                    Some(st) => Reply::bulk(encoding_of(&st.value, &limits)),
-                })
+                let Some(meta) = crate::storage::keyspace::lookup(r, k)? else {
+                    return Ok(Reply::Nil);
+                };
+                let limits = limits_for(limits, &meta);
+                let st = keys::read_meta(r, k, meta)?;
+                Ok(Reply::bulk(encoding_of(&st.value, &limits)))
             })
         }
         "refcount" => s.read_unnoticed(&key, move |r, k| {

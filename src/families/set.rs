@@ -2,6 +2,8 @@
 
 use std::collections::HashSet;
 
+use bytes::Bytes;
+
 use super::collection::{self, Edit, View};
 use super::Fail;
 use crate::command::args::{self, error, Args, NOT_INTEGER, SYNTAX};
@@ -10,6 +12,7 @@ use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, WriteCtx};
+use crate::util::num::parse_i64;
 
 const SET: KeyType = KeyType::Set;
 
@@ -33,6 +36,7 @@ fn bulk_set(items: impl IntoIterator<Item = Vec<u8>>) -> Reply {
 /// SADD key member [member ...]
 pub fn sadd(s: &mut Session, a: Args) -> Action {
     let ms = a.from(2).to_vec();
+    let limit = s.server.encoding_limits().set_intset_entries;
     s.write(a.get(1), move |w, k| {
         // Members already there are rewritten as they were: only an added
         // member modifies the key (WATCH).
@@ -44,6 +48,9 @@ pub fn sadd(s: &mut Session, a: Args) -> Action {
                 let mut n = 0;
                 for m in &ms {
                     n += set.put(w, m, &[])? as i64;
+                }
+                if n > 0 {
+                    note_added(&mut set, &ms, limit);
                 }
                 set.save(w, k)?;
                 if n > 0 {
@@ -165,6 +172,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
     let db = s.db;
     let shards = s.server.shards.clone();
     let (is_, id) = (shards.shard_of_key(&src), shards.shard_of_key(&dst));
+    let limit = s.server.encoding_limits().set_intset_entries;
     if is_ == id {
         return s.write(&src.clone(), move |w, ks| {
             let kd = Key::new(db, &dst);
@@ -183,7 +191,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             let emptied = from.size == 0;
             from.save(w, ks)?;
             w.event_emptying(notify::SET, "srem", ks, emptied);
-            add_moved(w, kd, &m)?;
+            add_moved(w, kd, &m, limit)?;
             Ok(Reply::Int(1))
         });
     }
@@ -222,10 +230,12 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             Ok(false) => Ok(Err(Reply::Int(0))),
             Ok(true) => {
                 locked
-                    .run(id, move |w| match add_moved(w, Key::new(db, &dst), &m) {
-                        Ok(()) => Ok(()),
-                        Err(Fail::Store(e)) => Err(e),
-                        Err(Fail::Reply(_)) => unreachable!("destination type checked"),
+                    .run(id, move |w| {
+                        match add_moved(w, Key::new(db, &dst), &m, limit) {
+                            Ok(()) => Ok(()),
+                            Err(Fail::Store(e)) => Err(e),
+                            Err(Fail::Reply(_)) => unreachable!("destination type checked"),
+                        }
                     })
                     .await?;
                 Ok(Ok(Reply::Int(1)))
@@ -237,12 +247,23 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
 /// SMOVE's addition to the destination. A member already there leaves
 /// the destination untouched, as in Redis: no write, no event, and a
 /// client watching it is not told it changed.
-fn add_moved(w: &mut WriteCtx, key: Key, member: &[u8]) -> Result<(), Fail> {
+/// Records that `set` left its compact encoding (an intset) if members
+/// `added` (some of them new) make it: a member that is not an integer, or
+/// more members than `set-max-intset-entries` (`limit`).
+fn note_added(set: &mut Edit, added: &[Bytes], limit: usize) {
+    if !set.converted() && (set.size > limit as u64 || added.iter().any(|m| parse_i64(m).is_none()))
+    {
+        set.mark_converted();
+    }
+}
+
+fn add_moved(w: &mut WriteCtx, key: Key, member: &Bytes, limit: usize) -> Result<(), Fail> {
     let mut to = Edit::load_or_create(w, key, SET)?;
     if to.get(w, member)?.is_some() {
         return Ok(());
     }
     to.put(w, member, &[])?;
+    note_added(&mut to, std::slice::from_ref(member), limit);
     to.save(w, key)?;
     w.event(notify::SET, "sadd", key);
     Ok(())

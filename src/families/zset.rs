@@ -13,6 +13,7 @@ use crate::command::args::{self, error, is, Args, NOT_INTEGER, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::pubsub::notify;
+use crate::rdb::object::Limits;
 use crate::storage::encoding::{self, score_from_bytes};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
@@ -169,6 +170,29 @@ impl ZEdit {
             &encoding::zscore_key(&self.e.prefix, score, member),
         )?;
         self.e.remove_seen(w, member)
+    }
+
+    /// Records that the sorted set left its compact encoding (a listpack)
+    /// if ZADD's `pairs` make it, as Redis 7.0 decides: one it creates
+    /// starts big when `zset-max-listpack-entries` is 0 or the first
+    /// member is longer than `zset-max-listpack-value`; after that, an
+    /// added member that long, or more members than the limit, converts
+    /// it. `longest_added` is the length of the longest member added.
+    fn note_added(&mut self, pairs: &[(f64, Bytes)], longest_added: usize, limits: &Limits) {
+        if self.e.converted() {
+            return;
+        }
+        let created_big = self.e.is_new()
+            && (limits.zset_entries == 0
+                || pairs
+                    .first()
+                    .is_some_and(|(_, m)| m.len() > limits.zset_value));
+        if created_big
+            || longest_added > limits.zset_value
+            || self.e.size > limits.zset_entries as u64
+        {
+            self.e.mark_converted();
+        }
     }
 
     fn save(self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
@@ -522,6 +546,7 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
             Err(r) => return r.into(),
         }
     }
+    let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         // Only added members and changed scores modify the key (WATCH).
         let (r, _) = w.quietly(
@@ -530,16 +555,21 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
                 let mut z = ZEdit::load_or_create(w, k)?;
                 let (mut added, mut changed) = (0, 0);
                 let mut last = None;
+                let mut longest_added = 0;
                 for (sc, m) in &pairs {
                     match zadd_one(w, &mut z, f, m, *sc)? {
                         Ok((a, c, s)) => {
                             added += a as i64;
                             changed += c as i64;
                             last = s;
+                            if a {
+                                longest_added = longest_added.max(m.len());
+                            }
                         }
                         Err(r) => return Ok((r, false)),
                     }
                 }
+                z.note_added(&pairs, longest_added, &limits);
                 z.save(w, k)?;
                 let modified = added + changed > 0;
                 if modified {
@@ -566,6 +596,7 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let m = a.get(3).clone();
+    let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         // An increment that leaves the score as it was does not modify
         // the key (WATCH).
@@ -577,10 +608,12 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
                     incr: true,
                     ..AddFlags::default()
                 };
-                let out = match zadd_one(w, &mut z, f, &m, by)? {
-                    Ok((a, c, s)) => (s.map_or(Reply::Nil, Reply::Double), a || c),
+                let (out, added) = match zadd_one(w, &mut z, f, &m, by)? {
+                    Ok((a, c, s)) => ((s.map_or(Reply::Nil, Reply::Double), a || c), a),
                     Err(r) => return Ok((r, false)),
                 };
+                let longest_added = if added { m.len() } else { 0 };
+                z.note_added(&[(by, m.clone())], longest_added, &limits);
                 z.save(w, k)?;
                 if out.1 {
                     w.event(notify::ZSET, "zincr", k);

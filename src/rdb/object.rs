@@ -110,6 +110,23 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// These limits as they apply to a value of type `ktype` that has left
+    /// its compact encoding for good: thresholds of 0 select the big
+    /// encoding, which Redis keeps however small the value has become.
+    pub fn converted(self, ktype: crate::storage::KeyType) -> Limits {
+        use crate::storage::KeyType;
+        let mut l = self;
+        match ktype {
+            KeyType::Set => l.set_intset_entries = 0,
+            KeyType::Hash => l.hash_entries = 0,
+            KeyType::ZSet => l.zset_entries = 0,
+            _ => {}
+        }
+        l
+    }
+}
+
 /// Field/value (or member/score-text) pairs.
 type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 

@@ -11,6 +11,7 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::rdb::object::{self, Limits, Value};
 use crate::storage::keyspace::Key;
+use crate::storage::{Meta, Table};
 use crate::util::num::parse_i64;
 
 /// Redis's LRU clock wraps at 24 bits of seconds.
@@ -28,8 +29,13 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
         shard: s.shard_of(key),
         f: Box::new(move |r| {
             // As in Redis, a key past its expiry that is still stored shows.
-            let Some((value, _)) = super::digest::stored(r, Key::new(db, &name))? else {
+            let key = Key::new(db, &name);
+            let Some((value, _)) = super::digest::stored(r, key)? else {
                 return Ok(Reply::err("no such key"));
+            };
+            let limits = match r.get(Table::Meta, &key.meta_key())? {
+                Some(raw) => crate::families::object::limits_for(limits, &Meta::decode(&raw)?),
+                None => limits,
             };
             let idle = server.access.idle_secs(db, &name);
             let lru = (crate::shard::now_ms() / 1000).saturating_sub(idle) & LRU_CLOCK_MAX;
