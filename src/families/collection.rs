@@ -6,6 +6,7 @@
 use super::{wrongtype, Fail};
 use crate::command::Args;
 use crate::net::session::{Action, Session};
+use crate::protocol::reply::Encoder;
 use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::storage::encoding::{self, MetaBody};
@@ -325,23 +326,39 @@ impl View {
         Ok(picked)
     }
 
-    /// The picks of SRANDMEMBER/HRANDFIELD/ZRANDMEMBER with a count: a
+    /// The reply of SRANDMEMBER/HRANDFIELD/ZRANDMEMBER with a count: a
     /// positive count gives up to that many distinct members, a negative
     /// one exactly |count| members with repeats (drawn from a random pool
-    /// of at most 1024 distinct members, so a huge count costs no more).
-    pub fn pick(&self, r: &dyn KvRead, count: i64) -> Result<Vec<MemberValue>, StoreError> {
+    /// of at most 1024 distinct members, so a huge count reads no more).
+    /// `put` writes one member given its value and says how many elements
+    /// of the reply's array it wrote. The reply is encoded as it is drawn:
+    /// a negative count's reply follows the count, not the collection, and
+    /// as RESP bytes it takes what Redis's own takes (a few bytes plus the
+    /// member each), where a reply tree took some hundred bytes an element.
+    pub fn pick_reply(
+        &self,
+        r: &dyn KvRead,
+        count: i64,
+        mut put: impl FnMut(&mut Encoder, &[u8], &[u8]) -> usize,
+    ) -> Result<Reply, StoreError> {
         use rand::Rng;
+        let mut out = Encoder::array_body();
+        let mut len = 0;
         if count >= 0 {
-            return self.random(r, (count as u64).min(self.size) as usize);
+            for (m, v) in self.random(r, (count as u64).min(self.size) as usize)? {
+                len += put(&mut out, &m, &v);
+            }
+            return Ok(out.into_array(len));
         }
         let pool = self.random(r, count.unsigned_abs().min(self.size).min(1024) as usize)?;
-        if pool.is_empty() {
-            return Ok(pool);
+        if !pool.is_empty() {
+            let mut rng = rand::thread_rng();
+            for _ in 0..count.unsigned_abs() {
+                let (m, v) = &pool[rng.gen_range(0..pool.len())];
+                len += put(&mut out, m, v);
+            }
         }
-        let mut rng = rand::thread_rng();
-        Ok((0..count.unsigned_abs())
-            .map(|_| pool[rng.gen_range(0..pool.len())].clone())
-            .collect())
+        Ok(out.into_array(len))
     }
 
     /// Every (member, value) in member order; `visit` returns false to stop.

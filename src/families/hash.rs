@@ -270,19 +270,20 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
         if let Some(o) = &overflow {
             return Ok(o.close());
         }
-        let picked = h.pick(r, count)?;
-        let mut out = Vec::new();
-        for (f, v) in picked {
-            if !with_values {
-                out.push(Reply::bulk(f));
-            } else if resp3 {
-                out.push(Reply::Array(vec![Reply::bulk(f), Reply::bulk(v)]));
-            } else {
-                out.push(Reply::bulk(f));
-                out.push(Reply::bulk(v));
+        Ok(h.pick_reply(r, count, |out, f, v| {
+            if with_values && resp3 {
+                out.array(2);
             }
-        }
-        Ok(Reply::Array(out))
+            out.bulk(f);
+            if with_values {
+                out.bulk(v);
+            }
+            if with_values && !resp3 {
+                2
+            } else {
+                1
+            }
+        })?)
     })
 }
 

@@ -155,14 +155,14 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
     };
     let overflow = collection::PickOverflow::check(s, count);
     s.read(a.get(1), move |r, k| {
-        let picked = match (View::load(r, k, SET)?, &overflow) {
-            (Some(_), Some(o)) => return Ok(o.close()),
-            (Some(v), None) => v.pick(r, count)?,
-            (None, _) => Vec::new(),
-        };
-        Ok(Reply::Array(
-            picked.into_iter().map(|(m, _)| Reply::bulk(m)).collect(),
-        ))
+        Ok(match (View::load(r, k, SET)?, &overflow) {
+            (Some(_), Some(o)) => o.close(),
+            (Some(v), None) => v.pick_reply(r, count, |out, m, _| {
+                out.bulk(m);
+                1
+            })?,
+            (None, _) => Reply::Array(Vec::new()),
+        })
     })
 }
 

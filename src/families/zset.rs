@@ -1050,12 +1050,20 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
         if let Some(o) = &overflow {
             return Ok(o.close());
         }
-        let picked: Vec<Entry> = v
-            .pick(r, count)?
-            .into_iter()
-            .map(|(m, sc)| (m, decode_score(&sc)))
-            .collect();
-        Ok(entries_reply(picked, with_scores, resp3))
+        Ok(v.pick_reply(r, count, |out, m, sc| {
+            if with_scores && resp3 {
+                out.array(2);
+            }
+            out.bulk(m);
+            if with_scores {
+                out.double(decode_score(sc), resp3);
+            }
+            if with_scores && !resp3 {
+                2
+            } else {
+                1
+            }
+        })?)
     })
 }
 

@@ -50,30 +50,62 @@ pub enum Reply {
     /// Attributes annotating the reply that follows it in the same
     /// `Frames` (RESP3 `|`); RESP2 has none, so nothing is sent there.
     Attribute(Vec<(Reply, Reply)>),
-    /// Nested arrays of bulk strings already encoded (the bytes are the
-    /// same in RESP2 and RESP3), built by [`Encoder`] straight from stored
-    /// rows so a long range costs one buffer, not allocations per element.
+    /// Nested arrays of bulk strings (and doubles, written for the
+    /// client's protocol) already encoded, built by [`Encoder`] straight
+    /// from stored rows so a long range costs one buffer, not allocations
+    /// per element.
     Encoded(Bytes),
 }
 
 /// Writes nested arrays of bulk strings straight into bytes (the same in
-/// RESP2 and RESP3), for replies built from many stored rows.
+/// RESP2 and RESP3; doubles are written for one of them), for replies
+/// built from many stored rows.
 #[derive(Default)]
 pub struct Encoder {
     buf: BytesMut,
+    /// Bytes kept free at the front for the header `into_array` writes.
+    room: usize,
 }
+
+/// The longest array header: `*`, 20 digits, CRLF.
+const HEADER_ROOM: usize = 23;
 
 impl Encoder {
     /// An encoder whose buffer starts with room for `n` bytes.
     pub fn with_capacity(n: usize) -> Encoder {
         Encoder {
             buf: BytesMut::with_capacity(n),
+            room: 0,
+        }
+    }
+
+    /// An encoder for the elements of one array whose length is known only
+    /// at the end: the header's room is kept in front, so
+    /// [`Encoder::into_array`] does not copy the elements (a reply can be
+    /// as large as the count a client asks for).
+    pub fn array_body() -> Encoder {
+        let mut buf = BytesMut::with_capacity(4096);
+        buf.put_bytes(0, HEADER_ROOM);
+        Encoder {
+            buf,
+            room: HEADER_ROOM,
         }
     }
 
     /// The bytes written so far.
-    pub fn finish(self) -> Bytes {
+    pub fn finish(mut self) -> Bytes {
+        bytes::Buf::advance(&mut self.buf, self.room);
         self.buf.freeze()
+    }
+
+    /// A double: RESP3's `,` line, or RESP2's bulk string.
+    pub fn double(&mut self, d: f64, resp3: bool) {
+        let text = format_double(d);
+        if resp3 {
+            line(&mut self.buf, b',', text.as_bytes());
+        } else {
+            bulk(&mut self.buf, text.as_bytes());
+        }
     }
 
     /// An array header of `len` elements.
@@ -87,7 +119,15 @@ impl Encoder {
     }
 
     /// The bytes written so far as one array of `len` elements.
-    pub fn into_array(self, len: usize) -> Reply {
+    pub fn into_array(mut self, len: usize) -> Reply {
+        if self.room > 0 {
+            let mut head = BytesMut::with_capacity(HEADER_ROOM);
+            header(&mut head, b'*', len);
+            let start = self.room - head.len();
+            self.buf[start..self.room].copy_from_slice(&head);
+            bytes::Buf::advance(&mut self.buf, start);
+            return Reply::Encoded(self.buf.freeze());
+        }
         let mut out = BytesMut::with_capacity(self.buf.len() + 16);
         header(&mut out, b'*', len);
         out.put_slice(&self.buf);
