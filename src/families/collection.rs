@@ -361,6 +361,32 @@ impl View {
         Ok(out.into_array(len))
     }
 
+    /// Writes one pick for [`View::pick_reply`]: the member alone, or with
+    /// its value (written by `value`) as a pair in RESP3 or as two flat
+    /// elements in RESP2, as HRANDFIELD WITHVALUES and ZRANDMEMBER
+    /// WITHSCORES reply. Returns the elements written to the reply's array.
+    pub fn put_pick(
+        out: &mut Encoder,
+        member: &[u8],
+        with_value: bool,
+        resp3: bool,
+        value: impl FnOnce(&mut Encoder),
+    ) -> usize {
+        if with_value && resp3 {
+            out.array(2);
+        }
+        out.bulk(member);
+        if !with_value {
+            return 1;
+        }
+        value(out);
+        if resp3 {
+            1
+        } else {
+            2
+        }
+    }
+
     /// Every (member, value) in member order; `visit` returns false to stop.
     pub fn scan(
         &self,

@@ -55,12 +55,10 @@ pub fn crc_checked(server: &Server) -> bool {
 pub fn dump(s: &mut Session, a: Args) -> Action {
     let limits = s.server.encoding_limits();
     s.read(a.get(1), move |r, k| {
-        let Some(meta) = keyspace::lookup(r, k)? else {
-            return Ok(Reply::Nil);
-        };
-        let limits = super::object::limits_for(limits, &meta);
-        let stored = keys::read_meta(r, k, meta)?;
-        Ok(Reply::bulk(payload(&stored.value, &limits)))
+        Ok(match super::object::read_encodable(r, k, limits)? {
+            None => Reply::Nil,
+            Some((value, limits)) => Reply::bulk(payload(&value, &limits)),
+        })
     })
 }
 

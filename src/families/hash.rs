@@ -271,18 +271,7 @@ pub fn hrandfield(s: &mut Session, a: Args) -> Action {
             return Ok(o.close());
         }
         Ok(h.pick_reply(r, count, |out, f, v| {
-            if with_values && resp3 {
-                out.array(2);
-            }
-            out.bulk(f);
-            if with_values {
-                out.bulk(v);
-            }
-            if with_values && !resp3 {
-                2
-            } else {
-                1
-            }
+            View::put_pick(out, f, with_values, resp3, |out| out.bulk(v))
         })?)
     })
 }

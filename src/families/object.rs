@@ -206,6 +206,20 @@ pub fn limits_for(limits: Limits, meta: &crate::storage::Meta) -> Limits {
     }
 }
 
+/// The live key `k` read whole, with the thresholds that decide its
+/// encoding (see [`limits_for`]): what OBJECT ENCODING and DUMP need.
+pub fn read_encodable(
+    r: &dyn crate::storage::KvRead,
+    k: crate::storage::keyspace::Key,
+    limits: Limits,
+) -> Result<Option<(Value, Limits)>, super::Fail> {
+    let Some(meta) = crate::storage::keyspace::lookup(r, k)? else {
+        return Ok(None);
+    };
+    let limits = limits_for(limits, &meta);
+    Ok(Some((keys::read_meta(r, k, meta)?.value, limits)))
+}
+
 /// Whether the `maxmemory-policy` is an LFU one.
 fn lfu_policy(s: &Session) -> bool {
     s.server
@@ -250,12 +264,10 @@ pub fn object(s: &mut Session, a: Args) -> Action {
         "encoding" => {
             let limits = s.server.encoding_limits();
             s.read_unnoticed(&key, move |r, k| {
-                let Some(meta) = crate::storage::keyspace::lookup(r, k)? else {
-                    return Ok(Reply::Nil);
-                };
-                let limits = limits_for(limits, &meta);
-                let st = keys::read_meta(r, k, meta)?;
-                Ok(Reply::bulk(encoding_of(&st.value, &limits)))
+                Ok(match read_encodable(r, k, limits)? {
+                    None => Reply::Nil,
+                    Some((value, limits)) => Reply::bulk(encoding_of(&value, &limits)),
+                })
             })
         }
         "refcount" => s.read_unnoticed(&key, move |r, k| {

@@ -158,8 +158,7 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
         Ok(match (View::load(r, k, SET)?, &overflow) {
             (Some(_), Some(o)) => o.close(),
             (Some(v), None) => v.pick_reply(r, count, |out, m, _| {
-                out.bulk(m);
-                1
+                View::put_pick(out, m, false, false, |_| {})
             })?,
             (None, _) => Reply::Array(Vec::new()),
         })

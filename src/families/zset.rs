@@ -1051,18 +1051,9 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
             return Ok(o.close());
         }
         Ok(v.pick_reply(r, count, |out, m, sc| {
-            if with_scores && resp3 {
-                out.array(2);
-            }
-            out.bulk(m);
-            if with_scores {
-                out.double(decode_score(sc), resp3);
-            }
-            if with_scores && !resp3 {
-                2
-            } else {
-                1
-            }
+            View::put_pick(out, m, with_scores, resp3, |out| {
+                out.double(decode_score(sc), resp3)
+            })
         })?)
     })
 }
