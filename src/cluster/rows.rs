@@ -432,6 +432,7 @@ mod tests {
                     }
                 }
                 let meta = Meta {
+                    raw: false,
                     ktype,
                     expire_ms: 0,
                     body: MetaBody::Collection {

@@ -26,7 +26,8 @@ fn store_bytes(
     v: Vec<u8>,
 ) -> Result<(), Fail> {
     let expire = old.map_or(0, |m| m.expire_ms);
-    keyspace::store(w, k, old, &Meta::string(v, expire))?;
+    // Redis changes bits in place, in a raw string.
+    keyspace::store(w, k, old, &Meta::raw_string(v, expire))?;
     Ok(())
 }
 
@@ -177,7 +178,8 @@ pub fn bitop(s: &mut Session, a: Args) -> Action {
                 w.delete_reported(kd)?;
             } else {
                 let old = keyspace::lookup_for_write(w, kd)?;
-                keyspace::store(w, kd, old.as_ref(), &Meta::string(v, 0))?;
+                // Redis builds the result as a raw string.
+                keyspace::store(w, kd, old.as_ref(), &Meta::raw_string(v, 0))?;
                 w.event(notify::STRING, "set", kd);
             }
             Ok(Reply::Int(len))

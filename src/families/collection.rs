@@ -502,6 +502,7 @@ impl Edit {
             return Ok(e);
         }
         let meta = Meta {
+            raw: false,
             ktype,
             expire_ms: 0,
             body: MetaBody::Collection {

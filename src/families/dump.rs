@@ -57,7 +57,7 @@ pub fn dump(s: &mut Session, a: Args) -> Action {
     s.read(a.get(1), move |r, k| {
         Ok(match super::object::read_encodable(r, k, limits)? {
             None => Reply::Nil,
-            Some((value, limits)) => Reply::bulk(payload(&value, &limits)),
+            Some((value, limits, _)) => Reply::bulk(payload(&value, &limits)),
         })
     })
 }

@@ -207,17 +207,27 @@ pub fn limits_for(limits: Limits, meta: &crate::storage::Meta) -> Limits {
 }
 
 /// The live key `k` read whole, with the thresholds that decide its
-/// encoding (see [`limits_for`]): what OBJECT ENCODING and DUMP need.
+/// encoding (see [`limits_for`]) and whether it is a raw string (see
+/// `Meta::raw`): what OBJECT ENCODING and DUMP need.
 pub fn read_encodable(
     r: &dyn crate::storage::KvRead,
     k: crate::storage::keyspace::Key,
     limits: Limits,
-) -> Result<Option<(Value, Limits)>, super::Fail> {
+) -> Result<Option<(Value, Limits, bool)>, super::Fail> {
     let Some(meta) = crate::storage::keyspace::lookup(r, k)? else {
         return Ok(None);
     };
-    let limits = limits_for(limits, &meta);
-    Ok(Some((keys::read_meta(r, k, meta)?.value, limits)))
+    let (limits, raw) = (limits_for(limits, &meta), meta.raw);
+    Ok(Some((keys::read_meta(r, k, meta)?.value, limits, raw)))
+}
+
+/// The encoding OBJECT ENCODING names for `v`, read by [`read_encodable`].
+pub fn encoding_name(v: &Value, limits: &Limits, raw: bool) -> &'static str {
+    if raw {
+        "raw"
+    } else {
+        encoding_of(v, limits)
+    }
 }
 
 /// Whether the `maxmemory-policy` is an LFU one.
@@ -266,7 +276,7 @@ pub fn object(s: &mut Session, a: Args) -> Action {
             s.read_unnoticed(&key, move |r, k| {
                 Ok(match read_encodable(r, k, limits)? {
                     None => Reply::Nil,
-                    Some((value, limits)) => Reply::bulk(encoding_of(&value, &limits)),
+                    Some((value, limits, raw)) => Reply::bulk(encoding_name(&value, &limits, raw)),
                 })
             })
         }

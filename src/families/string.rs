@@ -315,8 +315,13 @@ pub fn append(s: &mut Session, a: Args) -> Action {
         }
         v.extend_from_slice(&value);
         let len = v.len() as i64;
-        let expire = old.as_ref().map_or(0, |m| m.expire_ms);
-        keyspace::store(w, k, old.as_ref(), &Meta::string(v, expire))?;
+        // Redis stores an APPEND to a missing key as a new value, and makes
+        // an existing one raw to change it in place.
+        let new = match &old {
+            Some(m) => Meta::raw_string(v, m.expire_ms),
+            None => Meta::string(v, 0),
+        };
+        keyspace::store(w, k, old.as_ref(), &new)?;
         w.event(notify::STRING, "append", k);
         Ok(Reply::Int(len))
     })
@@ -394,7 +399,8 @@ pub fn setrange(s: &mut Session, a: Args) -> Action {
         v[offset as usize..end].copy_from_slice(&value);
         let len = v.len() as i64;
         let expire = old.as_ref().map_or(0, |m| m.expire_ms);
-        keyspace::store(w, k, old.as_ref(), &Meta::string(v, expire))?;
+        // Changed in place, the value is raw in Redis (a new one too).
+        keyspace::store(w, k, old.as_ref(), &Meta::raw_string(v, expire))?;
         w.event(notify::STRING, "setrange", k);
         Ok(Reply::Int(len))
     })

@@ -263,6 +263,7 @@ pub fn write(
                 }
             };
             Meta {
+                raw: false,
                 ktype,
                 expire_ms,
                 body: MetaBody::Collection {

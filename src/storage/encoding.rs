@@ -206,7 +206,16 @@ pub struct Meta {
     pub expire_ms: u64,
     /// Type-specific payload.
     pub body: MetaBody,
+    /// A string Redis would hold `raw` whatever its contents: one that
+    /// APPEND, SETRANGE or a bit command wrote in place. Redis keeps it so
+    /// until a command stores a new value (OBJECT ENCODING shows it).
+    /// Stored as [`RAW_STRING`] in the row's first byte.
+    pub raw: bool,
 }
+
+/// The bit of a `meta` row's first byte that marks a raw string (the type
+/// code is the low nibble, the encoding version the rest).
+const RAW_STRING: u8 = 0x80;
 
 /// Type-specific part of a metadata row.
 #[derive(Clone, Debug, PartialEq)]
@@ -228,9 +237,18 @@ impl Meta {
     /// A string value with an optional expiry.
     pub fn string(value: Vec<u8>, expire_ms: u64) -> Meta {
         Meta {
+            raw: false,
             ktype: KeyType::String,
             expire_ms,
             body: MetaBody::String(value),
+        }
+    }
+
+    /// A string value Redis would hold `raw` (see [`Meta::raw`]).
+    pub fn raw_string(value: Vec<u8>, expire_ms: u64) -> Meta {
+        Meta {
+            raw: true,
+            ..Meta::string(value, expire_ms)
         }
     }
 
@@ -250,7 +268,12 @@ impl Meta {
     /// Serialises the row.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(9 + 16);
-        out.push((ENCODING_VERSION << 4) | self.ktype as u8);
+        let raw = if self.raw && self.ktype == KeyType::String {
+            RAW_STRING
+        } else {
+            0
+        };
+        out.push((ENCODING_VERSION << 4) | raw | self.ktype as u8);
         out.extend_from_slice(&self.expire_ms.to_be_bytes());
         match &self.body {
             MetaBody::String(v) => {
@@ -290,6 +313,7 @@ impl Meta {
             }
         };
         Ok(Meta {
+            raw: ktype == KeyType::String && raw[0] & RAW_STRING != 0,
             ktype,
             expire_ms,
             body,
@@ -328,6 +352,7 @@ mod tests {
         let s = Meta::string(b"hello".to_vec(), 1234);
         assert_eq!(Meta::decode(&s.encode()).unwrap(), s);
         let c = Meta {
+            raw: false,
             ktype: KeyType::List,
             expire_ms: 0,
             body: MetaBody::Collection {

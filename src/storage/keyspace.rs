@@ -563,6 +563,7 @@ mod tests {
                     .unwrap();
                 }
                 let m = Meta {
+                    raw: false,
                     ktype: KeyType::Hash,
                     expire_ms: 0,
                     body: MetaBody::Collection {

@@ -6,7 +6,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use crate::families::object::encoding_of;
+use crate::families::object::encoding_name;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::rdb::object::{self, Limits, Value};
@@ -33,14 +33,23 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
             let Some((value, _)) = super::digest::stored(r, key)? else {
                 return Ok(Reply::err("no such key"));
             };
-            let limits = match r.get(Table::Meta, &key.meta_key())? {
-                Some(raw) => crate::families::object::limits_for(limits, &Meta::decode(&raw)?),
-                None => limits,
+            let (limits, raw) = match r.get(Table::Meta, &key.meta_key())? {
+                Some(row) => {
+                    let meta = Meta::decode(&row)?;
+                    (crate::families::object::limits_for(limits, &meta), meta.raw)
+                }
+                None => (limits, false),
             };
             let idle = server.access.idle_secs(db, &name);
             let lru = (crate::shard::now_ms() / 1000).saturating_sub(idle) & LRU_CLOCK_MAX;
             Ok(Reply::Status(describe(
-                &value, &limits, compressed, db, &name, lru, idle,
+                &value,
+                (&limits, raw),
+                compressed,
+                db,
+                &name,
+                lru,
+                idle,
             )))
         }),
     }
@@ -48,7 +57,7 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
 
 fn describe(
     value: &Value,
-    limits: &Limits,
+    (limits, raw): (&Limits, bool),
     compressed: bool,
     db: u8,
     name: &[u8],
@@ -66,7 +75,7 @@ fn describe(
     let mut line = format!(
         "Value at:{:#x} refcount:{refcount} encoding:{} serializedlength:{} lru:{lru} lru_seconds_idle:{idle}",
         address(db, name),
-        encoding_of(value, limits),
+        encoding_name(value, limits, raw),
         // Without the type byte, as Redis's rdbSavedObjectLen counts.
         body.len() - 1,
     );
@@ -98,14 +107,30 @@ mod tests {
     #[test]
     fn lines_read_as_redis_prints_them() {
         let l = Limits::default();
-        let s = describe(&Value::String(b"bar".to_vec()), &l, false, 0, b"k", 5, 0);
+        let s = describe(
+            &Value::String(b"bar".to_vec()),
+            (&l, false),
+            false,
+            0,
+            b"k",
+            5,
+            0,
+        );
         assert!(
             s.ends_with(" refcount:1 encoding:embstr serializedlength:4 lru:5 lru_seconds_idle:0")
         );
-        let n = describe(&Value::String(b"123".to_vec()), &l, false, 0, b"k", 5, 0);
+        let n = describe(
+            &Value::String(b"123".to_vec()),
+            (&l, false),
+            false,
+            0,
+            b"k",
+            5,
+            0,
+        );
         assert!(n.contains(" refcount:2147483647 encoding:int serializedlength:2 "));
         let items = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
-        let q = describe(&Value::List(items), &l, false, 0, b"k", 5, 0);
+        let q = describe(&Value::List(items), (&l, false), false, 0, b"k", 5, 0);
         assert!(q.ends_with(" serializedlength:19 lru:5 lru_seconds_idle:0 ql_nodes:1 ql_avg_node:3.00 ql_listpack_max:-2 ql_compressed:0 ql_uncompressed_size:16"));
     }
 }

@@ -330,6 +330,7 @@ pub fn from_meta(m: Option<Meta>, key: Key) -> Result<Option<Stream>, Fail> {
 pub fn create(w: &mut WriteCtx, key: Key) -> Stream {
     let version = w.new_version();
     let meta = Meta {
+        raw: false,
         ktype: KeyType::Stream,
         expire_ms: 0,
         body: MetaBody::Collection {
