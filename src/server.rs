@@ -167,7 +167,7 @@ pub struct Server {
     pub runtime: parking_lot::RwLock<Runtime>,
     /// The compact-encoding thresholds in force (see
     /// [`Server::encoding_limits`]).
-    limits: parking_lot::RwLock<crate::rdb::object::Limits>,
+    limits: crate::rdb::object::SharedLimits,
     /// The shards.
     pub shards: Arc<ShardSet>,
     /// Connected clients by id.
@@ -248,14 +248,14 @@ impl Server {
     /// which decide the encoding DUMP writes a value in and when a write
     /// converts a collection out of its compact encoding.
     pub fn encoding_limits(&self) -> crate::rdb::object::Limits {
-        *self.limits.read()
+        self.limits.load()
     }
 
     /// Takes the thresholds of [`Server::encoding_limits`] from `rt` (at
     /// start and after CONFIG SET): commands read a copy rather than parse
     /// the configuration each time.
     pub fn configure_limits(&self, rt: &Runtime) {
-        *self.limits.write() = limits_of(rt);
+        self.limits.store(&limits_of(rt));
     }
 
     /// Creates the shared state.
@@ -275,6 +275,8 @@ impl Server {
         crate::families::latency::configure(&slowlog, &latency, &runtime);
         let acl = crate::acl::startup(&runtime);
         let scripts = crate::scripting::Engines::new(shards.len()).expect("the Lua engines start");
+        let limits = crate::rdb::object::SharedLimits::default();
+        limits.store(&limits_of(&runtime));
         Server {
             slowlog,
             latency,
@@ -282,7 +284,7 @@ impl Server {
             replid: parking_lot::Mutex::new(crate::util::hex_id()),
             pubsub,
             config,
-            limits: parking_lot::RwLock::new(limits_of(&runtime)),
+            limits,
             runtime: parking_lot::RwLock::new(runtime),
             shards,
             clients: DashMap::new(),

@@ -9,7 +9,7 @@
 //! payload may hold, including those older versions wrote (ziplist, zipmap,
 //! text scores, linked lists).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use super::stream::{self, NodeLimits, StreamValue};
 use crate::util::listpack::{self, Item};
@@ -107,6 +107,55 @@ impl Default for Limits {
             list_fill: -2,
             stream: NodeLimits::default(),
         }
+    }
+}
+
+/// A [`Limits`] that commands read on every write and CONFIG SET replaces:
+/// one atomic per threshold, so a read takes no lock (a lock's read would
+/// bounce its cache line between the threads running commands). A read
+/// that meets a CONFIG SET half way mixes old and new thresholds, each of
+/// them valid, as a command that ran just before or after it would.
+#[derive(Default)]
+pub struct SharedLimits {
+    hash_entries: AtomicUsize,
+    hash_value: AtomicUsize,
+    set_intset_entries: AtomicUsize,
+    zset_entries: AtomicUsize,
+    zset_value: AtomicUsize,
+    list_fill: AtomicI64,
+    stream_bytes: AtomicUsize,
+    stream_entries: AtomicUsize,
+}
+
+impl SharedLimits {
+    /// The thresholds in force.
+    pub fn load(&self) -> Limits {
+        let get = |a: &AtomicUsize| a.load(Ordering::Relaxed);
+        Limits {
+            hash_entries: get(&self.hash_entries),
+            hash_value: get(&self.hash_value),
+            set_intset_entries: get(&self.set_intset_entries),
+            zset_entries: get(&self.zset_entries),
+            zset_value: get(&self.zset_value),
+            list_fill: self.list_fill.load(Ordering::Relaxed),
+            stream: NodeLimits {
+                max_bytes: get(&self.stream_bytes),
+                max_entries: get(&self.stream_entries),
+            },
+        }
+    }
+
+    /// Puts `l` in force.
+    pub fn store(&self, l: &Limits) {
+        let set = |a: &AtomicUsize, v| a.store(v, Ordering::Relaxed);
+        set(&self.hash_entries, l.hash_entries);
+        set(&self.hash_value, l.hash_value);
+        set(&self.set_intset_entries, l.set_intset_entries);
+        set(&self.zset_entries, l.zset_entries);
+        set(&self.zset_value, l.zset_value);
+        self.list_fill.store(l.list_fill, Ordering::Relaxed);
+        set(&self.stream_bytes, l.stream.max_bytes);
+        set(&self.stream_entries, l.stream.max_entries);
     }
 }
 
