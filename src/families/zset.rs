@@ -173,20 +173,18 @@ impl ZEdit {
     }
 
     /// Records that the sorted set left its compact encoding (a listpack)
-    /// if ZADD's `pairs` make it, as Redis 7.0 decides: one it creates
-    /// starts big when `zset-max-listpack-entries` is 0 or the first
-    /// member is longer than `zset-max-listpack-value`; after that, an
-    /// added member that long, or more members than the limit, converts
-    /// it. `longest_added` is the length of the longest member added.
-    fn note_added(&mut self, pairs: &[(f64, Bytes)], longest_added: usize, limits: &Limits) {
+    /// if a ZADD whose first member is `first` makes it, as Redis 7.0
+    /// decides: one it creates starts big when `zset-max-listpack-entries`
+    /// is 0 or `first` is longer than `zset-max-listpack-value`; after
+    /// that, an added member that long, or more members than the limit,
+    /// converts it. `longest_added` is the length of the longest member
+    /// added.
+    fn note_added(&mut self, first: &[u8], longest_added: usize, limits: &Limits) {
         if self.e.converted() {
             return;
         }
-        let created_big = self.e.is_new()
-            && (limits.zset_entries == 0
-                || pairs
-                    .first()
-                    .is_some_and(|(_, m)| m.len() > limits.zset_value));
+        let created_big =
+            self.e.is_new() && (limits.zset_entries == 0 || first.len() > limits.zset_value);
         if created_big
             || longest_added > limits.zset_value
             || self.e.size > limits.zset_entries as u64
@@ -569,7 +567,7 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
                         Err(r) => return Ok((r, false)),
                     }
                 }
-                z.note_added(&pairs, longest_added, &limits);
+                z.note_added(&pairs[0].1, longest_added, &limits);
                 z.save(w, k)?;
                 let modified = added + changed > 0;
                 if modified {
@@ -613,7 +611,7 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
                     Err(r) => return Ok((r, false)),
                 };
                 let longest_added = if added { m.len() } else { 0 };
-                z.note_added(&[(by, m.clone())], longest_added, &limits);
+                z.note_added(&m, longest_added, &limits);
                 z.save(w, k)?;
                 if out.1 {
                     w.event(notify::ZSET, "zincr", k);

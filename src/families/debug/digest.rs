@@ -93,7 +93,9 @@ pub fn stored(r: &dyn KvRead, key: Key) -> Result<Option<(Value, bool)>, StoreEr
     with_value(r, key, meta).map(Some)
 }
 
-fn with_value(r: &dyn KvRead, key: Key, meta: Meta) -> Result<(Value, bool), StoreError> {
+/// The value of `key` whose stored metadata (expired or not) is `meta`,
+/// and whether it has an expiry.
+pub fn with_value(r: &dyn KvRead, key: Key, meta: Meta) -> Result<(Value, bool), StoreError> {
     let expires = meta.expire_ms != 0;
     match keys::read_meta(r, key, meta) {
         Ok(s) => Ok((s.value, expires)),

@@ -30,16 +30,12 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
         f: Box::new(move |r| {
             // As in Redis, a key past its expiry that is still stored shows.
             let key = Key::new(db, &name);
-            let Some((value, _)) = super::digest::stored(r, key)? else {
+            let Some(row) = r.get(Table::Meta, &key.meta_key())? else {
                 return Ok(Reply::err("no such key"));
             };
-            let (limits, raw) = match r.get(Table::Meta, &key.meta_key())? {
-                Some(row) => {
-                    let meta = Meta::decode(&row)?;
-                    (crate::families::object::limits_for(limits, &meta), meta.raw)
-                }
-                None => (limits, false),
-            };
+            let meta = Meta::decode(&row)?;
+            let (limits, raw) = (crate::families::object::limits_for(limits, &meta), meta.raw);
+            let (value, _) = super::digest::with_value(r, key, meta)?;
             let idle = server.access.idle_secs(db, &name);
             let lru = (crate::shard::now_ms() / 1000).saturating_sub(idle) & LRU_CLOCK_MAX;
             Ok(Reply::Status(describe(
