@@ -133,7 +133,7 @@ fn lazily_expired(w: &mut WriteCtx, key: Key) {
 /// and retires the old collection version if `new` does not reuse it.
 pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Result<(), StoreError> {
     settle_replaced(w, key, old, new)?;
-    w.put_meta(&key.meta_key(), new.encode())
+    w.put_meta_unless_same(&key.meta_key(), old, new)
 }
 
 /// Stores `new` as the key's metadata whatever it held before (SET, MSET):

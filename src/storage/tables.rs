@@ -1013,7 +1013,11 @@ impl<'t> WriteCtx<'t> {
         Ok(())
     }
 
-    /// Writes a row and returns the value it replaced.
+    /// Writes a row and returns the value it replaced. A row that already
+    /// holds `value` (SADD of a member already there, HSET of an unchanged
+    /// field) is not written again: it costs no log record, buffer row or
+    /// table write, and still counts as changed for WATCH and tracking,
+    /// whose callers decide (see [`WriteCtx::quietly`]).
     pub fn swap(
         &mut self,
         table: Table,
@@ -1021,12 +1025,36 @@ impl<'t> WriteCtx<'t> {
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let old = self.get(table, key)?;
-        if let Some(u) = &mut self.undo {
-            u.rows.push((table, key.to_vec(), old.clone()));
-        }
         self.changed(table, key, false);
-        self.set(table, key, Some(value.to_vec()));
+        if old.as_deref() != Some(value) {
+            if let Some(u) = &mut self.undo {
+                u.rows.push((table, key.to_vec(), old.clone()));
+            }
+            self.set(table, key, Some(value.to_vec()));
+        }
         Ok(old)
+    }
+
+    /// Stores a key's metadata row `new`, unless it holds that already
+    /// (SADD of members already there): then it only counts as written.
+    /// `below` is the row as read before this transaction touched it, which
+    /// holds unless the transaction has since written the row itself.
+    pub fn put_meta_unless_same(
+        &mut self,
+        key: &[u8],
+        below: Option<&super::encoding::Meta>,
+        new: &super::encoding::Meta,
+    ) -> Result<(), StoreError> {
+        let row = new.encode();
+        let same = match self.overlay.rows[Table::Meta as usize].get(key) {
+            Some(written) => written.as_deref() == Some(&row[..]),
+            None => self.overlay.ranges[Table::Meta as usize].is_empty() && below == Some(new),
+        };
+        if same {
+            self.changed(Table::Meta, key, false);
+            return Ok(());
+        }
+        self.put_meta(key, row)
     }
 
     /// Removes a row; true if it existed.
