@@ -1,11 +1,14 @@
 //! Request decoding.
 //!
-//! redis-protocol decodes a frame from the start of the buffer and, when the
-//! frame is incomplete, throws its work away; a 10 MB MSET arriving in 64 KiB
-//! pieces would be re-parsed ~160 times. So [`RequestParser`] first checks
-//! completeness with a resumable scan of the `*N` / `$len` headers (remembering
-//! where it stopped), and only hands redis-protocol a frame known to be whole.
-//! The same scan enforces Redis's protocol limits with its exact error texts.
+//! [`RequestParser`] checks a frame's completeness with a resumable scan of
+//! the `*N` / `$len` headers, remembering where it stopped: a 10 MB MSET
+//! arriving in 64 KiB pieces is scanned once, not re-parsed ~160 times. The
+//! same scan enforces Redis's protocol limits with its exact error texts.
+//! A whole frame is then cut into zero-copy slices of the connection's
+//! buffer. (It used to be handed to redis-protocol's decoder, which
+//! re-read every header the scan had just read and built a frame tree to be
+//! taken apart again: ~6% of a GET's CPU. That decoder now checks this one
+//! in the tests.)
 
 use bytes::{Bytes, BytesMut};
 
@@ -63,7 +66,7 @@ impl RequestParser {
         if frame.starts_with(b"*-") || frame.starts_with(b"*0\r") {
             return Ok(Some(Vec::new()));
         }
-        decode_complete(&frame).map(Some)
+        Ok(Some(split_frame(&frame)))
     }
 
     /// Resumable completeness check: returns the frame length once the whole
@@ -125,22 +128,25 @@ fn perr(what: &str) -> ProtocolError {
     ProtocolError(format!("Protocol error: {what}"))
 }
 
-/// Decodes a frame the scan has proven complete. redis-protocol returns
-/// zero-copy slices of `frame`.
-fn decode_complete(frame: &Bytes) -> Result<Vec<Bytes>, ProtocolError> {
-    use redis_protocol::resp2::types::BytesFrame;
-    let decoded =
-        redis_protocol::resp2::decode::decode_bytes(frame).map_err(|e| perr(&e.to_string()))?;
-    match decoded {
-        Some((BytesFrame::Array(items), _)) => items
-            .into_iter()
-            .map(|item| match item {
-                BytesFrame::BulkString(b) => Ok(b),
-                _ => Err(perr("expected bulk string")),
-            })
-            .collect(),
-        _ => Err(perr("invalid multibulk frame")),
+/// Cuts a frame the scan has proven whole into its arguments: slices of
+/// `frame`, no copies. The scan has validated every header, so this walk
+/// only reads the lengths again. Like Redis, it does not look at the two
+/// bytes that end each bulk string.
+fn split_frame(frame: &Bytes) -> Vec<Bytes> {
+    let header_end = find_crlf(frame, 1).expect("scanned header");
+    let count = parse_len(&frame[1..header_end]).unwrap_or(0).max(0) as usize;
+    // The count is the client's word: the vector grows past a bound only
+    // as arguments really arrive.
+    let mut args = Vec::with_capacity(count.min(1024));
+    let mut pos = header_end + 2;
+    for _ in 0..count {
+        let line_end = find_crlf(frame, pos + 1).expect("scanned bulk header");
+        let len = parse_len(&frame[pos + 1..line_end]).unwrap_or(0) as usize;
+        let start = line_end + 2;
+        args.push(frame.slice(start..start + len));
+        pos = start + len + 2;
     }
+    args
 }
 
 fn find_crlf(buf: &[u8], from: usize) -> Option<usize> {
@@ -167,10 +173,16 @@ fn parse_len(s: &[u8]) -> Option<i64> {
         Some(b'-') => (true, &s[1..]),
         _ => (false, s),
     };
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+    if digits.is_empty() || digits.len() > 19 {
         return None;
     }
-    let v: i64 = std::str::from_utf8(digits).ok()?.parse().ok()?;
+    let mut v: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        v = v.checked_mul(10)?.checked_add(i64::from(d - b'0'))?;
+    }
     Some(if neg { -v } else { v })
 }
 
@@ -297,6 +309,58 @@ mod tests {
             out.push(cmd);
         }
         Ok(out)
+    }
+
+    /// Splitting agrees with redis-protocol's decoder on every frame of a
+    /// pseudo-random mix of argument counts and lengths (empty, binary,
+    /// CRLF inside), fed whole and one byte at a time.
+    #[test]
+    fn split_matches_reference_decoder() {
+        use redis_protocol::resp2::types::BytesFrame;
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..300 {
+            let argc = 1 + next(6) as usize;
+            let mut wire = format!("*{argc}\r\n").into_bytes();
+            for _ in 0..argc {
+                let len = [0, 1, 2, 17, 300][next(5) as usize];
+                let arg: Vec<u8> = (0..len)
+                    .map(|_| [b'a', b'\r', b'\n', 0, 255][next(5) as usize])
+                    .collect();
+                wire.extend_from_slice(format!("${len}\r\n").as_bytes());
+                wire.extend_from_slice(&arg);
+                wire.extend_from_slice(b"\r\n");
+            }
+            let frame = Bytes::from(wire.clone());
+            let reference = match redis_protocol::resp2::decode::decode_bytes(&frame) {
+                Ok(Some((BytesFrame::Array(items), used))) => {
+                    assert_eq!(used, wire.len());
+                    items
+                        .into_iter()
+                        .map(|i| match i {
+                            BytesFrame::BulkString(b) => b,
+                            other => panic!("unexpected {other:?}"),
+                        })
+                        .collect::<Vec<_>>()
+                }
+                other => panic!("reference decoder: {other:?}"),
+            };
+            assert_eq!(parse_all(&wire).unwrap(), vec![reference.clone()]);
+            let mut p = RequestParser::new(512 * 1024 * 1024);
+            let mut buf = BytesMut::new();
+            let mut got = None;
+            for b in &wire {
+                assert!(got.is_none(), "a frame came out before its last byte");
+                buf.extend_from_slice(&[*b]);
+                got = p.next(&mut buf).unwrap();
+            }
+            assert_eq!(got, Some(reference));
+        }
     }
 
     #[test]
