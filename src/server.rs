@@ -96,16 +96,34 @@ pub struct ClientInfo {
 /// Per-command call counts for INFO commandstats.
 #[derive(Debug, Default)]
 pub struct CommandStat {
-    /// Calls.
-    pub calls: AtomicU64,
-    /// Total microseconds spent.
-    pub usec: AtomicU64,
+    /// Calls (counter 0) and the microseconds they took (counter 1).
+    counts: crate::util::stripe::Striped<2>,
     /// Calls that replied with an error.
     pub failed: AtomicU64,
     /// Calls refused before running (wrong number of arguments, NOAUTH).
     pub rejected: AtomicU64,
     /// Latency distribution (LATENCY HISTOGRAM, INFO latencystats).
     pub latency: crate::families::latency::Histogram,
+}
+
+impl CommandStat {
+    /// Calls.
+    pub fn calls(&self) -> u64 {
+        self.counts.get(0)
+    }
+
+    /// Total microseconds spent.
+    pub fn usec(&self) -> u64 {
+        self.counts.get(1)
+    }
+
+    /// Forgets every call (CONFIG RESETSTAT).
+    pub fn reset(&self) {
+        self.counts.reset();
+        self.failed.store(0, Ordering::Relaxed);
+        self.rejected.store(0, Ordering::Relaxed);
+        self.latency.reset();
+    }
 }
 
 /// Server-wide statistics.
@@ -116,15 +134,15 @@ pub struct ServerStats {
     /// Connections refused (maxclients).
     pub rejected: AtomicU64,
     /// Commands processed.
-    pub commands: AtomicU64,
+    pub commands: crate::util::stripe::Striped,
     /// Bytes read from clients.
     pub net_in: AtomicU64,
     /// Bytes written to clients.
     pub net_out: AtomicU64,
     /// Keyspace hits (reads that found a key).
-    pub hits: AtomicU64,
+    pub hits: crate::util::stripe::Striped,
     /// Keyspace misses.
-    pub misses: AtomicU64,
+    pub misses: crate::util::stripe::Striped,
     /// Error replies sent.
     pub errors: AtomicU64,
     /// Socket reads that brought client input.
@@ -344,8 +362,8 @@ impl Server {
     /// Counts a command call.
     pub fn record_call(&self, spec: &'static crate::command::CommandSpec, usec: u64) {
         let stat = self.command_stat(spec);
-        stat.calls.fetch_add(1, Ordering::Relaxed);
-        stat.usec.fetch_add(usec, Ordering::Relaxed);
+        stat.counts.add_to(0, 1);
+        stat.counts.add_to(1, usec);
         if self.latency.tracking() {
             stat.latency.record(usec);
         }

@@ -1413,25 +1413,22 @@ fn relisten(server: &Server, port: u16) -> std::io::Result<()> {
 /// keys. cairn's own counters (batches, commits, fsyncs, GC) stay.
 pub fn resetstat(server: &Server) {
     for stat in &server.command_stats {
-        for c in [&stat.calls, &stat.usec, &stat.failed, &stat.rejected] {
-            c.store(0, Relaxed);
-        }
-        stat.latency.reset();
+        stat.reset();
     }
     let st = &server.stats;
     for c in [
         &st.connections,
-        &st.commands,
         &st.net_in,
         &st.net_out,
         &st.reads,
         &st.writes,
-        &st.hits,
-        &st.misses,
         &st.errors,
         &st.rejected,
     ] {
         c.store(0, Relaxed);
+    }
+    for c in [&st.commands, &st.hits, &st.misses] {
+        c.reset();
     }
     for sh in server.shards.shards() {
         sh.stats.hits.store(0, Relaxed);

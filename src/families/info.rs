@@ -123,10 +123,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                     "total_connections_received",
                     st.connections.load(Relaxed).to_string(),
                 ),
-                (
-                    "total_commands_processed",
-                    st.commands.load(Relaxed).to_string(),
-                ),
+                ("total_commands_processed", st.commands.load().to_string()),
                 ("instantaneous_ops_per_sec", rates.ops.to_string()),
                 ("total_net_input_bytes", st.net_in.load(Relaxed).to_string()),
                 (
@@ -162,11 +159,11 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 ("current_eviction_exceeded_time", "0".into()),
                 (
                     "keyspace_hits",
-                    (st.hits.load(Relaxed) + shard_sum(&|sh| &sh.hits)).to_string(),
+                    (st.hits.load() + shard_sum(&|sh| &sh.hits)).to_string(),
                 ),
                 (
                     "keyspace_misses",
-                    (st.misses.load(Relaxed) + shard_sum(&|sh| &sh.misses)).to_string(),
+                    (st.misses.load() + shard_sum(&|sh| &sh.misses)).to_string(),
                 ),
                 (
                     "pubsub_channels",
@@ -257,8 +254,8 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 .map(|(c, st)| {
                     (
                         c.name,
-                        st.calls.load(Relaxed),
-                        st.usec.load(Relaxed),
+                        st.calls(),
+                        st.usec(),
                         st.failed.load(Relaxed),
                         st.rejected.load(Relaxed),
                     )
@@ -468,7 +465,7 @@ pub fn start_sampling(server: &std::sync::Arc<crate::server::Server>) {
             }
             let st = &srv.stats;
             st.samples.lock().sample(
-                st.commands.load(Relaxed),
+                st.commands.load(),
                 st.net_in.load(Relaxed),
                 st.net_out.load(Relaxed),
             );

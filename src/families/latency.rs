@@ -249,33 +249,39 @@ fn highest_equivalent(v: u64) -> u64 {
     (v & !(width - 1)) + width - 1
 }
 
-/// One command's latency distribution (see the module doc).
+/// One command's latency distribution (see the module doc). Each thread
+/// records into counts of its own (see `util::stripe`), allocated on its
+/// first call of the command; a snapshot sums them.
 #[derive(Debug, Default)]
 pub struct Histogram {
-    counts: OnceLock<Box<[AtomicU64]>>,
+    counts: [OnceLock<Box<[AtomicU64]>>; crate::util::stripe::STRIPES],
 }
 
 impl Histogram {
     /// Records one call of `usec` microseconds.
     pub fn record(&self, usec: u64) {
         let ns = usec.saturating_mul(1000).clamp(1, MAX_NS);
-        let counts = self
-            .counts
+        let counts = self.counts[crate::util::stripe::stripe()]
             .get_or_init(|| (0..COUNTS).map(|_| AtomicU64::new(0)).collect());
         counts[index_of(ns)].fetch_add(1, Relaxed);
     }
 
     /// Forgets every call (CONFIG RESETSTAT).
     pub fn reset(&self) {
-        if let Some(counts) = self.counts.get() {
+        for counts in self.counts.iter().filter_map(OnceLock::get) {
             counts.iter().for_each(|c| c.store(0, Relaxed));
         }
     }
 
     /// The counters, or `None` before a call was recorded.
     fn snapshot(&self) -> Option<Vec<u64>> {
-        let counts: Vec<u64> = self.counts.get()?.iter().map(|c| c.load(Relaxed)).collect();
-        (counts.iter().sum::<u64>() > 0).then_some(counts)
+        let mut sum = vec![0; COUNTS];
+        for counts in self.counts.iter().filter_map(OnceLock::get) {
+            for (s, c) in sum.iter_mut().zip(counts.iter()) {
+                *s += c.load(Relaxed);
+            }
+        }
+        (sum.iter().sum::<u64>() > 0).then_some(sum)
     }
 }
 

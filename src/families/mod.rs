@@ -352,13 +352,12 @@ impl KvRead for Counted<'_> {
     }
 
     fn note_lookup(&self, hit: bool) {
-        use std::sync::atomic::Ordering::Relaxed;
         let counter = if hit {
             &self.stats.hits
         } else {
             &self.stats.misses
         };
-        counter.fetch_add(1, Relaxed);
+        counter.add(1);
     }
 }
 

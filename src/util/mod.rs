@@ -8,6 +8,7 @@ pub mod listpack;
 pub mod lzf;
 pub mod num;
 pub mod rdb;
+pub mod stripe;
 pub mod ziplist;
 
 /// A new random id of 40 hex characters, the shape of Redis's run id,
