@@ -525,7 +525,8 @@ impl ShardCore {
         drop(base);
         let finished = match finished {
             Ok(ops) => {
-                round.parts.lock().push((shared.id, ops.clone()));
+                let part = super::intent::encode_part(shared.id, &ops);
+                round.parts.lock().push(part);
                 Ok(ops)
             }
             Err(e) => Err(e),
@@ -542,7 +543,7 @@ impl ShardCore {
         if barrier.wait().is_leader() && !failed.load(std::sync::atomic::Ordering::SeqCst) {
             let mut parts = std::mem::take(&mut *round.parts.lock());
             parts.sort_unstable_by_key(|(id, _)| *id);
-            if let Err(e) = round.log.append(round.txid, &parts, round.sync) {
+            if let Err(e) = round.log.append_encoded(round.txid, &parts, round.sync) {
                 tracing::error!(error = %e, "cannot log a multi-shard commit");
                 failed.store(true, std::sync::atomic::Ordering::SeqCst);
             }

@@ -72,7 +72,7 @@ pub struct CommitRound {
     /// The round's id.
     pub txid: u64,
     /// The participants' changes, as they hand them in.
-    pub parts: parking_lot::Mutex<super::intent::Parts>,
+    pub parts: parking_lot::Mutex<Vec<super::intent::EncodedPart>>,
     /// The log.
     pub log: Arc<super::intent::IntentLog>,
     /// Whether the record must be fsynced before the participants commit

@@ -44,6 +44,18 @@ const CAP: u64 = 16 << 20;
 /// One round's changes: (shard, its changes in order).
 pub type Parts = Vec<(usize, Vec<RowOp>)>;
 
+/// One participant's share of a record, encoded by [`encode_part`]: each
+/// participant encodes its own on its own thread, and the one that appends
+/// the record only puts the shares together.
+pub type EncodedPart = (usize, Vec<u8>);
+
+/// Encodes a participant's changes as its share of a round's record.
+pub fn encode_part(shard: usize, ops: &[RowOp]) -> EncodedPart {
+    let mut out = (shard as u16).to_be_bytes().to_vec();
+    rowops::encode(ops, &mut out);
+    (shard, out)
+}
+
 /// A record read back: a round and its changes.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Record {
@@ -115,7 +127,14 @@ impl IntentLog {
 
     /// Appends a round's record (fsynced if `sync`), after cutting the log
     /// back if it is large and every shard is durable.
+    #[cfg(test)]
     pub fn append(&self, txid: u64, parts: &Parts, sync: bool) -> io::Result<()> {
+        let parts: Vec<_> = parts.iter().map(|(s, ops)| encode_part(*s, ops)).collect();
+        self.append_encoded(txid, &parts, sync)
+    }
+
+    /// [`IntentLog::append`] of shares already encoded, in shard order.
+    pub fn append_encoded(&self, txid: u64, parts: &[EncodedPart], sync: bool) -> io::Result<()> {
         let record = encode(txid, parts);
         let mut f = self.file.lock();
         if f.len > CAP && self.all_durable() {
@@ -184,19 +203,19 @@ impl IntentLog {
 /// The key of the `sys` row that holds a shard's last round.
 pub const COORD_ROW: &[u8] = b"coord_txid";
 
-fn encode(txid: u64, parts: &Parts) -> Vec<u8> {
-    let mut body = Vec::new();
-    body.extend_from_slice(&(parts.len() as u16).to_be_bytes());
-    for (shard, ops) in parts {
-        body.extend_from_slice(&(*shard as u16).to_be_bytes());
-        rowops::encode(ops, &mut body);
-    }
-    let mut out = Vec::with_capacity(HEADER + body.len());
+fn encode(txid: u64, parts: &[EncodedPart]) -> Vec<u8> {
+    let body_len = 2 + parts.iter().map(|(_, p)| p.len()).sum::<usize>();
+    let mut out = Vec::with_capacity(HEADER + body_len);
     out.extend_from_slice(&MAGIC.to_be_bytes());
     out.extend_from_slice(&txid.to_be_bytes());
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(&crc32fast::hash(&body).to_be_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(&(body_len as u32).to_be_bytes());
+    out.extend_from_slice(&[0; 4]); // the CRC, once the body is in
+    out.extend_from_slice(&(parts.len() as u16).to_be_bytes());
+    for (_, part) in parts {
+        out.extend_from_slice(part);
+    }
+    let crc = crc32fast::hash(&out[HEADER..]);
+    out[HEADER - 4..HEADER].copy_from_slice(&crc.to_be_bytes());
     out
 }
 
@@ -264,6 +283,11 @@ mod tests {
         ]
     }
 
+    /// `parts()`, encoded as the participants hand them in.
+    fn shares() -> Vec<EncodedPart> {
+        parts().iter().map(|(s, o)| encode_part(*s, o)).collect()
+    }
+
     #[test]
     fn records_read_back_whole_and_a_torn_tail_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
@@ -277,7 +301,7 @@ mod tests {
         let path = dir.path().join("coord.log");
         let len = std::fs::metadata(&path).unwrap().len();
         // A third record cut short, as by a crash mid-append.
-        let partial = encode(3, &parts());
+        let partial = encode(3, &shares());
         let mut f = OpenOptions::new().append(true).open(&path).unwrap();
         std::io::Write::write_all(&mut f, &partial[..partial.len() - 3]).unwrap();
         drop(f);
@@ -303,8 +327,8 @@ mod tests {
 
     #[test]
     fn a_corrupt_record_ends_the_log() {
-        let mut bytes = encode(1, &parts());
-        let second = encode(2, &parts());
+        let mut bytes = encode(1, &shares());
+        let second = encode(2, &shares());
         bytes.extend_from_slice(&second);
         let n = bytes.len();
         bytes[n - 1] ^= 0xff;
