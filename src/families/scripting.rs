@@ -500,7 +500,9 @@ pub fn abort_for_shutdown(server: &Server) {
 /// run longer than `busy-reply-threshold`, unless it is allowed then
 /// (`allow_busy`).
 pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
-    if spec.has_flag("allow_busy") {
+    // Asked of every command: the cheap test, whether a script runs at
+    // all, goes first.
+    if !server.scripts.running() || spec.has_flag("allow_busy") {
         return None;
     }
     busy_reply(server)
