@@ -317,13 +317,7 @@ mod tests {
     #[test]
     fn split_matches_reference_decoder() {
         use redis_protocol::resp2::types::BytesFrame;
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = crate::util::test_rng(0x2545_f491_4f6c_dd1du64);
         for _ in 0..300 {
             let argc = 1 + next(6) as usize;
             let mut wire = format!("*{argc}\r\n").into_bytes();

@@ -926,13 +926,7 @@ mod tests {
             p[..byte as usize * 16].fill(byte);
             p
         };
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rand = crate::util::test_rng(0x9E37_79B9_7F4A_7C15u64);
         for round in 0..40 {
             let dir = tempfile::tempdir().unwrap();
             let path = dir.path().join("shard-0.redb");

@@ -473,13 +473,7 @@ mod tests {
     #[test]
     fn dead_ranges_never_change_what_a_scan_finds() {
         use std::cell::RefCell;
-        let mut seed = 0x2545_f491_4f6c_dd1du64;
-        let mut rand = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut rand = crate::util::test_rng(0x2545_f491_4f6c_dd1du64);
         let key = |i: u64| format!("k{i:04}").into_bytes();
         let bottom = Plain(
             (0..400).map(|i| (key(i), Some(b"v".to_vec()))).collect(),

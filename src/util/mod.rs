@@ -17,3 +17,15 @@ pub fn hex_id() -> String {
     let bytes: [u8; 20] = rand::random();
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// A small deterministic generator for tests (xorshift64): each call
+/// `next(n)` gives a number in `0..n`.
+#[cfg(test)]
+pub(crate) fn test_rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    }
+}
