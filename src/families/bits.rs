@@ -31,6 +31,24 @@ fn store_bytes(
     Ok(())
 }
 
+/// Redis unshares a string before a bit command writes into it, which
+/// leaves it raw (OBJECT ENCODING) even when no bit changes. That is no
+/// change a WATCH or an event sees, so the flag is stored quietly.
+fn keep_raw(w: &mut crate::storage::WriteCtx, k: Key, old: Option<&Meta>) -> Result<(), Fail> {
+    if let Some(m) = old.filter(|m| !m.raw) {
+        let raw = Meta {
+            raw: true,
+            ..m.clone()
+        };
+        w.quietly(
+            &k.meta_key(),
+            |w| keyspace::store(w, k, Some(m), &raw),
+            |_| false,
+        )?;
+    }
+    Ok(())
+}
+
 /// SETBIT key offset value
 pub fn setbit(s: &mut Session, a: Args) -> Action {
     let offset = match bit_offset(a.get(2)) {
@@ -57,6 +75,7 @@ pub fn setbit(s: &mut Session, a: Args) -> Action {
         // As in Redis, setting a bit of an existing string to what it is
         // writes nothing: no event, no change a WATCH sees.
         if old.is_some() && !grown && was == on {
+            keep_raw(w, k, old.as_ref())?;
             return Ok(Reply::Int(was as i64));
         }
         if on {
@@ -308,6 +327,8 @@ pub fn bitfield(s: &mut Session, a: Args) -> Action {
         let (out, grown, changes) = run_field_ops(&mut v, &ops);
         if grown || changes > 0 {
             store_bytes(w, k, old.as_ref(), v)?;
+        } else {
+            keep_raw(w, k, old.as_ref())?;
         }
         // Growing the string alone (a refused OVERFLOW FAIL write) is no
         // change Redis reports, nor is writing a field its own value.
