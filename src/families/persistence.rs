@@ -29,7 +29,7 @@ pub struct SaveState {
     pub last_secs: AtomicI64,
     /// When the running BGSAVE started (Unix ms, 0 = none).
     pub started_ms: AtomicU64,
-    /// Write ops counted at the last save (for changes since).
+    /// Changes counted at the last save (for changes since).
     pub ops_at_save: AtomicU64,
     /// Saves completed.
     pub saves: AtomicU64,
@@ -51,13 +51,14 @@ impl Default for SaveState {
     }
 }
 
-/// Write ops applied by every shard so far.
+/// Changes every shard has committed so far: Redis's `dirty` counter,
+/// near enough (see `WriteCtx::changes`).
 pub fn write_ops(server: &Server) -> u64 {
     server
         .shards
         .shards()
         .iter()
-        .map(|s| s.stats.batch_ops.load(Ordering::Relaxed))
+        .map(|s| s.stats.changes.load(Ordering::Relaxed))
         .sum()
 }
 

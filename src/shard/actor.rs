@@ -268,12 +268,14 @@ impl ShardCore {
                     continue;
                 }
                 let run = || {
-                    let r = f(&mut ctx)?;
-                    // Keys a write's lookups found expired (reads expire
-                    // theirs in `read_in_write` already).
-                    crate::storage::keyspace::expire_noted(&mut ctx)?;
-                    serve_blocked(&shared, &mut ctx, &mut seen, &mut served)?;
-                    Ok(r)
+                    ctx.counting(|ctx| {
+                        let r = f(ctx)?;
+                        // Keys a write's lookups found expired (reads expire
+                        // theirs in `read_in_write` already).
+                        crate::storage::keyspace::expire_noted(ctx)?;
+                        serve_blocked(&shared, ctx, &mut seen, &mut served)?;
+                        Ok(r)
+                    })
                 };
                 match std::panic::catch_unwind(AssertUnwindSafe(run)) {
                     Ok(Ok(r)) => out.push((r, reply)),
@@ -328,6 +330,7 @@ impl ShardCore {
         self.shared.stats.hits.fetch_add(hits, Relaxed);
         self.shared.stats.misses.fetch_add(misses, Relaxed);
         self.shared.stats.expired_keys.fetch_add(w.expired, Relaxed);
+        self.shared.stats.changes.fetch_add(w.changes, Relaxed);
         let blocked = &self.shared.blocked;
         for (db, key) in w.signals {
             blocked.signal(db, &key);
@@ -479,9 +482,11 @@ impl ShardCore {
                 Ok(Step::Run(f, place, tx)) => {
                     ctx.message_place = (place, 0);
                     let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        let r = f(&mut ctx)?;
-                        crate::storage::keyspace::expire_noted(&mut ctx)?;
-                        Ok(r)
+                        ctx.counting(|ctx| {
+                            let r = f(ctx)?;
+                            crate::storage::keyspace::expire_noted(ctx)?;
+                            Ok(r)
+                        })
                     }))
                     .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
                     step_failed |= r.is_err();

@@ -301,7 +301,7 @@ pub fn spread(writes: Vec<(usize, super::WriteFn)>) -> Plan {
                     fs.into_iter()
                         .map(|(i, f)| {
                             w.message_place = (place, i as u64);
-                            f(w).map(|r| (i, r))
+                            w.counting(|w| f(w)).map(|r| (i, r))
                         })
                         .collect::<Result<Vec<_>, _>>()
                 })

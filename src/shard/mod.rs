@@ -57,6 +57,9 @@ pub struct ShardStats {
     pub batches: AtomicU64,
     /// Ops applied in those batches.
     pub batch_ops: AtomicU64,
+    /// Commands (or parts of one) that changed something, in every kind
+    /// of commit (see `WriteCtx::changes`).
+    pub changes: AtomicU64,
     /// Largest batch seen.
     pub max_batch: AtomicU64,
     /// All commits (batches, reaper, coordinator, sync).

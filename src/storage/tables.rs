@@ -518,6 +518,8 @@ pub struct Wakeups {
     /// Keys deleted because an access found them expired, for INFO's
     /// `expired_keys`.
     pub expired: u64,
+    /// What [`WriteCtx::changes`] counted.
+    pub changes: u64,
     /// Messages published by the transaction's commands, sent once it has
     /// committed.
     pub messages: Vec<Message>,
@@ -772,6 +774,12 @@ pub struct WriteCtx<'t> {
     /// and the key's position), so the round's messages go out in the
     /// order Redis would make them.
     pub message_place: (u64, u64),
+    /// Rows and ranges written so far (see [`WriteCtx::counting`]).
+    writes: u64,
+    /// Commands (or parts of one) that changed something: what Redis's
+    /// `dirty` counter would have added, near enough (INFO's
+    /// rdb_changes_since_last_save, the save points).
+    pub changes: u64,
     /// Collects the names of changed keys while clients track keys (see
     /// [`Wakeups::tracked`]), each with the `message_place` current when it
     /// changed; `None` otherwise.
@@ -829,6 +837,8 @@ impl<'t> WriteCtx<'t> {
             messages: Vec::new(),
             message_places: Vec::new(),
             message_place: (0, 0),
+            writes: 0,
+            changes: 0,
             tracked: None,
             writer: 0,
             lookups: Default::default(),
@@ -951,6 +961,7 @@ impl<'t> WriteCtx<'t> {
         Wakeups {
             lookups: self.lookups.take(),
             expired: std::mem::take(&mut self.expired),
+            changes: std::mem::take(&mut self.changes),
             signals: std::mem::take(&mut self.signals),
             broadcasts: std::mem::take(&mut self.broadcasts),
             flushed: std::mem::take(&mut self.flushed),
@@ -987,9 +998,24 @@ impl<'t> WriteCtx<'t> {
         }
     }
 
+    /// Runs `f`, one command or one step of a command, and counts it in
+    /// [`WriteCtx::changes`] if it wrote anything, unless it counted its
+    /// own parts (a pipeline's writes in one coordinated step). A command
+    /// that changes nothing (SETBIT of a bit already set, SADD of members
+    /// already there, a failed one) counts nothing, as in Redis.
+    pub fn counting<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let (changes, writes) = (self.changes, self.writes);
+        let out = f(self);
+        if self.changes == changes && self.writes != writes {
+            self.changes += 1;
+        }
+        out
+    }
+
     /// Sets a row in the overlay.
     #[inline]
     fn set(&mut self, table: Table, key: &[u8], value: Entry) {
+        self.writes += 1;
         if value.is_some() {
             self.state.dead.get_mut().touch(table, key);
         }
@@ -1156,6 +1182,7 @@ impl<'t> WriteCtx<'t> {
             u.lost = true;
         }
         let t = table as usize;
+        self.writes += 1;
         self.overlay.rows[t].clear();
         self.overlay.ranges[t] = vec![(Vec::new(), None)];
         Ok(())
