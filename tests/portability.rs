@@ -563,6 +563,59 @@ fn flushall_saves_with_save_points() {
     assert_eq!(int(&mut redis.client(), &["DBSIZE"]), 0);
 }
 
+/// rdb_changes_since_last_save moves as Redis's dirty counter does for
+/// commands that change one thing or nothing: a bit set to what it is,
+/// members already there, an unchanged score, removing nothing and a
+/// refused write count nothing; HSET of an unchanged value and SET of the
+/// same value count one. Checked against a real redis-server step by step.
+#[test]
+fn change_count_follows_redis() {
+    let cairn = TestServer::start();
+    let redis = RealRedis::start();
+    let (mut c, mut r) = (cairn.client(), redis.client());
+    let changes = |c: &mut Connection| -> i64 {
+        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
+        info.lines()
+            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+            .expect("the field")
+            .parse()
+            .unwrap()
+    };
+    let steps: &[&[&str]] = &[
+        &["SET", "s", "abc"],
+        &["SETBIT", "s", "1", "1"],
+        &["SETBIT", "s", "1", "0"],
+        &["BITFIELD", "s", "SET", "u8", "8", "98"],
+        &["BITFIELD", "s", "SET", "u8", "8", "99"],
+        &["SET", "s", "abc"],
+        &["SADD", "set", "a", "b"],
+        &["SADD", "set", "a"],
+        &["SREM", "set", "nope"],
+        &["SREM", "set", "a"],
+        &["ZADD", "z", "1", "m"],
+        &["ZADD", "z", "1", "m"],
+        &["ZINCRBY", "z", "0", "m"],
+        &["HSET", "h", "f", "v"],
+        &["HSET", "h", "f", "v"],
+        &["HDEL", "h", "nope"],
+        &["LPUSH", "s", "x"],
+        &["INCR", "s"],
+        &["DEL", "missing"],
+        &["EXPIRE", "missing", "10"],
+        &["INCR", "n"],
+    ];
+    for step in steps {
+        let (c0, r0) = (changes(&mut c), changes(&mut r));
+        let _ = cmd(step).query::<Value>(&mut c);
+        let _ = cmd(step).query::<Value>(&mut r);
+        assert_eq!(
+            changes(&mut c) - c0,
+            changes(&mut r) - r0,
+            "changes counted by {step:?}"
+        );
+    }
+}
+
 /// An RDB file saved by redis-server imports into a cairn data directory
 /// (`cairn --import`) with every key, value, TTL and library; expired keys
 /// stay out.

@@ -43,7 +43,7 @@ fn keep_raw(w: &mut crate::storage::WriteCtx, k: Key, old: Option<&Meta>) -> Res
         w.quietly(
             &k.meta_key(),
             |w| keyspace::store(w, k, Some(m), &raw),
-            |_| false,
+            |_| 0,
         )?;
     }
     Ok(())

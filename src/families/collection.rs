@@ -41,7 +41,10 @@ pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
     s.write(a.get(1), move |w, k| {
         // Removing nothing rewrites the header as it was: not a
         // modification of the key (WATCH).
-        let removed = |r: &Reply| *r != Reply::Int(0);
+        let removed = |r: &Reply| match r {
+            Reply::Int(n) => *n as u64,
+            _ => 0,
+        };
         w.quietly(
             &k.meta_key(),
             |w| -> Result<_, Fail> {

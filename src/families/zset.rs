@@ -564,24 +564,24 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
                                 longest_added = longest_added.max(m.len());
                             }
                         }
-                        Err(r) => return Ok((r, false)),
+                        Err(r) => return Ok((r, 0)),
                     }
                 }
                 z.note_added(&pairs[0].1, longest_added, &limits);
                 z.save(w, k)?;
-                let modified = added + changed > 0;
-                if modified {
+                let count = (added + changed) as u64;
+                if count > 0 {
                     w.event(notify::ZSET, if f.incr { "zincr" } else { "zadd" }, k);
                 }
                 if f.incr {
-                    return Ok((last.map_or(Reply::Nil, Reply::Double), modified));
+                    return Ok((last.map_or(Reply::Nil, Reply::Double), count));
                 }
                 Ok((
                     Reply::Int(if f.ch { added + changed } else { added }),
-                    modified,
+                    count,
                 ))
             },
-            |(_, modified)| *modified,
+            |(_, count)| *count,
         )?;
         Ok(r)
     })
@@ -618,7 +618,7 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
                 }
                 Ok(out)
             },
-            |(_, modified)| *modified,
+            |(_, modified)| u64::from(*modified),
         )?;
         Ok(out)
     })

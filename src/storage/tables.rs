@@ -774,7 +774,8 @@ pub struct WriteCtx<'t> {
     /// and the key's position), so the round's messages go out in the
     /// order Redis would make them.
     pub message_place: (u64, u64),
-    /// Rows and ranges written so far (see [`WriteCtx::counting`]).
+    /// Rows and ranges written so far, with rows rewritten as they were
+    /// (see [`WriteCtx::counting`]).
     writes: u64,
     /// Commands (or parts of one) that changed something: what Redis's
     /// `dirty` counter would have added, near enough (INFO's
@@ -931,25 +932,32 @@ impl<'t> WriteCtx<'t> {
 
     /// Runs `f` without telling the observer of its row changes, then tells
     /// it once, about the key whose `meta` row is `meta_key`, if
-    /// `modified(&result)`. For commands whose rewrites can leave a key as
-    /// it was (SADD of a member already there, ZADD of an unchanged score),
-    /// which Redis does not count as a modification of the key.
+    /// `changes(&result)` (members added, removed or rescored) is not 0.
+    /// For commands whose rewrites can leave a key as it was (SADD of a
+    /// member already there, ZADD of an unchanged score), which Redis does
+    /// not count as a modification of the key. Those changes are what
+    /// [`WriteCtx::counting`] counts of the command, as Redis adds them to
+    /// its dirty counter.
     pub fn quietly<T, E: From<StoreError>>(
         &mut self,
         meta_key: &[u8],
         f: impl FnOnce(&mut Self) -> Result<T, E>,
-        modified: impl FnOnce(&T) -> bool,
+        changes: impl FnOnce(&T) -> u64,
     ) -> Result<T, E> {
-        if self.observer.is_none() && self.tracked.is_none() {
-            return f(self);
-        }
+        let writes = self.writes;
         let was = std::mem::replace(&mut self.quiet, true);
         let out = f(self);
         self.quiet = was;
         let out = out?;
-        if modified(&out) {
-            let present = self.get(Table::Meta, meta_key)?.is_some();
-            self.changed(Table::Meta, meta_key, !present);
+        match changes(&out) {
+            0 => self.writes = writes,
+            n => {
+                self.changes += n;
+                if self.observer.is_some() || self.tracked.is_some() {
+                    let present = self.get(Table::Meta, meta_key)?.is_some();
+                    self.changed(Table::Meta, meta_key, !present);
+                }
+            }
         }
         Ok(out)
     }
@@ -1052,7 +1060,11 @@ impl<'t> WriteCtx<'t> {
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let old = self.get(table, key)?;
         self.changed(table, key, false);
-        if old.as_deref() != Some(value) {
+        if old.as_deref() == Some(value) {
+            // Still a write as far as change counting goes (HSET of an
+            // unchanged field counts, as in Redis).
+            self.writes += 1;
+        } else {
             if let Some(u) = &mut self.undo {
                 u.rows.push((table, key.to_vec(), old.clone()));
             }
@@ -1078,6 +1090,7 @@ impl<'t> WriteCtx<'t> {
         };
         if same {
             self.changed(Table::Meta, key, false);
+            self.writes += 1;
             return Ok(());
         }
         self.put_meta(key, row)
