@@ -13,6 +13,15 @@ use redis::{Connection, Value};
 /// A redis-server 7.0 on a free loopback port, without persistence,
 /// killed on drop. It is installed with apt-get when missing, as the
 /// compatibility recorder does.
+/// A numeric field of an INFO section.
+fn info_number(c: &mut Connection, section: &str, field: &str) -> i64 {
+    let info: String = cmd(&["INFO", section]).query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
+}
+
 struct RealRedis {
     port: u16,
     child: Child,
@@ -277,13 +286,7 @@ fn migrate_reuses_its_connection_to_the_target() {
     let redis = RealRedis::start();
     let cairn = TestServer::start();
     let (mut r, mut c) = (redis.client(), cairn.client());
-    let connections = |r: &mut Connection| -> i64 {
-        let info: String = cmd(&["INFO", "stats"]).query(r).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("total_connections_received:"))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap()
-    };
+    let connections = |r: &mut Connection| info_number(r, "stats", "total_connections_received");
     let rport = redis.port.to_string();
     let before = connections(&mut r);
     for (i, db) in ["0", "0", "1", "0", "1"].iter().enumerate() {
@@ -536,18 +539,12 @@ fn flushall_saves_with_save_points() {
     let cairn = TestServer::start();
     let mut c = cairn.client();
     let file = cairn.path.join("dump.rdb");
-    let changes = |c: &mut Connection| {
-        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
-            .expect("the field")
-            .to_string()
-    };
+    let changes = |c: &mut Connection| info_number(c, "persistence", "rdb_changes_since_last_save");
     ok(&mut c, &["SET", "a", "1"]);
     ok(&mut c, &["SAVE"]);
     ok(&mut c, &["SET", "b", "2"]);
     ok(&mut c, &["FLUSHALL"]);
-    assert_ne!(changes(&mut c), "0");
+    assert_ne!(changes(&mut c), 0);
     {
         let redis = RealRedis::start_with_file(&file);
         assert_eq!(int(&mut redis.client(), &["DBSIZE"]), 1);
@@ -558,7 +555,7 @@ fn flushall_saves_with_save_points() {
     );
     ok(&mut c, &["SET", "key", "value"]);
     ok(&mut c, &["FLUSHALL"]);
-    assert_eq!(changes(&mut c), "0");
+    assert_eq!(changes(&mut c), 0);
     let redis = RealRedis::start_with_file(&file);
     assert_eq!(int(&mut redis.client(), &["DBSIZE"]), 0);
 }
@@ -573,14 +570,7 @@ fn change_count_follows_redis() {
     let cairn = TestServer::start();
     let redis = RealRedis::start();
     let (mut c, mut r) = (cairn.client(), redis.client());
-    let changes = |c: &mut Connection| -> i64 {
-        let info: String = redis::cmd("INFO").arg("persistence").query(c).unwrap();
-        info.lines()
-            .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
-            .expect("the field")
-            .parse()
-            .unwrap()
-    };
+    let changes = |c: &mut Connection| info_number(c, "persistence", "rdb_changes_since_last_save");
     let steps: &[&[&str]] = &[
         &["SET", "s", "abc"],
         &["SETBIT", "s", "1", "1"],
