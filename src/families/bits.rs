@@ -36,15 +36,8 @@ fn store_bytes(
 /// change a WATCH or an event sees, so the flag is stored quietly.
 fn keep_raw(w: &mut crate::storage::WriteCtx, k: Key, old: Option<&Meta>) -> Result<(), Fail> {
     if let Some(m) = old.filter(|m| !m.raw) {
-        let raw = Meta {
-            raw: true,
-            ..m.clone()
-        };
-        w.quietly(
-            &k.meta_key(),
-            |w| keyspace::store(w, k, Some(m), &raw),
-            |_| 0,
-        )?;
+        let v = string_bytes(m).to_vec();
+        w.quietly(&k.meta_key(), |w| store_bytes(w, k, Some(m), v), |_| 0)?;
     }
     Ok(())
 }
