@@ -339,7 +339,7 @@ pub fn cairn_section(srv: &crate::server::Server, out: &mut String) {
         .sum();
     let _ = write!(
         out,
-        "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\n",
+        "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\ncoordinated_commits_here:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\n",
         shards.len(),
         srv.shards.durability().name(),
         super::memory::disk_bytes(srv),
@@ -347,6 +347,7 @@ pub fn cairn_section(srv: &crate::server::Server, out: &mut String) {
         sum(|s| s.commits.load(Relaxed)),
         sum(|s| s.fsyncs.load(Relaxed)),
         sum(|s| s.coordinated.load(Relaxed)),
+        sum(|s| s.coordinated_here.load(Relaxed)),
         sum(|s| s.reaper_ticks.load(Relaxed)),
         sum(|s| s.expired_keys.load(Relaxed)),
         sum(|s| s.gc_rows.load(Relaxed)),

@@ -157,13 +157,26 @@ impl Outbox {
         }
         let flags: Vec<ReplyTo> = group.iter().map(|(.., to)| *to).collect();
         let writes = group.into_iter().map(|(shard, f, _)| (shard, f)).collect();
-        let plan = crate::shard::coordinator::spread(writes);
-        let rx = self.server.shards.coordinator().submit(ids, true, plan);
+        let mut plan = crate::shard::coordinator::spread(writes);
         let group_to = ReplyTo {
             resp3: false,
             suppressed: true,
             cmd: None,
         };
+        // Run here if the shards are free and nothing of this client's is
+        // in flight, as single-shard writes are.
+        if self.inflight == Inflight::None {
+            match self.server.shards.run_plan_here(&ids, plan) {
+                Ok(reply) => {
+                    let (tx, rx) = tokio::sync::oneshot::channel();
+                    let _ = tx.send(reply);
+                    self.slots.push_back((Slot::Group(rx, flags), group_to));
+                    return;
+                }
+                Err(back) => plan = back,
+            }
+        }
+        let rx = self.server.shards.coordinator().submit(ids, true, plan);
         self.slots.push_back((Slot::Group(rx, flags), group_to));
         self.inflight = Inflight::Coordinator;
     }
@@ -698,9 +711,23 @@ async fn execute(
             if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
                 outbox.drain().await;
             }
-            let rx = server.shards.coordinator().submit(ids, blind, plan);
-            outbox.push_slot(Slot::Waiting(rx), to);
-            outbox.inflight = Inflight::Coordinator;
+            // A blind plan runs here when its shards are free and nothing
+            // of this client's is in flight, as writes do.
+            let mut plan = Some(plan);
+            if blind && outbox.inflight == Inflight::None {
+                match server
+                    .shards
+                    .run_plan_here(&ids, plan.take().expect("plan"))
+                {
+                    Ok(r) => outbox.push_ready(r, to),
+                    Err(back) => plan = Some(back),
+                }
+            }
+            if let Some(plan) = plan {
+                let rx = server.shards.coordinator().submit(ids, blind, plan);
+                outbox.push_slot(Slot::Waiting(rx), to);
+                outbox.inflight = Inflight::Coordinator;
+            }
         }
         Action::Script {
             shard,

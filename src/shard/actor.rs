@@ -184,16 +184,9 @@ impl ShardCore {
     /// after whatever the actor has queued (their clients get their replies
     /// as from the actor), and returns their replies in order; or hands the
     /// writes back, untouched, when the shard should take them through its
-    /// mailbox instead:
-    /// * under `always`, where waiting for the fsync with other clients'
-    ///   writes (group commit) is the point, and the fsync must not hold a
-    ///   client thread;
-    /// * while the write buffers are past half their cap, where commits are
-    ///   slowed down by sleeping (see `Store::commit`);
-    /// * once the shard has shut down.
+    /// mailbox instead (see [`ShardCore::runs_here`]).
     pub fn run_here(&mut self, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
-        let calm = self.shared.store().is_ok_and(|s| s.calm());
-        if self.closed || self.durability.get() == Durability::Always || !calm {
+        if !self.runs_here() {
             return Err(writes);
         }
         let replies: Vec<_> = writes
@@ -452,14 +445,37 @@ impl ShardCore {
         Ok(())
     }
 
+    /// Whether a client's thread may run writes here now: not under
+    /// `always`, where waiting for the fsync with other clients' writes
+    /// (group commit) is the point and the fsync must not hold a client
+    /// thread; not while the write buffers are past half their cap, where
+    /// commits are slowed down by sleeping (see `Store::commit`); not once
+    /// the shard has shut down.
+    fn runs_here(&self) -> bool {
+        let calm = self.shared.store().is_ok_and(|s| s.calm());
+        !self.closed && self.durability.get() != Durability::Always && calm
+    }
+
+    /// Whether the shard must sync before it takes part in a round: redo
+    /// after a crash needs its state before the round to be durable, or
+    /// in the log (see `intent`); a long log is cut back once every shard
+    /// has made its rounds durable.
+    fn must_sync_for_round(&self) -> bool {
+        self.unlogged || (self.unsynced && self.intent.over_cap())
+    }
+
+    /// Whether a client's thread holding this core may run a multi-shard
+    /// round here (see `ShardSet::run_plan_here`): as for its writes, and
+    /// only if the round needs no sync first (that is the actor's to do).
+    pub(super) fn takes_round_here(&self) -> bool {
+        self.runs_here() && !self.must_sync_for_round()
+    }
+
     /// Serves a coordinator until it commits or aborts.
     fn serve_lock(&mut self, lock: Lock) {
         use super::coordinator::Step;
         self.flush();
-        // Redo after a crash needs this shard's state before the round to
-        // be durable, or in the log (see `intent`); a long log is cut back
-        // once every shard has made its rounds durable.
-        if self.unlogged || (self.unsynced && self.intent.over_cap()) {
+        if self.must_sync_for_round() {
             if let Err(e) = self.sync() {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
                 return;
@@ -480,15 +496,7 @@ impl ShardCore {
         let outcome = loop {
             match lock.steps.recv() {
                 Ok(Step::Run(f, place, tx)) => {
-                    ctx.message_place = (place, 0);
-                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        ctx.counting(|ctx| {
-                            let r = f(ctx)?;
-                            crate::storage::keyspace::expire_noted(ctx)?;
-                            Ok(r)
-                        })
-                    }))
-                    .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())));
+                    let r = run_step(&mut ctx, f, place);
                     step_failed |= r.is_err();
                     let _ = tx.send(r);
                 }
@@ -508,34 +516,8 @@ impl ShardCore {
             self.reload_state();
             return;
         };
-        let places = std::mem::take(&mut ctx.message_places);
-        let mut signals = ctx.take_wakeups();
-        // Messages and invalidations go out with the whole round's, after
-        // every participant has committed (see `CommitRound::messages`).
-        round.messages.lock().extend(
-            places
-                .into_iter()
-                .zip(std::mem::take(&mut signals.messages)),
-        );
-        if signals.flushed.is_empty() {
-            round.tracked.lock().append(&mut signals.tracked);
-        }
-        let finished = ctx
-            .put(
-                Table::Sys,
-                super::intent::COORD_ROW,
-                &round.txid.to_be_bytes(),
-            )
-            .and_then(|()| ctx.finish());
+        let (finished, signals) = seal(&shared, ctx, &round);
         drop(base);
-        let finished = match finished {
-            Ok(ops) => {
-                let part = super::intent::encode_part(shared.id, &ops);
-                round.parts.lock().push(part);
-                Ok(ops)
-            }
-            Err(e) => Err(e),
-        };
         if step_failed || finished.is_err() {
             failed.store(true, std::sync::atomic::Ordering::SeqCst);
         }
@@ -546,9 +528,7 @@ impl ShardCore {
         // of them commit, or all roll back.
         let visible = shared.commit_lock.write();
         if barrier.wait().is_leader() && !failed.load(std::sync::atomic::Ordering::SeqCst) {
-            let mut parts = std::mem::take(&mut *round.parts.lock());
-            parts.sort_unstable_by_key(|(id, _)| *id);
-            if let Err(e) = round.log.append_encoded(round.txid, &parts, round.sync) {
+            if let Err(e) = round.append() {
                 tracing::error!(error = %e, "cannot log a multi-shard commit");
                 failed.store(true, std::sync::atomic::Ordering::SeqCst);
             }
@@ -559,28 +539,34 @@ impl ShardCore {
         let result = if failed.load(std::sync::atomic::Ordering::SeqCst) {
             finished.and(Err(StoreError::Internal("round aborted".into())))
         } else {
-            finished.and_then(|ops| shared.store()?.commit(ops, false))
+            finished.and_then(|ops| self.commit_part(ops))
         };
-        // Counted before the lock goes, so that a reader let in by the
-        // release opens a new snapshot rather than reusing an older one.
-        if result.is_ok() {
-            self.shared.committed();
-        }
         let publisher = barrier.wait().is_leader();
         drop(visible);
         if publisher && result.is_ok() {
-            let mut messages = std::mem::take(&mut *round.messages.lock());
-            // Stable: a step's own messages keep their order.
-            messages.sort_by_key(|(place, _)| *place);
-            publish(&self.shared.hub, messages.into_iter().map(|(_, m)| m));
-            invalidate(&self.shared.hub, std::mem::take(&mut *round.tracked.lock()));
+            round.publish(&self.shared.hub);
         }
-        match &result {
+        self.settle_round(&result, round.txid, signals);
+        let _ = done.send(result.map_err(|e| e.to_string()));
+    }
+
+    /// Commits this shard's part of a round, under its commit lock: it is
+    /// counted before the lock goes, so that a reader let in by the
+    /// release opens a new snapshot rather than reusing an older one.
+    fn commit_part(&self, ops: Vec<RowOp>) -> Result<(), StoreError> {
+        self.shared.store()?.commit(ops, false)?;
+        self.shared.committed();
+        Ok(())
+    }
+
+    /// After a round's commit (or its failure) here.
+    fn settle_round(&mut self, result: &Result<(), StoreError>, txid: u64, signals: Wakeups) {
+        match result {
             Ok(()) => {
-                self.last_round = round.txid;
+                self.last_round = txid;
                 self.unsynced = true;
                 self.shared.publish_counts(&self.state.counts);
-                shared
+                self.shared
                     .stats
                     .coordinated
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -588,14 +574,181 @@ impl ShardCore {
             }
             Err(_) => self.reload_state(),
         }
-        let _ = done.send(result.map_err(|e| e.to_string()));
+    }
+}
+
+/// Runs one step of a round in a participant's transaction.
+fn run_step(
+    ctx: &mut WriteCtx,
+    f: super::coordinator::StepFn,
+    place: u64,
+) -> Result<super::coordinator::StepOut, StoreError> {
+    ctx.message_place = (place, 0);
+    std::panic::catch_unwind(AssertUnwindSafe(|| {
+        ctx.counting(|ctx| {
+            let r = f(ctx)?;
+            crate::storage::keyspace::expire_noted(ctx)?;
+            Ok(r)
+        })
+    }))
+    .unwrap_or_else(|_| Err(StoreError::Internal("step panicked".into())))
+}
+
+/// Closes a participant's transaction once its steps have run: its
+/// messages and tracked keys go to the round (published with everyone's
+/// once all have committed), the round id to its `sys` table, and its
+/// changes, encoded, to the round's record. Returns the changes to commit
+/// and what to wake after the commit.
+fn seal(
+    shared: &ShardShared,
+    mut ctx: WriteCtx,
+    round: &super::coordinator::CommitRound,
+) -> (Result<Vec<RowOp>, StoreError>, Wakeups) {
+    let places = std::mem::take(&mut ctx.message_places);
+    let mut signals = ctx.take_wakeups();
+    round.messages.lock().extend(
+        places
+            .into_iter()
+            .zip(std::mem::take(&mut signals.messages)),
+    );
+    if signals.flushed.is_empty() {
+        round.tracked.lock().append(&mut signals.tracked);
+    }
+    let finished = ctx
+        .put(
+            Table::Sys,
+            super::intent::COORD_ROW,
+            &round.txid.to_be_bytes(),
+        )
+        .and_then(|()| ctx.finish());
+    if let Ok(ops) = &finished {
+        round
+            .parts
+            .lock()
+            .push(super::intent::encode_part(shared.id, ops));
+    }
+    (finished, signals)
+}
+
+/// Runs a blind plan's round on the calling thread, which holds the core
+/// of every shard it names, in `cores` (ascending), and has taken the
+/// round's id (see `ShardSet::run_plan_here`); commits it as the shards'
+/// threads would in `serve_lock`, with the same record in the
+/// coordination log, and returns the plan's reply. The steps the plan
+/// sends wait in `locked` until this thread runs them, between polls of
+/// the plan's future; a blind plan sends them all when it is called, so
+/// one pass runs it.
+pub(super) fn run_round_here(
+    cores: &mut [parking_lot::MutexGuard<'_, ShardCore>],
+    locked: Arc<super::coordinator::Locked>,
+    plan: super::coordinator::Plan,
+    round: super::coordinator::CommitRound,
+) -> Reply {
+    use super::coordinator::CoordError;
+    use std::task::{Context, Poll, Waker};
+    for core in cores.iter_mut() {
+        core.flush();
+    }
+    let shareds: Vec<Arc<ShardShared>> = cores.iter().map(|c| c.shared.clone()).collect();
+    let bases = match cores
+        .iter()
+        .map(|c| c.base())
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(b) => b,
+        Err(e) => return Reply::err(e),
+    };
+    let mut ctxs: Vec<WriteCtx> = cores
+        .iter_mut()
+        .zip(&bases)
+        .zip(&shareds)
+        .map(|((core, base), shared)| shared.transaction(base, &mut core.state))
+        .collect();
+    let mut fut = plan(locked.clone());
+    let mut cx = Context::from_waker(Waker::noop());
+    let mut step_failed = false;
+    let answer = loop {
+        let mut ran = false;
+        for (ctx, queue) in ctxs.iter_mut().zip(locked.take_queued()) {
+            for (f, place, tx) in queue {
+                ran = true;
+                let r = run_step(ctx, f, place);
+                step_failed |= r.is_err();
+                let _ = tx.send(r);
+            }
+        }
+        if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
+            break r;
+        }
+        if !ran {
+            // Waiting on something other than its steps: not a blind plan.
+            break Err(CoordError::Unavailable);
+        }
+    };
+    drop(fut);
+    let rollback = |cores: &mut [parking_lot::MutexGuard<'_, ShardCore>], why: Reply| {
+        for core in cores.iter_mut() {
+            core.reload_state();
+        }
+        why
+    };
+    let sealed: Vec<_> = ctxs
+        .into_iter()
+        .zip(&shareds)
+        .map(|(ctx, shared)| seal(shared, ctx, &round))
+        .collect();
+    drop(bases);
+    let answer = match answer {
+        Ok(Ok(r) | Err(r)) if !step_failed => r,
+        Ok(_) => return rollback(cores, Reply::err("command aborted")),
+        Err(e) => return rollback(cores, Reply::err(e)),
+    };
+    let mut parts = Vec::with_capacity(sealed.len());
+    for (ops, signals) in sealed {
+        match ops {
+            Ok(ops) => parts.push((ops, signals)),
+            Err(e) => return rollback(cores, Reply::err(e)),
+        }
+    }
+    let visible: Vec<_> = shareds.iter().map(|s| s.commit_lock.write()).collect();
+    if let Err(e) = round.append() {
+        tracing::error!(error = %e, "cannot log a multi-shard commit");
+        drop(visible);
+        return rollback(cores, Reply::err(CoordError::Commit(e.to_string())));
+    }
+    let results: Vec<_> = cores
+        .iter()
+        .zip(parts)
+        .map(|(core, (ops, signals))| (core.commit_part(ops), signals))
+        .collect();
+    drop(visible);
+    let failure = results
+        .iter()
+        .find_map(|(r, _)| r.as_ref().err())
+        .map(|e| e.to_string());
+    if failure.is_none() {
+        round.publish(&shareds[0].hub);
+    }
+    for (core, (result, signals)) in cores.iter_mut().zip(results) {
+        if result.is_ok() {
+            let here = &core.shared.stats.coordinated_here;
+            here.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        core.settle_round(&result, round.txid, signals);
+    }
+    match failure {
+        None => answer,
+        Some(e) => Reply::err(CoordError::Commit(e)),
     }
 }
 
 /// Tells tracking clients of the keys committed writes changed, and has
 /// the reads inside EXEC tracked, in the order the unit made them (a
 /// multi-shard commit's, across its shards).
-fn invalidate(hub: &crate::pubsub::Hub, mut changes: Vec<crate::storage::tables::KeyChange>) {
+pub(super) fn invalidate(
+    hub: &crate::pubsub::Hub,
+    mut changes: Vec<crate::storage::tables::KeyChange>,
+) {
     use crate::storage::tables::Touch;
     if changes.is_empty() {
         return;
@@ -621,7 +774,7 @@ fn invalidate(hub: &crate::pubsub::Hub, mut changes: Vec<crate::storage::tables:
 
 /// Publishes the messages of committed writes, in order; each subscriber
 /// is woken once, after the last.
-fn publish(
+pub(super) fn publish(
     hub: &crate::pubsub::Hub,
     messages: impl IntoIterator<Item = crate::storage::tables::Message>,
 ) {

@@ -122,7 +122,7 @@ impl IntentLog {
 
     /// A new round id.
     pub fn next_txid(&self) -> u64 {
-        self.next_txid.fetch_add(1, Ordering::Relaxed)
+        self.next_txid.fetch_add(1, Ordering::SeqCst)
     }
 
     /// Appends a round's record (fsynced if `sync`), after cutting the log

@@ -25,7 +25,9 @@
 //! step on each inside that shard's write transaction, then commits them all
 //! while holding every shard's `commit_lock` for writing. Readers that need a
 //! consistent view of several shards take those locks for reading while they
-//! open their snapshots, so nobody sees half of an MSET or a RENAME.
+//! open their snapshots, so nobody sees half of an MSET or a RENAME. A
+//! round whose shards are free may run on the client's thread, holding
+//! their cores, and commits the same way.
 
 pub mod actor;
 pub mod blocking;
@@ -76,6 +78,8 @@ pub struct ShardStats {
     pub reaper_ticks: AtomicU64,
     /// Multi-shard transactions this shard took part in.
     pub coordinated: AtomicU64,
+    /// ... of which a client's thread ran (`ShardSet::run_plan_here`).
+    pub coordinated_here: AtomicU64,
     /// Unix time (s) of the last durable commit: cairn's LASTSAVE.
     pub last_durable: AtomicU64,
     /// Read-like key lookups inside writes that found a key (GETDEL,
