@@ -733,6 +733,11 @@ fn index() -> &'static HashMap<&'static str, usize> {
 
 /// The parameter a name (or alias) names, in any case.
 pub fn lookup(name: &str) -> Option<usize> {
+    // The server's own lookups (a connection reads `timeout` before each
+    // read) name parameters in lower case already: no copy for those.
+    if !name.bytes().any(|b| b.is_ascii_uppercase()) {
+        return index().get(name).copied();
+    }
     let lower = name.to_ascii_lowercase();
     index().get(lower.as_str()).copied()
 }
