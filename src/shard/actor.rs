@@ -119,6 +119,9 @@ pub struct ShardCore {
     unlogged: bool,
     /// The last multi-shard round committed here.
     last_round: u64,
+    /// The latest state a batch read, kept for the next one (see
+    /// `Store::latest_from`); dropped before the file is closed.
+    kept_base: Option<ReadCtx>,
     /// The coordination log.
     intent: Arc<super::intent::IntentLog>,
     last_sync: Instant,
@@ -144,14 +147,18 @@ impl ShardCore {
             unsynced: false,
             unlogged: false,
             last_round: 0,
+            kept_base: None,
             intent,
             last_sync: Instant::now(),
         }
     }
 
-    /// The shard's latest state, which a transaction's writes overlay.
-    fn base(&self) -> Result<ReadCtx, StoreError> {
-        self.shared.store()?.latest(now_ms())
+    /// The shard's latest state, which a transaction's writes overlay:
+    /// the one the last batch kept, while it still reads the store's
+    /// buffers.
+    fn base(&mut self) -> Result<ReadCtx, StoreError> {
+        let kept = self.kept_base.take();
+        self.shared.store()?.latest_from(kept, now_ms())
     }
 
     /// Commits a transaction's changes: a commit of this shard alone,
@@ -290,7 +297,7 @@ impl ShardCore {
                 }
             }
         }
-        drop(base);
+        self.kept_base = Some(base);
         let result = match failure {
             None => self.commit(ops),
             Some(e) => Err(e),
@@ -412,7 +419,7 @@ impl ShardCore {
             wakeups = ctx.take_wakeups();
             ops = ctx.finish()?;
         }
-        drop(base);
+        self.kept_base = Some(base);
         let shared = self.shared.clone();
         let s = &shared.stats;
         s.reaper_ticks.fetch_add(1, Relaxed);
@@ -434,6 +441,7 @@ impl ShardCore {
     fn reopen(&mut self) -> Result<(), StoreError> {
         self.flush();
         self.sync()?;
+        self.kept_base = None;
         let shared = self.shared.clone();
         // No reader takes a snapshot (to cache) while the file changes.
         let _visible = shared.commit_lock.write();
@@ -651,7 +659,7 @@ pub(super) fn run_round_here(
     }
     let shareds: Vec<Arc<ShardShared>> = cores.iter().map(|c| c.shared.clone()).collect();
     let bases = match cores
-        .iter()
+        .iter_mut()
         .map(|c| c.base())
         .collect::<Result<Vec<_>, _>>()
     {
@@ -825,6 +833,7 @@ impl ShardCore {
     /// Commits what is queued, makes it durable and takes no more writes.
     fn shut_down(&mut self) {
         self.flush();
+        self.kept_base = None;
         if self.unsynced {
             if let Err(e) = self.sync() {
                 tracing::error!(shard = self.shared.id, error = %e, "final sync failed");

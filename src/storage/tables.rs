@@ -229,6 +229,21 @@ impl ReadCtx {
         Ok(Self::layered(db.begin_read()?, Vec::new(), 0, None, now_ms))
     }
 
+    /// Whether this view reads exactly `layers` (the same buffers, in
+    /// the same order).
+    pub(crate) fn reads_layers(&self, layers: &[Arc<Buffer>]) -> bool {
+        self.layers.len() == layers.len()
+            && self.layers.iter().zip(layers).all(|(a, b)| Arc::ptr_eq(a, b))
+    }
+
+    /// Moves an unpinned view over the same layers on to sequence `seq`
+    /// and clock `now_ms` (see `Store::latest_from`).
+    pub(crate) fn advance(&mut self, seq: u64, now_ms: u64) {
+        debug_assert!(self._pin.is_none(), "a pinned view keeps its sequence");
+        self.seq = seq;
+        self.now_ms = now_ms;
+    }
+
     /// A view of `layers` at `seq` over the tables of `txn` (see
     /// `Store::snapshot`).
     pub(crate) fn layered(
