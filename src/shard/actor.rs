@@ -472,9 +472,10 @@ impl ShardCore {
         self.unlogged || (self.unsynced && self.intent.over_cap())
     }
 
-    /// Whether a client's thread holding this core may run a multi-shard
-    /// round here (see `ShardSet::run_plan_here`): as for its writes, and
-    /// only if the round needs no sync first (that is the actor's to do).
+    /// Whether a thread holding this core (a client's, or the
+    /// coordinator task's) may run a multi-shard round here (see
+    /// `ShardSet::run_round_here`): as for a client's writes, and only if
+    /// the round needs no sync first (that is the actor's to do).
     pub(super) fn takes_round_here(&self) -> bool {
         self.runs_here() && !self.must_sync_for_round()
     }
@@ -638,22 +639,25 @@ fn seal(
     (finished, signals)
 }
 
-/// Runs a blind plan's round on the calling thread, which holds the core
-/// of every shard it names, in `cores` (ascending), and has taken the
-/// round's id (see `ShardSet::run_plan_here`); commits it as the shards'
-/// threads would in `serve_lock`, with the same record in the
-/// coordination log, and returns the plan's reply. The steps the plan
-/// sends wait in `locked` until this thread runs them, between polls of
-/// the plan's future; a blind plan sends them all when it is called, so
-/// one pass runs it.
+/// Runs a round of blind plans on the calling thread, which holds the
+/// core of every shard they name, in `cores` (ascending), and has taken
+/// the round's id (see `ShardSet::run_round_here`); commits it as the
+/// shards' threads would in `serve_lock`, with the same record in the
+/// coordination log, and returns the plans' replies, in order (each the
+/// round's error if it failed). The steps the plans send wait in `locked`
+/// until this thread runs them, between polls of the plans' futures; a
+/// blind plan sends them all when it is called, so one pass runs it.
 pub(super) fn run_round_here(
     cores: &mut [parking_lot::MutexGuard<'_, ShardCore>],
     locked: Arc<super::coordinator::Locked>,
-    plan: super::coordinator::Plan,
+    plans: Vec<super::coordinator::Plan>,
     round: super::coordinator::CommitRound,
-) -> Reply {
+) -> Vec<Reply> {
     use super::coordinator::CoordError;
+    use std::future::Future as _;
     use std::task::{Context, Poll, Waker};
+    let n = plans.len();
+    let all = |r: Reply| vec![r; n];
     for core in cores.iter_mut() {
         core.flush();
     }
@@ -664,7 +668,7 @@ pub(super) fn run_round_here(
         .collect::<Result<Vec<_>, _>>()
     {
         Ok(b) => b,
-        Err(e) => return Reply::err(e),
+        Err(e) => return all(Reply::err(e)),
     };
     let mut ctxs: Vec<WriteCtx> = cores
         .iter_mut()
@@ -672,10 +676,18 @@ pub(super) fn run_round_here(
         .zip(&shareds)
         .map(|((core, base), shared)| shared.transaction(base, &mut core.state))
         .collect();
-    let mut fut = plan(locked.clone());
+    // Called in order, as the coordinator calls a round's blind plans:
+    // each shard then runs the steps in the order the plans sent them.
+    // Unconstrained: on a tokio thread, each ready step result polled
+    // would spend the task's budget, and past it read as not ready.
+    let mut futs: Vec<_> = plans
+        .into_iter()
+        .map(|p| Some(Box::pin(tokio::task::unconstrained(p(locked.clone())))))
+        .collect();
+    let mut answers: Vec<Option<super::coordinator::PlanResult>> = (0..n).map(|_| None).collect();
     let mut cx = Context::from_waker(Waker::noop());
     let mut step_failed = false;
-    let answer = loop {
+    loop {
         let mut ran = false;
         for (ctx, queue) in ctxs.iter_mut().zip(locked.take_queued()) {
             for (f, place, tx) in queue {
@@ -685,20 +697,26 @@ pub(super) fn run_round_here(
                 let _ = tx.send(r);
             }
         }
-        if let Poll::Ready(r) = fut.as_mut().poll(&mut cx) {
-            break r;
+        for (fut, answer) in futs.iter_mut().zip(answers.iter_mut()) {
+            if let Some(f) = fut {
+                if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
+                    *answer = Some(r);
+                    *fut = None;
+                }
+            }
         }
-        if !ran {
-            // Waiting on something other than its steps: not a blind plan.
-            break Err(CoordError::Unavailable);
+        if !ran || answers.iter().all(Option::is_some) {
+            // A plan still waiting on something other than its steps is
+            // not blind: it fails the round.
+            break;
         }
-    };
-    drop(fut);
+    }
+    drop(futs);
     let rollback = |cores: &mut [parking_lot::MutexGuard<'_, ShardCore>], why: Reply| {
         for core in cores.iter_mut() {
             core.reload_state();
         }
-        why
+        all(why)
     };
     let sealed: Vec<_> = ctxs
         .into_iter()
@@ -706,11 +724,18 @@ pub(super) fn run_round_here(
         .map(|(ctx, shared)| seal(shared, ctx, &round))
         .collect();
     drop(bases);
-    let answer = match answer {
-        Ok(Ok(r) | Err(r)) if !step_failed => r,
-        Ok(_) => return rollback(cores, Reply::err("command aborted")),
-        Err(e) => return rollback(cores, Reply::err(e)),
-    };
+    let mut replies = Vec::with_capacity(n);
+    for answer in answers {
+        match answer {
+            Some(Ok(Ok(r) | Err(r))) => replies.push(r),
+            Some(Err(e)) => return rollback(cores, Reply::err(e)),
+            None => return rollback(cores, Reply::err(CoordError::Unavailable)),
+        }
+    }
+    if step_failed {
+        let aborted = StoreError::Internal("round aborted".into());
+        return rollback(cores, Reply::err(CoordError::Commit(aborted.to_string())));
+    }
     let mut parts = Vec::with_capacity(sealed.len());
     for (ops, signals) in sealed {
         match ops {
@@ -745,8 +770,8 @@ pub(super) fn run_round_here(
         core.settle_round(&result, round.txid, signals);
     }
     match failure {
-        None => answer,
-        Some(e) => Reply::err(CoordError::Commit(e)),
+        None => replies,
+        Some(e) => all(Reply::err(CoordError::Commit(e))),
     }
 }
 

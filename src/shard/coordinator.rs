@@ -9,10 +9,11 @@
 //! transactions, and commits them together: many MSETs share one lock round
 //! and one commit per shard, as single-shard writes share a batch.
 //!
-//! A blind round whose shards are free, with the coordinator quiet, runs
-//! on the client's thread instead (`ShardSet::run_plan_here`): its
-//! [`Locked`] then queues the steps for that thread, which holds every
-//! shard's core, and it commits the same way with the same log record.
+//! A round of blind commands whose shards are free runs on the thread
+//! that has it (`ShardSet::run_round_here`): the coordinator's own, or a
+//! client's while the coordinator is quiet. Its [`Locked`] then queues the
+//! steps for that thread, which holds every shard's core, and the round
+//! commits the same way with the same log record.
 //!
 //! A plan that decides not to write (RENAMENX onto an existing key, MSETNX
 //! with a key present) must not have written anything before deciding; a
@@ -136,7 +137,7 @@ pub struct Locked {
 }
 
 /// Where a round's steps go: to the shards' threads, or to the caller's
-/// thread, which holds every shard's core (see `ShardSet::run_plan_here`).
+/// thread, which holds every shard's core (see `ShardSet::run_round_here`).
 enum Route {
     /// A channel to each locked shard's actor, in `ids` order.
     Shards(Vec<std::sync::mpsc::Sender<Step>>),
@@ -288,7 +289,7 @@ impl Locked {
         self.finished.store(true, Ordering::Relaxed);
         let senders: &[_] = match &self.route {
             Route::Shards(senders) => senders,
-            // Its caller commits (`ShardSet::run_plan_here`).
+            // Its caller commits (`ShardSet::run_round_here`).
             Route::Here(_) => &[],
         };
         let barrier = Arc::new(Barrier::new(senders.len()));
@@ -516,9 +517,52 @@ async fn run(
         let Some(set) = shards.upgrade() else {
             return;
         };
-        let finish = start_round(&set, round, &queued).await;
         busy.note();
+        let Some(round) = round_here(&set, round, &queued) else {
+            continue;
+        };
+        let finish = start_round(&set, round, &queued).await;
         in_flight = Some(tokio::spawn(finish));
+    }
+}
+
+/// Runs a round of blind commands on the coordinator's own thread when
+/// their shards are free (`ShardSet::run_round_here`), and replies to
+/// each; hands the round back otherwise. The round still shares one
+/// commit per shard, and is spared the messages to each shard's thread,
+/// their wake-ups and the barriers between them.
+fn round_here(set: &ShardSet, round: Vec<Job>, queued: &AtomicUsize) -> Option<Vec<Job>> {
+    if !round.iter().all(|j| j.blind) {
+        return Some(round);
+    }
+    let n = round.len();
+    let mut ids: Vec<usize> = round.iter().flat_map(|j| j.ids.iter().copied()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let (plans, rest): (Vec<Plan>, Vec<_>) = round
+        .into_iter()
+        .map(|j| (j.plan, (j.ids, j.reply)))
+        .unzip();
+    match set.run_round_here(&ids, plans, false) {
+        Ok(replies) => {
+            queued.fetch_sub(n, Ordering::SeqCst);
+            for ((_, tx), r) in rest.into_iter().zip(replies) {
+                let _ = tx.send(r);
+            }
+            None
+        }
+        Err(plans) => Some(
+            plans
+                .into_iter()
+                .zip(rest)
+                .map(|(plan, (ids, reply))| Job {
+                    ids,
+                    blind: true,
+                    plan,
+                    reply,
+                })
+                .collect(),
+        ),
     }
 }
 

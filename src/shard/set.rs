@@ -321,44 +321,63 @@ impl ShardSet {
     }
 
     /// Runs a blind multi-shard plan (see `coordinator`) on the calling
-    /// thread if every shard it names is free, returning its reply;
-    /// otherwise hands the plan back, for the coordinator. This spares a
-    /// round the hand-offs to the coordinator task and to each shard's
-    /// thread and back, which under pipelined writes spanning shards cost
-    /// more than the writes.
-    ///
-    /// Free means, as for [`ShardSet::run_here`], no write waiting in any
-    /// of their mailboxes and every core taken here (with try-lock, in
-    /// ascending order), and besides nothing queued with the coordinator
-    /// that has not asked for its shards yet, so the round overtakes no
-    /// command submitted before it. The round's id is taken with the cores
-    /// held and before that last check: a round of the coordinator that
-    /// will lock any of these shards has not asked for them yet, and takes
-    /// its id later, so each shard's rounds keep ascending ids, as redo
-    /// after a crash needs (see `intent`).
+    /// thread if every shard it names is free and the coordinator is
+    /// quiet (see `Coordinator::idle`), returning its reply; otherwise
+    /// hands the plan back, for the coordinator. This spares a round the
+    /// hand-offs to the coordinator task and to each shard's thread and
+    /// back, which under pipelined writes spanning shards cost more than
+    /// the writes. Nothing queued with the coordinator that has not asked
+    /// for its shards yet is overtaken.
     pub fn run_plan_here(
         &self,
         ids: &[usize],
         plan: super::coordinator::Plan,
     ) -> Result<Reply, super::coordinator::Plan> {
+        match self.run_round_here(ids, vec![plan], true) {
+            Ok(mut replies) => Ok(replies.pop().expect("one reply per plan")),
+            Err(mut plans) => Err(plans.pop().expect("the plan handed back")),
+        }
+    }
+
+    /// Runs a round of blind plans, in order, on the calling thread (a
+    /// client's, or the coordinator task's) if every shard they name is
+    /// free, returning their replies; otherwise hands them back. Free
+    /// means, as for [`ShardSet::run_here`], no write waiting in any of
+    /// their mailboxes and every core taken here (with try-lock, in
+    /// ascending order), and, for a client (`client`), the coordinator
+    /// quiet.
+    ///
+    /// The round's id is taken with the cores held and before the
+    /// mailboxes (and the coordinator) are checked again: a round of the
+    /// coordinator that will lock any of these shards has not asked for
+    /// them yet, and takes its id later, so each shard's rounds keep
+    /// ascending ids, as redo after a crash needs (see `intent`). Not
+    /// under `always`, whose rounds fsync their record on the shards'
+    /// threads.
+    pub(super) fn run_round_here(
+        &self,
+        ids: &[usize],
+        plans: Vec<super::coordinator::Plan>,
+        client: bool,
+    ) -> Result<Vec<Reply>, Vec<super::coordinator::Plan>> {
         use std::sync::atomic::Ordering::SeqCst;
         let mut ids = ids.to_vec();
         ids.sort_unstable();
         ids.dedup();
         let free = |ids: &[usize]| {
-            self.coordinator.idle()
+            (!client || self.coordinator.idle())
                 && ids
                     .iter()
                     .all(|&id| self.shared[id].mailed.load(SeqCst) == 0)
         };
         if self.durability() == Durability::Always || !free(&ids) {
-            return Err(plan);
+            return Err(plans);
         }
         let mut cores = Vec::with_capacity(ids.len());
         for &id in &ids {
             match self.cores[id].try_lock() {
                 Some(core) if core.takes_round_here() => cores.push(core),
-                _ => return Err(plan),
+                _ => return Err(plans),
             }
         }
         let round = super::coordinator::CommitRound {
@@ -370,11 +389,11 @@ impl ShardSet {
             tracked: Default::default(),
         };
         if !free(&ids) {
-            return Err(plan);
+            return Err(plans);
         }
         let locked = Arc::new(super::coordinator::Locked::here(self, ids));
         Ok(super::actor::run_round_here(
-            &mut cores, locked, plan, round,
+            &mut cores, locked, plans, round,
         ))
     }
 
@@ -738,6 +757,37 @@ mod tests {
             assert!(set.run_plan_here(&[0, 1], plan).is_ok());
             let snap = set.shard(0).snapshot().unwrap();
             assert_eq!(snap.get(Table::Meta, b"kept").unwrap(), Some(b"v".to_vec()));
+            set.shutdown().await;
+        });
+    }
+
+    /// A round of many blind plans run on a tokio task's thread, as the
+    /// coordinator runs them: every plan gets its reply, although their
+    /// step results outnumber the task's poll budget.
+    #[test]
+    fn a_round_of_many_plans_runs_here_whole() {
+        use crate::shard::coordinator::spread;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open_shards(dir.path(), Durability::Everysec, 2);
+            let runner = set.clone();
+            let replies = tokio::spawn(async move {
+                let plans = (0..300)
+                    .map(|_| spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]))
+                    .collect();
+                runner.run_round_here(&[0, 1], plans, false)
+            })
+            .await
+            .unwrap()
+            .unwrap_or_else(|_| panic!("free shards take the round"));
+            let ok = Reply::Array(vec![Reply::Ok, Reply::Ok]);
+            assert_eq!(replies, vec![ok; 300]);
+            // One round: one commit on each shard.
+            for id in 0..2 {
+                let stats = &set.shard(id).stats;
+                assert_eq!(stats.coordinated_here.load(Ordering::Relaxed), 1);
+            }
             set.shutdown().await;
         });
     }

@@ -233,7 +233,11 @@ impl ReadCtx {
     /// the same order).
     pub(crate) fn reads_layers(&self, layers: &[Arc<Buffer>]) -> bool {
         self.layers.len() == layers.len()
-            && self.layers.iter().zip(layers).all(|(a, b)| Arc::ptr_eq(a, b))
+            && self
+                .layers
+                .iter()
+                .zip(layers)
+                .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
     /// Moves an unpinned view over the same layers on to sequence `seq`
