@@ -34,6 +34,15 @@ pub fn has_member(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
     })
 }
 
+/// The members a command's integer reply says it added or removed (SADD,
+/// SREM, HDEL...): what it changed, for `WriteCtx::quietly`.
+pub fn members_changed(r: &Reply) -> u64 {
+    match r {
+        Reply::Int(n) => *n as u64,
+        _ => 0,
+    }
+}
+
 /// Removes argv[2..] from the collection at argv[1] and counts them (HDEL,
 /// SREM); an emptied collection goes away.
 pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
@@ -41,10 +50,6 @@ pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
     s.write(a.get(1), move |w, k| {
         // Removing nothing rewrites the header as it was: not a
         // modification of the key (WATCH).
-        let removed = |r: &Reply| match r {
-            Reply::Int(n) => *n as u64,
-            _ => 0,
-        };
         w.quietly(
             &k.meta_key(),
             |w| -> Result<_, Fail> {
@@ -67,7 +72,7 @@ pub fn remove_members(s: &mut Session, a: &Args, ktype: KeyType) -> Action {
                 }
                 Ok(Reply::Int(n))
             },
-            removed,
+            members_changed,
         )
     })
 }

@@ -40,10 +40,6 @@ pub fn sadd(s: &mut Session, a: Args) -> Action {
     s.write(a.get(1), move |w, k| {
         // Members already there are rewritten as they were: only an added
         // member modifies the key (WATCH).
-        let added = |r: &Reply| match r {
-            Reply::Int(n) => *n as u64,
-            _ => 0,
-        };
         w.quietly(
             &k.meta_key(),
             |w| -> Result<_, Fail> {
@@ -61,7 +57,7 @@ pub fn sadd(s: &mut Session, a: Args) -> Action {
                 }
                 Ok(Reply::Int(n))
             },
-            added,
+            collection::members_changed,
         )
     })
 }
