@@ -10,9 +10,6 @@ use std::time::{Duration, Instant};
 use common::{bulk, cmd, err, int, ok, q, TestServer};
 use redis::{Connection, Value};
 
-/// A redis-server 7.0 on a free loopback port, without persistence,
-/// killed on drop. It is installed with apt-get when missing, as the
-/// compatibility recorder does.
 /// A numeric field of an INFO section.
 fn info_number(c: &mut Connection, section: &str, field: &str) -> i64 {
     let info: String = cmd(&["INFO", section]).query(c).unwrap();
@@ -22,6 +19,9 @@ fn info_number(c: &mut Connection, section: &str, field: &str) -> i64 {
         .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
 }
 
+/// A redis-server 7.0 on a free loopback port, without persistence,
+/// killed on drop. It is installed with apt-get when missing, as the
+/// compatibility recorder does.
 struct RealRedis {
     port: u16,
     child: Child,
