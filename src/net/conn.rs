@@ -157,28 +157,44 @@ impl Outbox {
         }
         let flags: Vec<ReplyTo> = group.iter().map(|(.., to)| *to).collect();
         let writes = group.into_iter().map(|(shard, f, _)| (shard, f)).collect();
-        let mut plan = crate::shard::coordinator::spread(writes);
+        let plan = crate::shard::coordinator::spread(writes);
         let group_to = ReplyTo {
             resp3: false,
             suppressed: true,
             cmd: None,
         };
-        // Run here if the shards are free and nothing of this client's is
-        // in flight, as single-shard writes are.
-        if self.inflight == Inflight::None {
-            match self.server.shards.run_plan_here(&ids, plan) {
-                Ok(reply) => {
-                    let (tx, rx) = tokio::sync::oneshot::channel();
-                    let _ = tx.send(reply);
-                    self.slots.push_back((Slot::Group(rx, flags), group_to));
-                    return;
-                }
+        let rx = match self.run_or_submit(ids, true, plan) {
+            Ok(reply) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let _ = tx.send(reply);
+                rx
+            }
+            Err(rx) => rx,
+        };
+        self.slots.push_back((Slot::Group(rx, flags), group_to));
+    }
+
+    /// Runs a multi-shard plan on this thread if it is blind, its shards
+    /// are free and nothing of this client's is in flight, as single-shard
+    /// writes run (see `ShardSet::run_plan_here`), returning its reply;
+    /// otherwise queues it with the coordinator, behind this client's
+    /// earlier commands there, and returns where its reply will come.
+    fn run_or_submit(
+        &mut self,
+        ids: Vec<usize>,
+        blind: bool,
+        plan: crate::shard::coordinator::Plan,
+    ) -> Result<Reply, tokio::sync::oneshot::Receiver<Reply>> {
+        let shards = &self.server.shards;
+        let mut plan = plan;
+        if blind && self.inflight == Inflight::None {
+            match shards.run_plan_here(&ids, plan) {
+                Ok(reply) => return Ok(reply),
                 Err(back) => plan = back,
             }
         }
-        let rx = self.server.shards.coordinator().submit(ids, true, plan);
-        self.slots.push_back((Slot::Group(rx, flags), group_to));
         self.inflight = Inflight::Coordinator;
+        Err(shards.coordinator().submit(ids, blind, plan))
     }
 
     /// Queues a reply slot after any collected writes.
@@ -711,22 +727,9 @@ async fn execute(
             if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
                 outbox.drain().await;
             }
-            // A blind plan runs here when its shards are free and nothing
-            // of this client's is in flight, as writes do.
-            let mut plan = Some(plan);
-            if blind && outbox.inflight == Inflight::None {
-                match server
-                    .shards
-                    .run_plan_here(&ids, plan.take().expect("plan"))
-                {
-                    Ok(r) => outbox.push_ready(r, to),
-                    Err(back) => plan = Some(back),
-                }
-            }
-            if let Some(plan) = plan {
-                let rx = server.shards.coordinator().submit(ids, blind, plan);
-                outbox.push_slot(Slot::Waiting(rx), to);
-                outbox.inflight = Inflight::Coordinator;
+            match outbox.run_or_submit(ids, blind, plan) {
+                Ok(r) => outbox.push_ready(r, to),
+                Err(rx) => outbox.push_slot(Slot::Waiting(rx), to),
             }
         }
         Action::Script {
