@@ -26,8 +26,9 @@
 //! while holding every shard's `commit_lock` for writing. Readers that need a
 //! consistent view of several shards take those locks for reading while they
 //! open their snapshots, so nobody sees half of an MSET or a RENAME. A
-//! round whose shards are free may run on the client's thread, holding
-//! their cores, and commits the same way.
+//! round whose shards are free may run on the thread that gathered it
+//! (the coordinator's, or the client's), holding their cores, and commits
+//! the same way.
 
 pub mod actor;
 pub mod blocking;
@@ -78,7 +79,8 @@ pub struct ShardStats {
     pub reaper_ticks: AtomicU64,
     /// Multi-shard transactions this shard took part in.
     pub coordinated: AtomicU64,
-    /// ... of which a client's thread ran (`ShardSet::run_plan_here`).
+    /// ... of which the thread that gathered them ran, the coordinator's
+    /// or a client's, without the shard's thread (`ShardSet::run_round_here`).
     pub coordinated_here: AtomicU64,
     /// Unix time (s) of the last durable commit: cairn's LASTSAVE.
     pub last_durable: AtomicU64,
