@@ -282,6 +282,9 @@ impl ShardShared {
                 // background writer empties its buffers first).
                 drop(slot.take());
                 let store = set::open_store(&self.path, &self.options)?;
+                // No redo follows a reopen: nothing writes around the
+                // store's writer from here.
+                store.build_key_filter();
                 let state = crate::storage::ShardState::load(&store.latest(0)?)?;
                 *slot = Some(store);
                 return Ok(state);

@@ -166,6 +166,9 @@ impl ShardSet {
         // Rounds a crash cut short are redone before anything reads the
         // files (see `intent`).
         let intent = Arc::new(recover(&dir, &dbs)?);
+        for (_, store) in &dbs {
+            store.build_key_filter();
+        }
         let mut shared = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
         let switches = Arc::new(super::DebugSwitches::default());

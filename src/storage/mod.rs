@@ -5,6 +5,7 @@
 
 pub mod buffer;
 pub mod encoding;
+pub mod filter;
 pub mod journal;
 pub mod keyspace;
 pub mod merge;

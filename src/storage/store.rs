@@ -24,12 +24,17 @@ use std::time::Duration;
 use redb::{Database, ReadableDatabase};
 
 use super::buffer::{Buffer, Change};
+use super::filter::KeyFilter;
 use super::tables::{init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table, TableWriter};
 use super::wal::{self, Wal};
 
 /// The longest a batch is held back while the background writer is behind
 /// (see `Store::hold_back`).
 const MAX_DELAY: Duration = Duration::from_millis(50);
+
+/// The most a shard's key filter takes: ten bits a row up to ~27 million
+/// rows a shard; past that it fills and answers "maybe" more often.
+const FILTER_MAX_BYTES: usize = 32 << 20;
 
 /// How much a shard may hold in write buffers.
 #[derive(Debug, Clone, Copy)]
@@ -67,13 +72,23 @@ struct Core {
     frozen_bytes: AtomicUsize,
     /// Signalled when the background writer has emptied a buffer.
     room: (parking_lot::Mutex<()>, parking_lot::Condvar),
+    /// The rows of the tables (see `filter`), once the background writer
+    /// has built it. Replaced only under the view lock, and readers take
+    /// it there before they begin their redb snapshot, so a reader's
+    /// filter holds every row its snapshot does.
+    filter: parking_lot::Mutex<Option<Arc<KeyFilter>>>,
 }
 
-/// The background writer: its queue of frozen buffers and its thread.
-type Writer = (
-    std::sync::mpsc::Sender<Arc<Buffer>>,
-    std::thread::JoinHandle<()>,
-);
+/// What the background writer is asked to do.
+enum Job {
+    /// Put a frozen buffer into the tables.
+    WriteOut(Arc<Buffer>),
+    /// Build the key filter from the tables.
+    BuildFilter,
+}
+
+/// The background writer: its queue of jobs and its thread.
+type Writer = (std::sync::mpsc::Sender<Job>, std::thread::JoinHandle<()>);
 
 /// One shard's storage (see the module doc).
 pub struct Store {
@@ -133,16 +148,13 @@ impl Store {
             published: AtomicU64::new(0),
             frozen_bytes: AtomicUsize::new(0),
             room: Default::default(),
+            filter: Default::default(),
         });
-        let (tx, rx) = std::sync::mpsc::channel::<Arc<Buffer>>();
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let writer_core = core.clone();
         let thread = std::thread::Builder::new()
             .name(format!("cairn-{}-writer", core.stem))
-            .spawn(move || {
-                while let Ok(buf) = rx.recv() {
-                    writer_core.write_out(&buf);
-                }
-            })
+            .spawn(move || writer_core.run_writer(rx))
             .map_err(io_err)?;
         Ok(Arc::new(Store {
             core,
@@ -155,6 +167,22 @@ impl Store {
     /// The redb file (tests and tools that look at the tables alone).
     pub fn db(&self) -> &Database {
         &self.core.db
+    }
+
+    /// Has the background writer build the key filter from the tables,
+    /// after which reads of rows the tables lack skip them. Called once
+    /// nothing else writes the file directly any more (the coordination
+    /// log's redo writes the tables after the store opened): a row
+    /// written around the writer would be missing from the filter.
+    pub fn build_key_filter(&self) {
+        if let Some((tx, _)) = &*self.writer.lock() {
+            let _ = tx.send(Job::BuildFilter);
+        }
+    }
+
+    /// Memory the key filter takes (INFO).
+    pub fn key_filter_bytes(&self) -> usize {
+        self.core.filter.lock().as_ref().map_or(0, |f| f.bytes())
     }
 
     /// A snapshot of the shard as of its last commit.
@@ -198,6 +226,7 @@ impl Store {
     fn view(self: &Arc<Self>, now_ms: u64, pinned: bool) -> Result<ReadCtx, StoreError> {
         let view = self.core.view.lock();
         let layers = view.clone();
+        let filter = self.core.filter.lock().clone();
         let txn = self.core.db.begin_read()?;
         let mut pins = self.core.pins.lock();
         let seq = self.core.published.load(Ordering::Acquire);
@@ -209,7 +238,7 @@ impl Store {
             store: self.clone(),
             seq,
         });
-        Ok(ReadCtx::layered(txn, layers, seq, pin, now_ms))
+        Ok(ReadCtx::layered(txn, layers, seq, pin, now_ms).with_filter(filter))
     }
 
     /// Commits a batch's changes: appends them to the log (fsynced if
@@ -266,7 +295,7 @@ impl Store {
         core.frozen_bytes
             .fetch_add(active.bytes(), Ordering::AcqRel);
         if let Some((tx, _)) = &*self.writer.lock() {
-            let _ = tx.send(active);
+            let _ = tx.send(Job::WriteOut(active));
         }
         Ok(())
     }
@@ -343,6 +372,22 @@ impl Drop for Store {
 }
 
 impl Core {
+    /// The background writer's loop, until the store closes its queue.
+    fn run_writer(&self, jobs: std::sync::mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.recv() {
+            match job {
+                Job::WriteOut(buf) => {
+                    self.write_out(&buf);
+                    let filter = self.filter.lock().clone();
+                    if filter.is_some_and(|f| f.wants_rebuild()) {
+                        self.build_filter();
+                    }
+                }
+                Job::BuildFilter => self.build_filter(),
+            }
+        }
+    }
+
     /// Puts a frozen buffer into the tables, retrying while it fails (a
     /// full disk): its rows stay readable from the buffer meanwhile, and
     /// writers are held back once the cap is reached.
@@ -372,12 +417,69 @@ impl Core {
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         let mut w = TableWriter::new(&txn);
-        buf.for_each_change(&mut |change| w.apply(change))?;
+        let filter = self.filter.lock().clone();
+        buf.for_each_change(&mut |change| {
+            match (&filter, &change) {
+                // Rows enter the filter before the commit shows them.
+                (Some(f), Change::Row(t, k, Some(_))) => {
+                    f.insert(*t, k);
+                }
+                // A row the tables never had (pushed and popped again
+                // while buffered, a queue's usual life) needs no
+                // removal: that would descend the B-tree for nothing.
+                (Some(f), Change::Row(t, k, None)) if !f.may_contain(*t, k) => {
+                    return Ok(());
+                }
+                _ => {}
+            }
+            w.apply(change)
+        })?;
         let gen = buf.gen.to_be_bytes();
         w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
         drop(w);
         txn.commit()?;
         Ok(())
+    }
+}
+
+impl Core {
+    /// Builds the key filter from a scan of the tables and puts it in
+    /// place of the old one. Runs on the background writer's thread, the
+    /// only writer of the file, so no commit lands during the scan; the
+    /// new filter is installed under the view lock, so every reader that
+    /// takes it begins its snapshot after the scan's. On a read error the
+    /// old filter (or none) stays: it is only ever a shortcut.
+    fn build_filter(&self) {
+        let started = std::time::Instant::now();
+        let built = (|| -> Result<KeyFilter, StoreError> {
+            use redb::{ReadableTable, ReadableTableMetadata};
+            let txn = self.db.begin_read()?;
+            let mut tables = Vec::with_capacity(Table::ALL.len());
+            let mut rows = 0;
+            for t in Table::ALL {
+                let table = txn.open_table(t.def())?;
+                rows += table.len()? as usize;
+                tables.push((t, table));
+            }
+            let filter = KeyFilter::new(rows, FILTER_MAX_BYTES);
+            for (t, table) in &tables {
+                for row in table.iter()? {
+                    filter.insert(*t, row?.0.value());
+                }
+            }
+            filter.count_from_here();
+            Ok(filter)
+        })();
+        match built {
+            Ok(filter) => {
+                tracing::debug!(shard = %self.stem, ?filter, elapsed = ?started.elapsed(), "built the key filter");
+                let _view = self.view.lock();
+                *self.filter.lock() = Some(Arc::new(filter));
+            }
+            Err(e) => {
+                tracing::error!(shard = %self.stem, error = %e, "cannot build the key filter");
+            }
+        }
     }
 }
 
@@ -462,6 +564,79 @@ mod tests {
         assert_eq!(before.get(Table::Meta, b"b").unwrap(), None);
         assert_eq!(get(&store, "a").as_deref(), Some("2"));
         assert_eq!(get(&store, "b").as_deref(), Some("2"));
+    }
+
+    /// Waits until the background writer has put every frozen buffer into
+    /// the tables (and done any job queued before).
+    fn settle(store: &Store) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.core.frozen_bytes.load(Ordering::Acquire) > 0 {
+            assert!(std::time::Instant::now() < deadline, "the writer is stuck");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
+    /// With the key filter built, every row the tables hold is still read
+    /// (rows written before the build, and rows the background writer put
+    /// in after it), rows deleted since read as gone, and absent rows as
+    /// absent; a filter that has taken enough new rows is rebuilt.
+    #[test]
+    fn reads_through_the_key_filter_find_every_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("shard-0.redb"), 64 << 10);
+        let value = "v".repeat(500);
+        for i in 0..200 {
+            store
+                .commit(put(&format!("old{i}"), &value), false)
+                .unwrap();
+        }
+        settle(&store);
+        assert_eq!(store.key_filter_bytes(), 0);
+        store.build_key_filter();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.key_filter_bytes() == 0 {
+            assert!(std::time::Instant::now() < deadline, "no filter built");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        for i in 0..200 {
+            store
+                .commit(put(&format!("new{i}"), &value), false)
+                .unwrap();
+        }
+        store
+            .commit(vec![RowOp::Del(Table::Meta, b"old7".to_vec())], false)
+            .unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        let r = store.snapshot(0).unwrap();
+        assert!(r.filtered(), "the snapshot reads through the filter");
+        for i in 0..200 {
+            let want = (i != 7).then(|| value.clone());
+            assert_eq!(get(&store, &format!("old{i}")), want, "old{i}");
+            assert_eq!(get(&store, &format!("new{i}")).as_ref(), Some(&value));
+        }
+        assert_eq!(get(&store, "absent"), None);
+        // Enough new rows for a rebuild (the filter is sized for at least
+        // 65,536 rows): afterwards a new filter answers, as right.
+        let first = Arc::as_ptr(store.core.filter.lock().as_ref().unwrap());
+        let ops: Vec<RowOp> = (0..70_000)
+            .map(|i| RowOp::Put(Table::Sub, format!("m{i}").into_bytes(), Vec::new()))
+            .collect();
+        store.commit(ops, false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while Arc::as_ptr(store.core.filter.lock().as_ref().unwrap()) == first {
+            assert!(std::time::Instant::now() < deadline, "no rebuild");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let r = store.snapshot(0).unwrap();
+        for i in (0..70_000).step_by(997) {
+            let k = format!("m{i}");
+            assert_eq!(r.get(Table::Sub, k.as_bytes()).unwrap(), Some(Vec::new()));
+        }
+        assert_eq!(get(&store, "old8").as_ref(), Some(&value));
+        assert_eq!(get(&store, "old7"), None);
     }
 
     /// A table's row count read through buffers over the tables: rows the

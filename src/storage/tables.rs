@@ -10,6 +10,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::buffer::{in_range, Buffer, Change, Entry, KeyRange};
 use super::encoding::CorruptRow;
+use super::filter::KeyFilter;
 use super::merge::{self, Layer};
 use super::store::Pin;
 
@@ -217,6 +218,9 @@ pub struct ReadCtx {
     layers: Vec<Arc<Buffer>>,
     seq: u64,
     now_ms: u64,
+    /// The rows of the tables as of (at most) `txn`'s snapshot: a key it
+    /// lacks is not read from them.
+    filter: Option<Arc<KeyFilter>>,
     /// Keeps the versions this view reads, and the store open: whoever
     /// closes it (DEBUG RELOAD) waits until no snapshot holds it.
     _pin: Option<Pin>,
@@ -263,8 +267,22 @@ impl ReadCtx {
             layers,
             seq,
             now_ms,
+            filter: None,
             _pin: pin,
         }
+    }
+
+    /// Whether reads of rows the tables lack skip them (tests).
+    #[cfg(test)]
+    pub(crate) fn filtered(&self) -> bool {
+        self.filter.is_some()
+    }
+
+    /// This view with `filter` answering which rows the tables lack; it
+    /// must hold every row of the view's snapshot (see `Store::view`).
+    pub(crate) fn with_filter(mut self, filter: Option<Arc<KeyFilter>>) -> ReadCtx {
+        self.filter = filter;
+        self
     }
 
     /// Number of rows in a table (INFO's row counts; lets tests check that
@@ -401,6 +419,13 @@ impl KvRead for ReadCtx {
             if let Some(e) = b.get(table, key, self.seq) {
                 return Ok(e);
             }
+        }
+        if self
+            .filter
+            .as_ref()
+            .is_some_and(|f| !f.may_contain(table, key))
+        {
+            return Ok(None);
         }
         Ok(self.table(table)?.get(key)?.map(|v| v.value().to_vec()))
     }
