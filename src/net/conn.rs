@@ -460,6 +460,12 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             n = stream.read_buf(&mut buf) => match n {
                 Ok(0) | Err(_) => return,
                 Ok(n) => {
+                    // Killed while this read was ready too (the select
+                    // picks either): what came in must not run, as a
+                    // client Redis has freed runs nothing more.
+                    if session.entry.killed.load(Ordering::Relaxed) {
+                        return;
+                    }
                     server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed);
                     server.stats.reads.fetch_add(1, Ordering::Relaxed);
                 }
