@@ -41,7 +41,10 @@ fn shard_apply(c: &mut Criterion) {
                 .set_cache_size(64 << 20)
                 .create(path)?)
         },
-        Limits { cap: 64 << 20 },
+        Limits {
+            cap: 64 << 20,
+            filter_rows: cairn::storage::store::FILTER_MIN_ROWS,
+        },
     )
     .unwrap();
     let mut state = ShardState::load(&store.latest(0).unwrap()).unwrap();

@@ -152,6 +152,7 @@ impl ShardSet {
             cache_bytes: cfg.cache_mb * 1024 * 1024,
             limits: crate::storage::store::Limits {
                 cap: cfg.write_buffer_mb * 1024 * 1024,
+                filter_rows: crate::storage::store::FILTER_MIN_ROWS,
             },
         };
         let mut dbs = Vec::with_capacity(n);
@@ -552,7 +553,10 @@ mod tests {
         let path = dir.join(format!("shard-{i}.redb"));
         let options = StoreOptions {
             cache_bytes: 1 << 20,
-            limits: crate::storage::store::Limits { cap: 1 << 20 },
+            limits: crate::storage::store::Limits {
+                cap: 1 << 20,
+                filter_rows: crate::storage::store::FILTER_MIN_ROWS,
+            },
         };
         let store = open_store(&path, &options).unwrap();
         (path, store)

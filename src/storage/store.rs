@@ -36,6 +36,10 @@ const MAX_DELAY: Duration = Duration::from_millis(50);
 /// rows a shard; past that it fills and answers "maybe" more often.
 const FILTER_MAX_BYTES: usize = 32 << 20;
 
+/// Rows a shard's key filter is sized for at least (1.25 MiB of bits), so
+/// that a small shard's filter is not rebuilt after every few writes.
+pub const FILTER_MIN_ROWS: usize = 1 << 20;
+
 /// How much a shard may hold in write buffers.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
@@ -43,6 +47,9 @@ pub struct Limits {
     /// for the background writer; from half of it they slow down
     /// gradually.
     pub cap: usize,
+    /// Rows the key filter is sized for at least ([`FILTER_MIN_ROWS`];
+    /// tests make it small to see it rebuilt).
+    pub filter_rows: usize,
 }
 
 impl Limits {
@@ -77,6 +84,8 @@ struct Core {
     /// it there before they begin their redb snapshot, so a reader's
     /// filter holds every row its snapshot does.
     filter: parking_lot::Mutex<Option<Arc<KeyFilter>>>,
+    /// Rows a new filter is sized for at least (`Limits::filter_rows`).
+    filter_rows: usize,
 }
 
 /// What the background writer is asked to do.
@@ -149,6 +158,7 @@ impl Store {
             frozen_bytes: AtomicUsize::new(0),
             room: Default::default(),
             filter: Default::default(),
+            filter_rows: limits.filter_rows,
         });
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let writer_core = core.clone();
@@ -421,7 +431,7 @@ impl Core {
         buf.for_each_change(&mut |change| {
             match (&filter, &change) {
                 // Rows enter the filter before the commit shows them.
-                (Some(f), Change::Row(t, k, Some(_))) => {
+                (Some(f), Change::Row(t, k, Some(_))) if KeyFilter::covers(*t) => {
                     f.insert(*t, k);
                 }
                 // A row the tables never had (pushed and popped again
@@ -454,14 +464,14 @@ impl Core {
         let built = (|| -> Result<KeyFilter, StoreError> {
             use redb::{ReadableTable, ReadableTableMetadata};
             let txn = self.db.begin_read()?;
-            let mut tables = Vec::with_capacity(Table::ALL.len());
+            let mut tables = Vec::with_capacity(2);
             let mut rows = 0;
-            for t in Table::ALL {
+            for t in Table::ALL.into_iter().filter(|&t| KeyFilter::covers(t)) {
                 let table = txn.open_table(t.def())?;
                 rows += table.len()? as usize;
                 tables.push((t, table));
             }
-            let filter = KeyFilter::new(rows, FILTER_MAX_BYTES);
+            let filter = KeyFilter::new(rows, self.filter_rows, FILTER_MAX_BYTES);
             for (t, table) in &tables {
                 for row in table.iter()? {
                     filter.insert(*t, row?.0.value());
@@ -532,7 +542,11 @@ mod tests {
     use crate::storage::KvRead;
 
     fn open(path: &Path, cap: usize) -> Arc<Store> {
-        Store::open(path, |p| Ok(Database::builder().create(p)?), Limits { cap }).unwrap()
+        let limits = Limits {
+            cap,
+            filter_rows: 1 << 16,
+        };
+        Store::open(path, |p| Ok(Database::builder().create(p)?), limits).unwrap()
     }
 
     fn put(k: &str, v: &str) -> Vec<RowOp> {
@@ -617,7 +631,8 @@ mod tests {
         }
         assert_eq!(get(&store, "absent"), None);
         // Enough new rows for a rebuild (the filter is sized for at least
-        // 65,536 rows): afterwards a new filter answers, as right.
+        // 65,536 rows in this test): afterwards a new filter answers, as
+        // right.
         let first = Arc::as_ptr(store.core.filter.lock().as_ref().unwrap());
         let ops: Vec<RowOp> = (0..70_000)
             .map(|i| RowOp::Put(Table::Sub, format!("m{i}").into_bytes(), Vec::new()))
