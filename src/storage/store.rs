@@ -580,14 +580,22 @@ mod tests {
         assert_eq!(get(&store, "b").as_deref(), Some("2"));
     }
 
+    /// Waits (10 s at most, else fails with `what`) until `done`: the
+    /// background writer works on its own thread.
+    fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !done() {
+            assert!(std::time::Instant::now() < deadline, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+    }
+
     /// Waits until the background writer has put every frozen buffer into
     /// the tables (and done any job queued before).
     fn settle(store: &Store) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while store.core.frozen_bytes.load(Ordering::Acquire) > 0 {
-            assert!(std::time::Instant::now() < deadline, "the writer is stuck");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_for("the writer is stuck", || {
+            store.core.frozen_bytes.load(Ordering::Acquire) == 0
+        });
     }
 
     /// With the key filter built, every row the tables hold is still read
@@ -607,11 +615,7 @@ mod tests {
         settle(&store);
         assert_eq!(store.key_filter_bytes(), 0);
         store.build_key_filter();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while store.key_filter_bytes() == 0 {
-            assert!(std::time::Instant::now() < deadline, "no filter built");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_for("no filter built", || store.key_filter_bytes() > 0);
         for i in 0..200 {
             store
                 .commit(put(&format!("new{i}"), &value), false)
@@ -640,11 +644,9 @@ mod tests {
         store.commit(ops, false).unwrap();
         store.freeze_now().unwrap();
         settle(&store);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while Arc::as_ptr(store.core.filter.lock().as_ref().unwrap()) == first {
-            assert!(std::time::Instant::now() < deadline, "no rebuild");
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
+        wait_for("no rebuild", || {
+            Arc::as_ptr(store.core.filter.lock().as_ref().unwrap()) != first
+        });
         let r = store.snapshot(0).unwrap();
         for i in (0..70_000).step_by(997) {
             let k = format!("m{i}");
