@@ -86,6 +86,9 @@ struct Core {
     filter: parking_lot::Mutex<Option<Arc<KeyFilter>>>,
     /// Rows a new filter is sized for at least (`Limits::filter_rows`).
     filter_rows: usize,
+    /// Set when the store closes: a filter build under way gives up
+    /// rather than hold the close for a scan of the whole file.
+    closing: std::sync::atomic::AtomicBool,
 }
 
 /// What the background writer is asked to do.
@@ -159,6 +162,7 @@ impl Store {
             room: Default::default(),
             filter: Default::default(),
             filter_rows: limits.filter_rows,
+            closing: Default::default(),
         });
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let writer_core = core.clone();
@@ -369,6 +373,7 @@ impl Store {
             tracing::error!(error = %e, "cannot sync the shard log");
         }
         if let Some((tx, thread)) = self.writer.lock().take() {
+            self.core.closing.store(true, Ordering::Relaxed);
             drop(tx);
             let _ = thread.join();
         }
@@ -457,11 +462,12 @@ impl Core {
     /// place of the old one. Runs on the background writer's thread, the
     /// only writer of the file, so no commit lands during the scan; the
     /// new filter is installed under the view lock, so every reader that
-    /// takes it begins its snapshot after the scan's. On a read error the
-    /// old filter (or none) stays: it is only ever a shortcut.
+    /// takes it begins its snapshot after the scan's. On a read error,
+    /// or when the store closes meanwhile, the old filter (or none)
+    /// stays: it is only ever a shortcut.
     fn build_filter(&self) {
         let started = std::time::Instant::now();
-        let built = (|| -> Result<KeyFilter, StoreError> {
+        let built = (|| -> Result<Option<KeyFilter>, StoreError> {
             use redb::{ReadableTable, ReadableTableMetadata};
             let txn = self.db.begin_read()?;
             let mut tables = Vec::with_capacity(2);
@@ -473,15 +479,19 @@ impl Core {
             }
             let filter = KeyFilter::new(rows, self.filter_rows, FILTER_MAX_BYTES);
             for (t, table) in &tables {
-                for row in table.iter()? {
+                for (i, row) in table.iter()?.enumerate() {
+                    if i % 65_536 == 0 && self.closing.load(Ordering::Relaxed) {
+                        return Ok(None);
+                    }
                     filter.insert(*t, row?.0.value());
                 }
             }
             filter.count_from_here();
-            Ok(filter)
+            Ok(Some(filter))
         })();
         match built {
-            Ok(filter) => {
+            Ok(None) => {}
+            Ok(Some(filter)) => {
                 tracing::debug!(shard = %self.stem, ?filter, elapsed = ?started.elapsed(), "built the key filter");
                 let _view = self.view.lock();
                 *self.filter.lock() = Some(Arc::new(filter));
