@@ -536,9 +536,8 @@ fn round_here(set: &ShardSet, round: Vec<Job>, queued: &AtomicUsize) -> Option<V
         return Some(round);
     }
     let n = round.len();
-    let mut ids: Vec<usize> = round.iter().flat_map(|j| j.ids.iter().copied()).collect();
-    ids.sort_unstable();
-    ids.dedup();
+    // `run_round_here` sorts and dedups them.
+    let ids: Vec<usize> = round.iter().flat_map(|j| j.ids.iter().copied()).collect();
     let (plans, rest): (Vec<Plan>, Vec<_>) = round
         .into_iter()
         .map(|j| (j.plan, (j.ids, j.reply)))
