@@ -546,7 +546,7 @@ impl ShardCore {
         // The round's record is its durability: the log append needs no
         // fsync of its own.
         let result = if failed.load(std::sync::atomic::Ordering::SeqCst) {
-            finished.and(Err(StoreError::Internal("round aborted".into())))
+            finished.and(Err(round_aborted()))
         } else {
             finished.and_then(|ops| self.commit_part(ops))
         };
@@ -637,6 +637,13 @@ fn seal(
             .push(super::intent::encode_part(shared.id, ops));
     }
     (finished, signals)
+}
+
+/// Why a round that did not commit failed, on the shards' threads
+/// (`serve_lock`) and where it runs here alike, so its clients read one
+/// error either way.
+fn round_aborted() -> StoreError {
+    StoreError::Internal("round aborted".into())
 }
 
 /// Runs a round of blind plans on the calling thread, which holds the
@@ -733,8 +740,8 @@ pub(super) fn run_round_here(
         }
     }
     if step_failed {
-        let aborted = StoreError::Internal("round aborted".into());
-        return rollback(cores, Reply::err(CoordError::Commit(aborted.to_string())));
+        let why = CoordError::Commit(round_aborted().to_string());
+        return rollback(cores, Reply::err(why));
     }
     let mut parts = Vec::with_capacity(sealed.len());
     for (ops, signals) in sealed {
