@@ -183,10 +183,9 @@ impl Outbox {
         &mut self,
         ids: Vec<usize>,
         blind: bool,
-        plan: crate::shard::coordinator::Plan,
+        mut plan: crate::shard::coordinator::Plan,
     ) -> Result<Reply, tokio::sync::oneshot::Receiver<Reply>> {
         let shards = &self.server.shards;
-        let mut plan = plan;
         if blind && self.inflight == Inflight::None {
             match shards.run_plan_here(&ids, plan) {
                 Ok(reply) => return Ok(reply),
