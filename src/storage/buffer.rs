@@ -212,6 +212,22 @@ impl Buffer {
         b
     }
 
+    /// The buffer emptied, to take the commits of log generation `gen`:
+    /// its rows are freed here (the background writer's thread, not a
+    /// shard's, whichever reader let go of it last) and its row maps keep
+    /// their room, memory already faulted in, for the next like load.
+    pub fn emptied(mut self, gen: u64) -> Buffer {
+        let t = self.tables.get_mut();
+        for i in 0..t.rows.len() {
+            t.rows[i].clear();
+            t.order[i].clear();
+            t.ranges[i].clear();
+        }
+        self.bytes = AtomicUsize::new(0);
+        self.gen = gen;
+        self
+    }
+
     /// Memory the buffer holds, roughly (payload plus per-row overhead).
     pub fn bytes(&self) -> usize {
         self.bytes.load(Ordering::Relaxed)
@@ -441,6 +457,28 @@ mod tests {
         assert!(t.rows[Table::Sub as usize].capacity() >= 1000);
         assert!(t.rows.iter().all(|r| r.is_empty()));
         assert_eq!(next.bytes(), 0);
+    }
+
+    /// An emptied buffer keeps its room and nothing else: no row, no
+    /// deleted range, no bytes, the new generation.
+    #[test]
+    fn an_emptied_buffer_keeps_only_its_room() {
+        let b = Buffer::new(1);
+        let ops = (0..1000u32).map(|i| put(&i.to_be_bytes(), b"v")).collect();
+        b.apply(1, ops, 0);
+        b.apply(2, vec![RowOp::Clear(Table::Meta)], 0);
+        let b = b.emptied(7);
+        assert_eq!((b.gen, b.bytes()), (7, 0));
+        assert_eq!(b.get(Table::Sub, &5u32.to_be_bytes(), u64::MAX), None);
+        assert_eq!(b.get(Table::Meta, b"any", u64::MAX), None);
+        let mut changes = 0;
+        b.for_each_change(&mut |_| -> Result<(), ()> {
+            changes += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(changes, 0);
+        assert!(b.tables.read().rows[Table::Sub as usize].capacity() >= 1000);
     }
 
     /// Keys held inline and keys held shared (both sides of the length
