@@ -470,8 +470,13 @@ impl Hub {
                 (_, None) => encode(&[b"message", channel, message]),
                 (_, Some(p)) => encode(&[b"pmessage", p, channel, message]),
             };
-            for client in subs {
-                receivers += self.deliver(client, &frame, wakes.as_deref_mut());
+            // The last receiver takes the frame itself: one receiver, the
+            // common case, shares it with nobody.
+            if let Some((last, others)) = subs.split_last() {
+                for client in others {
+                    receivers += self.deliver(client, frame.clone(), wakes.as_deref_mut());
+                }
+                receivers += self.deliver(last, frame, wakes.as_deref_mut());
             }
         });
         receivers
@@ -509,13 +514,8 @@ impl Hub {
     /// Queues `frame` for `client`; 1 when it was queued, 0 when the
     /// client is gone. Disconnects the client if that takes it past its
     /// output buffer limit.
-    fn deliver(
-        &self,
-        client: &Arc<ClientEntry>,
-        frame: &Bytes,
-        wakes: Option<&mut Wakes>,
-    ) -> usize {
-        let Some(pending) = client.mailbox.queue(Push::Frame(frame.clone())) else {
+    fn deliver(&self, client: &Arc<ClientEntry>, frame: Bytes, wakes: Option<&mut Wakes>) -> usize {
+        let Some(pending) = client.mailbox.queue(Push::Frame(frame)) else {
             return 0;
         };
         match wakes {
@@ -662,15 +662,28 @@ impl Hub {
     }
 }
 
-/// The RESP2 array of bulk strings `parts`.
+/// The RESP2 array of bulk strings `parts` (at most four: a message's).
+///
+/// Built in a buffer of exactly its size, so that it becomes a `Bytes`
+/// without a second allocation for the shared count (a message is
+/// encoded once per PUBLISH and freed on the subscriber's thread).
 pub fn encode(parts: &[&[u8]]) -> Bytes {
-    let size = 16 + parts.iter().map(|p| p.len() + 16).sum::<usize>();
-    let mut out = crate::protocol::reply::Encoder::with_capacity(size);
-    out.array(parts.len());
-    for p in parts {
-        out.bulk(p);
+    use crate::protocol::reply::header_bytes;
+    let mut heads = [([0u8; 24], 0usize); 4];
+    let (array, array_len) = header_bytes(b'*', parts.len());
+    let mut size = array_len;
+    for (head, p) in heads.iter_mut().zip(parts) {
+        *head = header_bytes(b'$', p.len());
+        size += head.1 + p.len() + 2;
     }
-    out.finish()
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(&array[..array_len]);
+    for ((head, n), p) in heads.iter().zip(parts) {
+        out.extend_from_slice(&head[..*n]);
+        out.extend_from_slice(p);
+        out.extend_from_slice(b"\r\n");
+    }
+    Bytes::from(out)
 }
 
 #[cfg(test)]
