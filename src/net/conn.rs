@@ -953,8 +953,11 @@ fn mode_refusal(session: &Session, checked: &'static command::CommandSpec) -> Op
     };
     // RESP2 cannot tell a reply from a message: a subscribed client may
     // only manage its subscriptions.
+    if session.resp3 || !session.subs.any() {
+        return None;
+    }
     let container = checked.name.split('|').next().unwrap_or(checked.name);
-    (!session.resp3 && session.subs.any() && !allowed_subscribed(container)).then(|| {
+    (!allowed_subscribed(container)).then(|| {
         Reply::err(format!(
             "Can't execute '{}': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context",
             checked.name

@@ -332,11 +332,16 @@ pub type Forward = Box<dyn Fn(&[u8], &[u8]) + Send + Sync>;
 /// Subscribers of one channel (or pattern), in subscription order.
 type Subscribers = Vec<Arc<ClientEntry>>;
 
+/// Channels to their subscribers. Hashed with foldhash (randomly seeded,
+/// so clients still cannot choose colliding names) rather than SipHash:
+/// every PUBLISH hashes its channel.
+type ChannelMap = DashMap<Bytes, Subscribers, foldhash::fast::RandomState>;
+
 /// The server's Pub/Sub registry.
 #[derive(Default)]
 pub struct Hub {
-    channels: DashMap<Bytes, Subscribers>,
-    shard_channels: DashMap<Bytes, Subscribers>,
+    channels: ChannelMap,
+    shard_channels: ChannelMap,
     patterns: parking_lot::RwLock<HashMap<Bytes, Subscribers>>,
     /// How many patterns have subscribers: PUBLISH skips the pattern lock
     /// while it is 0.
@@ -383,7 +388,7 @@ impl Hub {
         self.notify.load(Ordering::Relaxed)
     }
 
-    fn map(&self, kind: Kind) -> &DashMap<Bytes, Subscribers> {
+    fn map(&self, kind: Kind) -> &ChannelMap {
         match kind {
             Kind::Shard => &self.shard_channels,
             _ => &self.channels,
