@@ -219,7 +219,11 @@ impl Buffer {
     pub fn emptied(mut self, gen: u64) -> Buffer {
         let t = self.tables.get_mut();
         for i in 0..t.rows.len() {
-            t.rows[i].clear();
+            // An emptied buffer is emptied again when a freeze takes it:
+            // no rewrite of an empty map's control bytes then.
+            if !t.rows[i].is_empty() {
+                t.rows[i].clear();
+            }
             t.order[i].clear();
             t.ranges[i].clear();
         }
