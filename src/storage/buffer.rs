@@ -212,22 +212,30 @@ impl Buffer {
         b
     }
 
-    /// The buffer emptied, to take the commits of log generation `gen`:
-    /// its rows are freed here (the background writer's thread, not a
-    /// shard's, whichever reader let go of it last) and its row maps keep
-    /// their room, memory already faulted in, for the next like load.
-    pub fn emptied(mut self, gen: u64) -> Buffer {
+    /// The buffer emptied, for reuse: its rows are freed here (the
+    /// background writer's thread, not a shard's, whichever reader let go
+    /// of it last) and each row map keeps room for as many rows as it
+    /// held, memory already faulted in for the next like load, but no
+    /// more: a burst's size is not held for good.
+    pub fn emptied(mut self) -> Buffer {
         let t = self.tables.get_mut();
         for i in 0..t.rows.len() {
-            // An emptied buffer is emptied again when a freeze takes it:
-            // no rewrite of an empty map's control bytes then.
-            if !t.rows[i].is_empty() {
-                t.rows[i].clear();
+            let held = t.rows[i].len();
+            t.rows[i].clear();
+            if t.rows[i].capacity() > 2 * held {
+                t.rows[i].shrink_to(held);
             }
             t.order[i].clear();
             t.ranges[i].clear();
         }
         self.bytes = AtomicUsize::new(0);
+        self
+    }
+
+    /// This buffer, emptied, as the one taking the commits of log
+    /// generation `gen`.
+    pub fn renumbered(mut self, gen: u64) -> Buffer {
+        debug_assert_eq!(self.bytes(), 0, "only an emptied buffer is reused");
         self.gen = gen;
         self
     }
@@ -464,14 +472,15 @@ mod tests {
     }
 
     /// An emptied buffer keeps its room and nothing else: no row, no
-    /// deleted range, no bytes, the new generation.
+    /// deleted range, no bytes, the new generation. Emptied again after
+    /// a smaller load, it keeps room for that load only.
     #[test]
     fn an_emptied_buffer_keeps_only_its_room() {
         let b = Buffer::new(1);
         let ops = (0..1000u32).map(|i| put(&i.to_be_bytes(), b"v")).collect();
         b.apply(1, ops, 0);
         b.apply(2, vec![RowOp::Clear(Table::Meta)], 0);
-        let b = b.emptied(7);
+        let b = b.emptied().renumbered(7);
         assert_eq!((b.gen, b.bytes()), (7, 0));
         assert_eq!(b.get(Table::Sub, &5u32.to_be_bytes(), u64::MAX), None);
         assert_eq!(b.get(Table::Meta, b"any", u64::MAX), None);
@@ -483,6 +492,9 @@ mod tests {
         .unwrap();
         assert_eq!(changes, 0);
         assert!(b.tables.read().rows[Table::Sub as usize].capacity() >= 1000);
+        b.apply(3, vec![put(b"one", b"v")], 0);
+        let b = b.emptied();
+        assert!(b.tables.read().rows[Table::Sub as usize].capacity() < 1000);
     }
 
     /// Keys held inline and keys held shared (both sides of the length

@@ -311,7 +311,7 @@ impl Store {
         let core = &self.core;
         let spare = core.spare.lock().take();
         let next = match spare {
-            Some(spare) => spare.emptied(wal.gen()),
+            Some(spare) => spare.renumbered(wal.gen()),
             None => Buffer::sized_like(wal.gen(), &active),
         };
         core.view.lock().insert(0, Arc::new(next));
@@ -445,8 +445,7 @@ impl Core {
                 continue;
             }
             if let Ok(buf) = Arc::try_unwrap(graves.swap_remove(i)) {
-                let emptied = buf.emptied(0);
-                *self.spare.lock() = Some(emptied);
+                *self.spare.lock() = Some(buf.emptied());
             }
         }
     }
