@@ -285,7 +285,7 @@ fn header(out: &mut BytesMut, tag: u8, len: usize) {
 /// `<tag><len>\r\n`, put together on the stack: one copy into the reply
 /// instead of one per piece (each with its own capacity check), which
 /// counts where an array reply is built from a hundred rows.
-pub(crate) fn header_bytes(tag: u8, len: usize) -> ([u8; 24], usize) {
+fn header_bytes(tag: u8, len: usize) -> ([u8; 24], usize) {
     let digits = itoa_buf(len as i64);
     let d = &digits.bytes[digits.start..];
     let mut h = [0u8; 24];

@@ -667,28 +667,25 @@ impl Hub {
     }
 }
 
-/// The RESP2 array of bulk strings `parts` (at most four: a message's).
+/// The RESP2 array of bulk strings `parts`.
 ///
-/// Built in a buffer of exactly its size, so that it becomes a `Bytes`
+/// Encoded into a buffer of exactly its size, so that it becomes a `Bytes`
 /// without a second allocation for the shared count (a message is
 /// encoded once per PUBLISH and freed on the subscriber's thread).
 pub fn encode(parts: &[&[u8]]) -> Bytes {
-    use crate::protocol::reply::header_bytes;
-    let mut heads = [([0u8; 24], 0usize); 4];
-    let (array, array_len) = header_bytes(b'*', parts.len());
-    let mut size = array_len;
-    for (head, p) in heads.iter_mut().zip(parts) {
-        *head = header_bytes(b'$', p.len());
-        size += head.1 + p.len() + 2;
+    // `<tag><len>\r\n`
+    let header = |len: usize| 3 + len.checked_ilog10().map_or(1, |d| d as usize + 1);
+    let size = header(parts.len())
+        + parts
+            .iter()
+            .map(|p| header(p.len()) + p.len() + 2)
+            .sum::<usize>();
+    let mut out = crate::protocol::reply::Encoder::with_capacity(size);
+    out.array(parts.len());
+    for p in parts {
+        out.bulk(p);
     }
-    let mut out = Vec::with_capacity(size);
-    out.extend_from_slice(&array[..array_len]);
-    for ((head, n), p) in heads.iter().zip(parts) {
-        out.extend_from_slice(&head[..*n]);
-        out.extend_from_slice(p);
-        out.extend_from_slice(b"\r\n");
-    }
-    Bytes::from(out)
+    out.finish()
 }
 
 #[cfg(test)]
@@ -701,6 +698,23 @@ mod tests {
 
     fn frame(text: &str) -> Bytes {
         Bytes::copy_from_slice(text.as_bytes())
+    }
+
+    /// Messages are framed as RESP2 arrays of bulk strings, with lengths
+    /// of one and more digits and empty parts.
+    #[test]
+    fn messages_encode_as_arrays_of_bulk_strings() {
+        let long = "x".repeat(1234);
+        assert_eq!(
+            encode(&[b"message", b"ch", b""]),
+            frame("*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$0\r\n\r\n")
+        );
+        assert_eq!(
+            encode(&[b"pmessage", b"c*", b"chan-nel-10", long.as_bytes()]),
+            frame(&format!(
+                "*4\r\n$8\r\npmessage\r\n$2\r\nc*\r\n$11\r\nchan-nel-10\r\n$1234\r\n{long}\r\n"
+            ))
+        );
     }
 
     /// Whether `ready` has a wake stored for the client.
