@@ -444,7 +444,8 @@ impl Core {
                 i += 1;
                 continue;
             }
-            if let Ok(buf) = Arc::try_unwrap(graves.swap_remove(i)) {
+            // In write-out order, so the spare left is the newest freed.
+            if let Ok(buf) = Arc::try_unwrap(graves.remove(i)) {
                 *self.spare.lock() = Some(buf.emptied());
             }
         }
