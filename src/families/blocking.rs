@@ -50,7 +50,7 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
             .await
             .unwrap_or_else(|_| Reply::err("shard unavailable")),
         Action::ReadMany { ids, f } => super::read_now(shards, &ids, f).await,
-        Action::Script { slow, .. } => Box::pin(run(shards, *slow)).await,
+        Action::Script { slow, .. } => Box::pin(run(shards, slow())).await,
         Action::Silent | Action::Close(None) => Reply::Nil,
     }
 }

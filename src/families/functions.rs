@@ -17,7 +17,7 @@ use super::scripting::{dispatch, kill_running};
 use crate::command::args::{is, Args};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
-use crate::scripting::{Host, LibraryEdit, LibraryInfo, ScriptVm};
+use crate::scripting::{Host, Label, LibraryEdit, LibraryInfo, ScriptVm};
 use crate::server::Server;
 use crate::storage::{KvRead, StoreError, Table, WriteCtx};
 use crate::util::rdb;
@@ -46,17 +46,18 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
     if numkeys < 0 {
         return Reply::err("Number of keys can't be negative").into();
     }
-    let (keys, args) = a.from(3).split_at(numkeys as usize);
-    let (keys, args) = (keys.to_vec(), args.to_vec());
     let name = String::from_utf8_lossy(a.get(1)).into_owned();
-    let label = (name.clone(), a.all().to_vec());
-    let declared = keys.clone();
     let id = format!("function:{name}");
+    let label: Label = Arc::new((name, a.into_vec()));
+    let split = 3 + numkeys as usize;
+    let declared = &label.1[3..split];
+    let caller = super::scripting::Caller::of(s, declared);
+    let one = super::scripting::one_shard(&s.server, declared);
+    let l = label.clone();
     let run = move |vm: &ScriptVm, host: &mut dyn Host| {
-        vm.call_function(&name, keys.clone(), args.clone(), ro, host)
+        vm.call_function(&l.0, &l.1[3..split], &l.1[split..], ro, host)
     };
-    let caller = super::scripting::Caller::of(s, &declared);
-    dispatch(s.server.clone(), &declared, id, run, caller, label)
+    dispatch(s.server.clone(), one, id, run, caller, label)
 }
 
 /// FUNCTION subcommand [arg ...]
@@ -347,11 +348,11 @@ fn list(server: &Server, a: &Args) -> Reply {
 fn stats(server: &Server) -> Reply {
     use std::sync::atomic::Ordering::Relaxed;
     let running = match &server.scripts.running_script() {
-        Some((name, argv, since)) => Reply::Map(vec![
-            (Reply::bulk("name"), Reply::bulk(name.clone())),
+        Some((label, since)) => Reply::Map(vec![
+            (Reply::bulk("name"), Reply::bulk(label.0.clone())),
             (
                 Reply::bulk("command"),
-                Reply::Array(argv.iter().map(|a| Reply::bulk(a.clone())).collect()),
+                Reply::Array(label.1.iter().map(|a| Reply::bulk(a.clone())).collect()),
             ),
             (
                 Reply::bulk("duration_ms"),

@@ -20,7 +20,7 @@ use crate::command::{self, Args};
 use crate::net::atomic::Atomic;
 use crate::net::session::{Action, Session, ANY_SHARD};
 use crate::protocol::Reply;
-use crate::scripting::{Engines, Host, KillHandle, ScriptFlags, ScriptVm};
+use crate::scripting::{Engines, Host, KillHandle, Label, ScriptFlags, ScriptVm};
 use crate::server::{ClientEntry, Server};
 use crate::shard::coordinator::CoordError;
 use crate::storage::StoreError;
@@ -45,8 +45,8 @@ pub fn evalsha_ro(s: &mut Session, a: Args) -> Action {
     eval_generic(s, a, true, true)
 }
 
-/// The keys and arguments after `numkeys` at argv[2], with Redis's errors.
-fn keys_and_args(a: &Args) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
+/// Where the keys after `numkeys` (at argv[2]) end, with Redis's errors.
+fn keys_end(a: &Args) -> Result<usize, Reply> {
     let numkeys = a.int(2)?;
     if numkeys > (a.len() - 3) as i64 {
         return Err(Reply::err(
@@ -56,43 +56,49 @@ fn keys_and_args(a: &Args) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
     if numkeys < 0 {
         return Err(Reply::err("Number of keys can't be negative"));
     }
-    let rest = a.from(3);
-    let (keys, args) = rest.split_at(numkeys as usize);
-    Ok((keys.to_vec(), args.to_vec()))
+    Ok(3 + numkeys as usize)
 }
 
 fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
-    let (keys, argv) = match keys_and_args(&a) {
-        Ok(p) => p,
+    let split = match keys_end(&a) {
+        Ok(n) => n,
         Err(r) => return r.into(),
     };
-    let body = a.get(1).clone();
-    let server = s.server.clone();
-    let caller = Caller::of(s, &keys);
-    let label = (
-        if by_sha {
-            String::from_utf8_lossy(&body).to_ascii_lowercase()
-        } else {
-            crate::scripting::sha1_hex(&body)
-        },
-        a.all().to_vec(),
-    );
-    let declared = keys.clone();
+    let sha = if by_sha {
+        String::from_utf8_lossy(a.get(1)).to_ascii_lowercase()
+    } else {
+        crate::scripting::sha1_hex(a.get(1))
+    };
+    let id = sha.clone();
+    // The command's arguments, shared by the run, its fallback and what
+    // FUNCTION STATS shows.
+    let label: Label = Arc::new((sha, a.into_vec()));
+    let declared = &label.1[3..split];
+    let caller = Caller::of(s, declared);
+    let one = one_shard(&s.server, declared);
+    let l = label.clone();
     // A state is entered on a shard thread or a blocking thread, never on
     // a connection thread: it is locked for as long as a script runs.
     let run = move |vm: &ScriptVm, host: &mut dyn Host| {
-        let sha = if by_sha {
-            String::from_utf8_lossy(&body).to_ascii_lowercase()
-        } else {
-            match vm.load(&body) {
-                Ok(sha) => sha,
-                Err(r) => return r,
-            }
-        };
-        vm.run(&sha, keys.clone(), argv.clone(), ro, host)
+        let (keys, argv) = (&l.1[3..split], &l.1[split..]);
+        if by_sha {
+            return vm.run(&l.0, keys, argv, ro, host);
+        }
+        match vm.load(&l.1[1]) {
+            Ok(sha) => vm.run(&sha, keys, argv, ro, host),
+            Err(r) => r,
+        }
     };
-    let id = label.0.clone();
-    dispatch(server, &declared, id, run, caller, label)
+    dispatch(s.server.clone(), one, id, run, caller, label)
+}
+
+/// The shard every one of `keys` is on, if there is one (and a key).
+pub fn one_shard(server: &Server, keys: &[Bytes]) -> Option<usize> {
+    let (first, rest) = keys.split_first()?;
+    let shard = server.shards.shard_of_key(first);
+    rest.iter()
+        .all(|k| server.shards.shard_of_key(k) == shard)
+        .then_some(shard)
 }
 
 /// Who runs a script: the calling client and its database, and what the
@@ -123,32 +129,26 @@ impl Caller {
     }
 }
 
-/// Where a script runs: inside the shard of its declared keys when they
-/// are all on one shard (and the script has not been seen to reach other
-/// shards), else as a plan holding every shard (see `Action::Script`).
+/// Where a script runs: inside `one`, the shard of its declared keys when
+/// they are all on one shard (see [`one_shard`]) and the script has not
+/// been seen to reach other shards, else as a plan holding every shard
+/// (see `Action::Script`).
 pub fn dispatch(
     server: Arc<Server>,
-    declared: &[Bytes],
+    one: Option<usize>,
     id: String,
     body: impl Fn(&ScriptVm, &mut dyn Host) -> Reply + Clone + Send + 'static,
     caller: Caller,
-    label: (String, Vec<Bytes>),
+    label: Label,
 ) -> Action {
-    let shards: Vec<usize> = declared
-        .iter()
-        .map(|k| server.shards.shard_of_key(k))
-        .collect();
-    let one = shards
-        .first()
-        .copied()
-        .filter(|s| shards.iter().all(|x| x == s));
-    let slow = run_script(server.clone(), body.clone(), caller.clone(), label.clone());
-    let Some(shard) = one else {
-        return slow;
+    let Some(shard) = one.filter(|_| !server.nonlocal_scripts.contains_key(&id)) else {
+        return run_script(server, body, caller, label);
     };
-    if server.nonlocal_scripts.contains_key(&id) {
-        return slow;
-    }
+    let slow: crate::net::session::SlowScript = {
+        let (server, body, caller, label) =
+            (server.clone(), body.clone(), caller.clone(), label.clone());
+        Box::new(move || run_script(server, body, caller, label))
+    };
     let fell_back = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = fell_back.clone();
     let f: crate::shard::WriteFn = Box::new(move |w| {
@@ -180,7 +180,7 @@ pub fn dispatch(
         shard,
         f,
         fell_back,
-        slow: Box::new(slow),
+        slow,
     }
 }
 
@@ -196,13 +196,9 @@ struct LocalHost<'a, 'w> {
 }
 
 /// Runs `body` on `vm`, shown by FUNCTION STATS as `label` meanwhile.
-fn run_labelled(
-    vm: &ScriptVm,
-    label: (String, Vec<Bytes>),
-    body: impl FnOnce(&ScriptVm) -> Reply,
-) -> Reply {
+fn run_labelled(vm: &ScriptVm, label: Label, body: impl FnOnce(&ScriptVm) -> Reply) -> Reply {
     let handle = vm.kill_handle();
-    handle.set_running(Some((label.0, label.1, std::time::Instant::now())));
+    handle.set_running(Some((label, std::time::Instant::now())));
     let reply = body(vm);
     handle.set_running(None);
     reply
@@ -274,7 +270,7 @@ fn run_script(
     server: Arc<Server>,
     body: impl FnOnce(&ScriptVm, &mut dyn Host) -> Reply + Send + 'static,
     caller: Caller,
-    label: (String, Vec<Bytes>),
+    label: Label,
 ) -> Action {
     let ids: Vec<usize> = (0..server.shards.len()).collect();
     crate::net::atomic::blocking_plan(ids, "script", move |at| {

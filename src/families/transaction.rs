@@ -208,10 +208,9 @@ pub fn run_unit(
                 shards.extend(ids.iter().copied());
                 one_shard_ops = false;
             }
-            Err(Action::Script { slow, .. }) => {
-                if let Action::Plan { ids, .. } = &**slow {
-                    shards.extend(ids.iter().copied());
-                }
+            Err(Action::Script { .. }) => {
+                // Its fallback holds every shard.
+                shards.extend(0..server.shards.len());
                 one_shard_ops = false;
             }
             Err(_) => one_shard_ops = false,

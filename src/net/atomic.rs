@@ -99,7 +99,7 @@ impl Atomic {
             // Neither reads nor writes keys (see `Action::Job`).
             Action::Job(job) | Action::Block(job) => Ok(self.rt.block_on(job)),
             // Inside a unit that holds its shards already: the plan form.
-            Action::Script { slow, .. } => self.run(*slow),
+            Action::Script { slow, .. } => self.run(slow()),
             Action::Silent | Action::Close(None) => Ok(Reply::Nil),
         }
     }

@@ -36,7 +36,7 @@ enum Slot {
     Script(
         tokio::sync::oneshot::Receiver<Reply>,
         Arc<std::sync::atomic::AtomicBool>,
-        Box<Action>,
+        crate::net::session::SlowScript,
     ),
 }
 
@@ -226,7 +226,7 @@ impl Outbox {
                 Slot::Script(rx, fell_back, slow) => {
                     let r = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
                     if fell_back.load(Ordering::Acquire) {
-                        crate::families::blocking::run(&self.server.shards, *slow).await
+                        crate::families::blocking::run(&self.server.shards, slow()).await
                     } else {
                         r
                     }

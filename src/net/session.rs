@@ -84,14 +84,19 @@ pub enum Action {
         f: WriteFn,
         /// Set when the script had to give up on running in the shard.
         fell_back: Arc<std::sync::atomic::AtomicBool>,
-        /// The same script holding every shard.
-        slow: Box<Action>,
+        /// Builds the same script as a plan holding every shard; built
+        /// only when it falls back, as building it cost as much as
+        /// running a short script's Lua.
+        slow: SlowScript,
     },
     /// No reply at all (CLIENT REPLY OFF|SKIP).
     Silent,
     /// Reply (if any), then close the connection.
     Close(Option<Reply>),
 }
+
+/// See [`Action::Script`].
+pub type SlowScript = Box<dyn FnOnce() -> Action + Send>;
 
 impl From<Reply> for Action {
     fn from(r: Reply) -> Action {
@@ -156,7 +161,7 @@ impl Action {
                 shard,
                 f: Box::new(move |w| f(w).map(g)),
                 fell_back,
-                slow: Box::new(slow.map(g)),
+                slow: Box::new(move || slow().map(g)),
             },
             Action::Silent => Action::Silent,
             Action::Close(r) => Action::Close(r.map(g)),

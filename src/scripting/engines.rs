@@ -111,7 +111,7 @@ impl Engines {
         self.handles
             .iter()
             .filter_map(KillHandle::running)
-            .min_by_key(|r| r.2)
+            .min_by_key(|r| r.1)
     }
 
     /// Every state's handle (SHUTDOWN stops every running script).
@@ -138,11 +138,11 @@ mod tests {
     }
 
     fn run(e: &Engines, state: usize, sha: &str) -> Reply {
-        e.states[state].run(sha, vec![], vec![], false, &mut NoCommands)
+        e.states[state].run(sha, &[], &[], false, &mut NoCommands)
     }
 
     fn fcall(e: &Engines, state: usize, name: &str) -> Reply {
-        e.states[state].call_function(name, vec![], vec![], false, &mut NoCommands)
+        e.states[state].call_function(name, &[], &[], false, &mut NoCommands)
     }
 
     const NOSCRIPT: &str = "NOSCRIPT No matching script. Please use EVAL.";

@@ -419,8 +419,8 @@ impl ScriptVm {
     pub fn call_function(
         &self,
         name: &str,
-        keys: Vec<Bytes>,
-        args: Vec<Bytes>,
+        keys: &[Bytes],
+        args: &[Bytes],
         ro: bool,
         host: &mut dyn Host,
     ) -> Reply {
@@ -442,17 +442,10 @@ impl ScriptVm {
             return Reply::err("Can not execute a script with write flag using *_ro command.");
         }
         let ro = ro || f.flags.no_writes;
-        if let Some(refused) = host.begin(f.flags, &keys) {
+        if let Some(refused) = host.begin(f.flags, keys) {
             return refused;
         }
-        let table = |items: Vec<Bytes>| -> mlua::Result<mlua::Table> {
-            let t = self.lua.create_table_with_capacity(items.len(), 0)?;
-            for (i, item) in items.iter().enumerate() {
-                t.raw_set(i + 1, self.lua.create_string(item)?)?;
-            }
-            Ok(t)
-        };
-        let (k, a) = match table(keys).and_then(|k| Ok((k, table(args)?))) {
+        let (k, a) = match self.string_arrays(keys, args) {
             Ok(t) => t,
             Err(e) => return Reply::err(e),
         };

@@ -165,9 +165,13 @@ impl KillState {
     }
 }
 
-/// A running script as FUNCTION STATS shows it: its name (sha or function
-/// name), the command that called it, and since when.
-pub type Running = (String, Vec<Bytes>, Instant);
+/// A script as FUNCTION STATS shows it while it runs: its name (sha or
+/// function name) and the command that called it. Shared, so that a run
+/// and its fallback (see `Action::Script`) need no copies of it.
+pub type Label = Arc<(String, Vec<Bytes>)>;
+
+/// A running script: its [`Label`], and since when.
+pub type Running = (Label, Instant);
 
 /// Lets another thread see whether a script is running, for how long, and
 /// ask it to stop (SCRIPT KILL / FUNCTION KILL).

@@ -68,9 +68,9 @@ fn eval(vm: &ScriptVm, host: &mut FakeHost, body: &str, keys: &[&str], args: &[&
     let b = |v: &[&str]| {
         v.iter()
             .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-            .collect()
+            .collect::<Vec<_>>()
     };
-    vm.run(&sha, b(keys), b(args), false, host)
+    vm.run(&sha, &b(keys), &b(args), false, host)
 }
 
 fn e(vm: &ScriptVm, body: &str) -> Reply {
@@ -606,7 +606,7 @@ fn load_errors() {
     assert!(!vm.registry().exists(&sha));
     // EVALSHA ffffffffffffffffffffffffffffffffffffffff 0
     assert_eq!(
-        vm.run(&sha, vec![], vec![], false, &mut FakeHost::default()),
+        vm.run(&sha, &[], &[], false, &mut FakeHost::default()),
         err("NOSCRIPT No matching script. Please use EVAL.")
     );
 }
@@ -620,7 +620,7 @@ fn read_only_scripts() {
     let mut h = FakeHost::default();
     let ro = |body: &str, h: &mut FakeHost| {
         let sha = vm.load(body.as_bytes()).unwrap();
-        vm.run(&sha, vec![Bytes::from_static(b"a")], vec![], true, h)
+        vm.run(&sha, &[Bytes::from_static(b"a")], &[], true, h)
     };
     assert_eq!(
         ro("return redis.call('set','a','b')", &mut h),
@@ -1363,9 +1363,9 @@ fn fcall(
     let b = |v: &[&str]| {
         v.iter()
             .map(|s| Bytes::copy_from_slice(s.as_bytes()))
-            .collect()
+            .collect::<Vec<_>>()
     };
-    vm.call_function(name, b(keys), b(args), ro, h)
+    vm.call_function(name, &b(keys), &b(args), ro, h)
 }
 
 // Recorded from Redis 7.0.15 after FUNCTION FLUSH, in this order:
