@@ -271,3 +271,39 @@ fn a_write_pipelined_before_watch_does_not_mark_it() {
     }
     assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }
+
+/// A pipeline of one-shard transactions on keys of both shards, with
+/// ready replies (`+QUEUED`, `+PONG`, an error) between their EXECs,
+/// which cairn sends as one squashed group: every reply comes back in
+/// order, as Redis 7.0.15 sent these bytes for this pipeline.
+#[test]
+fn pipelined_transactions_across_shards_reply_in_order() {
+    use std::io::{Read, Write};
+    let srv = TestServer::start();
+    let (a, b) = keys_on_both_shards("tx");
+    let mut raw = srv.tcp();
+    let req = format!(
+        "MULTI\r\nSET {a} 1\r\nINCR {a}\r\nEXEC\r\nPING\r\n\
+         MULTI\r\nSET {b} 5\r\nINCR {b}\r\nEXEC\r\nNOSUCH x\r\n\
+         MULTI\r\nINCR {a}\r\nINCRBY {a} x\r\nEXEC\r\n\
+         MULTI\r\nINCR {b}\r\nEXEC\r\nMGET {a} {b}\r\n"
+    );
+    raw.write_all(req.as_bytes()).unwrap();
+    let want: &[u8] = b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:2\r\n+PONG\r\n\
+        +OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n+OK\r\n:6\r\n\
+        -ERR unknown command 'NOSUCH', with args beginning with: 'x' \r\n\
+        +OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:3\r\n-ERR value is not an integer or out of range\r\n\
+        +OK\r\n+QUEUED\r\n*1\r\n:7\r\n*2\r\n$1\r\n3\r\n$1\r\n7\r\n";
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 512];
+    while got.len() < want.len() {
+        let n = raw.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+}

@@ -30,8 +30,13 @@ enum Slot {
     Ready(Reply),
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
     /// The replies of a squashed group of writes: an array with one reply per
-    /// write, each going out as its own `ReplyTo` says.
-    Group(tokio::sync::oneshot::Receiver<Reply>, Vec<ReplyTo>),
+    /// write, each going out as its own `ReplyTo` says, with the replies
+    /// that were ready among them (see [`Ready`]).
+    Group(
+        tokio::sync::oneshot::Receiver<Reply>,
+        Vec<ReplyTo>,
+        Vec<Ready>,
+    ),
     /// A script run in one shard, and what runs instead if it fell back.
     Script(
         tokio::sync::oneshot::Receiver<Reply>,
@@ -72,6 +77,10 @@ const PUSH_WRITE_BYTES: usize = 16 * 1024;
 /// Most writes squashed into one coordinated group.
 const MAX_SQUASH: usize = 1024;
 
+/// A reply that was ready while writes were being squashed, and how many
+/// of those writes it follows.
+type Ready = (usize, Reply, ReplyTo);
+
 /// Where a client's unacknowledged writes are: they may only be followed
 /// without waiting by writes that will be applied after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +104,13 @@ enum Inflight {
 /// one before an earlier one, and the client need not wait for each shard in
 /// turn. A group also locks the shard of this client's earlier writes still
 /// in flight, so those commit first.
+///
+/// A reply that is ready at once (MULTI's `+OK`, `+QUEUED`, an error) does
+/// not end the group: it waits in it, between the replies of the writes it
+/// came between. A pipeline of transactions (MULTI, queued commands, EXEC)
+/// is then one group, as a pipeline of plain writes is, rather than one
+/// single-shard write per EXEC, between which any that spans shards had to
+/// lock the shard of the one before.
 struct Outbox {
     slots: VecDeque<(Slot, ReplyTo)>,
     /// Where this client has writes in flight.
@@ -102,6 +118,8 @@ struct Outbox {
     out: BytesMut,
     /// Writes collected but not sent yet, with how their replies go out.
     squash: Vec<(usize, crate::shard::WriteFn, ReplyTo)>,
+    /// Replies ready among the collected writes.
+    squash_ready: Vec<Ready>,
     server: Arc<Server>,
     /// Whether pushes are sent as RESP3 (`>`) or RESP2 arrays.
     resp3: bool,
@@ -123,6 +141,7 @@ impl Outbox {
             return;
         }
         let group = std::mem::take(&mut self.squash);
+        let ready = std::mem::take(&mut self.squash_ready);
         let first = group[0].0;
         let one_shard = group.iter().all(|(s, ..)| *s == first);
         if one_shard && [Inflight::None, Inflight::Shard(first)].contains(&self.inflight) {
@@ -135,19 +154,26 @@ impl Outbox {
                 Inflight::None => self.server.shards.run_here(first, writes),
                 _ => Err(writes),
             };
-            match ran {
-                Ok(replies) => {
-                    for (r, to) in replies.into_iter().zip(tos) {
-                        self.slots.push_back((Slot::Ready(r), to));
-                    }
-                }
+            let slots: Vec<Slot> = match ran {
+                Ok(replies) => replies.into_iter().map(Slot::Ready).collect(),
                 Err(writes) => {
-                    for (f, to) in writes.into_iter().zip(tos) {
-                        let rx = self.server.shards.submit(first, f);
-                        self.slots.push_back((Slot::Waiting(rx), to));
-                    }
                     self.inflight = Inflight::Shard(first);
+                    let shards = &self.server.shards;
+                    writes
+                        .into_iter()
+                        .map(|f| Slot::Waiting(shards.submit(first, f)))
+                        .collect()
                 }
+            };
+            let mut ready = ready.into_iter().peekable();
+            for (i, (slot, to)) in slots.into_iter().zip(tos).enumerate() {
+                while let Some((_, r, to)) = ready.next_if(|(at, ..)| *at == i) {
+                    self.slots.push_back((Slot::Ready(r), to));
+                }
+                self.slots.push_back((slot, to));
+            }
+            for (_, r, to) in ready {
+                self.slots.push_back((Slot::Ready(r), to));
             }
             return;
         }
@@ -171,7 +197,8 @@ impl Outbox {
             }
             Err(rx) => rx,
         };
-        self.slots.push_back((Slot::Group(rx, flags), group_to));
+        self.slots
+            .push_back((Slot::Group(rx, flags, ready), group_to));
     }
 
     /// Runs a multi-shard plan on this thread if it is blind, its shards
@@ -203,7 +230,10 @@ impl Outbox {
     }
 
     fn push_ready(&mut self, r: Reply, to: ReplyTo) {
-        self.flush_squash();
+        if !self.squash.is_empty() {
+            self.squash_ready.push((self.squash.len(), r, to));
+            return;
+        }
         if self.slots.is_empty() {
             // Messages that arrived before this reply was made go first,
             // as Redis would have queued them first; invalidations wait
@@ -231,21 +261,24 @@ impl Outbox {
                         r
                     }
                 }
-                Slot::Group(rx, flags) => {
+                Slot::Group(rx, flags, ready) => {
                     self.take_pushes(true);
                     let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
-                    match got {
-                        Reply::Array(items) if items.len() == flags.len() => {
-                            for (r, to) in items.into_iter().zip(flags) {
-                                emit(&mut self.out, &self.server, &r, to);
-                            }
-                        }
+                    let n = flags.len();
+                    let replies: Vec<Reply> = match got {
+                        Reply::Array(items) if items.len() == n => items,
                         // The whole group failed: every write gets the error.
-                        err => {
-                            for to in flags {
-                                emit(&mut self.out, &self.server, &err, to);
-                            }
+                        err => vec![err; n],
+                    };
+                    let mut ready = ready.into_iter().peekable();
+                    for (i, (r, to)) in replies.into_iter().zip(flags).enumerate() {
+                        while let Some((_, r, to)) = ready.next_if(|(at, ..)| *at == i) {
+                            emit(&mut self.out, &self.server, &r, to);
                         }
+                        emit(&mut self.out, &self.server, &r, to);
+                    }
+                    for (_, r, to) in ready {
+                        emit(&mut self.out, &self.server, &r, to);
                     }
                     continue;
                 }
@@ -340,6 +373,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         inflight: Inflight::None,
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
+        squash_ready: Vec::new(),
         server: server.clone(),
         resp3: false,
         push_bytes: 0,
