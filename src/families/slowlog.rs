@@ -29,6 +29,7 @@ use bytes::Bytes;
 use crate::command::{self, Args, CommandSpec};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
+use crate::server::ClientEntry;
 
 /// Most arguments an entry keeps (the last one says how many were cut).
 const MAX_ARGC: usize = 32;
@@ -120,7 +121,26 @@ pub enum Kept {
     /// The command's own arguments.
     Command(Vec<Bytes>),
     /// EXEC: the commands it runs (EXEC itself is never logged).
-    Exec(Vec<(&'static CommandSpec, Vec<Bytes>)>),
+    Exec(ExecCommands),
+}
+
+/// The commands of a transaction, kept for the slow log: each one's spec
+/// and argument count, and all their arguments in one vector (two
+/// allocations per EXEC rather than one per command).
+pub struct ExecCommands {
+    specs: Vec<(&'static CommandSpec, usize)>,
+    argv: Vec<Bytes>,
+}
+
+impl ExecCommands {
+    fn each(&self) -> impl Iterator<Item = (&'static CommandSpec, &[Bytes])> {
+        let mut rest = self.argv.as_slice();
+        self.specs.iter().map(move |&(spec, n)| {
+            let (argv, tail) = rest.split_at(n);
+            rest = tail;
+            (spec, argv)
+        })
+    }
 }
 
 thread_local! {
@@ -143,18 +163,16 @@ pub fn keep(session: &Session, checked: &'static CommandSpec, args: &Args) -> Ke
         if multi.failed || session.watching.failed(crate::shard::now_ms()) {
             return Kept::Nothing;
         }
-        return Kept::Exec(
-            multi
-                .queue
-                .iter()
-                .map(|(spec, a)| {
-                    (
-                        command::call_spec(spec, a).unwrap_or(spec),
-                        a.all().to_vec(),
-                    )
-                })
-                .collect(),
-        );
+        let mut kept = ExecCommands {
+            specs: Vec::with_capacity(multi.queue.len()),
+            argv: Vec::with_capacity(multi.queue.iter().map(|(_, a)| a.len()).sum()),
+        };
+        for (spec, a) in &multi.queue {
+            kept.specs
+                .push((command::call_spec(spec, a).unwrap_or(spec), a.len()));
+            kept.argv.extend_from_slice(a.all());
+        }
+        return Kept::Exec(kept);
     }
     let mut argv = SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default();
     argv.extend_from_slice(args.all());
@@ -192,10 +210,7 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
                 }
             });
         }
-        Kept::Exec(commands) => {
-            let name = session.entry.info.lock().name.clone();
-            log_exec(log, commands, usec, &session.entry.addr, &name);
-        }
+        Kept::Exec(commands) => log_exec(log, &commands, usec, &session.entry),
     }
 }
 
@@ -206,29 +221,21 @@ pub fn exec_when_run(session: &Session, kept: &mut Kept) -> Option<impl FnOnce(u
     let Kept::Exec(commands) = std::mem::replace(kept, Kept::Nothing) else {
         return None;
     };
-    let server = session.server.clone();
-    let (addr, name) = (
-        session.entry.addr.clone(),
-        session.entry.info.lock().name.clone(),
-    );
-    Some(move |usec| log_exec(&server.slowlog, commands, usec, &addr, &name))
+    let (server, client) = (session.server.clone(), session.entry.clone());
+    Some(move |usec| log_exec(&server.slowlog, &commands, usec, &client))
 }
 
 /// Logs a transaction's commands: it runs as one unit, so each is given
 /// an even share of its time.
-fn log_exec(
-    log: &SlowLog,
-    commands: Vec<(&'static CommandSpec, Vec<Bytes>)>,
-    usec: u64,
-    addr: &str,
-    name: &str,
-) {
-    let share = usec / commands.len().max(1) as u64;
-    if log.wants(share) {
-        for (spec, argv) in commands {
-            if !spec.has_flag("skip_slowlog") {
-                log.push_as(share, &argv, spec, addr.to_string(), name.to_string());
-            }
+fn log_exec(log: &SlowLog, commands: &ExecCommands, usec: u64, client: &ClientEntry) {
+    let share = usec / commands.specs.len().max(1) as u64;
+    if !log.wants(share) {
+        return;
+    }
+    let name = client.info.lock().name.clone();
+    for (spec, argv) in commands.each() {
+        if !spec.has_flag("skip_slowlog") {
+            log.push_as(share, argv, spec, client.addr.clone(), name.clone());
         }
     }
 }
