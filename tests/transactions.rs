@@ -247,19 +247,11 @@ fn client_list_shows_transactions() {
     );
 }
 
-/// A client's own write pipelined just before its WATCH of keys on two
-/// shards happens before the watch: it does not fail the EXEC.
-#[test]
-fn a_write_pipelined_before_watch_does_not_mark_it() {
-    use std::io::{Read, Write};
-    let srv = TestServer::start();
-    let (a, b) = keys_on_both_shards("pw");
-    let mut raw = srv.tcp();
-    let req = format!("SET {a} 1\r\nWATCH {a} {b}\r\nMULTI\r\nSET {a} 2\r\nEXEC\r\n");
-    raw.write_all(req.as_bytes()).unwrap();
-    let want = b"+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n";
+/// Reads from `raw` until `want`'s length has come, and checks it is `want`.
+fn read_exactly(raw: &mut std::net::TcpStream, want: &[u8]) {
+    use std::io::Read;
     let mut got = Vec::new();
-    let mut chunk = [0u8; 256];
+    let mut chunk = [0u8; 512];
     while got.len() < want.len() {
         let n = raw.read(&mut chunk).unwrap();
         assert!(
@@ -272,13 +264,27 @@ fn a_write_pipelined_before_watch_does_not_mark_it() {
     assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }
 
+/// A client's own write pipelined just before its WATCH of keys on two
+/// shards happens before the watch: it does not fail the EXEC.
+#[test]
+fn a_write_pipelined_before_watch_does_not_mark_it() {
+    use std::io::Write;
+    let srv = TestServer::start();
+    let (a, b) = keys_on_both_shards("pw");
+    let mut raw = srv.tcp();
+    let req = format!("SET {a} 1\r\nWATCH {a} {b}\r\nMULTI\r\nSET {a} 2\r\nEXEC\r\n");
+    raw.write_all(req.as_bytes()).unwrap();
+    let want = b"+OK\r\n+OK\r\n+OK\r\n+QUEUED\r\n*1\r\n+OK\r\n";
+    read_exactly(&mut raw, want);
+}
+
 /// A pipeline of one-shard transactions on keys of both shards, with
 /// ready replies (`+QUEUED`, `+PONG`, an error) between their EXECs,
 /// which cairn sends as one squashed group: every reply comes back in
 /// order, as Redis 7.0.15 sent these bytes for this pipeline.
 #[test]
 fn pipelined_transactions_across_shards_reply_in_order() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let srv = TestServer::start();
     let (a, b) = keys_on_both_shards("tx");
     let mut raw = srv.tcp();
@@ -294,16 +300,5 @@ fn pipelined_transactions_across_shards_reply_in_order() {
         -ERR unknown command 'NOSUCH', with args beginning with: 'x' \r\n\
         +OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:3\r\n-ERR value is not an integer or out of range\r\n\
         +OK\r\n+QUEUED\r\n*1\r\n:7\r\n*2\r\n$1\r\n3\r\n$1\r\n7\r\n";
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 512];
-    while got.len() < want.len() {
-        let n = raw.read(&mut chunk).unwrap();
-        assert!(
-            n > 0,
-            "connection closed after {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&chunk[..n]);
-    }
-    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+    read_exactly(&mut raw, want);
 }
