@@ -81,6 +81,25 @@ const MAX_SQUASH: usize = 1024;
 /// of those writes it follows.
 type Ready = (usize, Reply, ReplyTo);
 
+/// Hands `each` the squashed writes' `items` (`Ok`) with the `ready`
+/// replies (`Err`) placed between them, in request order.
+fn in_order<T>(
+    items: impl Iterator<Item = (T, ReplyTo)>,
+    ready: Vec<Ready>,
+    mut each: impl FnMut(Result<T, Reply>, ReplyTo),
+) {
+    let mut ready = ready.into_iter().peekable();
+    for (i, (item, to)) in items.enumerate() {
+        while let Some((_, r, to)) = ready.next_if(|(at, ..)| *at == i) {
+            each(Err(r), to);
+        }
+        each(Ok(item), to);
+    }
+    for (_, r, to) in ready {
+        each(Err(r), to);
+    }
+}
+
 /// Where a client's unacknowledged writes are: they may only be followed
 /// without waiting by writes that will be applied after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -165,16 +184,10 @@ impl Outbox {
                         .collect()
                 }
             };
-            let mut ready = ready.into_iter().peekable();
-            for (i, (slot, to)) in slots.into_iter().zip(tos).enumerate() {
-                while let Some((_, r, to)) = ready.next_if(|(at, ..)| *at == i) {
-                    self.slots.push_back((Slot::Ready(r), to));
-                }
+            in_order(slots.into_iter().zip(tos), ready, |slot, to| {
+                let slot = slot.unwrap_or_else(Slot::Ready);
                 self.slots.push_back((slot, to));
-            }
-            for (_, r, to) in ready {
-                self.slots.push_back((Slot::Ready(r), to));
-            }
+            });
             return;
         }
         let mut ids: Vec<usize> = group.iter().map(|(s, ..)| *s).collect();
@@ -270,16 +283,10 @@ impl Outbox {
                         // The whole group failed: every write gets the error.
                         err => vec![err; n],
                     };
-                    let mut ready = ready.into_iter().peekable();
-                    for (i, (r, to)) in replies.into_iter().zip(flags).enumerate() {
-                        while let Some((_, r, to)) = ready.next_if(|(at, ..)| *at == i) {
-                            emit(&mut self.out, &self.server, &r, to);
-                        }
+                    in_order(replies.into_iter().zip(flags), ready, |r, to| {
+                        let r = r.unwrap_or_else(|ready| ready);
                         emit(&mut self.out, &self.server, &r, to);
-                    }
-                    for (_, r, to) in ready {
-                        emit(&mut self.out, &self.server, &r, to);
-                    }
+                    });
                     continue;
                 }
             };
