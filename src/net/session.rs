@@ -84,9 +84,9 @@ pub enum Action {
         f: WriteFn,
         /// Set when the script had to give up on running in the shard.
         fell_back: Arc<std::sync::atomic::AtomicBool>,
-        /// Builds the same script as a plan holding every shard; built
-        /// only when it falls back, as building it cost as much as
-        /// running a short script's Lua.
+        /// Builds the same script as a plan holding every shard; called
+        /// only when the script falls back (most never do), rather than
+        /// built for every call.
         slow: SlowScript,
     },
     /// No reply at all (CLIENT REPLY OFF|SKIP).
