@@ -36,28 +36,22 @@ pub fn fcall_ro(s: &mut Session, a: Args) -> Action {
 }
 
 fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
-    let numkeys = match a.int(2) {
+    let split = a
+        .int(2)
+        .map_err(|_| Reply::err("Bad number of keys provided"))
+        .and_then(|n| super::scripting::keys_end(n, a.len()));
+    let split = match split {
         Ok(n) => n,
-        Err(_) => return Reply::err("Bad number of keys provided").into(),
+        Err(r) => return r.into(),
     };
-    if numkeys > (a.len() - 3) as i64 {
-        return Reply::err("Number of keys can't be greater than number of args").into();
-    }
-    if numkeys < 0 {
-        return Reply::err("Number of keys can't be negative").into();
-    }
     let name = String::from_utf8_lossy(a.get(1)).into_owned();
     let id = format!("function:{name}");
     let label: Label = Arc::new((name, a.into_vec()));
-    let split = 3 + numkeys as usize;
-    let declared = &label.1[3..split];
-    let caller = super::scripting::Caller::of(s, declared);
-    let one = super::scripting::one_shard(&s.server, declared);
     let l = label.clone();
     let run = move |vm: &ScriptVm, host: &mut dyn Host| {
         vm.call_function(&l.0, &l.1[3..split], &l.1[split..], ro, host)
     };
-    dispatch(s.server.clone(), one, id, run, caller, label)
+    dispatch(s, id, label, split, run)
 }
 
 /// FUNCTION subcommand [arg ...]

@@ -45,10 +45,10 @@ pub fn evalsha_ro(s: &mut Session, a: Args) -> Action {
     eval_generic(s, a, true, true)
 }
 
-/// Where the keys after `numkeys` (at argv[2]) end, with Redis's errors.
-fn keys_end(a: &Args) -> Result<usize, Reply> {
-    let numkeys = a.int(2)?;
-    if numkeys > (a.len() - 3) as i64 {
+/// Where the keys after `numkeys` (argv[2] of `argc` arguments) end, with
+/// Redis's errors (EVAL's and FCALL's alike).
+pub fn keys_end(numkeys: i64, argc: usize) -> Result<usize, Reply> {
+    if numkeys > (argc - 3) as i64 {
         return Err(Reply::err(
             "Number of keys can't be greater than number of args",
         ));
@@ -60,7 +60,7 @@ fn keys_end(a: &Args) -> Result<usize, Reply> {
 }
 
 fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
-    let split = match keys_end(&a) {
+    let split = match a.int(2).and_then(|n| keys_end(n, a.len())) {
         Ok(n) => n,
         Err(r) => return r.into(),
     };
@@ -73,9 +73,6 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
     // The command's arguments, shared by the run, its fallback and what
     // FUNCTION STATS shows.
     let label: Label = Arc::new((sha, a.into_vec()));
-    let declared = &label.1[3..split];
-    let caller = Caller::of(s, declared);
-    let one = one_shard(&s.server, declared);
     let l = label.clone();
     // A state is entered on a shard thread or a blocking thread, never on
     // a connection thread: it is locked for as long as a script runs.
@@ -89,11 +86,11 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
             Err(r) => r,
         }
     };
-    dispatch(s.server.clone(), one, id, run, caller, label)
+    dispatch(s, id, label, split, run)
 }
 
 /// The shard every one of `keys` is on, if there is one (and a key).
-pub fn one_shard(server: &Server, keys: &[Bytes]) -> Option<usize> {
+fn one_shard(server: &Server, keys: &[Bytes]) -> Option<usize> {
     let (first, rest) = keys.split_first()?;
     let shard = server.shards.shard_of_key(first);
     rest.iter()
@@ -129,18 +126,22 @@ impl Caller {
     }
 }
 
-/// Where a script runs: inside `one`, the shard of its declared keys when
-/// they are all on one shard (see [`one_shard`]) and the script has not
+/// Where the script of `label` (a command whose declared keys are its
+/// arguments 3 to `split`) runs for the client of `s`: inside the shard of
+/// its declared keys when they are all on one shard and the script has not
 /// been seen to reach other shards, else as a plan holding every shard
 /// (see `Action::Script`).
 pub fn dispatch(
-    server: Arc<Server>,
-    one: Option<usize>,
+    s: &Session,
     id: String,
-    body: impl Fn(&ScriptVm, &mut dyn Host) -> Reply + Clone + Send + 'static,
-    caller: Caller,
     label: Label,
+    split: usize,
+    body: impl Fn(&ScriptVm, &mut dyn Host) -> Reply + Clone + Send + 'static,
 ) -> Action {
+    let server = s.server.clone();
+    let declared = &label.1[3..split];
+    let caller = Caller::of(s, declared);
+    let one = one_shard(&server, declared);
     let Some(shard) = one.filter(|_| !server.nonlocal_scripts.contains_key(&id)) else {
         return run_script(server, body, caller, label);
     };
