@@ -255,3 +255,40 @@ fn shutdown_stops_scripts_on_every_shard() {
     drop(again);
     drop(dir);
 }
+
+/// A script whose first run in its shard reaches a key of another shard
+/// gives up there and runs again holding every shard. Commands the client
+/// pipelined after it on its shard (writes, reads, a second such script)
+/// still run after it, in request order: Redis 7.0.15 sent these bytes for
+/// this pipeline.
+#[test]
+fn commands_pipelined_after_a_script_that_falls_back_run_after_it() {
+    use std::io::Write;
+    let srv = start();
+    let keys = key_per_shard("fb");
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    let incr = "redis.call('incr', KEYS[1]); redis.call('incr', ARGV[1]); \
+                return redis.call('get', KEYS[1])";
+    let append = "redis.call('append', KEYS[1], 'x'); redis.call('append', ARGV[1], 'y'); \
+                  return redis.call('get', ARGV[1])";
+    let mut req = Vec::new();
+    for args in [
+        &["EVAL", incr, "1", a, b][..],
+        &["INCR", a],
+        &["GET", a],
+        &["EVAL", append, "1", a, b],
+        &["APPEND", a, "w"],
+        &["EVAL", incr, "1", a, b],
+        &["MGET", a, b],
+    ] {
+        let args: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        cairn::protocol::encode_command(&mut req, &args);
+    }
+    let mut raw = srv.tcp();
+    raw.write_all(&req).unwrap();
+    let want: &[u8] = b"$1\r\n1\r\n:2\r\n$1\r\n2\r\n$2\r\n1y\r\n:3\r\n\
+        -ERR value is not an integer or out of range script: \
+        16bd20260731a62004d2a388d935fbac80d6ca7a, on @user_script:1.\r\n\
+        *2\r\n$3\r\n2xw\r\n$2\r\n1y\r\n";
+    common::read_exactly(&mut raw, want);
+}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::waiting::{keys_on_both_shards, Pending};
-use common::{cmd, int, ok, q, TestServer};
+use common::{cmd, int, ok, q, read_exactly, TestServer};
 use redis::{Connection, Value};
 
 /// `WATCH key; GET key; MULTI; SET key n+1; EXEC`, retried until EXEC
@@ -245,23 +245,6 @@ fn client_list_shows_transactions() {
         (field(&l, "flags"), field(&l, "multi")),
         ("N".into(), "-1".into())
     );
-}
-
-/// Reads from `raw` until `want`'s length has come, and checks it is `want`.
-fn read_exactly(raw: &mut std::net::TcpStream, want: &[u8]) {
-    use std::io::Read;
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 512];
-    while got.len() < want.len() {
-        let n = raw.read(&mut chunk).unwrap();
-        assert!(
-            n > 0,
-            "connection closed after {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&chunk[..n]);
-    }
-    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }
 
 /// A client's own write pipelined just before its WATCH of keys on two

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,11 +24,15 @@ use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
 use crate::server::{ClientEntry, Server};
 use crate::shard::pause::PauseKind;
+use crate::shard::WriteFn;
 
 /// A reply slot in request order.
 enum Slot {
     Ready(Reply),
     Waiting(tokio::sync::oneshot::Receiver<Reply>),
+    /// A command queued behind a script that may fall back (see
+    /// [`Behind`]): if it handed its work back, that runs again here.
+    Behind(tokio::sync::oneshot::Receiver<Reply>, Retry),
     /// The replies of a squashed group of writes: an array with one reply per
     /// write, each going out as its own `ReplyTo` says, with the replies
     /// that were ready among them (see [`Ready`]).
@@ -37,12 +41,56 @@ enum Slot {
         Vec<ReplyTo>,
         Vec<Ready>,
     ),
-    /// A script run in one shard, and what runs instead if it fell back.
+    /// A script run in one shard, and what runs instead if it fell back;
+    /// with a [`Retry`] when it was queued behind another script.
     Script(
         tokio::sync::oneshot::Receiver<Reply>,
-        Arc<std::sync::atomic::AtomicBool>,
+        Arc<AtomicBool>,
         crate::net::session::SlowScript,
+        Option<Retry>,
     ),
+}
+
+/// Where a command queued behind a script hands its work back, and the
+/// shard it runs on.
+type Retry = (usize, Arc<parking_lot::Mutex<Option<WriteFn>>>);
+
+/// This client's scripts queued on a shard's actor, which may still fall
+/// back: give up there (a command needed another shard) and run again as
+/// a plan holding every shard, once their slot is reached in `drain`.
+/// Whatever the client queued on that shard after such a script must not
+/// run before the script's second run, yet it was sent without waiting (a
+/// pipeline of scripts shares the shard's batches). So each command
+/// queued behind one checks `fell_back` when its turn comes on the shard
+/// (the shard runs them in the order they were queued) and, if one ahead
+/// of it fell back, hands its work back untouched, to be queued again in
+/// request order once the script has replied.
+struct Behind {
+    shard: usize,
+    /// Set by the first script of these that falls back.
+    fell_back: Arc<AtomicBool>,
+}
+
+impl Behind {
+    /// `f`, guarded as the type describes; `own` is the fall-back flag
+    /// when `f` is a script itself, whose falling back holds back the
+    /// commands after it.
+    fn guard(&self, f: WriteFn, own: Option<Arc<AtomicBool>>) -> (WriteFn, Retry) {
+        let back: Arc<parking_lot::Mutex<Option<WriteFn>>> = Default::default();
+        let (ahead, handed) = (self.fell_back.clone(), back.clone());
+        let guarded: WriteFn = Box::new(move |w| {
+            if ahead.load(Ordering::Acquire) {
+                *handed.lock() = Some(f);
+                return Ok(Reply::Nil);
+            }
+            let reply = f(w);
+            if own.is_some_and(|own| own.load(Ordering::Acquire)) {
+                ahead.store(true, Ordering::Release);
+            }
+            reply
+        });
+        (guarded, (self.shard, back))
+    }
 }
 
 /// How a reply goes out: its protocol, whether CLIENT REPLY silences it,
@@ -134,9 +182,11 @@ struct Outbox {
     slots: VecDeque<(Slot, ReplyTo)>,
     /// Where this client has writes in flight.
     inflight: Inflight,
+    /// This client's scripts in flight on a shard that may fall back.
+    behind: Option<Behind>,
     out: BytesMut,
     /// Writes collected but not sent yet, with how their replies go out.
-    squash: Vec<(usize, crate::shard::WriteFn, ReplyTo)>,
+    squash: Vec<(usize, WriteFn, ReplyTo)>,
     /// Replies ready among the collected writes.
     squash_ready: Vec<Ready>,
     server: Arc<Server>,
@@ -177,11 +227,7 @@ impl Outbox {
                 Ok(replies) => replies.into_iter().map(Slot::Ready).collect(),
                 Err(writes) => {
                     self.inflight = Inflight::Shard(first);
-                    let shards = &self.server.shards;
-                    writes
-                        .into_iter()
-                        .map(|f| Slot::Waiting(shards.submit(first, f)))
-                        .collect()
+                    writes.into_iter().map(|f| self.submit(first, f)).collect()
                 }
             };
             in_order(slots.into_iter().zip(tos), ready, |slot, to| {
@@ -190,6 +236,7 @@ impl Outbox {
             });
             return;
         }
+        debug_assert!(self.behind.is_none(), "a group spans a script's shard");
         let mut ids: Vec<usize> = group.iter().map(|(s, ..)| *s).collect();
         if let Inflight::Shard(earlier) = self.inflight {
             ids.push(earlier);
@@ -236,6 +283,21 @@ impl Outbox {
         Err(shards.coordinator().submit(ids, blind, plan))
     }
 
+    /// Queues `f` on the actor of shard `id`, where this client's writes
+    /// are in flight, guarded if scripts of the client are (see
+    /// [`Behind`]).
+    fn submit(&self, id: usize, f: WriteFn) -> Slot {
+        let shards = &self.server.shards;
+        match &self.behind {
+            Some(behind) => {
+                debug_assert_eq!(behind.shard, id, "queued beside a script's shard");
+                let (f, retry) = behind.guard(f, None);
+                Slot::Behind(shards.submit(id, f), retry)
+            }
+            None => Slot::Waiting(shards.submit(id, f)),
+        }
+    }
+
     /// Queues a reply slot after any collected writes.
     fn push_slot(&mut self, slot: Slot, to: ReplyTo) {
         self.flush_squash();
@@ -265,9 +327,16 @@ impl Outbox {
         while let Some((slot, to)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
-                Slot::Waiting(rx) => rx.await.unwrap_or_else(|_| Reply::err("shard unavailable")),
-                Slot::Script(rx, fell_back, slow) => {
-                    let r = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
+                Slot::Waiting(rx) => received(rx).await,
+                Slot::Behind(rx, retry) => {
+                    let r = received(rx).await;
+                    retried(&self.server, r, retry).await
+                }
+                Slot::Script(rx, fell_back, slow, retry) => {
+                    let mut r = received(rx).await;
+                    if let Some(retry) = retry {
+                        r = retried(&self.server, r, retry).await;
+                    }
                     if fell_back.load(Ordering::Acquire) {
                         crate::families::blocking::run(&self.server.shards, slow()).await
                     } else {
@@ -276,7 +345,7 @@ impl Outbox {
                 }
                 Slot::Group(rx, flags, ready) => {
                     self.take_pushes(true);
-                    let got = rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"));
+                    let got = received(rx).await;
                     let n = flags.len();
                     let replies: Vec<Reply> = match got {
                         Reply::Array(items) if items.len() == n => items,
@@ -302,6 +371,7 @@ impl Outbox {
             self.release_held();
         }
         self.inflight = Inflight::None;
+        self.behind = None;
         // A reply may follow at once (the command that waited for this
         // drain): invalidations stay behind it.
         self.take_pushes(true);
@@ -346,6 +416,21 @@ impl Outbox {
     }
 }
 
+/// The reply of a command queued behind a script (see [`Behind`]): the one
+/// it sent, or, if it handed its work back, that work's reply once queued
+/// again.
+async fn retried(server: &Server, reply: Reply, (shard, back): Retry) -> Reply {
+    let Some(f) = back.lock().take() else {
+        return reply;
+    };
+    received(server.shards.submit(shard, f)).await
+}
+
+/// A shard's reply, or the error a client gets if the shard went away.
+async fn received(rx: tokio::sync::oneshot::Receiver<Reply>) -> Reply {
+    rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
+}
+
 /// Serves one client until it quits, errs or the server stops.
 pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     let id = server.next_client_id.fetch_add(1, Ordering::Relaxed);
@@ -378,6 +463,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut outbox = Outbox {
         slots: VecDeque::new(),
         inflight: Inflight::None,
+        behind: None,
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
         squash_ready: Vec::new(),
@@ -762,6 +848,11 @@ async fn execute(
     match action {
         Action::Reply(r) => outbox.push_ready(r, to),
         Action::Write { shard, f } => {
+            // Not grouped with writes queued behind a script on another
+            // shard: those may yet have to wait for it (see `Behind`).
+            if outbox.behind.as_ref().is_some_and(|b| b.shard != shard) {
+                outbox.drain().await;
+            }
             outbox.squash.push((shard, f, to));
             if outbox.squash.len() >= MAX_SQUASH {
                 outbox.flush_squash();
@@ -803,14 +894,21 @@ async fn execute(
             };
             match ran {
                 Ok(mut replies) => {
+                    // Nothing else was sent yet: the buffer held no more
+                    // commands, and `drain` runs `slow` before reading.
                     let (tx, rx) = tokio::sync::oneshot::channel();
                     let _ = tx.send(replies.pop().unwrap_or(Reply::Nil));
-                    outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
+                    outbox.push_slot(Slot::Script(rx, fell_back, slow, None), to);
                 }
                 Err(mut writes) => {
                     let f = writes.pop().expect("the script handed back");
+                    let behind = outbox.behind.get_or_insert_with(|| Behind {
+                        shard,
+                        fell_back: Arc::default(),
+                    });
+                    let (f, retry) = behind.guard(f, Some(fell_back.clone()));
                     let rx = server.shards.submit(shard, f);
-                    outbox.push_slot(Slot::Script(rx, fell_back, slow), to);
+                    outbox.push_slot(Slot::Script(rx, fell_back, slow, Some(retry)), to);
                     outbox.inflight = Inflight::Shard(shard);
                 }
             }
@@ -818,10 +916,8 @@ async fn execute(
         Action::Read { shard, f } => {
             outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {
-                let rx = server
-                    .shards
-                    .submit(shard, super::session::read_in_write(f));
-                outbox.push_slot(Slot::Waiting(rx), to);
+                let slot = outbox.submit(shard, super::session::read_in_write(f));
+                outbox.push_slot(slot, to);
             } else {
                 if outbox.inflight != Inflight::None {
                     outbox.drain().await;

@@ -229,6 +229,23 @@ pub fn send_raw(s: &mut TcpStream, args: &[&[u8]]) {
     s.write_all(&out).unwrap();
 }
 
+/// Reads from `raw` until `want`'s length has come, and checks it is `want`.
+pub fn read_exactly(raw: &mut TcpStream, want: &[u8]) {
+    use std::io::Read;
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 512];
+    while got.len() < want.len() {
+        let n = raw.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "connection closed after {:?}",
+            String::from_utf8_lossy(&got)
+        );
+        got.extend_from_slice(&chunk[..n]);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
+}
+
 /// Switches a raw connection to RESP3 (HELLO 3) and reads HELLO's map.
 pub fn hello3(s: &mut TcpStream) {
     use std::io::Read;
