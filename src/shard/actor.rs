@@ -972,9 +972,14 @@ fn serve_blocked(
     served: &mut Vec<(Arc<Waiter>, Reply)>,
 ) -> Result<(), StoreError> {
     while *seen < ctx.signals.len() {
-        let (db, key) = ctx.signals[*seen].clone();
+        // Looked up in place: a push signals its key on every call, and
+        // hardly ever has a waiter to serve.
+        let waiters = {
+            let (db, key) = &ctx.signals[*seen];
+            shared.blocked.handoffs(*db, key, shared.id)
+        };
         *seen += 1;
-        for w in shared.blocked.handoffs(db, &key, shared.id) {
+        for w in waiters {
             let mut stage = w.stage.lock();
             if *stage != Stage::Waiting {
                 continue;
