@@ -20,7 +20,8 @@
 //!   `always` every record is fsynced before the participants commit (they
 //!   then commit without an fsync of their own: the record is the
 //!   durability), and under `everysec` a shard's periodic sync fsyncs the
-//!   log first.
+//!   log first, as does a shard whose log moves to its next generation
+//!   (which fsyncs the finished one: `Store::before_rotate`).
 //!
 //! Records are dropped (the file is cut back to nothing) once every shard
 //! has durably committed every round it took part in.
@@ -163,6 +164,12 @@ impl IntentLog {
             f.dirty = false;
         }
         Ok(())
+    }
+
+    /// Whether every appended record is durable.
+    #[cfg(test)]
+    pub fn synced(&self) -> bool {
+        !self.file.lock().dirty
     }
 
     /// Shard `shard` has made every round up to `txid` durable.

@@ -79,18 +79,30 @@ pub struct ShardSet {
 }
 
 /// How a shard's storage is opened.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct StoreOptions {
     /// redb's page cache, in bytes.
     pub cache_bytes: usize,
     /// Write buffer limits.
     pub limits: crate::storage::store::Limits,
+    /// What the store runs before it fsyncs a full log generation (see
+    /// `Store::before_rotate`); set once the coordination log is open.
+    pub before_rotate: Option<crate::storage::store::BeforeRotate>,
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("cache_bytes", &self.cache_bytes)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Opens (creating if needed) a shard's storage, its log put into its
 /// tables: at start, and when DEBUG RELOAD reopens it.
 pub(super) fn open_store(path: &Path, options: &StoreOptions) -> Result<Arc<Store>, StoreError> {
-    Store::open(
+    let store = Store::open(
         path,
         |path| {
             replay_old_journal(path)?;
@@ -99,7 +111,11 @@ pub(super) fn open_store(path: &Path, options: &StoreOptions) -> Result<Arc<Stor
                 .create(path)?)
         },
         options.limits,
-    )
+    )?;
+    if let Some(hook) = &options.before_rotate {
+        store.before_rotate(hook.clone());
+    }
+    Ok(store)
 }
 
 /// Builds before the shard log made each batch a redb commit and kept a
@@ -148,12 +164,13 @@ impl ShardSet {
         let hub = Arc::new(crate::pubsub::Hub::default());
         let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
         let pause = Arc::new(super::pause::Pause::default());
-        let options = StoreOptions {
+        let mut options = StoreOptions {
             cache_bytes: cfg.cache_mb * 1024 * 1024,
             limits: crate::storage::store::Limits {
                 cap: cfg.write_buffer_mb * 1024 * 1024,
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
             },
+            before_rotate: None,
         };
         let mut dbs = Vec::with_capacity(n);
         for i in 0..n {
@@ -167,7 +184,18 @@ impl ShardSet {
         // Rounds a crash cut short are redone before anything reads the
         // files (see `intent`).
         let intent = Arc::new(recover(&dir, &dbs)?);
+        // A full log generation is fsynced when the shard moves to the
+        // next, outside its own syncs (which fsync the coordination log
+        // first): it may hold parts of rounds whose records are not
+        // durable yet, and a crash would then find a round on this shard
+        // that the others lost and cannot be redone.
+        let hook: crate::storage::store::BeforeRotate = {
+            let intent = intent.clone();
+            Arc::new(move || intent.sync())
+        };
+        options.before_rotate = Some(hook.clone());
         for (_, store) in &dbs {
+            store.before_rotate(hook.clone());
             store.build_key_filter();
         }
         let mut shared = Vec::with_capacity(n);
@@ -549,17 +577,53 @@ mod tests {
     use crate::storage::{KvRead, RowOp, Table};
     use std::sync::atomic::Ordering;
 
-    fn shard_file(dir: &Path, i: usize) -> (PathBuf, Arc<Store>) {
-        let path = dir.join(format!("shard-{i}.redb"));
-        let options = StoreOptions {
+    fn options() -> StoreOptions {
+        StoreOptions {
             cache_bytes: 1 << 20,
             limits: crate::storage::store::Limits {
                 cap: 1 << 20,
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
             },
-        };
-        let store = open_store(&path, &options).unwrap();
+            before_rotate: None,
+        }
+    }
+
+    fn shard_file(dir: &Path, i: usize) -> (PathBuf, Arc<Store>) {
+        let path = dir.join(format!("shard-{i}.redb"));
+        let store = open_store(&path, &options()).unwrap();
         (path, store)
+    }
+
+    /// A shard's log generation holding its part of a round is fsynced
+    /// when the shard moves to the next one, with or without a sync of the
+    /// shard's own: the round's record in the coordination log is durable
+    /// by then, so a crash can never leave the round on this shard alone,
+    /// with nothing to redo it on the others.
+    #[test]
+    fn a_round_record_is_durable_before_a_generation_holding_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = IntentLog::open(dir.path(), 2, 0).unwrap();
+        let log = Arc::new(log);
+        let mut options = options();
+        options.before_rotate = Some({
+            let log = log.clone();
+            Arc::new(move || log.sync())
+        });
+        let store = open_store(&dir.path().join("shard-0.redb"), &options).unwrap();
+        let part = vec![
+            put(Table::Meta, b"k", b"v"),
+            put(Table::Sys, COORD_ROW, &1u64.to_be_bytes()),
+        ];
+        log.append(1, &vec![(0, part.clone()), (1, part.clone())], false)
+            .unwrap();
+        store.commit(part, false).unwrap();
+        assert!(!log.synced());
+        // Past a quarter of the cap the active buffer is frozen and the
+        // log moves on: the generation with the round is fsynced.
+        store
+            .commit(vec![put(Table::Meta, b"big", &[7; 300 << 10])], false)
+            .unwrap();
+        assert!(log.synced());
     }
 
     fn commit(db: &redb::Database, ops: &[RowOp]) {

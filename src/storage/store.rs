@@ -113,7 +113,14 @@ pub struct Store {
     limits: Limits,
     /// The background writer: its queue of frozen buffers and its thread.
     writer: parking_lot::Mutex<Option<Writer>>,
+    /// Run before a log generation is made durable to move to the next
+    /// (see [`Store::before_rotate`]).
+    before_rotate: parking_lot::Mutex<Option<BeforeRotate>>,
 }
+
+/// What must be durable before a log generation is (see
+/// [`Store::before_rotate`]).
+pub type BeforeRotate = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
 
 /// A snapshot's hold on the versions it reads (see `Core::pins`); it also
 /// keeps the store open.
@@ -180,7 +187,18 @@ impl Store {
             wal: parking_lot::Mutex::new(wal),
             limits,
             writer: parking_lot::Mutex::new(Some((tx, thread))),
+            before_rotate: Default::default(),
         }))
+    }
+
+    /// Sets what runs before a full log generation is fsynced to move to
+    /// the next one. That fsync makes durable, outside the shard's own
+    /// syncs, whatever the generation holds, parts of multi-shard rounds
+    /// included; the shard set makes the coordination log durable first,
+    /// so that no round is durable on one shard while its redo record for
+    /// the others is not (see `shard::intent`).
+    pub fn before_rotate(&self, hook: BeforeRotate) {
+        *self.before_rotate.lock() = Some(hook);
     }
 
     /// The redb file (tests and tools that look at the tables alone).
@@ -307,6 +325,9 @@ impl Store {
     /// Hands the active buffer to the background writer and starts a new
     /// one, with a new log generation.
     fn freeze(&self, wal: &mut Wal, active: Arc<Buffer>) -> Result<(), StoreError> {
+        if let Some(hook) = &*self.before_rotate.lock() {
+            hook().map_err(io_err)?;
+        }
         wal.rotate().map_err(io_err)?;
         let core = &self.core;
         let spare = core.spare.lock().take();
