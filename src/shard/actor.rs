@@ -605,8 +605,10 @@ fn run_step(
 
 /// Closes a participant's transaction once its steps have run: its
 /// messages and tracked keys go to the round (published with everyone's
-/// once all have committed), the round id to its `sys` table, and its
-/// changes, encoded, to the round's record. Returns the changes to commit
+/// once all have committed), the round id and participants to its `sys`
+/// table (which mark the shard log's record as a part of the round, for
+/// recovery: `intent::plan_recovery`), and its changes, encoded, to the
+/// round's record. Returns the changes to commit
 /// and what to wake after the commit.
 fn seal(
     shared: &ShardShared,
@@ -623,12 +625,14 @@ fn seal(
     if signals.flushed.is_empty() {
         round.tracked.lock().append(&mut signals.tracked);
     }
+    let with = super::intent::encode_with(&round.participants);
     let finished = ctx
         .put(
             Table::Sys,
             super::intent::COORD_ROW,
             &round.txid.to_be_bytes(),
         )
+        .and_then(|()| ctx.put(Table::Sys, super::intent::WITH_ROW, &with))
         .and_then(|()| ctx.finish());
     if let Ok(ops) = &finished {
         round

@@ -77,6 +77,8 @@ pub enum Step {
 pub struct CommitRound {
     /// The round's id.
     pub txid: u64,
+    /// Its participants' ids, ascending.
+    pub participants: Vec<usize>,
     /// The participants' changes, as they hand them in.
     pub parts: parking_lot::Mutex<Vec<super::intent::EncodedPart>>,
     /// The log.
@@ -296,6 +298,7 @@ impl Locked {
         let failed = Arc::new(AtomicBool::new(false));
         let round = Arc::new(CommitRound {
             txid: self.log.0.next_txid(),
+            participants: self.ids.clone(),
             parts: parking_lot::Mutex::new(Vec::with_capacity(senders.len())),
             log: self.log.0.clone(),
             sync: self.log.1,

@@ -6,10 +6,14 @@
 //! Before any participant commits, the coordinator's round appends one
 //! record to `<dir>/coord.log` holding every participant's changes (the
 //! [`RowOp`]s its transaction captured) under a round id, `txid`; each
-//! participant's transaction also writes `coord_txid = txid` to its `sys`
-//! table. Opening the shards replays every whole record onto each
-//! participant whose `coord_txid` is below the record's: a shard that lost
-//! the round gets it back, a shard that has it is left alone.
+//! participant's transaction also writes `coord_txid = txid` and the
+//! participants (`coord_with`) to its `sys` table, so its shard log's
+//! record shows it is a part of the round. Opening the shards reads every
+//! shard log and this log before replaying anything, and plans
+//! ([`plan_recovery`]): a round a shard lost is redone there from its
+//! record, a shard that has it is left alone, and a round that cannot be
+//! redone where it was lost (its record lost too, after a power loss) is
+//! dropped where it survived, with what followed it there.
 //!
 //! Redo is only right on a shard whose durable state is exactly what the
 //! round started from. Two rules make it so:
@@ -210,6 +214,136 @@ impl IntentLog {
 /// The key of the `sys` row that holds a shard's last round.
 pub const COORD_ROW: &[u8] = b"coord_txid";
 
+/// The key of the `sys` row that holds the participants of a shard's last
+/// round (u16 shard ids): with [`COORD_ROW`] it marks a record of the
+/// shard log as its part of a round, and tells recovery which other
+/// shards must have the round too.
+pub const WITH_ROW: &[u8] = b"coord_with";
+
+/// The participants' ids as [`WITH_ROW`] holds them.
+pub fn encode_with(ids: &[usize]) -> Vec<u8> {
+    ids.iter()
+        .flat_map(|&id| (id as u16).to_be_bytes())
+        .collect()
+}
+
+/// The round a shard log's record is the shard's part of, and the round's
+/// participants; `None` for a commit of the shard alone.
+pub fn round_of(ops: &[RowOp]) -> Option<(u64, Vec<usize>)> {
+    let mut txid = None;
+    let mut with = None;
+    for op in ops {
+        if let RowOp::Put(crate::storage::Table::Sys, key, value) = op {
+            if key == COORD_ROW {
+                txid = value.as_slice().try_into().ok().map(u64::from_be_bytes);
+            } else if key == WITH_ROW {
+                let ids = value.chunks_exact(2);
+                with = Some(
+                    ids.map(|c| u16::from_be_bytes([c[0], c[1]]) as usize)
+                        .collect(),
+                );
+            }
+        }
+    }
+    Some((txid?, with?))
+}
+
+/// What recovery finds of one shard before it replays its log.
+#[derive(Debug, Default)]
+pub struct ShardLog {
+    /// The last round the shard's tables hold ([`COORD_ROW`]).
+    pub tables_txid: u64,
+    /// The whole records of its log (the commits the tables lack).
+    pub records: usize,
+    /// The rounds among them: (record index, round id, participants).
+    pub rounds: Vec<(usize, u64, Vec<usize>)>,
+}
+
+/// What recovery does, from [`plan_recovery`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Recovery {
+    /// Per shard, how many of its log's records go into its tables: a
+    /// prefix, the rest is dropped.
+    pub keep: Vec<usize>,
+    /// The rounds of the coordination log to redo on the participants
+    /// that lack them, ascending.
+    pub redo: Vec<u64>,
+}
+
+/// Works out a consistent state to recover: every round on all of its
+/// participants or on none, from what the shard logs and the coordination
+/// log hold after a crash.
+///
+/// A round a participant lacks is redone there from the coordination
+/// log's record, which is exact if the participant's state is the one the
+/// round started from: its log ends where the round's part would begin,
+/// and every earlier round it took part in is there or redone (its state
+/// before a round is durable by then, see the module doc). Otherwise (the
+/// record is lost, or the participant's state ends earlier) the round is
+/// dropped: each participant whose log has its part keeps only the
+/// records before it, a prefix of its commits, as `everysec` allows, and
+/// later rounds of those participants are judged on what remains. This
+/// is what the OS's own writeback can call for after a power loss: it may
+/// put a round's part in one shard's log on disk before the round's
+/// record and the other parts. Rounds are judged oldest first, since a
+/// shard takes part in rounds in the order of their ids, so one pass
+/// settles them.
+pub fn plan_recovery(logs: &[ShardLog], records: &[Record]) -> Recovery {
+    use std::collections::{BTreeMap, HashMap};
+    let mut keep: Vec<usize> = logs.iter().map(|l| l.records).collect();
+    // Round id -> its participants, and whether its record is here.
+    let mut rounds: BTreeMap<u64, (Vec<usize>, bool)> = BTreeMap::new();
+    for r in records {
+        rounds.insert(r.txid, (r.parts.iter().map(|(s, _)| *s).collect(), true));
+    }
+    let mut parts: Vec<HashMap<u64, usize>> = Vec::with_capacity(logs.len());
+    for log in logs {
+        let mut at = HashMap::new();
+        for (i, txid, with) in &log.rounds {
+            at.insert(*txid, *i);
+            rounds.entry(*txid).or_insert_with(|| (with.clone(), false));
+        }
+        parts.push(at);
+    }
+    // A shard that lost a round that is not redone: no later round can
+    // be redone on it.
+    let mut broken = vec![false; logs.len()];
+    let mut redo = Vec::new();
+    for (txid, (with, logged)) in &rounds {
+        let with: Vec<usize> = with.iter().copied().filter(|&p| p < logs.len()).collect();
+        let mut lacking = false;
+        let mut exact = true;
+        for &p in &with {
+            let at = parts[p].get(txid).copied();
+            if logs[p].tables_txid >= *txid || at.is_some_and(|i| i < keep[p]) {
+                continue;
+            }
+            lacking = true;
+            exact &= !broken[p] && keep[p] == at.unwrap_or(logs[p].records);
+        }
+        if !lacking {
+            continue;
+        }
+        if *logged && exact {
+            redo.push(*txid);
+            continue;
+        }
+        for &p in &with {
+            if let Some(&i) = parts[p].get(txid) {
+                keep[p] = keep[p].min(i);
+            }
+            if logs[p].tables_txid >= *txid {
+                // Never the case: a log generation is fsynced (and then
+                // written into the tables) only after the records of its
+                // rounds, and the state they start from, are durable.
+                tracing::error!(shard = p, txid, "a dropped round is in the tables");
+            }
+            broken[p] = true;
+        }
+    }
+    Recovery { keep, redo }
+}
+
 fn encode(txid: u64, parts: &[EncodedPart]) -> Vec<u8> {
     let body_len = 2 + parts.iter().map(|(_, p)| p.len()).sum::<usize>();
     let mut out = Vec::with_capacity(HEADER + body_len);
@@ -293,6 +427,64 @@ mod tests {
     /// `parts()`, encoded as the participants hand them in.
     fn shares() -> Vec<EncodedPart> {
         parts().iter().map(|(s, o)| encode_part(*s, o)).collect()
+    }
+
+    /// A shard's log for [`plan_recovery`]: its tables' last round, its
+    /// record count and its rounds (index, id, participants).
+    fn log(tables_txid: u64, records: usize, rounds: &[(usize, u64, &[usize])]) -> ShardLog {
+        ShardLog {
+            tables_txid,
+            records,
+            rounds: rounds
+                .iter()
+                .map(|(i, t, w)| (*i, *t, w.to_vec()))
+                .collect(),
+        }
+    }
+
+    /// A record of round `txid` over `with` (its changes do not matter to
+    /// the plan).
+    fn record(txid: u64, with: &[usize]) -> Record {
+        Record {
+            txid,
+            parts: with.iter().map(|&s| (s, Vec::new())).collect(),
+        }
+    }
+
+    #[test]
+    fn a_round_every_participant_has_needs_nothing() {
+        let logs = [log(1, 0, &[]), log(0, 2, &[(0, 1, &[0, 1])])];
+        let plan = plan_recovery(&logs, &[]);
+        assert_eq!((plan.keep, plan.redo), (vec![0, 2], vec![]));
+    }
+
+    /// Rounds a shard lost after the state they start from are redone,
+    /// one after the other, from their records.
+    #[test]
+    fn rounds_lost_on_a_shard_are_redone_in_order() {
+        let logs = [
+            log(0, 3, &[(0, 1, &[0, 1]), (2, 2, &[0, 1])]),
+            log(0, 0, &[]),
+        ];
+        let plan = plan_recovery(&logs, &[record(1, &[0, 1]), record(2, &[0, 1])]);
+        assert_eq!((plan.keep, plan.redo), (vec![3, 0], vec![1, 2]));
+    }
+
+    /// A round that cannot be redone (its record is lost) is dropped where
+    /// it survived, with everything after it there; a later round of that
+    /// shard then cannot be redone on it, record or not, and is dropped
+    /// from its other participants too.
+    #[test]
+    fn a_dropped_round_takes_the_later_rounds_of_its_shards() {
+        let logs = [
+            log(0, 3, &[(0, 1, &[0, 1]), (2, 2, &[0, 2])]),
+            log(0, 0, &[]),
+            log(0, 2, &[(1, 2, &[0, 2])]),
+        ];
+        for records in [vec![], vec![record(2, &[0, 2])]] {
+            let plan = plan_recovery(&logs, &records);
+            assert_eq!((plan.keep, plan.redo), (vec![0, 0, 1], vec![]));
+        }
     }
 
     #[test]

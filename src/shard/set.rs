@@ -102,16 +102,33 @@ impl std::fmt::Debug for StoreOptions {
 /// Opens (creating if needed) a shard's storage, its log put into its
 /// tables: at start, and when DEBUG RELOAD reopens it.
 pub(super) fn open_store(path: &Path, options: &StoreOptions) -> Result<Arc<Store>, StoreError> {
-    let store = Store::open(
-        path,
-        |path| {
-            replay_old_journal(path)?;
-            Ok(redb::Database::builder()
-                .set_cache_size(options.cache_bytes)
-                .create(path)?)
-        },
-        options.limits,
-    )?;
+    let opening = begin_open_store(path, options)?;
+    let all = opening.records().count();
+    finish_open_store(opening, all, options)
+}
+
+/// The first half of [`open_store`]: the file opened, its log read (see
+/// `Store::begin_open`).
+fn begin_open_store(
+    path: &Path,
+    options: &StoreOptions,
+) -> Result<crate::storage::store::Opening, StoreError> {
+    Store::begin_open(path, |path| {
+        replay_old_journal(path)?;
+        Ok(redb::Database::builder()
+            .set_cache_size(options.cache_bytes)
+            .create(path)?)
+    })
+}
+
+/// The second half of [`open_store`]: the first `keep` records of the log
+/// put into the tables, the store started.
+fn finish_open_store(
+    opening: crate::storage::store::Opening,
+    keep: usize,
+    options: &StoreOptions,
+) -> Result<Arc<Store>, StoreError> {
+    let store = Store::finish_open(opening, keep, options.limits)?;
     if let Some(hook) = &options.before_rotate {
         store.before_rotate(hook.clone());
     }
@@ -172,18 +189,8 @@ impl ShardSet {
             },
             before_rotate: None,
         };
-        let mut dbs = Vec::with_capacity(n);
-        for i in 0..n {
-            let path = dir.join(format!("shard-{i}.redb"));
-            let db = open_store(&path, &options).map_err(|source| OpenError::Open {
-                path: path.clone(),
-                source,
-            })?;
-            dbs.push((path, db));
-        }
-        // Rounds a crash cut short are redone before anything reads the
-        // files (see `intent`).
-        let intent = Arc::new(recover(&dir, &dbs)?);
+        let (dbs, intent) = open_files(&dir, n, &options)?;
+        let intent = Arc::new(intent);
         // A full log generation is fsynced when the shard moves to the
         // next, outside its own syncs (which fsync the coordination log
         // first): it may hold parts of rounds whose records are not
@@ -414,6 +421,7 @@ impl ShardSet {
         }
         let round = super::coordinator::CommitRound {
             txid: self.intent.next_txid(),
+            participants: ids.clone(),
             parts: Default::default(),
             log: self.intent.clone(),
             sync: false,
@@ -502,14 +510,95 @@ impl ShardSet {
     }
 }
 
-/// Opens the coordination log and redoes, on each shard that lost it, every
-/// round it holds; the redone rounds are committed durably, so the log is
-/// then cleared.
-fn recover(
+/// Each shard's file and its store.
+type ShardFiles = Vec<(PathBuf, Arc<Store>)>;
+
+/// Opens the `n` shard files of `dir` and the coordination log, and
+/// recovers what a crash left: every round on all its shards or on none
+/// (how much of each shard's log to keep, and which rounds to redo where a
+/// crash cut them short: see `intent`), before anything reads the files.
+fn open_files(
+    dir: &Path,
+    n: usize,
+    options: &StoreOptions,
+) -> Result<(ShardFiles, super::intent::IntentLog), OpenError> {
+    let open_err = |path: &PathBuf| {
+        let path = path.clone();
+        move |source| OpenError::Open { path, source }
+    };
+    let mut openings = Vec::with_capacity(n);
+    for i in 0..n {
+        let path = dir.join(format!("shard-{i}.redb"));
+        let opening = begin_open_store(&path, options).map_err(open_err(&path))?;
+        openings.push((path, opening));
+    }
+    let (log, records, plan) = plan_open(dir, &openings)?;
+    let mut dbs = Vec::with_capacity(n);
+    for ((path, opening), keep) in openings.into_iter().zip(&plan.keep) {
+        let db = finish_open_store(opening, *keep, options).map_err(open_err(&path))?;
+        dbs.push((path, db));
+    }
+    let log = redo(dir, &dbs, log, &records, &plan.redo)?;
+    Ok((dbs, log))
+}
+
+/// Opens the coordination log and works out, from it and what each
+/// shard's tables and log hold, how to recover (see
+/// `intent::plan_recovery`).
+fn plan_open(
+    dir: &Path,
+    openings: &[(PathBuf, crate::storage::store::Opening)],
+) -> Result<
+    (
+        super::intent::IntentLog,
+        Vec<super::intent::Record>,
+        super::intent::Recovery,
+    ),
+    OpenError,
+> {
+    use super::intent::{round_of, IntentLog, ShardLog, COORD_ROW};
+    use crate::storage::tables::read_sys_u64;
+    let mut logs = Vec::with_capacity(openings.len());
+    let mut max = 0;
+    for (path, opening) in openings {
+        let tables_txid =
+            read_sys_u64(opening.db(), COORD_ROW).map_err(|source| OpenError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        let mut log = ShardLog {
+            tables_txid,
+            ..ShardLog::default()
+        };
+        for (i, record) in opening.records().enumerate() {
+            if let Some((txid, with)) = round_of(&record.ops) {
+                log.rounds.push((i, txid, with));
+                max = max.max(txid);
+            }
+            log.records += 1;
+        }
+        max = max.max(tables_txid);
+        logs.push(log);
+    }
+    let (log, records) =
+        IntentLog::open(dir, openings.len(), max).map_err(|source| OpenError::Dir {
+            dir: dir.to_path_buf(),
+            source,
+        })?;
+    let plan = super::intent::plan_recovery(&logs, &records);
+    Ok((log, records, plan))
+}
+
+/// Redoes the rounds `redo` of `records` on each shard that lacks them;
+/// the redone rounds are committed durably, so the log is then cleared.
+fn redo(
     dir: &Path,
     dbs: &[(PathBuf, Arc<Store>)],
+    log: super::intent::IntentLog,
+    records: &[super::intent::Record],
+    redo: &[u64],
 ) -> Result<super::intent::IntentLog, OpenError> {
-    use super::intent::{IntentLog, COORD_ROW};
+    use super::intent::COORD_ROW;
     use crate::storage::tables::{apply_row_ops, read_sys_u64};
     let open_err = |path: &PathBuf, source: StoreError| OpenError::Open {
         path: path.clone(),
@@ -523,10 +612,9 @@ fn recover(
         dir: dir.to_path_buf(),
         source,
     };
-    let max = last.iter().copied().max().unwrap_or(0);
-    let (log, records) = IntentLog::open(dir, dbs.len(), max).map_err(dir_err)?;
+    let redo: std::collections::HashSet<u64> = redo.iter().copied().collect();
     let mut redone = 0;
-    for record in &records {
+    for record in records.iter().filter(|r| redo.contains(&r.txid)) {
         for (shard, ops) in &record.parts {
             let Some((path, db)) = dbs.get(*shard) else {
                 continue;
@@ -572,7 +660,7 @@ fn count_shard_files(dir: &Path) -> std::io::Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::shard::intent::{IntentLog, COORD_ROW};
+    use crate::shard::intent::{encode_with, IntentLog, COORD_ROW, WITH_ROW};
     use crate::storage::tables::{apply_row_ops, read_sys_u64};
     use crate::storage::{KvRead, RowOp, Table};
     use std::sync::atomic::Ordering;
@@ -636,6 +724,19 @@ mod tests {
         RowOp::Put(t, k.to_vec(), v.to_vec())
     }
 
+    /// A round's part as shard `shard` commits it, among `with`.
+    fn part(txid: u64, with: &[usize], key: &[u8], v: &[u8]) -> Vec<RowOp> {
+        vec![
+            put(Table::Meta, key, v),
+            put(Table::Sys, COORD_ROW, &txid.to_be_bytes()),
+            put(Table::Sys, WITH_ROW, &encode_with(with)),
+        ]
+    }
+
+    fn read(store: &Arc<Store>, k: &[u8]) -> Option<Vec<u8>> {
+        store.latest(0).unwrap().get(Table::Meta, k).unwrap()
+    }
+
     /// A crash after shard 0 committed round 1 and before shard 1 did:
     /// reopening redoes the round on shard 1 only, and leaves shard 0's
     /// later writes alone.
@@ -643,37 +744,64 @@ mod tests {
     fn a_round_cut_short_is_redone_where_it_was_lost() {
         let dir = tempfile::tempdir().unwrap();
         let dbs = vec![shard_file(dir.path(), 0), shard_file(dir.path(), 1)];
-        let round = |v: &[u8], key: &[u8]| {
-            vec![
-                put(Table::Meta, key, v),
-                put(Table::Sys, COORD_ROW, &1u64.to_be_bytes()),
-            ]
-        };
         let (log, _) = IntentLog::open(dir.path(), 2, 0).unwrap();
         let txid = log.next_txid();
         assert_eq!(txid, 1);
-        log.append(
-            txid,
-            &vec![(0, round(b"r1", b"a")), (1, round(b"r1", b"b"))],
-            true,
-        )
-        .unwrap();
+        let parts = vec![
+            (0, part(1, &[0, 1], b"a", b"r1")),
+            (1, part(1, &[0, 1], b"b", b"r1")),
+        ];
+        log.append(txid, &parts, true).unwrap();
         drop(log);
-        commit(dbs[0].1.db(), &round(b"r1", b"a"));
-        commit(dbs[0].1.db(), &[put(Table::Meta, b"a", b"later")]);
+        // In the tables on one shard, in the log on the other.
+        commit(dbs[0].1.db(), &parts[0].1);
+        dbs[0]
+            .1
+            .commit(vec![put(Table::Meta, b"a", b"later")], false)
+            .unwrap();
+        drop(dbs);
 
-        let log = recover(dir.path(), &dbs).unwrap();
-        let read = |db: &redb::Database, k: &[u8]| {
-            crate::storage::ReadCtx::begin(db, 0)
-                .unwrap()
-                .get(Table::Meta, k)
-                .unwrap()
-        };
-        assert_eq!(read(dbs[0].1.db(), b"a"), Some(b"later".to_vec()));
-        assert_eq!(read(dbs[1].1.db(), b"b"), Some(b"r1".to_vec()));
+        let (dbs, log) = open_files(dir.path(), 2, &options()).unwrap();
+        assert_eq!(read(&dbs[0].1, b"a"), Some(b"later".to_vec()));
+        assert_eq!(read(&dbs[1].1, b"b"), Some(b"r1".to_vec()));
         assert_eq!(read_sys_u64(dbs[1].1.db(), COORD_ROW).unwrap(), 1);
         assert_eq!(log.next_txid(), 2);
         assert_eq!(std::fs::metadata(log.path()).unwrap().len(), 0);
+    }
+
+    /// After a power loss the OS may have written back shard 0's log with
+    /// its part of round 1 while the round's record and shard 1's part
+    /// were lost: nothing can redo the round on shard 1, so reopening
+    /// drops it from shard 0 with what shard 0 committed after it, and
+    /// keeps what came before (a prefix of each shard's commits).
+    #[test]
+    fn a_round_its_record_and_a_part_lost_is_dropped_where_it_survived() {
+        let dir = tempfile::tempdir().unwrap();
+        let dbs = vec![shard_file(dir.path(), 0), shard_file(dir.path(), 1)];
+        let s0 = &dbs[0].1;
+        s0.commit(vec![put(Table::Meta, b"a", b"before")], false)
+            .unwrap();
+        s0.commit(part(1, &[0, 1], b"a", b"r1"), false).unwrap();
+        s0.commit(vec![put(Table::Meta, b"c", b"after")], false)
+            .unwrap();
+        dbs[1]
+            .1
+            .commit(vec![put(Table::Meta, b"b", b"own")], false)
+            .unwrap();
+        drop(dbs);
+
+        let (dbs, log) = open_files(dir.path(), 2, &options()).unwrap();
+        assert_eq!(read(&dbs[0].1, b"a"), Some(b"before".to_vec()));
+        assert_eq!(read(&dbs[0].1, b"c"), None);
+        assert_eq!(read_sys_u64(dbs[0].1.db(), COORD_ROW).unwrap(), 0);
+        assert_eq!(read(&dbs[1].1, b"b"), Some(b"own".to_vec()));
+        // The dropped round's id is not given out again.
+        assert_eq!(log.next_txid(), 2);
+        // The same files again: what was dropped stays dropped.
+        drop(dbs);
+        let (dbs, _) = open_files(dir.path(), 2, &options()).unwrap();
+        assert_eq!(read(&dbs[0].1, b"a"), Some(b"before".to_vec()));
+        assert_eq!(read(&dbs[0].1, b"c"), None);
     }
 
     /// A page journal an older build left after a crash (its last commits

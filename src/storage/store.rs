@@ -10,10 +10,12 @@
 //! file. Readers see the buffers merged over the tables at one sequence
 //! number (see `ReadCtx`).
 //!
-//! Opening a store puts every whole record of the log's generations newer
-//! than `wal_gen` into the tables first, so a shard always starts with
-//! empty buffers; the coordination log's redo (`shard::intent`) then works
-//! on the tables alone.
+//! Opening a store puts the whole records of the log's generations newer
+//! than `wal_gen` into the tables first (all of them, or the prefix the
+//! shard set keeps so that no multi-shard round is left on some shards
+//! only: `Store::begin_open`), so a shard always starts with empty
+//! buffers; the coordination log's redo (`shard::intent`) then works on
+//! the tables alone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -156,11 +158,56 @@ impl Store {
         open_db: impl FnOnce(&Path) -> Result<Database, StoreError>,
         limits: Limits,
     ) -> Result<Arc<Store>, StoreError> {
+        let opening = Store::begin_open(path, open_db)?;
+        let all = opening.records().count();
+        Store::finish_open(opening, all, limits)
+    }
+
+    /// Opens the redb file at `path` and reads the whole records of the
+    /// log that its tables lack, without putting them there yet: whoever
+    /// opens several shards decides how many of each to keep, so that no
+    /// multi-shard round is left on some of them only
+    /// (`shard::intent::plan_recovery`).
+    pub fn begin_open(
+        path: &Path,
+        open_db: impl FnOnce(&Path) -> Result<Database, StoreError>,
+    ) -> Result<Opening, StoreError> {
         let db = open_db(path)?;
         init_file(&db)?;
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let stem = stem(path);
-        let gen = recover(&db, &dir, &stem)?;
+        let applied = read_sys_u64(&db, wal::GEN_ROW)?;
+        let mut gens = Vec::new();
+        for (gen, path) in wal::existing(&dir, &stem).map_err(io_err)? {
+            if gen <= applied {
+                continue;
+            }
+            // Each generation is read up to its first record that is not
+            // whole or not its own: a generation was fsynced whole before
+            // the next one began, so only the last can end in a torn
+            // record.
+            let (found, _) = wal::read(&path, gen).map_err(io_err)?;
+            gens.push((gen, found));
+        }
+        Ok(Opening {
+            db,
+            dir,
+            stem,
+            applied,
+            gens,
+        })
+    }
+
+    /// Finishes [`Store::begin_open`]: puts the first `keep` records of
+    /// the log into the tables (the rest are dropped), starts a new log
+    /// generation and the background writer.
+    pub fn finish_open(
+        opening: Opening,
+        keep: usize,
+        limits: Limits,
+    ) -> Result<Arc<Store>, StoreError> {
+        let gen = recover(&opening, keep)?;
+        let Opening { db, dir, stem, .. } = opening;
         let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
         let core = Arc::new(Core {
             db,
@@ -575,39 +622,62 @@ impl Core {
 /// Puts every whole record of the log generations the tables do not hold
 /// yet into them, durably, and is done with the log files; returns the
 /// last generation.
-fn recover(db: &Database, dir: &Path, stem: &str) -> Result<u64, StoreError> {
-    let applied = read_sys_u64(db, wal::GEN_ROW)?;
-    let files = wal::existing(dir, stem).map_err(io_err)?;
-    let mut last = applied;
-    let mut records = 0;
-    let txn = db.begin_write()?;
+/// A store being opened: its file, and its log's records the tables lack
+/// (see [`Store::begin_open`]).
+pub struct Opening {
+    db: Database,
+    dir: PathBuf,
+    stem: String,
+    /// The last log generation the tables hold.
+    applied: u64,
+    /// The later generations' whole records, oldest first.
+    gens: Vec<(u64, Vec<wal::Record>)>,
+}
+
+impl Opening {
+    /// The redb file, its tables as they are before the log goes in.
+    pub fn db(&self) -> &Database {
+        &self.db
+    }
+
+    /// The log's records the tables lack, oldest first.
+    pub fn records(&self) -> impl Iterator<Item = &wal::Record> {
+        self.gens.iter().flat_map(|(_, found)| found)
+    }
+}
+
+/// Puts the first `keep` of the log's records into the tables in one
+/// durable transaction that also records the last generation read, drops
+/// the log files and returns that generation: the store starts with empty
+/// buffers and a fresh log.
+fn recover(opening: &Opening, keep: usize) -> Result<u64, StoreError> {
+    let last = opening.gens.last().map_or(opening.applied, |(gen, _)| *gen);
+    let txn = opening.db.begin_write()?;
     let mut w = TableWriter::new(&txn);
-    for (gen, path) in &files {
-        if *gen <= applied {
-            continue;
-        }
-        // Each generation is read up to its first record that is not
-        // whole or not its own: a generation was fsynced whole before the
-        // next one began, so only the last can end in a torn record.
-        let (found, _) = wal::read(path, *gen).map_err(io_err)?;
-        for op in found.iter().flat_map(|r| &r.ops) {
-            w.apply(op.as_change())?;
-        }
-        records += found.len();
-        last = *gen;
+    for op in opening.records().take(keep).flat_map(|r| &r.ops) {
+        w.apply(op.as_change())?;
     }
     let gen = last.to_be_bytes();
     w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
     drop(w);
     txn.commit()?;
-    if records > 0 {
+    let (stem, found) = (&opening.stem, opening.records().count());
+    if keep > 0 {
         tracing::info!(
             shard = stem,
-            records,
+            records = keep,
             "replayed the shard log into the tables"
         );
     }
-    wal::remove_upto(dir, stem, u64::MAX).map_err(io_err)?;
+    if keep < found {
+        tracing::warn!(
+            shard = stem,
+            dropped = found - keep,
+            "dropped the shard log's records from a multi-shard commit \
+             that other shards lost, and after it"
+        );
+    }
+    wal::remove_upto(&opening.dir, stem, u64::MAX).map_err(io_err)?;
     Ok(last)
 }
 
