@@ -103,8 +103,7 @@ impl std::fmt::Debug for StoreOptions {
 /// tables: at start, and when DEBUG RELOAD reopens it.
 pub(super) fn open_store(path: &Path, options: &StoreOptions) -> Result<Arc<Store>, StoreError> {
     let opening = begin_open_store(path, options)?;
-    let all = opening.records().count();
-    finish_open_store(opening, all, options)
+    finish_open_store(opening, usize::MAX, options)
 }
 
 /// The first half of [`open_store`]: the file opened, its log read (see
@@ -570,13 +569,20 @@ fn plan_open(
             tables_txid,
             ..ShardLog::default()
         };
-        for (i, record) in opening.records().enumerate() {
-            if let Some((txid, with)) = round_of(&record.ops) {
-                log.rounds.push((i, txid, with));
-                max = max.max(txid);
-            }
-            log.records += 1;
-        }
+        let mut i = 0;
+        log.records = opening
+            .scan(|record| {
+                if let Some((txid, with)) = round_of(&record.ops) {
+                    log.rounds.push((i, txid, with));
+                    max = max.max(txid);
+                }
+                i += 1;
+                Ok(())
+            })
+            .map_err(|source| OpenError::Open {
+                path: path.clone(),
+                source,
+            })?;
         max = max.max(tables_txid);
         logs.push(log);
     }

@@ -159,15 +159,14 @@ impl Store {
         limits: Limits,
     ) -> Result<Arc<Store>, StoreError> {
         let opening = Store::begin_open(path, open_db)?;
-        let all = opening.records().count();
-        Store::finish_open(opening, all, limits)
+        Store::finish_open(opening, usize::MAX, limits)
     }
 
-    /// Opens the redb file at `path` and reads the whole records of the
-    /// log that its tables lack, without putting them there yet: whoever
-    /// opens several shards decides how many of each to keep, so that no
-    /// multi-shard round is left on some of them only
-    /// (`shard::intent::plan_recovery`).
+    /// Opens the redb file at `path` and finds the log generations its
+    /// tables lack, without putting them there yet: whoever opens several
+    /// shards reads them first ([`Opening::scan`]) and decides how many
+    /// records of each to keep, so that no multi-shard round is left on
+    /// some of them only (`shard::intent::plan_recovery`).
     pub fn begin_open(
         path: &Path,
         open_db: impl FnOnce(&Path) -> Result<Database, StoreError>,
@@ -177,18 +176,8 @@ impl Store {
         let dir = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let stem = stem(path);
         let applied = read_sys_u64(&db, wal::GEN_ROW)?;
-        let mut gens = Vec::new();
-        for (gen, path) in wal::existing(&dir, &stem).map_err(io_err)? {
-            if gen <= applied {
-                continue;
-            }
-            // Each generation is read up to its first record that is not
-            // whole or not its own: a generation was fsynced whole before
-            // the next one began, so only the last can end in a torn
-            // record.
-            let (found, _) = wal::read(&path, gen).map_err(io_err)?;
-            gens.push((gen, found));
-        }
+        let mut gens = wal::existing(&dir, &stem).map_err(io_err)?;
+        gens.retain(|(gen, _)| *gen > applied);
         Ok(Opening {
             db,
             dir,
@@ -619,19 +608,16 @@ impl Core {
     }
 }
 
-/// Puts every whole record of the log generations the tables do not hold
-/// yet into them, durably, and is done with the log files; returns the
-/// last generation.
-/// A store being opened: its file, and its log's records the tables lack
-/// (see [`Store::begin_open`]).
+/// A store being opened: its file, and the log generations its tables
+/// lack (see [`Store::begin_open`]).
 pub struct Opening {
     db: Database,
     dir: PathBuf,
     stem: String,
     /// The last log generation the tables hold.
     applied: u64,
-    /// The later generations' whole records, oldest first.
-    gens: Vec<(u64, Vec<wal::Record>)>,
+    /// The later generations' files, oldest first.
+    gens: Vec<(u64, PathBuf)>,
 }
 
 impl Opening {
@@ -640,9 +626,22 @@ impl Opening {
         &self.db
     }
 
-    /// The log's records the tables lack, oldest first.
-    pub fn records(&self) -> impl Iterator<Item = &wal::Record> {
-        self.gens.iter().flat_map(|(_, found)| found)
+    /// Hands `each` the whole records of the log the tables lack, oldest
+    /// first; returns how many there were. A generation is read (into
+    /// memory) one at a time, up to its first record that is not whole
+    /// or not its own: a generation was fsynced whole before the next one
+    /// began, so only the last can end in a torn record.
+    pub fn scan(
+        &self,
+        mut each: impl FnMut(&wal::Record) -> Result<(), StoreError>,
+    ) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for (gen, path) in &self.gens {
+            let (found, _) = wal::read(path, *gen).map_err(io_err)?;
+            found.iter().try_for_each(&mut each)?;
+            n += found.len();
+        }
+        Ok(n)
     }
 }
 
@@ -654,25 +653,30 @@ fn recover(opening: &Opening, keep: usize) -> Result<u64, StoreError> {
     let last = opening.gens.last().map_or(opening.applied, |(gen, _)| *gen);
     let txn = opening.db.begin_write()?;
     let mut w = TableWriter::new(&txn);
-    for op in opening.records().take(keep).flat_map(|r| &r.ops) {
-        w.apply(op.as_change())?;
-    }
+    let stem = &opening.stem;
+    let mut kept = 0;
+    let found = opening.scan(|record| {
+        if kept == keep {
+            return Ok(());
+        }
+        kept += 1;
+        record.ops.iter().try_for_each(|op| w.apply(op.as_change()))
+    })?;
     let gen = last.to_be_bytes();
     w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
     drop(w);
     txn.commit()?;
-    let (stem, found) = (&opening.stem, opening.records().count());
-    if keep > 0 {
+    if kept > 0 {
         tracing::info!(
             shard = stem,
-            records = keep,
+            records = kept,
             "replayed the shard log into the tables"
         );
     }
-    if keep < found {
+    if kept < found {
         tracing::warn!(
             shard = stem,
-            dropped = found - keep,
+            dropped = found - kept,
             "dropped the shard log's records from a multi-shard commit \
              that other shards lost, and after it"
         );
