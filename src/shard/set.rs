@@ -512,6 +512,12 @@ impl ShardSet {
 /// Each shard's file and its store.
 type ShardFiles = Vec<(PathBuf, Arc<Store>)>;
 
+/// The error of opening the shard file `path`.
+fn open_err(path: &Path) -> impl FnOnce(StoreError) -> OpenError {
+    let path = path.to_path_buf();
+    move |source| OpenError::Open { path, source }
+}
+
 /// Opens the `n` shard files of `dir` and the coordination log, and
 /// recovers what a crash left: every round on all its shards or on none
 /// (how much of each shard's log to keep, and which rounds to redo where a
@@ -521,10 +527,6 @@ fn open_files(
     n: usize,
     options: &StoreOptions,
 ) -> Result<(ShardFiles, super::intent::IntentLog), OpenError> {
-    let open_err = |path: &PathBuf| {
-        let path = path.clone();
-        move |source| OpenError::Open { path, source }
-    };
     let mut openings = Vec::with_capacity(n);
     for i in 0..n {
         let path = dir.join(format!("shard-{i}.redb"));
@@ -560,11 +562,7 @@ fn plan_open(
     let mut logs = Vec::with_capacity(openings.len());
     let mut max = 0;
     for (path, opening) in openings {
-        let tables_txid =
-            read_sys_u64(opening.db(), COORD_ROW).map_err(|source| OpenError::Open {
-                path: path.clone(),
-                source,
-            })?;
+        let tables_txid = read_sys_u64(opening.db(), COORD_ROW).map_err(open_err(path))?;
         let mut log = ShardLog {
             tables_txid,
             ..ShardLog::default()
@@ -579,10 +577,7 @@ fn plan_open(
                 i += 1;
                 Ok(())
             })
-            .map_err(|source| OpenError::Open {
-                path: path.clone(),
-                source,
-            })?;
+            .map_err(open_err(path))?;
         max = max.max(tables_txid);
         logs.push(log);
     }
@@ -606,13 +601,9 @@ fn redo(
 ) -> Result<super::intent::IntentLog, OpenError> {
     use super::intent::COORD_ROW;
     use crate::storage::tables::{apply_row_ops, read_sys_u64};
-    let open_err = |path: &PathBuf, source: StoreError| OpenError::Open {
-        path: path.clone(),
-        source,
-    };
     let mut last = Vec::with_capacity(dbs.len());
     for (path, db) in dbs {
-        last.push(read_sys_u64(db.db(), COORD_ROW).map_err(|e| open_err(path, e))?);
+        last.push(read_sys_u64(db.db(), COORD_ROW).map_err(open_err(path))?);
     }
     let dir_err = |source| OpenError::Dir {
         dir: dir.to_path_buf(),
@@ -634,7 +625,7 @@ fn redo(
                 txn.commit()?;
                 Ok(())
             };
-            apply().map_err(|e| open_err(path, e))?;
+            apply().map_err(open_err(path))?;
             last[*shard] = record.txid;
             redone += 1;
         }
