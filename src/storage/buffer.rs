@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::ops::Bound;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use super::tables::{RowOp, Table};
@@ -180,6 +180,8 @@ struct Tables {
 pub struct Buffer {
     tables: parking_lot::RwLock<Tables>,
     bytes: AtomicUsize,
+    /// The sequence number of the last commit applied.
+    last_seq: AtomicU64,
     /// The generation of the shard log holding the commits this buffer
     /// took: once the buffer is in the tables, that log file goes.
     pub gen: u64,
@@ -191,6 +193,7 @@ impl Buffer {
         Buffer {
             tables: Default::default(),
             bytes: AtomicUsize::new(0),
+            last_seq: AtomicU64::new(0),
             gen,
         }
     }
@@ -237,7 +240,13 @@ impl Buffer {
     pub fn renumbered(mut self, gen: u64) -> Buffer {
         debug_assert_eq!(self.bytes(), 0, "only an emptied buffer is reused");
         self.gen = gen;
+        *self.last_seq.get_mut() = 0;
         self
+    }
+
+    /// The sequence number of the last commit applied (0: none).
+    pub fn last_seq(&self) -> u64 {
+        self.last_seq.load(Ordering::Acquire)
     }
 
     /// Memory the buffer holds, roughly (payload plus per-row overhead).
@@ -248,6 +257,7 @@ impl Buffer {
     /// Applies the changes of commit `seq`, in order. Versions that no
     /// reader at `keep` or later can see are dropped on the way.
     pub fn apply(&self, seq: u64, ops: Vec<RowOp>, keep: u64) {
+        self.last_seq.fetch_max(seq, Ordering::AcqRel);
         let mut t = self.tables.write();
         let mut delta: isize = 0;
         for op in ops {

@@ -195,7 +195,7 @@ impl Store {
         keep: usize,
         limits: Limits,
     ) -> Result<Arc<Store>, StoreError> {
-        let gen = recover(&opening, keep)?;
+        let (gen, seq) = recover(&opening, keep)?;
         let Opening { db, dir, stem, .. } = opening;
         let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
         let core = Arc::new(Core {
@@ -204,7 +204,7 @@ impl Store {
             stem,
             view: parking_lot::Mutex::new(vec![Arc::new(Buffer::new(gen + 1))]),
             pins: Default::default(),
-            published: AtomicU64::new(0),
+            published: AtomicU64::new(seq),
             frozen_bytes: AtomicUsize::new(0),
             room: Default::default(),
             filter: Default::default(),
@@ -235,6 +235,13 @@ impl Store {
     /// the others is not (see `shard::intent`).
     pub fn before_rotate(&self, hook: BeforeRotate) {
         *self.before_rotate.lock() = Some(hook);
+    }
+
+    /// The sequence number of the last commit: the shard's next commit
+    /// takes the one after it (a multi-shard round notes it, for
+    /// recovery: `shard::intent`). Numbers go on across restarts.
+    pub fn last_seq(&self) -> u64 {
+        self.core.published.load(Ordering::Acquire)
     }
 
     /// The redb file (tests and tools that look at the tables alone).
@@ -556,6 +563,8 @@ impl Core {
         })?;
         let gen = buf.gen.to_be_bytes();
         w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
+        let seq = buf.last_seq().to_be_bytes();
+        w.apply(Change::Row(Table::Sys, wal::SEQ_ROW, Some(&seq)))?;
         drop(w);
         txn.commit()?;
         Ok(())
@@ -646,11 +655,13 @@ impl Opening {
 }
 
 /// Puts the first `keep` of the log's records into the tables in one
-/// durable transaction that also records the last generation read, drops
-/// the log files and returns that generation: the store starts with empty
-/// buffers and a fresh log.
-fn recover(opening: &Opening, keep: usize) -> Result<u64, StoreError> {
+/// durable transaction that also records the last generation read and
+/// the last commit's sequence number, drops the log files and returns
+/// both: the store starts with empty buffers and a fresh log, numbering
+/// its commits on from there.
+fn recover(opening: &Opening, keep: usize) -> Result<(u64, u64), StoreError> {
     let last = opening.gens.last().map_or(opening.applied, |(gen, _)| *gen);
+    let mut seq = read_sys_u64(&opening.db, wal::SEQ_ROW)?;
     let txn = opening.db.begin_write()?;
     let mut w = TableWriter::new(&txn);
     let stem = &opening.stem;
@@ -660,10 +671,16 @@ fn recover(opening: &Opening, keep: usize) -> Result<u64, StoreError> {
             return Ok(());
         }
         kept += 1;
+        seq = seq.max(record.seq);
         record.ops.iter().try_for_each(|op| w.apply(op.as_change()))
     })?;
     let gen = last.to_be_bytes();
     w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
+    w.apply(Change::Row(
+        Table::Sys,
+        wal::SEQ_ROW,
+        Some(&seq.to_be_bytes()),
+    ))?;
     drop(w);
     txn.commit()?;
     if kept > 0 {
@@ -682,7 +699,7 @@ fn recover(opening: &Opening, keep: usize) -> Result<u64, StoreError> {
         );
     }
     wal::remove_upto(&opening.dir, stem, u64::MAX).map_err(io_err)?;
-    Ok(last)
+    Ok((last, seq))
 }
 
 fn io_err(e: std::io::Error) -> StoreError {
@@ -731,6 +748,30 @@ mod tests {
         assert_eq!(before.get(Table::Meta, b"b").unwrap(), None);
         assert_eq!(get(&store, "a").as_deref(), Some("2"));
         assert_eq!(get(&store, "b").as_deref(), Some("2"));
+    }
+
+    /// A shard's commits are numbered on across restarts, whether its
+    /// last commits were still in the log (put into the tables when it
+    /// opens) or already written out by the background writer.
+    #[test]
+    fn commit_numbers_go_on_across_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let store = open(&path, 1 << 20);
+        assert_eq!(store.last_seq(), 0);
+        store.commit(put("a", "1"), false).unwrap();
+        store.commit(put("a", "2"), false).unwrap();
+        drop(store);
+        let store = open(&path, 1 << 20);
+        assert_eq!(store.last_seq(), 2);
+        store.commit(put("a", "3"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!(read_sys_u64(store.db(), wal::SEQ_ROW).unwrap(), 3);
+        drop(store);
+        let store = open(&path, 1 << 20);
+        assert_eq!(store.last_seq(), 3);
+        assert_eq!(get(&store, "a").as_deref(), Some("3"));
     }
 
     /// Waits (10 s at most, else fails with `what`) until `done`: the

@@ -61,6 +61,12 @@ pub const WINDOW: usize = 4 << 20;
 /// The `sys` row naming the last log generation the tables hold.
 pub const GEN_ROW: &[u8] = b"wal_gen";
 
+/// The `sys` row holding the sequence number of the last commit the
+/// tables hold: a shard's commits are numbered on from it after a restart,
+/// so a number names one commit for the shard's whole life (recovery
+/// compares them with where a multi-shard round began: `shard::intent`).
+pub const SEQ_ROW: &[u8] = b"wal_seq";
+
 /// The file of generation `gen`.
 pub fn path(dir: &Path, stem: &str, gen: u64) -> PathBuf {
     dir.join(format!("{stem}-{gen}.wal"))
