@@ -626,6 +626,9 @@ fn seal(
         round.tracked.lock().append(&mut signals.tracked);
     }
     let with = super::intent::encode_with(&round.participants);
+    // Where the round begins here: the shard's core is held, so its part
+    // is the commit right after this one.
+    let start = shared.store().map_or(0, |s| s.last_seq());
     let finished = ctx
         .put(
             Table::Sys,
@@ -638,7 +641,7 @@ fn seal(
         round
             .parts
             .lock()
-            .push(super::intent::encode_part(shared.id, ops));
+            .push(super::intent::encode_part(shared.id, start, ops));
     }
     (finished, signals)
 }

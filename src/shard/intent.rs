@@ -40,7 +40,12 @@ use crate::storage::rowops::{self, Cursor};
 use crate::storage::RowOp;
 
 /// First bytes of every record.
-const MAGIC: u32 = 0x636f_6f72;
+const MAGIC: u32 = 0x636f_6f73;
+/// First bytes of a record of an older build, whose parts do not say
+/// where their shard's log stood (see [`Record::starts`]).
+const MAGIC_V1: u32 = 0x636f_6f72;
+/// A part's start when it is not known (see [`Record::starts`]).
+const UNKNOWN: u64 = u64::MAX;
 /// Record header: magic u32, txid u64, body length u32, body CRC-32 u32.
 const HEADER: usize = 4 + 8 + 4 + 4;
 /// Past this size the log is cut back as soon as every shard is durable.
@@ -54,9 +59,12 @@ pub type Parts = Vec<(usize, Vec<RowOp>)>;
 /// the record only puts the shares together.
 pub type EncodedPart = (usize, Vec<u8>);
 
-/// Encodes a participant's changes as its share of a round's record.
-pub fn encode_part(shard: usize, ops: &[RowOp]) -> EncodedPart {
+/// Encodes a participant's changes as its share of a round's record;
+/// `start` is the sequence number of its shard's last commit before the
+/// round (`Store::last_seq`), where the round begins on that shard.
+pub fn encode_part(shard: usize, start: u64, ops: &[RowOp]) -> EncodedPart {
     let mut out = (shard as u16).to_be_bytes().to_vec();
+    out.extend_from_slice(&start.to_be_bytes());
     rowops::encode(ops, &mut out);
     (shard, out)
 }
@@ -68,6 +76,10 @@ pub struct Record {
     pub txid: u64,
     /// Each participant's changes.
     pub parts: Parts,
+    /// For each part, the sequence number of its shard's last commit
+    /// before the round, if the record says (a record of an older build
+    /// does not): recovery redoes the round on a shard only from there.
+    pub starts: Vec<Option<u64>>,
 }
 
 /// The coordination log of one data directory.
@@ -134,7 +146,10 @@ impl IntentLog {
     /// back if it is large and every shard is durable.
     #[cfg(test)]
     pub fn append(&self, txid: u64, parts: &Parts, sync: bool) -> io::Result<()> {
-        let parts: Vec<_> = parts.iter().map(|(s, ops)| encode_part(*s, ops)).collect();
+        let parts: Vec<_> = parts
+            .iter()
+            .map(|(s, ops)| encode_part(*s, UNKNOWN, ops))
+            .collect();
         self.append_encoded(txid, &parts, sync)
     }
 
@@ -253,8 +268,12 @@ pub fn round_of(ops: &[RowOp]) -> Option<(u64, Vec<usize>)> {
 pub struct ShardLog {
     /// The last round the shard's tables hold ([`COORD_ROW`]).
     pub tables_txid: u64,
+    /// The sequence number of the last commit its tables hold.
+    pub tables_seq: u64,
     /// The whole records of its log (the commits the tables lack).
     pub records: usize,
+    /// Their sequence numbers, in order.
+    pub seqs: Vec<u64>,
     /// The rounds among them: (record index, round id, participants).
     pub rounds: Vec<(usize, u64, Vec<usize>)>,
 }
@@ -276,9 +295,10 @@ pub struct Recovery {
 ///
 /// A round a participant lacks is redone there from the coordination
 /// log's record, which is exact if the participant's state is the one the
-/// round started from: its log ends where the round's part would begin,
-/// and every earlier round it took part in is there or redone (its state
-/// before a round is durable by then, see the module doc). Otherwise (the
+/// round started from: its last commit is the one the record names as
+/// the round's start there (counting the rounds redone on it before), or,
+/// for a record that does not say, its log ends where the round's part
+/// would begin and no earlier round of it was dropped. Otherwise (the
 /// record is lost, or the participant's state ends earlier) the round is
 /// dropped: each participant whose log has its part keeps only the
 /// records before it, a prefix of its commits, as `everysec` allows, and
@@ -291,40 +311,64 @@ pub struct Recovery {
 pub fn plan_recovery(logs: &[ShardLog], records: &[Record]) -> Recovery {
     use std::collections::{BTreeMap, HashMap};
     let mut keep: Vec<usize> = logs.iter().map(|l| l.records).collect();
-    // Round id -> its participants, and whether its record is here.
-    let mut rounds: BTreeMap<u64, (Vec<usize>, bool)> = BTreeMap::new();
+    // Round id -> its participants, and each one's start if its record is
+    // here (`None`: the record is lost).
+    type Starts = Option<HashMap<usize, Option<u64>>>;
+    let mut rounds: BTreeMap<u64, (Vec<usize>, Starts)> = BTreeMap::new();
     for r in records {
-        rounds.insert(r.txid, (r.parts.iter().map(|(s, _)| *s).collect(), true));
+        let with = r.parts.iter().map(|(s, _)| *s).collect();
+        let starts = r
+            .parts
+            .iter()
+            .map(|(s, _)| *s)
+            .zip(r.starts.iter().copied());
+        rounds.insert(r.txid, (with, Some(starts.collect())));
     }
     let mut parts: Vec<HashMap<u64, usize>> = Vec::with_capacity(logs.len());
     for log in logs {
         let mut at = HashMap::new();
         for (i, txid, with) in &log.rounds {
             at.insert(*txid, *i);
-            rounds.entry(*txid).or_insert_with(|| (with.clone(), false));
+            rounds.entry(*txid).or_insert_with(|| (with.clone(), None));
         }
         parts.push(at);
     }
     // A shard that lost a round that is not redone: no later round can
     // be redone on it.
     let mut broken = vec![false; logs.len()];
+    // Each shard's last commit: its log's last, then moved on by each
+    // round redone on it (its part would be the commit after its start).
+    let mut end: Vec<u64> = logs
+        .iter()
+        .map(|l| l.seqs.last().copied().unwrap_or(l.tables_seq))
+        .collect();
     let mut redo = Vec::new();
-    for (txid, (with, logged)) in &rounds {
+    for (txid, (with, starts)) in &rounds {
         let with: Vec<usize> = with.iter().copied().filter(|&p| p < logs.len()).collect();
-        let mut lacking = false;
+        let mut lacking = Vec::new();
         let mut exact = true;
         for &p in &with {
             let at = parts[p].get(txid).copied();
             if logs[p].tables_txid >= *txid || at.is_some_and(|i| i < keep[p]) {
                 continue;
             }
-            lacking = true;
-            exact &= !broken[p] && keep[p] == at.unwrap_or(logs[p].records);
+            let start = starts.as_ref().and_then(|s| s.get(&p).copied().flatten());
+            lacking.push((p, start));
+            exact &= !broken[p]
+                && match start {
+                    Some(start) => end[p] == start,
+                    None => keep[p] == at.unwrap_or(logs[p].records),
+                };
         }
-        if !lacking {
+        if lacking.is_empty() {
             continue;
         }
-        if *logged && exact {
+        if starts.is_some() && exact {
+            for (p, start) in lacking {
+                if let Some(start) = start {
+                    end[p] = start + 1;
+                }
+            }
             redo.push(*txid);
             continue;
         }
@@ -360,15 +404,19 @@ fn encode(txid: u64, parts: &[EncodedPart]) -> Vec<u8> {
     out
 }
 
-fn decode_body(body: &[u8]) -> Option<Parts> {
+/// A record's body: its parts, and their starts where `with_starts`.
+fn decode_body(body: &[u8], with_starts: bool) -> Option<(Parts, Vec<Option<u64>>)> {
     let mut c = Cursor(body);
     let n = c.u16()?;
     let mut parts = Vec::with_capacity(n as usize);
+    let mut starts = Vec::with_capacity(n as usize);
     for _ in 0..n {
         let shard = c.u16()? as usize;
+        let start = if with_starts { c.u64()? } else { UNKNOWN };
+        starts.push((start != UNKNOWN).then_some(start));
         parts.push((shard, c.ops()?));
     }
-    c.0.is_empty().then_some(parts)
+    c.0.is_empty().then_some((parts, starts))
 }
 
 /// The whole records at the start of `bytes`; the first torn or corrupt
@@ -378,7 +426,8 @@ fn decode_all(bytes: &[u8]) -> Vec<Record> {
     let mut at = 0;
     while bytes.len() - at >= HEADER {
         let h = &bytes[at..at + HEADER];
-        if u32::from_be_bytes(h[..4].try_into().unwrap()) != MAGIC {
+        let magic = u32::from_be_bytes(h[..4].try_into().unwrap());
+        if magic != MAGIC && magic != MAGIC_V1 {
             break;
         }
         let txid = u64::from_be_bytes(h[4..12].try_into().unwrap());
@@ -390,10 +439,14 @@ fn decode_all(bytes: &[u8]) -> Vec<Record> {
         if crc32fast::hash(body) != crc {
             break;
         }
-        let Some(parts) = decode_body(body) else {
+        let Some((parts, starts)) = decode_body(body, magic == MAGIC) else {
             break;
         };
-        out.push(Record { txid, parts });
+        out.push(Record {
+            txid,
+            parts,
+            starts,
+        });
         at += HEADER + len;
     }
     out
@@ -426,7 +479,10 @@ mod tests {
 
     /// `parts()`, encoded as the participants hand them in.
     fn shares() -> Vec<EncodedPart> {
-        parts().iter().map(|(s, o)| encode_part(*s, o)).collect()
+        parts()
+            .iter()
+            .map(|(s, o)| encode_part(*s, 40 + *s as u64, o))
+            .collect()
     }
 
     /// A shard's log for [`plan_recovery`]: its tables' last round, its
@@ -434,7 +490,9 @@ mod tests {
     fn log(tables_txid: u64, records: usize, rounds: &[(usize, u64, &[usize])]) -> ShardLog {
         ShardLog {
             tables_txid,
+            tables_seq: 0,
             records,
+            seqs: (1..=records as u64).collect(),
             rounds: rounds
                 .iter()
                 .map(|(i, t, w)| (*i, *t, w.to_vec()))
@@ -443,12 +501,47 @@ mod tests {
     }
 
     /// A record of round `txid` over `with` (its changes do not matter to
-    /// the plan).
+    /// the plan), of a build that did not note where rounds start.
     fn record(txid: u64, with: &[usize]) -> Record {
         Record {
             txid,
             parts: with.iter().map(|&s| (s, Vec::new())).collect(),
+            starts: vec![None; with.len()],
         }
+    }
+
+    /// A record of round `txid` that starts on each shard of `with` after
+    /// the commit numbered beside it.
+    fn started(txid: u64, with: &[(usize, u64)]) -> Record {
+        Record {
+            txid,
+            parts: with.iter().map(|&(s, _)| (s, Vec::new())).collect(),
+            starts: with.iter().map(|&(_, q)| Some(q)).collect(),
+        }
+    }
+
+    /// With the starts in the records, a round is redone where it was
+    /// lost only on a shard whose last commit is the round's start there
+    /// (rounds redone before it counting): a shard that lost commits
+    /// before the round (its log ends at 1, the round starts after 2)
+    /// cannot take it, and the round is dropped where it survived.
+    #[test]
+    fn a_round_is_redone_only_from_its_start() {
+        // Shard 1 lost both rounds, but kept its commits before them.
+        let logs = [
+            log(0, 3, &[(1, 1, &[0, 1]), (2, 2, &[0, 1])]),
+            log(0, 2, &[]),
+        ];
+        let records = [started(1, &[(0, 1), (1, 2)]), started(2, &[(0, 2), (1, 3)])];
+        let plan = plan_recovery(&logs, &records);
+        assert_eq!((plan.keep, plan.redo), (vec![3, 2], vec![1, 2]));
+        // Shard 1 lost its last commit before round 1 as well.
+        let logs = [
+            log(0, 3, &[(1, 1, &[0, 1]), (2, 2, &[0, 1])]),
+            log(0, 1, &[]),
+        ];
+        let plan = plan_recovery(&logs, &records);
+        assert_eq!((plan.keep, plan.redo), (vec![1, 1], vec![]));
     }
 
     #[test]
@@ -510,11 +603,13 @@ mod tests {
             vec![
                 Record {
                     txid: 1,
-                    parts: parts()
+                    parts: parts(),
+                    starts: vec![None, None],
                 },
                 Record {
                     txid: 2,
-                    parts: parts()[..1].to_vec()
+                    parts: parts()[..1].to_vec(),
+                    starts: vec![None],
                 }
             ]
         );
@@ -534,5 +629,7 @@ mod tests {
         let records = decode_all(&bytes);
         assert_eq!(records.len(), 1);
         assert_eq!(records[0].txid, 1);
+        assert_eq!(records[0].parts, parts());
+        assert_eq!(records[0].starts, vec![Some(40), Some(41)]);
     }
 }

@@ -563,8 +563,11 @@ fn plan_open(
     let mut max = 0;
     for (path, opening) in openings {
         let tables_txid = read_sys_u64(opening.db(), COORD_ROW).map_err(open_err(path))?;
+        let tables_seq =
+            read_sys_u64(opening.db(), crate::storage::wal::SEQ_ROW).map_err(open_err(path))?;
         let mut log = ShardLog {
             tables_txid,
+            tables_seq,
             ..ShardLog::default()
         };
         let mut i = 0;
@@ -574,6 +577,7 @@ fn plan_open(
                     log.rounds.push((i, txid, with));
                     max = max.max(txid);
                 }
+                log.seqs.push(record.seq);
                 i += 1;
                 Ok(())
             })
@@ -927,6 +931,33 @@ mod tests {
             let set = open_shards(dir.path(), Durability::Always, 2);
             let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
             assert!(set.run_plan_here(&[0, 1], plan).is_err());
+            set.shutdown().await;
+        });
+    }
+
+    /// A round's record names where it began on each shard: the number
+    /// of the shard's last commit before it, its part there being the
+    /// next (what recovery compares a shard's state with before redoing
+    /// the round there).
+    #[test]
+    fn a_round_record_names_where_it_began_on_each_shard() {
+        use crate::shard::coordinator::spread;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open_shards(dir.path(), Durability::Everysec, 2);
+            set.submit(0, put_key(b"z")).await.unwrap();
+            let seq = |id: usize| set.shard(id).store().unwrap().last_seq();
+            let starts = vec![Some(seq(0)), Some(seq(1))];
+            assert!(starts[0] > starts[1]);
+            let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
+            let reply = set.coordinator().submit(vec![0, 1], true, plan).await;
+            assert_eq!(reply.unwrap(), Reply::Array(vec![Reply::Ok, Reply::Ok]));
+            let (_, records) = IntentLog::open(dir.path(), 2, 0).unwrap();
+            assert_eq!(records.len(), 1);
+            assert_eq!(records[0].starts, starts);
+            assert_eq!(seq(0), starts[0].unwrap() + 1);
+            assert_eq!(seq(1), starts[1].unwrap() + 1);
             set.shutdown().await;
         });
     }
