@@ -29,10 +29,9 @@ use crate::shard::WriteFn;
 /// A reply slot in request order.
 enum Slot {
     Ready(Reply),
-    Waiting(tokio::sync::oneshot::Receiver<Reply>),
-    /// A command queued behind a script that may fall back (see
-    /// [`Behind`]): if it handed its work back, that runs again here.
-    Behind(tokio::sync::oneshot::Receiver<Reply>, Retry),
+    /// A command queued on a shard; with a [`Retry`] when it was queued
+    /// behind a script that may fall back (see [`Behind`]).
+    Waiting(tokio::sync::oneshot::Receiver<Reply>, Option<Retry>),
     /// The replies of a squashed group of writes: an array with one reply per
     /// write, each going out as its own `ReplyTo` says, with the replies
     /// that were ready among them (see [`Ready`]).
@@ -55,9 +54,10 @@ enum Slot {
 /// shard it runs on.
 type Retry = (usize, Arc<parking_lot::Mutex<Option<WriteFn>>>);
 
-/// This client's scripts queued on a shard's actor, which may still fall
-/// back: give up there (a command needed another shard) and run again as
-/// a plan holding every shard, once their slot is reached in `drain`.
+/// This client's scripts queued on a shard's actor (the shard of its
+/// writes in flight, `Inflight::Shard`), which may still fall back: give
+/// up there (a command needed another shard) and run again as a plan
+/// holding every shard, once their slot is reached in `drain`.
 /// Whatever the client queued on that shard after such a script must not
 /// run before the script's second run, yet it was sent without waiting (a
 /// pipeline of scripts shares the shard's batches). So each command
@@ -66,16 +66,15 @@ type Retry = (usize, Arc<parking_lot::Mutex<Option<WriteFn>>>);
 /// of it fell back, hands its work back untouched, to be queued again in
 /// request order once the script has replied.
 struct Behind {
-    shard: usize,
     /// Set by the first script of these that falls back.
     fell_back: Arc<AtomicBool>,
 }
 
 impl Behind {
-    /// `f`, guarded as the type describes; `own` is the fall-back flag
-    /// when `f` is a script itself, whose falling back holds back the
-    /// commands after it.
-    fn guard(&self, f: WriteFn, own: Option<Arc<AtomicBool>>) -> (WriteFn, Retry) {
+    /// `f`, for `shard`, guarded as the type describes; `own` is the
+    /// fall-back flag when `f` is a script itself, whose falling back
+    /// holds back the commands after it.
+    fn guard(&self, shard: usize, f: WriteFn, own: Option<Arc<AtomicBool>>) -> (WriteFn, Retry) {
         let back: Arc<parking_lot::Mutex<Option<WriteFn>>> = Default::default();
         let (ahead, handed) = (self.fell_back.clone(), back.clone());
         let guarded: WriteFn = Box::new(move |w| {
@@ -89,7 +88,7 @@ impl Behind {
             }
             reply
         });
-        (guarded, (self.shard, back))
+        (guarded, (shard, back))
     }
 }
 
@@ -290,11 +289,15 @@ impl Outbox {
         let shards = &self.server.shards;
         match &self.behind {
             Some(behind) => {
-                debug_assert_eq!(behind.shard, id, "queued beside a script's shard");
-                let (f, retry) = behind.guard(f, None);
-                Slot::Behind(shards.submit(id, f), retry)
+                debug_assert_eq!(
+                    self.inflight,
+                    Inflight::Shard(id),
+                    "beside a script's shard"
+                );
+                let (f, retry) = behind.guard(id, f, None);
+                Slot::Waiting(shards.submit(id, f), Some(retry))
             }
-            None => Slot::Waiting(shards.submit(id, f)),
+            None => Slot::Waiting(shards.submit(id, f), None),
         }
     }
 
@@ -327,16 +330,9 @@ impl Outbox {
         while let Some((slot, to)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
-                Slot::Waiting(rx) => received(rx).await,
-                Slot::Behind(rx, retry) => {
-                    let r = received(rx).await;
-                    retried(&self.server, r, retry).await
-                }
+                Slot::Waiting(rx, retry) => received(&self.server, rx, retry).await,
                 Slot::Script(rx, fell_back, slow, retry) => {
-                    let mut r = received(rx).await;
-                    if let Some(retry) = retry {
-                        r = retried(&self.server, r, retry).await;
-                    }
+                    let r = received(&self.server, rx, retry).await;
                     if fell_back.load(Ordering::Acquire) {
                         crate::families::blocking::run(&self.server.shards, slow()).await
                     } else {
@@ -345,7 +341,7 @@ impl Outbox {
                 }
                 Slot::Group(rx, flags, ready) => {
                     self.take_pushes(true);
-                    let got = received(rx).await;
+                    let got = received(&self.server, rx, None).await;
                     let n = flags.len();
                     let replies: Vec<Reply> = match got {
                         Reply::Array(items) if items.len() == n => items,
@@ -416,19 +412,24 @@ impl Outbox {
     }
 }
 
-/// The reply of a command queued behind a script (see [`Behind`]): the one
-/// it sent, or, if it handed its work back, that work's reply once queued
-/// again.
-async fn retried(server: &Server, reply: Reply, (shard, back): Retry) -> Reply {
-    let Some(f) = back.lock().take() else {
-        return reply;
-    };
-    received(server.shards.submit(shard, f)).await
-}
-
-/// A shard's reply, or the error a client gets if the shard went away.
-async fn received(rx: tokio::sync::oneshot::Receiver<Reply>) -> Reply {
-    rx.await.unwrap_or_else(|_| Reply::err("shard unavailable"))
+/// A shard's reply (the error a client gets if the shard went away); for
+/// a command queued behind a script (`retry`, see [`Behind`]) that handed
+/// its work back, that work's reply once queued again.
+async fn received(
+    server: &Server,
+    rx: tokio::sync::oneshot::Receiver<Reply>,
+    retry: Option<Retry>,
+) -> Reply {
+    let unavailable = |_| Reply::err("shard unavailable");
+    let reply = rx.await.unwrap_or_else(unavailable);
+    match retry.and_then(|(shard, back)| Some((shard, back.lock().take()?))) {
+        Some((shard, f)) => server
+            .shards
+            .submit(shard, f)
+            .await
+            .unwrap_or_else(unavailable),
+        None => reply,
+    }
 }
 
 /// Serves one client until it quits, errs or the server stops.
@@ -850,7 +851,7 @@ async fn execute(
         Action::Write { shard, f } => {
             // Not grouped with writes queued behind a script on another
             // shard: those may yet have to wait for it (see `Behind`).
-            if outbox.behind.as_ref().is_some_and(|b| b.shard != shard) {
+            if outbox.behind.is_some() && outbox.inflight != Inflight::Shard(shard) {
                 outbox.drain().await;
             }
             outbox.squash.push((shard, f, to));
@@ -866,7 +867,7 @@ async fn execute(
             }
             match outbox.run_or_submit(ids, blind, plan) {
                 Ok(r) => outbox.push_ready(r, to),
-                Err(rx) => outbox.push_slot(Slot::Waiting(rx), to),
+                Err(rx) => outbox.push_slot(Slot::Waiting(rx, None), to),
             }
         }
         Action::Script {
@@ -903,10 +904,9 @@ async fn execute(
                 Err(mut writes) => {
                     let f = writes.pop().expect("the script handed back");
                     let behind = outbox.behind.get_or_insert_with(|| Behind {
-                        shard,
                         fell_back: Arc::default(),
                     });
-                    let (f, retry) = behind.guard(f, Some(fell_back.clone()));
+                    let (f, retry) = behind.guard(shard, f, Some(fell_back.clone()));
                     let rx = server.shards.submit(shard, f);
                     outbox.push_slot(Slot::Script(rx, fell_back, slow, Some(retry)), to);
                     outbox.inflight = Inflight::Shard(shard);
@@ -935,7 +935,7 @@ async fn execute(
                     let rx = server
                         .shards
                         .submit(shard, crate::shard::expire_found(expired, r));
-                    outbox.push_slot(Slot::Waiting(rx), to);
+                    outbox.push_slot(Slot::Waiting(rx, None), to);
                     outbox.inflight = Inflight::Shard(shard);
                 }
             }
