@@ -608,8 +608,8 @@ fn run_step(
 /// once all have committed), the round id and participants to its `sys`
 /// table (which mark the shard log's record as a part of the round, for
 /// recovery: `intent::plan_recovery`), and its changes, encoded, to the
-/// round's record. Returns the changes to commit
-/// and what to wake after the commit.
+/// round's record. Returns the changes to commit and what to wake after
+/// the commit.
 fn seal(
     shared: &ShardShared,
     mut ctx: WriteCtx,
@@ -625,7 +625,6 @@ fn seal(
     if signals.flushed.is_empty() {
         round.tracked.lock().append(&mut signals.tracked);
     }
-    let with = super::intent::encode_with(&round.participants);
     // Where the round begins here: the shard's core is held, so its part
     // is the commit right after this one.
     let start = shared.store().map_or(0, |s| s.last_seq());
@@ -635,7 +634,7 @@ fn seal(
             super::intent::COORD_ROW,
             &round.txid.to_be_bytes(),
         )
-        .and_then(|()| ctx.put(Table::Sys, super::intent::WITH_ROW, &with))
+        .and_then(|()| ctx.put(Table::Sys, super::intent::WITH_ROW, &round.with))
         .and_then(|()| ctx.finish());
     if let Ok(ops) = &finished {
         round

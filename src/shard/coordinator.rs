@@ -77,8 +77,9 @@ pub enum Step {
 pub struct CommitRound {
     /// The round's id.
     pub txid: u64,
-    /// Its participants' ids, ascending.
-    pub participants: Vec<usize>,
+    /// Its participants' ids, ascending, as each participant's `sys` row
+    /// holds them (`intent::encode_with`): encoded once for all of them.
+    pub with: Vec<u8>,
     /// The participants' changes, as they hand them in.
     pub parts: parking_lot::Mutex<Vec<super::intent::EncodedPart>>,
     /// The log.
@@ -298,7 +299,7 @@ impl Locked {
         let failed = Arc::new(AtomicBool::new(false));
         let round = Arc::new(CommitRound {
             txid: self.log.0.next_txid(),
-            participants: self.ids.clone(),
+            with: super::intent::encode_with(&self.ids),
             parts: parking_lot::Mutex::new(Vec::with_capacity(senders.len())),
             log: self.log.0.clone(),
             sync: self.log.1,

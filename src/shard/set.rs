@@ -156,19 +156,15 @@ impl ShardSet {
     /// actor per shard.
     pub fn open(cfg: &Config) -> Result<Arc<ShardSet>, OpenError> {
         let dir = cfg.dir.clone();
-        let dir_err = |source| OpenError::Dir {
-            dir: dir.clone(),
-            source,
-        };
-        std::fs::create_dir_all(&dir).map_err(dir_err)?;
-        let lock = File::create(dir.join("LOCK")).map_err(dir_err)?;
+        std::fs::create_dir_all(&dir).map_err(dir_err(&dir))?;
+        let lock = File::create(dir.join("LOCK")).map_err(dir_err(&dir))?;
         match lock.try_lock() {
             Ok(()) => {}
             Err(std::fs::TryLockError::WouldBlock) => return Err(OpenError::Locked(dir)),
-            Err(std::fs::TryLockError::Error(e)) => return Err(dir_err(e)),
+            Err(std::fs::TryLockError::Error(e)) => return Err(dir_err(&dir)(e)),
         }
         let n = cfg.shard_count();
-        let found = count_shard_files(&dir).map_err(dir_err)?;
+        let found = count_shard_files(&dir).map_err(dir_err(&dir))?;
         if found != 0 && found != n {
             return Err(OpenError::ShardCount {
                 dir,
@@ -255,7 +251,7 @@ impl ShardSet {
                 });
                 let _ = sys.run();
             })
-            .map_err(dir_err)?;
+            .map_err(dir_err(&dir))?;
         let (addrs, system) = rx.recv().expect("actix system started");
         tracing::info!(shards = n, dir = %cfg.dir.display(), durability = cfg.durability.name(), "shards open");
         Ok(Arc::new_cyclic(|me| ShardSet {
@@ -420,7 +416,7 @@ impl ShardSet {
         }
         let round = super::coordinator::CommitRound {
             txid: self.intent.next_txid(),
-            participants: ids.clone(),
+            with: super::intent::encode_with(&ids),
             parts: Default::default(),
             log: self.intent.clone(),
             sync: false,
@@ -512,6 +508,12 @@ impl ShardSet {
 /// Each shard's file and its store.
 type ShardFiles = Vec<(PathBuf, Arc<Store>)>;
 
+/// The error of opening the data directory `dir`'s own files.
+fn dir_err(dir: &Path) -> impl FnOnce(std::io::Error) -> OpenError {
+    let dir = dir.to_path_buf();
+    move |source| OpenError::Dir { dir, source }
+}
+
 /// The error of opening the shard file `path`.
 fn open_err(path: &Path) -> impl FnOnce(StoreError) -> OpenError {
     let path = path.to_path_buf();
@@ -585,11 +587,7 @@ fn plan_open(
         max = max.max(tables_txid);
         logs.push(log);
     }
-    let (log, records) =
-        IntentLog::open(dir, openings.len(), max).map_err(|source| OpenError::Dir {
-            dir: dir.to_path_buf(),
-            source,
-        })?;
+    let (log, records) = IntentLog::open(dir, openings.len(), max).map_err(dir_err(dir))?;
     let plan = super::intent::plan_recovery(&logs, &records);
     Ok((log, records, plan))
 }
@@ -609,10 +607,6 @@ fn redo(
     for (path, db) in dbs {
         last.push(read_sys_u64(db.db(), COORD_ROW).map_err(open_err(path))?);
     }
-    let dir_err = |source| OpenError::Dir {
-        dir: dir.to_path_buf(),
-        source,
-    };
     let redo: std::collections::HashSet<u64> = redo.iter().copied().collect();
     let mut redone = 0;
     for record in records.iter().filter(|r| redo.contains(&r.txid)) {
@@ -641,7 +635,7 @@ fn redo(
         );
     }
     if !records.is_empty() {
-        log.clear().map_err(dir_err)?;
+        log.clear().map_err(dir_err(dir))?;
     }
     Ok(log)
 }
