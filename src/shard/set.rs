@@ -88,6 +88,9 @@ pub struct StoreOptions {
     /// What the store runs before it fsyncs a full log generation (see
     /// `Store::before_rotate`); set once the coordination log is open.
     pub before_rotate: Option<crate::storage::store::BeforeRotate>,
+    /// Where the store publishes the log file it writes, for the other
+    /// shards' `before_rotate` to make durable (see `wal::Current`).
+    pub log: Option<crate::storage::wal::Current>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -128,10 +131,50 @@ fn finish_open_store(
     options: &StoreOptions,
 ) -> Result<Arc<Store>, StoreError> {
     let store = Store::finish_open(opening, keep, options.limits)?;
+    tie(&store, options);
+    Ok(store)
+}
+
+/// Gives an open store its part in the other shards' durability, as
+/// `options` say (see [`rotation_hooks`]).
+fn tie(store: &Store, options: &StoreOptions) {
     if let Some(hook) = &options.before_rotate {
         store.before_rotate(hook.clone());
     }
-    Ok(store)
+    if let Some(log) = &options.log {
+        store.share_log(log.clone());
+    }
+}
+
+/// Each shard's `Store::before_rotate`, given where every shard's log is
+/// written (`logs`). A finished log generation is fsynced when its shard
+/// moves to the next, outside the shard's own syncs, and from then on may
+/// reach the shard's tables, from which recovery cannot cut anything: so
+/// every round it holds must be one recovery can complete on the other
+/// shards. Before that fsync, the coordination log is made durable (so
+/// the round's record is), and so is every other shard's log (so the
+/// state each participant was in when the round began there is: its part
+/// can then be redone on it, see `intent::plan_recovery`). This is what
+/// lets a shard take part in a round under `everysec` without an fsync
+/// of its own first.
+fn rotation_hooks(
+    intent: &Arc<super::intent::IntentLog>,
+    logs: &[crate::storage::wal::Current],
+) -> Vec<crate::storage::store::BeforeRotate> {
+    (0..logs.len())
+        .map(|me| {
+            let intent = intent.clone();
+            let others: Vec<_> = (logs.iter().enumerate())
+                .filter(|(i, _)| *i != me)
+                .map(|(_, log)| log.clone())
+                .collect();
+            let hook: crate::storage::store::BeforeRotate = Arc::new(move || {
+                intent.sync()?;
+                others.iter().try_for_each(|log| log.sync())
+            });
+            hook
+        })
+        .collect()
 }
 
 /// Builds before the shard log made each batch a redb commit and kept a
@@ -176,41 +219,40 @@ impl ShardSet {
         let hub = Arc::new(crate::pubsub::Hub::default());
         let latency = Arc::new(crate::families::latency::LatencyMonitor::default());
         let pause = Arc::new(super::pause::Pause::default());
-        let mut options = StoreOptions {
+        let options = StoreOptions {
             cache_bytes: cfg.cache_mb * 1024 * 1024,
             limits: crate::storage::store::Limits {
                 cap: cfg.write_buffer_mb * 1024 * 1024,
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
             },
             before_rotate: None,
+            log: None,
         };
         let (dbs, intent) = open_files(&dir, n, &options)?;
         let intent = Arc::new(intent);
-        // A full log generation is fsynced when the shard moves to the
-        // next, outside its own syncs (which fsync the coordination log
-        // first): it may hold parts of rounds whose records are not
-        // durable yet, and a crash would then find a round on this shard
-        // that the others lost and cannot be redone.
-        let hook: crate::storage::store::BeforeRotate = {
-            let intent = intent.clone();
-            Arc::new(move || intent.sync())
-        };
-        options.before_rotate = Some(hook.clone());
-        for (_, store) in &dbs {
-            store.before_rotate(hook.clone());
+        let logs: Vec<_> = (0..n).map(|_| Default::default()).collect();
+        let hooks = rotation_hooks(&intent, &logs);
+        // Each shard's own options, to reopen it with (DEBUG RELOAD).
+        let mut own_options = Vec::with_capacity(n);
+        for (((_, store), hook), log) in dbs.iter().zip(hooks).zip(logs) {
+            let mut own = options.clone();
+            own.before_rotate = Some(hook);
+            own.log = Some(log);
+            tie(store, &own);
             store.build_key_filter();
+            own_options.push(own);
         }
         let mut shared = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
         let switches = Arc::new(super::DebugSwitches::default());
-        for (i, (path, store)) in dbs.into_iter().enumerate() {
+        for (i, ((path, store), options)) in dbs.into_iter().zip(own_options).enumerate() {
             let state = match store.latest(0).and_then(|base| ShardState::load(&base)) {
                 Ok(s) => s,
                 Err(source) => return Err(OpenError::Open { path, source }),
             };
             shared.push(Arc::new(ShardShared::new(
                 i,
-                (store, path, options.clone()),
+                (store, path, options),
                 switches.clone(),
                 blocked.clone(),
                 hub.clone(),
@@ -668,6 +710,7 @@ mod tests {
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
             },
             before_rotate: None,
+            log: None,
         }
     }
 
@@ -679,34 +722,47 @@ mod tests {
 
     /// A shard's log generation holding its part of a round is fsynced
     /// when the shard moves to the next one, with or without a sync of the
-    /// shard's own: the round's record in the coordination log is durable
-    /// by then, so a crash can never leave the round on this shard alone,
-    /// with nothing to redo it on the others.
+    /// shard's own, and may then reach its tables. By then the round's
+    /// record in the coordination log is durable, and so is every other
+    /// shard's log (with the state the round began from there), so a
+    /// crash can never leave the round on this shard alone with no way to
+    /// redo it on the others.
     #[test]
-    fn a_round_record_is_durable_before_a_generation_holding_it() {
+    fn a_round_and_where_it_began_are_durable_before_a_generation_holding_it() {
         let dir = tempfile::tempdir().unwrap();
         let (log, _) = IntentLog::open(dir.path(), 2, 0).unwrap();
         let log = Arc::new(log);
-        let mut options = options();
-        options.before_rotate = Some({
-            let log = log.clone();
-            Arc::new(move || log.sync())
-        });
-        let store = open_store(&dir.path().join("shard-0.redb"), &options).unwrap();
+        let logs: Vec<crate::storage::wal::Current> = (0..2).map(|_| Default::default()).collect();
+        let stores: Vec<_> = (rotation_hooks(&log, &logs).into_iter().zip(&logs))
+            .enumerate()
+            .map(|(i, (hook, current))| {
+                let mut options = options();
+                options.before_rotate = Some(hook);
+                options.log = Some(current.clone());
+                open_store(&dir.path().join(format!("shard-{i}.redb")), &options).unwrap()
+            })
+            .collect();
+        // Shard 1 commits on its own before the round, under `everysec`.
+        stores[1]
+            .commit(vec![put(Table::Meta, b"before", b"1")], false)
+            .unwrap();
         let part = vec![
             put(Table::Meta, b"k", b"v"),
             put(Table::Sys, COORD_ROW, &1u64.to_be_bytes()),
         ];
         log.append(1, &vec![(0, part.clone()), (1, part.clone())], false)
             .unwrap();
-        store.commit(part, false).unwrap();
+        stores[0].commit(part, false).unwrap();
         assert!(!log.synced());
+        assert!(!logs[1].synced());
         // Past a quarter of the cap the active buffer is frozen and the
         // log moves on: the generation with the round is fsynced.
-        store
+        stores[0]
             .commit(vec![put(Table::Meta, b"big", &[7; 300 << 10])], false)
             .unwrap();
         assert!(log.synced());
+        assert!(logs[1].synced());
+        assert!(logs[0].synced(), "the new generation is published");
     }
 
     fn commit(db: &redb::Database, ops: &[RowOp]) {

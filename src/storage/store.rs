@@ -237,6 +237,12 @@ impl Store {
         *self.before_rotate.lock() = Some(hook);
     }
 
+    /// Publishes the log file being written in `current` from now on, so
+    /// that other threads can make it durable (see [`wal::Current`]).
+    pub fn share_log(&self, current: wal::Current) {
+        self.wal.lock().publish_in(current);
+    }
+
     /// The sequence number of the last commit: the shard's next commit
     /// takes the one after it (a multi-shard round notes it, for
     /// recovery: `shard::intent`). Numbers go on across restarts.

@@ -46,6 +46,8 @@ use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use super::rowops::{self, Cursor};
 use super::tables::RowOp;
@@ -141,13 +143,67 @@ pub fn read(path: &Path, gen: u64) -> io::Result<(Vec<Record>, bool)> {
     Ok((out, false))
 }
 
+/// A log file being written, with what it takes to make it durable from
+/// any thread (see [`Current`]).
+#[derive(Debug)]
+struct LogFile {
+    file: File,
+    /// Appended to since the last fsync.
+    dirty: AtomicBool,
+    /// Held across an fsync: whoever finds the file clean while another
+    /// thread syncs it must wait for that fsync to finish before counting
+    /// on it.
+    syncing: parking_lot::Mutex<()>,
+}
+
+impl LogFile {
+    /// Makes everything stored into the file so far durable.
+    fn sync(&self) -> io::Result<()> {
+        let _one = self.syncing.lock();
+        if self.dirty.swap(false, Ordering::AcqRel) {
+            if let Err(e) = self.file.sync_data() {
+                self.dirty.store(true, Ordering::Release);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The file a shard's log is being written to now, shared so that other
+/// threads than the shard's writer can make it durable: before a shard's
+/// finished log generation is fsynced (and so may reach its tables), every
+/// other shard's log is made durable too, so that the state each of them
+/// was in when a round held in that generation began is durable (see
+/// `shard::intent`). A log publishes its next generation's file here only
+/// after the finished one's fsync, so syncing whichever file this holds
+/// covers every record appended before.
+#[derive(Clone, Debug, Default)]
+pub struct Current(Arc<parking_lot::Mutex<Option<Arc<LogFile>>>>);
+
+impl Current {
+    /// Makes every record appended to the log so far durable.
+    pub fn sync(&self) -> io::Result<()> {
+        let file = self.0.lock().clone();
+        file.map_or(Ok(()), |f| f.sync())
+    }
+
+    /// Whether every record appended to the log so far is durable.
+    pub fn synced(&self) -> bool {
+        let file = self.0.lock().clone();
+        file.is_none_or(|f| !f.dirty.load(Ordering::Acquire))
+    }
+}
+
 /// The open log of a shard.
 #[derive(Debug)]
 pub struct Wal {
     dir: PathBuf,
     stem: String,
     gen: u64,
-    file: File,
+    file: Arc<LogFile>,
+    /// Where the file being written is published (see [`Current`]).
+    current: Current,
     len: u64,
     /// The mapped part of the file, once a record was stored into one.
     window: Option<Window>,
@@ -157,8 +213,6 @@ pub struct Wal {
     /// False where the file system cannot allocate blocks ahead
     /// (fallocate): records are then written with `pwrite`.
     mappable: bool,
-    /// Appended since the last fsync.
-    dirty: bool,
     /// Reused for encoding records.
     scratch: Vec<u8>,
 }
@@ -178,18 +232,32 @@ impl Wal {
         // The new name must survive a crash along with what is written to
         // it, or recovery would miss a whole generation.
         File::open(dir)?.sync_all()?;
+        let file = Arc::new(LogFile {
+            file,
+            dirty: AtomicBool::new(false),
+            syncing: Default::default(),
+        });
+        let current = Current::default();
+        *current.0.lock() = Some(file.clone());
         Ok(Wal {
             dir: dir.to_path_buf(),
             stem: stem.to_string(),
             gen,
             file,
+            current,
             len: 0,
             window: None,
             allocated: 0,
             mappable: true,
-            dirty: false,
             scratch: Vec::new(),
         })
+    }
+
+    /// Publishes the file being written in `current` from now on,
+    /// through every later generation (see [`Current`]).
+    pub fn publish_in(&mut self, current: Current) {
+        *current.0.lock() = Some(self.file.clone());
+        self.current = current;
     }
 
     /// The generation being written.
@@ -224,10 +292,10 @@ impl Wal {
         // over it, at the same place.
         if sync || !self.store(&rec)? {
             self.reserve(self.len + rec.len() as u64)?;
-            self.file.write_all_at(&rec, self.len)?;
+            self.file.file.write_all_at(&rec, self.len)?;
         }
         self.len += rec.len() as u64;
-        self.dirty = true;
+        self.file.dirty.store(true, Ordering::Release);
         // Kept for the next record, unless a big value made it big: a
         // 512 MB string must not stay allocated after its commit.
         if rec.capacity() <= 1 << 20 {
@@ -241,11 +309,7 @@ impl Wal {
 
     /// Makes every appended record durable.
     pub fn sync(&mut self) -> io::Result<()> {
-        if self.dirty {
-            self.file.sync_data()?;
-            self.dirty = false;
-        }
-        Ok(())
+        self.file.sync()
     }
 
     /// Moves to the next generation, after making this one durable: a
@@ -256,10 +320,12 @@ impl Wal {
         // them: the blocks allocated ahead of the window are given back.
         self.window = None;
         if self.allocated > self.len {
-            self.file.set_len(self.len)?;
+            self.file.file.set_len(self.len)?;
         }
         self.sync()?;
+        let current = self.current.clone();
         *self = Wal::create(&self.dir, &self.stem, self.gen + 1)?;
+        self.publish_in(current);
         Ok(())
     }
 
@@ -284,7 +350,7 @@ impl Wal {
             if !self.mappable {
                 return Ok(false);
             }
-            self.window = Some(Window::map(&self.file, start)?);
+            self.window = Some(Window::map(&self.file.file, start)?);
         }
         let w = self.window.as_ref().expect("mapped above");
         let at = (self.len - w.start) as usize;
@@ -307,7 +373,7 @@ impl Wal {
         let offset = libc::off_t::try_from(self.len).map_err(io::Error::other)?;
         let size_arg = libc::off_t::try_from(size).map_err(io::Error::other)?;
         // SAFETY: a plain system call on an open descriptor.
-        let r = unsafe { libc::fallocate(self.file.as_raw_fd(), 0, offset, size_arg) };
+        let r = unsafe { libc::fallocate(self.file.file.as_raw_fd(), 0, offset, size_arg) };
         if r != 0 {
             let e = io::Error::last_os_error();
             if e.raw_os_error() == Some(libc::EOPNOTSUPP) {
