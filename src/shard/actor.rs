@@ -113,10 +113,6 @@ pub struct ShardCore {
     closed: bool,
     /// Commits made with Durability::None since the last durable one.
     unsynced: bool,
-    /// Some of those are not in the coordination log either (batches and
-    /// reaper slices under `everysec`): the shard makes them durable before
-    /// it takes part in a multi-shard commit (see `intent`).
-    unlogged: bool,
     /// The last multi-shard round committed here.
     last_round: u64,
     /// The latest state a batch read, kept for the next one (see
@@ -145,7 +141,6 @@ impl ShardCore {
             queue: Vec::new(),
             closed: false,
             unsynced: false,
-            unlogged: false,
             last_round: 0,
             kept_base: None,
             intent,
@@ -182,7 +177,6 @@ impl ShardCore {
             self.intent.durable(self.shared.id, self.last_round);
         } else {
             self.unsynced = true;
-            self.unlogged = true;
         }
         self.shared.publish_counts(&self.state.counts);
     }
@@ -378,7 +372,6 @@ impl ShardCore {
         self.shared.stats.durable_now();
         self.intent.durable(self.shared.id, self.last_round);
         self.unsynced = false;
-        self.unlogged = false;
         self.last_sync = Instant::now();
         Ok(())
     }
@@ -464,12 +457,14 @@ impl ShardCore {
         !self.closed && self.durability.get() != Durability::Always && calm
     }
 
-    /// Whether the shard must sync before it takes part in a round: redo
-    /// after a crash needs its state before the round to be durable, or
-    /// in the log (see `intent`); a long log is cut back once every shard
-    /// has made its rounds durable.
+    /// Whether the shard must sync before it takes part in a round: only
+    /// when the coordination log is long, which is cut back once every
+    /// shard has made its rounds durable. (Redo after a crash needs the
+    /// state a round began from on each shard to be recoverable; the
+    /// shard's log holds it, and it is made durable before any other
+    /// shard's log generation holding the round is: `set::rotation_hooks`.)
     fn must_sync_for_round(&self) -> bool {
-        self.unlogged || (self.unsynced && self.intent.over_cap())
+        self.unsynced && self.intent.over_cap()
     }
 
     /// Whether a thread holding this core (a client's, or the

@@ -15,11 +15,17 @@
 //! redone where it was lost (its record lost too, after a power loss) is
 //! dropped where it survived, with what followed it there.
 //!
-//! Redo is only right on a shard whose durable state is exactly what the
-//! round started from. Two rules make it so:
-//! * a shard with commits that are neither durable nor in this log (its
-//!   batches under `everysec`) makes them durable before it takes part in
-//!   a round (the actor syncs when the coordinator locks it);
+//! Redo is only right on a shard whose state is exactly what the round
+//! started from, and a round can only be dropped from a shard while it is
+//! still in the shard's log, not in its tables. Two rules make it so:
+//! * before a shard's finished log generation is fsynced (after which the
+//!   background writer may put it into the tables), every other shard's
+//!   log is made durable (`set::rotation_hooks`): every round the
+//!   generation holds began on each other participant from a state that
+//!   is now durable, so the round can be redone there whatever a crash
+//!   cuts. (A shard's own log ends where its part would begin when the
+//!   part is lost, since nothing commits on a shard a round holds.) The
+//!   shard need not sync when a round locks it;
 //! * the log is made durable before any shard makes a round durable: under
 //!   `always` every record is fsynced before the participants commit (they
 //!   then commit without an fsync of their own: the record is the
