@@ -73,6 +73,12 @@ done
 # with DEBUG HTSTATS-KEY), which cairn's on-disk sets do not have: without
 # the command the test aborts its whole unit.
 skip=(--skiptest "SRANDMEMBER with a dict containing long chain")
+# Tests that read the replication stream without the needs:repl tag: the
+# stream's SYNC fails on cairn (no replicas) after the test has moved the
+# suite's client to database 1, and the next blocking test of type/list
+# then waits forever for a key written in the wrong database.
+skip+=(--skiptest "SWAPDB wants to wake blocked client, but the key already expired")
+skip+=(--skiptest "MULTI + LPUSH + EXPIRE + DEBUG SLEEP on blocked client, key already expired")
 
 mkdir -p "$src/out"
 cd "$src/redis-7.0.15"
