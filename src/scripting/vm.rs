@@ -591,38 +591,50 @@ impl ScriptVm {
         if let Some(refused) = host.begin(script.flags, keys) {
             return refused;
         }
-        if let Err(e) = self.set_keys_and_argv(keys, argv) {
-            return Reply::err(error_message(&e));
-        }
-        let func = script.func.clone();
+        let func = &script.func;
         self.execute(sha, false, ro, host, |h| {
-            self.run_script.call::<(bool, Value)>((func, h))
+            self.run_with_keys(func, h, keys, argv)
         })
     }
 
-    /// Sets the globals KEYS and ARGV to fresh arrays of `keys` and `argv`,
-    /// in one protected call into Lua for both: through mlua's safe API
-    /// every table, string and store is a protected call of its own. (What
-    /// remains, ~14% of an EVALSHA's CPU at pipeline 16 in perf, is mostly
-    /// Lua allocating the strings and tables and its GC steps.)
-    fn set_keys_and_argv(&self, keys: &[Bytes], argv: &[Bytes]) -> mlua::Result<()> {
-        // SAFETY: see `push_array`; the globals table is the closure's one
-        // argument (index 1), and the name, the array and one element take
-        // three of the LUA_MINSTACK slots a C function is given.
+    /// Sets the globals KEYS and ARGV to fresh arrays of `keys` and `argv`
+    /// and runs the script `func` under the error handler `handler`, all
+    /// in one protected call into Lua: through mlua's safe API every
+    /// table, string and store is a protected call of its own, and calling
+    /// the script is one more. (Setting the globals in a protected call of
+    /// their own before the script's took 13.5% of an EVALSHA's CPU at
+    /// pipeline 16 in perf, a third of it the protection's set-up.)
+    fn run_with_keys(
+        &self,
+        func: &Function,
+        handler: Function,
+        keys: &[Bytes],
+        argv: &[Bytes],
+    ) -> mlua::Result<(bool, Value)> {
+        let args = (&self.globals, &self.run_script, func, handler);
+        // SAFETY: see `push_array`. The stack holds the globals table (1),
+        // `run_script`, the script and the handler; a name, an array and one
+        // element take three of the LUA_MINSTACK slots a C function is
+        // given, and the call leaves its two results where the three
+        // values it takes were. Errors inside the script are caught by
+        // `run_script`'s xpcall, so only a memory error can unwind through
+        // here, to the protected call around it.
         unsafe {
-            self.lua.exec_raw::<()>(&self.globals, |state| {
+            self.lua.exec_raw(args, |state| {
                 for (name, items) in [(c"KEYS", keys), (c"ARGV", argv)] {
                     mlua::ffi::lua_pushstring(state, name.as_ptr());
                     push_array(state, items);
                     // Raw: the sandbox's globals refuse ordinary stores.
                     mlua::ffi::lua_rawset(state, 1);
                 }
+                mlua::ffi::lua_remove(state, 1);
+                mlua::ffi::lua_call(state, 2, 2);
             })
         }
     }
 
     /// Two arrays of strings (a function's keys and arguments), made in
-    /// one protected call (see `set_keys_and_argv`).
+    /// one protected call (see `run_with_keys`).
     pub(crate) fn string_arrays(&self, a: &[Bytes], b: &[Bytes]) -> mlua::Result<(Table, Table)> {
         // SAFETY: see `push_array`; two arrays and one element take three
         // of the LUA_MINSTACK slots a C function is given.
