@@ -186,6 +186,10 @@ pub struct Server {
     /// The compact-encoding thresholds in force (see
     /// [`Server::encoding_limits`]).
     limits: crate::rdb::object::SharedLimits,
+    /// CONFIG `timeout`, seconds (0: never): a connection reads it after
+    /// every read, so it keeps a copy rather than look the parameter up
+    /// (see [`Server::configure_limits`]).
+    pub idle_timeout: AtomicU64,
     /// The shards.
     pub shards: Arc<ShardSet>,
     /// Connected clients by id.
@@ -269,11 +273,14 @@ impl Server {
         self.limits.load()
     }
 
-    /// Takes the thresholds of [`Server::encoding_limits`] from `rt` (at
-    /// start and after CONFIG SET): commands read a copy rather than parse
-    /// the configuration each time.
+    /// Takes the thresholds of [`Server::encoding_limits`] and the idle
+    /// timeout from `rt` (at start and after CONFIG SET): commands and
+    /// connections read a copy rather than parse the configuration each
+    /// time.
     pub fn configure_limits(&self, rt: &Runtime) {
         self.limits.store(&limits_of(rt));
+        self.idle_timeout
+            .store(idle_timeout_of(rt), Ordering::Relaxed);
     }
 
     /// Creates the shared state.
@@ -303,6 +310,7 @@ impl Server {
             pubsub,
             config,
             limits,
+            idle_timeout: AtomicU64::new(idle_timeout_of(&runtime)),
             runtime: parking_lot::RwLock::new(runtime),
             shards,
             clients: DashMap::new(),
@@ -392,6 +400,11 @@ impl Server {
 }
 
 /// The compact-encoding thresholds set in `rt`.
+/// CONFIG `timeout` in seconds (its range starts at 0).
+fn idle_timeout_of(rt: &Runtime) -> u64 {
+    rt.int("timeout").max(0) as u64
+}
+
 fn limits_of(rt: &Runtime) -> crate::rdb::object::Limits {
     crate::rdb::object::Limits {
         hash_entries: rt.size("hash-max-listpack-entries"),

@@ -575,10 +575,10 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         // CONFIG `timeout`: a client idle this many seconds is closed, as
         // Redis does (0 = never). Blocked commands wait inside `execute`,
         // so they are not idle here.
-        let idle_secs = server.runtime.read().int("timeout");
+        let idle_secs = server.idle_timeout.load(Ordering::Relaxed);
         let idle = async {
             if idle_secs > 0 {
-                tokio::time::sleep(std::time::Duration::from_secs(idle_secs as u64)).await;
+                tokio::time::sleep(std::time::Duration::from_secs(idle_secs)).await;
             } else {
                 std::future::pending::<()>().await;
             }

@@ -286,10 +286,24 @@ fn header(out: &mut BytesMut, tag: u8, len: usize) {
 /// instead of one per piece (each with its own capacity check), which
 /// counts where an array reply is built from a hundred rows.
 fn header_bytes(tag: u8, len: usize) -> ([u8; 24], usize) {
-    let digits = itoa_buf(len as i64);
-    let d = &digits.bytes[digits.start..];
     let mut h = [0u8; 24];
     h[0] = tag;
+    // Most lengths have one or two digits: no division loop for those.
+    if len < 10 {
+        h[1..4].copy_from_slice(&[b'0' + len as u8, b'\r', b'\n']);
+        return (h, 4);
+    }
+    if len < 100 {
+        h[1..5].copy_from_slice(&[
+            b'0' + (len / 10) as u8,
+            b'0' + (len % 10) as u8,
+            b'\r',
+            b'\n',
+        ]);
+        return (h, 5);
+    }
+    let digits = itoa_buf(len as i64);
+    let d = &digits.bytes[digits.start..];
     h[1..1 + d.len()].copy_from_slice(d);
     h[1 + d.len()..3 + d.len()].copy_from_slice(b"\r\n");
     (h, 3 + d.len())
