@@ -399,12 +399,12 @@ impl Server {
     }
 }
 
-/// The compact-encoding thresholds set in `rt`.
 /// CONFIG `timeout` in seconds (its range starts at 0).
 fn idle_timeout_of(rt: &Runtime) -> u64 {
     rt.int("timeout").max(0) as u64
 }
 
+/// The compact-encoding thresholds set in `rt`.
 fn limits_of(rt: &Runtime) -> crate::rdb::object::Limits {
     crate::rdb::object::Limits {
         hash_entries: rt.size("hash-max-listpack-entries"),
