@@ -7,7 +7,7 @@ mod common;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{bulk, cmd, err, int, ok, q, TestServer};
+use common::{bulk, cmd, err, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
 /// A numeric field of an INFO section.
@@ -593,6 +593,73 @@ fn change_count_follows_redis() {
         &["DEL", "missing"],
         &["EXPIRE", "missing", "10"],
         &["INCR", "n"],
+    ];
+    for step in steps {
+        let (c0, r0) = (changes(&mut c), changes(&mut r));
+        let _ = cmd(step).query::<Value>(&mut c);
+        let _ = cmd(step).query::<Value>(&mut r);
+        assert_eq!(
+            changes(&mut c) - c0,
+            changes(&mut r) - r0,
+            "changes counted by {step:?}"
+        );
+    }
+}
+
+/// Commands over several keys, fields or elements count as Redis counts
+/// them in rdb_changes_since_last_save: a key for MSET, an element for
+/// LPUSH, a deleted key for DEL, a popped element for a COUNT pop, one
+/// change for RENAME and LMOVE even across shards, SMOVE one or two.
+/// Checked against a real redis-server step by step.
+#[test]
+fn change_count_of_multi_element_commands_follows_redis() {
+    let cairn = TestServer::start();
+    let redis = RealRedis::start();
+    let (mut c, mut r) = (cairn.client(), redis.client());
+    let changes = |c: &mut Connection| info_number(c, "persistence", "rdb_changes_since_last_save");
+    // The moves below cross shards, where each side is a step of its own.
+    for (from, to) in [("n", "n2"), ("l3", "l4")] {
+        assert_ne!(shard_of(from, 2), shard_of(to, 2), "{from} and {to}");
+    }
+    let steps: &[&[&str]] = &[
+        &["MSET", "a", "1", "b", "2", "c", "3"],
+        &["MSETNX", "x", "1", "y", "2"],
+        &["DEL", "a", "b", "c", "nosuch"],
+        &["HSET", "h", "f1", "v1", "f2", "v2"],
+        &["HSET", "h", "f1", "v1"],
+        &["HDEL", "h", "f1", "f2", "nosuch"],
+        &["LPUSH", "l", "a", "b", "c"],
+        &["RPOP", "l", "2"],
+        &["LPOP", "l"],
+        &["ZADD", "z", "1", "a", "2", "b"],
+        &["ZREM", "z", "a", "b"],
+        &["INCR", "n"],
+        &["RENAME", "n", "n2"],
+        &["UNLINK", "x", "y"],
+        &["RPUSH", "l3", "a", "b", "a", "c", "a"],
+        &["LREM", "l3", "0", "a"],
+        &["LMOVE", "l3", "l4", "LEFT", "RIGHT"],
+        &["RPOPLPUSH", "l3", "l4"],
+        &["RPUSH", "l2", "a", "b", "c", "d", "e"],
+        &["LTRIM", "l2", "1", "2"],
+        &["SADD", "s2", "a", "b", "c", "d", "e"],
+        &["SPOP", "s2", "2"],
+        &["SADD", "s3", "z"],
+        &["SMOVE", "s2", "s3", "z"],
+        &["SMOVE", "s3", "s2", "z"],
+        &[
+            "ZADD", "z2", "1", "a", "2", "b", "3", "c", "4", "d", "5", "e",
+        ],
+        &["ZREMRANGEBYSCORE", "z2", "1", "2"],
+        &["ZREMRANGEBYRANK", "z2", "0", "0"],
+        &["ZPOPMIN", "z2", "2"],
+        &["XADD", "st", "1-1", "f", "v"],
+        &["XADD", "st", "2-1", "f", "v"],
+        &["XADD", "st", "3-1", "f", "v"],
+        &["XDEL", "st", "1-1", "9-9"],
+        &["XTRIM", "st", "MAXLEN", "0"],
+        &["PFADD", "hl", "a", "b", "c"],
+        &["PFADD", "hl", "a"],
     ];
     for step in steps {
         let (c0, r0) = (changes(&mut c), changes(&mut r));

@@ -28,6 +28,7 @@ fn del_keys(s: &mut Session, a: Args) -> Action {
                     n += 1;
                 }
             }
+            w.count_changes(n as u64);
             Ok(n)
         },
         Reply::Int,
@@ -165,6 +166,8 @@ fn rename_generic(s: &mut Session, a: Args, nx: bool) -> Action {
                 let ks = Key::new(db, &src);
                 keyspace::delete_if_live(w, ks)?;
                 w.event(notify::GENERIC, "rename_from", ks);
+                // Redis counts a RENAME once: the destination's step does.
+                w.count_changes(0);
                 Ok(())
             })
             .await?;

@@ -55,6 +55,7 @@ fn hset_generic(s: &mut Session, a: Args, reply_ok: bool) -> Action {
         note_written(&mut h, longest.unwrap_or(0), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hset", k);
+        w.count_changes(pairs.len() as u64);
         Ok(if reply_ok {
             Reply::Ok
         } else {

@@ -69,11 +69,15 @@ pub fn pfadd(s: &mut Session, a: Args) -> Action {
         };
         let mut updated = created;
         let mut changed = created;
+        // Redis's dirty count: the key's creation and each element that
+        // changed a register.
+        let mut changes = created as u64;
         for e in &elements {
             match hll::add(&mut v, e, max) {
                 Ok(true) => {
                     updated = true;
                     changed = true;
+                    changes += 1;
                 }
                 Ok(false) => {}
                 Err(hll::Corrupt) => {
@@ -90,6 +94,7 @@ pub fn pfadd(s: &mut Session, a: Args) -> Action {
             hll::invalidate(&mut v);
             put(w, k, meta.as_ref(), v)?;
             w.event(notify::STRING, "pfadd", k);
+            w.count_changes(changes);
         }
         Ok(Reply::Int(updated as i64))
     })

@@ -265,6 +265,7 @@ fn push(s: &mut Session, a: Args, left: bool, only_existing: bool) -> Action {
         let n = l.len() as i64;
         l.save(w, k)?;
         pushed(w, k, left);
+        w.count_changes(items.len() as u64);
         Ok(Reply::Int(n))
     })
 }
@@ -329,6 +330,7 @@ fn pop(s: &mut Session, a: Args, left: bool) -> Action {
         l.save(w, k)?;
         if !out.is_empty() {
             popped(w, k, left, emptied);
+            w.count_changes(out.len() as u64);
         }
         Ok(Reply::Array(out))
     })
@@ -489,6 +491,7 @@ pub fn lrem(s: &mut Session, a: Args) -> Action {
             l.rewrite(w, &all)?;
             l.save(w, k)?;
             w.event_emptying(notify::LIST, "lrem", k, all.is_empty());
+            w.count_changes(removed as u64);
         }
         Ok(Reply::Int(removed as i64))
     })
@@ -516,8 +519,10 @@ pub fn ltrim(s: &mut Session, a: Args) -> Action {
             l.pop(w, false)?;
         }
         let emptied = l.len() == 0;
+        let removed = len - l.len();
         l.save(w, k)?;
         w.event_emptying(notify::LIST, "ltrim", k, emptied);
+        w.count_changes(removed);
         Ok(Reply::Ok)
     })
 }
@@ -733,6 +738,8 @@ pub fn lmove_action(
                 let emptied = l.len() == 0;
                 l.save(w, k)?;
                 popped(w, k, from_left, emptied);
+                // Redis counts a move once: the destination's step does.
+                w.count_changes(0);
                 Ok(v)
             })
             .await?;

@@ -128,6 +128,7 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
         set.save(w, k)?;
         if !picked.is_empty() {
             w.event_emptying(notify::SET, "spop", k, emptied);
+            w.count_changes(picked.len() as u64);
         }
         Ok(match count {
             None => Reply::bulk(picked.into_iter().next().unwrap_or_default()),
@@ -189,7 +190,10 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
             let emptied = from.size == 0;
             from.save(w, ks)?;
             w.event_emptying(notify::SET, "srem", ks, emptied);
-            add_moved(w, kd, &m, limit)?;
+            // One change for the removal, one more if the member was new
+            // to the destination, as Redis counts them.
+            let added = add_moved(w, kd, &m, limit)?;
+            w.count_changes(1 + added as u64);
             Ok(Reply::Int(1))
         });
     }
@@ -230,7 +234,7 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
                 locked
                     .run(id, move |w| {
                         match add_moved(w, Key::new(db, &dst), &m, limit) {
-                            Ok(()) => Ok(()),
+                            Ok(_) => Ok(()),
                             Err(Fail::Store(e)) => Err(e),
                             Err(Fail::Reply(_)) => unreachable!("destination type checked"),
                         }
@@ -255,16 +259,17 @@ fn note_added(set: &mut Edit, added: &[Bytes], limit: usize) {
     }
 }
 
-fn add_moved(w: &mut WriteCtx, key: Key, member: &Bytes, limit: usize) -> Result<(), Fail> {
+/// Adds SMOVE's `member` to the set at `key`; whether it was new there.
+fn add_moved(w: &mut WriteCtx, key: Key, member: &Bytes, limit: usize) -> Result<bool, Fail> {
     let mut to = Edit::load_or_create(w, key, SET)?;
     if to.get(w, member)?.is_some() {
-        return Ok(());
+        return Ok(false);
     }
     to.put(w, member, &[])?;
     note_added(&mut to, std::slice::from_ref(member), limit);
     to.save(w, key)?;
     w.event(notify::SET, "sadd", key);
-    Ok(())
+    Ok(true)
 }
 
 /// Which set operation.

@@ -545,6 +545,7 @@ pub fn mset(s: &mut Session, a: Args) -> Action {
             for k in ks {
                 put_string(w, *k, &lookup[k.name], 0)?;
             }
+            w.count_changes(ks.len() as u64);
             Ok(0)
         },
         |_| Reply::Ok,
@@ -572,6 +573,7 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
             for k in &keys {
                 put_string(w, Key::new(db, k), &lookup[k], 0)?;
             }
+            w.count_changes(keys.len() as u64);
             Ok(Reply::Int(1))
         });
     }
@@ -613,6 +615,7 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
                             return Err(e);
                         }
                     }
+                    w.count_changes(mine.len() as u64);
                     Ok(())
                 })
                 .await?;

@@ -922,6 +922,7 @@ pub fn zrem(s: &mut Session, a: Args) -> Action {
         z.save(w, k)?;
         if n > 0 {
             w.event_emptying(notify::ZSET, "zrem", k, emptied);
+            w.count_changes(n as u64);
         }
         Ok(Reply::Int(n))
     })
@@ -941,6 +942,7 @@ fn remove_range(s: &mut Session, a: Args, range: Range, event: &'static str) -> 
         z.save(w, k)?;
         if !items.is_empty() {
             w.event_emptying(notify::ZSET, event, k, emptied);
+            w.count_changes(items.len() as u64);
         }
         Ok(Reply::Int(items.len() as i64))
     })
@@ -1012,6 +1014,9 @@ fn zpop(s: &mut Session, a: Args, max: bool) -> Action {
     let resp3 = s.resp3;
     s.write(a.get(1), move |w, k| {
         let items = pop_entries(w, k, max, count.unwrap_or(1))?.unwrap_or_default();
+        if !items.is_empty() {
+            w.count_changes(items.len() as u64);
+        }
         if count.is_none() {
             // Without COUNT the reply is one flat member, score pair.
             return Ok(entries_reply(items, true, false));

@@ -825,6 +825,9 @@ pub struct WriteCtx<'t> {
     /// `dirty` counter would have added, near enough (INFO's
     /// rdb_changes_since_last_save, the save points).
     pub changes: u64,
+    /// Set by [`WriteCtx::count_changes`]: the running command (or step)
+    /// counted its changes itself, zero included.
+    counted: bool,
     /// Collects the names of changed keys while clients track keys (see
     /// [`Wakeups::tracked`]), each with the `message_place` current when it
     /// changed; `None` otherwise.
@@ -884,6 +887,7 @@ impl<'t> WriteCtx<'t> {
             message_place: (0, 0),
             writes: 0,
             changes: 0,
+            counted: false,
             tracked: None,
             writer: 0,
             lookups: Default::default(),
@@ -1057,11 +1061,25 @@ impl<'t> WriteCtx<'t> {
     /// already there, a failed one) counts nothing, as in Redis.
     pub fn counting<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
         let (changes, writes) = (self.changes, self.writes);
+        let outer = std::mem::replace(&mut self.counted, false);
         let out = f(self);
-        if self.changes == changes && self.writes != writes {
+        let counted = std::mem::replace(&mut self.counted, outer);
+        if !counted && self.changes == changes && self.writes != writes {
             self.changes += 1;
         }
+        // A count inside counts for whatever encloses this call too.
+        self.counted |= counted;
         out
+    }
+
+    /// Counts the command running (or this step of it) as `n` changes
+    /// instead of one, as Redis adds to its dirty counter per key, field or
+    /// element for the commands that take several (MSET a key, LPUSH an
+    /// element, DEL a deleted key), or as none: one step of a command
+    /// Redis counts once (RENAME's removal of its source on another shard).
+    pub fn count_changes(&mut self, n: u64) {
+        self.changes += n;
+        self.counted = true;
     }
 
     /// Sets a row in the overlay.

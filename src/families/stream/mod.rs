@@ -239,6 +239,7 @@ pub fn xtrim(s: &mut Session, a: Args) -> Action {
         st.save(w, k)?;
         if gone > 0 {
             w.event(notify::STREAM, "xtrim", k);
+            w.count_changes(gone);
         }
         Ok(Reply::Int(gone as i64))
     })
@@ -316,6 +317,7 @@ pub fn xdel(s: &mut Session, a: Args) -> Action {
         st.save(w, k)?;
         if deleted > 0 {
             w.event(notify::STREAM, "xdel", k);
+            w.count_changes(deleted as u64);
         }
         Ok(Reply::Int(deleted))
     })
