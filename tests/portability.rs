@@ -608,8 +608,9 @@ fn change_count_follows_redis() {
 
 /// Commands over several keys, fields or elements count as Redis counts
 /// them in rdb_changes_since_last_save: a key for MSET, an element for
-/// LPUSH, a deleted key for DEL, a popped element for a COUNT pop, one
-/// change for RENAME and LMOVE even across shards, SMOVE one or two.
+/// LPUSH, a deleted key for DEL or FLUSHDB, a popped element for a COUNT
+/// pop, one change for RENAME and LMOVE even across shards, SMOVE one or
+/// two.
 /// Checked against a real redis-server step by step.
 #[test]
 fn change_count_of_multi_element_commands_follows_redis() {
@@ -660,6 +661,8 @@ fn change_count_of_multi_element_commands_follows_redis() {
         &["XTRIM", "st", "MAXLEN", "0"],
         &["PFADD", "hl", "a", "b", "c"],
         &["PFADD", "hl", "a"],
+        &["FLUSHDB"],
+        &["FLUSHDB"],
     ];
     for step in steps {
         let (c0, r0) = (changes(&mut c), changes(&mut r));

@@ -563,6 +563,8 @@ fn flush_mode(a: &Args) -> Result<(), Reply> {
 /// `meta`, `sub` and `zscore` rows (all prefixed by the namespace), plus its
 /// `ttl` and `gc` rows.
 fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
+    // Redis counts each key FLUSHDB removes as a change.
+    let keys = w.state.counts[db as usize].keys.max(0) as u64;
     let prefix = encoding::meta_db_prefix(db);
     let end = encoding::prefix_successor(&prefix);
     for t in [Table::Meta, Table::Sub, Table::ZScore, Table::Gc] {
@@ -580,6 +582,7 @@ fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
     }
     w.state.counts[db as usize] = Default::default();
     w.flushed.push(db);
+    w.count_changes(keys);
     Ok(())
 }
 
