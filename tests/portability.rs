@@ -610,7 +610,8 @@ fn change_count_follows_redis() {
 /// them in rdb_changes_since_last_save: a key for MSET, an element for
 /// LPUSH, a deleted key for DEL or FLUSHDB, a popped element for a COUNT
 /// pop, one change for RENAME and LMOVE even across shards, SMOVE one or
-/// two.
+/// two; commands inside a script or a transaction count as they would
+/// alone.
 /// Checked against a real redis-server step by step.
 #[test]
 fn change_count_of_multi_element_commands_follows_redis() {
@@ -661,6 +662,14 @@ fn change_count_of_multi_element_commands_follows_redis() {
         &["XTRIM", "st", "MAXLEN", "0"],
         &["PFADD", "hl", "a", "b", "c"],
         &["PFADD", "hl", "a"],
+        // A script's commands count each as alone, on one shard too.
+        &[
+            "EVAL",
+            "redis.call('incr', KEYS[1]); redis.call('rpush', KEYS[2], 'a', 'b', 'c')",
+            "2",
+            "{q}a",
+            "{q}l",
+        ],
         &["FLUSHDB"],
         &["FLUSHDB"],
     ];
@@ -672,6 +681,30 @@ fn change_count_of_multi_element_commands_follows_redis() {
             changes(&mut c) - c0,
             changes(&mut r) - r0,
             "changes counted by {step:?}"
+        );
+    }
+    // So do a transaction's, its keys on one shard or on two.
+    for keys in [["{z}a", "{z}b", "{z}n"], ["a", "b", "n"]] {
+        let exec = |conn: &mut Connection| {
+            redis::pipe()
+                .atomic()
+                .cmd("MSET")
+                .arg(keys[0])
+                .arg("1")
+                .arg(keys[1])
+                .arg("2")
+                .cmd("INCR")
+                .arg(keys[2])
+                .query::<Value>(conn)
+                .unwrap();
+        };
+        let (c0, r0) = (changes(&mut c), changes(&mut r));
+        exec(&mut c);
+        exec(&mut r);
+        assert_eq!(
+            changes(&mut c) - c0,
+            changes(&mut r) - r0,
+            "changes counted by MULTI/EXEC over {keys:?}"
         );
     }
 }

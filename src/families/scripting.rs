@@ -244,7 +244,8 @@ impl Host for LocalHost<'_, '_> {
     fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
         let action = script_action(&mut self.session, argv, resp3, &self.run);
         let out = match action.into_shard_op() {
-            Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => f(self.w),
+            // Each command counts its own changes, as alone.
+            Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => self.w.counting(f),
             Err(Action::Reply(r)) => Ok(r),
             _ => {
                 // Give up at once, whatever the script does with the

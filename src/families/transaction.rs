@@ -232,7 +232,8 @@ pub fn run_unit(
                 let mut replies = Vec::with_capacity(steps.len());
                 for step in steps {
                     replies.push(match step {
-                        Ok((_, f)) => f(w)?,
+                        // Each command counts its own changes, as alone.
+                        Ok((_, f)) => w.counting(f)?,
                         ready_reply => ready(ready_reply),
                     });
                 }
