@@ -570,7 +570,6 @@ fn change_count_follows_redis() {
     let cairn = TestServer::start();
     let redis = RealRedis::start();
     let (mut c, mut r) = (cairn.client(), redis.client());
-    let changes = |c: &mut Connection| info_number(c, "persistence", "rdb_changes_since_last_save");
     let steps: &[&[&str]] = &[
         &["SET", "s", "abc"],
         &["SETBIT", "s", "1", "1"],
@@ -595,14 +594,9 @@ fn change_count_follows_redis() {
         &["INCR", "n"],
     ];
     for step in steps {
-        let (c0, r0) = (changes(&mut c), changes(&mut r));
-        let _ = cmd(step).query::<Value>(&mut c);
-        let _ = cmd(step).query::<Value>(&mut r);
-        assert_eq!(
-            changes(&mut c) - c0,
-            changes(&mut r) - r0,
-            "changes counted by {step:?}"
-        );
+        counts_like_redis(&mut c, &mut r, &format!("{step:?}"), |conn| {
+            let _ = cmd(step).query::<Value>(conn);
+        });
     }
 }
 
@@ -618,7 +612,6 @@ fn change_count_of_multi_element_commands_follows_redis() {
     let cairn = TestServer::start();
     let redis = RealRedis::start();
     let (mut c, mut r) = (cairn.client(), redis.client());
-    let changes = |c: &mut Connection| info_number(c, "persistence", "rdb_changes_since_last_save");
     // The moves below cross shards, where each side is a step of its own.
     for (from, to) in [("n", "n2"), ("l3", "l4")] {
         assert_ne!(shard_of(from, 2), shard_of(to, 2), "{from} and {to}");
@@ -674,14 +667,9 @@ fn change_count_of_multi_element_commands_follows_redis() {
         &["FLUSHDB"],
     ];
     for step in steps {
-        let (c0, r0) = (changes(&mut c), changes(&mut r));
-        let _ = cmd(step).query::<Value>(&mut c);
-        let _ = cmd(step).query::<Value>(&mut r);
-        assert_eq!(
-            changes(&mut c) - c0,
-            changes(&mut r) - r0,
-            "changes counted by {step:?}"
-        );
+        counts_like_redis(&mut c, &mut r, &format!("{step:?}"), |conn| {
+            let _ = cmd(step).query::<Value>(conn);
+        });
     }
     // So do a transaction's, its keys on one shard or on two.
     for keys in [["{z}a", "{z}b", "{z}n"], ["a", "b", "n"]] {
@@ -698,15 +686,27 @@ fn change_count_of_multi_element_commands_follows_redis() {
                 .query::<Value>(conn)
                 .unwrap();
         };
-        let (c0, r0) = (changes(&mut c), changes(&mut r));
-        exec(&mut c);
-        exec(&mut r);
-        assert_eq!(
-            changes(&mut c) - c0,
-            changes(&mut r) - r0,
-            "changes counted by MULTI/EXEC over {keys:?}"
-        );
+        counts_like_redis(&mut c, &mut r, &format!("MULTI/EXEC over {keys:?}"), exec);
     }
+}
+
+/// Runs `run` on cairn (`c`) and on redis-server (`r`) and checks that
+/// both counted the same changes for it in rdb_changes_since_last_save.
+fn counts_like_redis(
+    c: &mut Connection,
+    r: &mut Connection,
+    what: &str,
+    run: impl Fn(&mut Connection),
+) {
+    let changes = |c: &mut Connection| info_number(c, "persistence", "rdb_changes_since_last_save");
+    let (c0, r0) = (changes(c), changes(r));
+    run(c);
+    run(r);
+    assert_eq!(
+        changes(c) - c0,
+        changes(r) - r0,
+        "changes counted by {what}"
+    );
 }
 
 /// An RDB file saved by redis-server imports into a cairn data directory
