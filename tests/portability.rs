@@ -602,11 +602,11 @@ fn change_count_follows_redis() {
 
 /// Commands over several keys, fields or elements count as Redis counts
 /// them in rdb_changes_since_last_save: a key for MSET, an element for
-/// LPUSH, a deleted key for DEL or FLUSHDB, a popped element for a COUNT
-/// pop, one change for RENAME and LMOVE even across shards, SMOVE one or
-/// two; commands inside a script or a transaction count as they would
-/// alone.
-/// Checked against a real redis-server step by step.
+/// LPUSH, a deleted key for DEL, FLUSHDB or FLUSHALL, a popped element for
+/// a COUNT pop, an acknowledged entry for XACK, one change for RENAME,
+/// LMOVE and SWAPDB even across shards, SMOVE one or two; commands inside
+/// a script or a transaction count as they would alone. Checked against a
+/// real redis-server step by step.
 #[test]
 fn change_count_of_multi_element_commands_follows_redis() {
     let cairn = TestServer::start();
@@ -653,6 +653,13 @@ fn change_count_of_multi_element_commands_follows_redis() {
         &["XADD", "st", "3-1", "f", "v"],
         &["XDEL", "st", "1-1", "9-9"],
         &["XTRIM", "st", "MAXLEN", "0"],
+        &["ZADD", "zm", "1", "a", "2", "b", "3", "c"],
+        &["ZMPOP", "1", "zm", "MIN", "COUNT", "2"],
+        &["RPUSH", "lm", "a", "b", "c"],
+        &["LMPOP", "1", "lm", "LEFT", "COUNT", "2"],
+        &["XADD", "sx", "1-1", "f", "v"],
+        &["XGROUP", "CREATE", "sx", "g", "0"],
+        &["XACK", "sx", "g", "1-1"],
         &["PFADD", "hl", "a", "b", "c"],
         &["PFADD", "hl", "a"],
         // A script's commands count each as alone, on one shard too.
@@ -663,8 +670,13 @@ fn change_count_of_multi_element_commands_follows_redis() {
             "{q}a",
             "{q}l",
         ],
+        &["SWAPDB", "0", "1"],
+        &["SWAPDB", "0", "1"],
         &["FLUSHDB"],
         &["FLUSHDB"],
+        &["MSET", "a", "1", "b", "2", "c", "3"],
+        &["FLUSHALL"],
+        &["FLUSHALL"],
     ];
     for step in steps {
         counts_like_redis(&mut c, &mut r, &format!("{step:?}"), |conn| {

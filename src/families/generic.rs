@@ -589,7 +589,7 @@ fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
 /// Runs `f` on every shard inside one coordinated commit.
 fn on_all_shards(
     s: &Session,
-    f: impl Fn(&mut WriteCtx) -> Result<(), StoreError> + Send + Sync + 'static,
+    f: impl Fn(&mut WriteCtx, usize) -> Result<(), StoreError> + Send + Sync + 'static,
     reply: Reply,
 ) -> Action {
     let shards = s.server.shards.clone();
@@ -597,14 +597,14 @@ fn on_all_shards(
     if ids.len() == 1 {
         return Action::Write {
             shard: 0,
-            f: Box::new(move |w| f(w).map(|()| reply)),
+            f: Box::new(move |w| f(w, 0).map(|()| reply)),
         };
     }
     let f = Arc::new(f);
     coordinated(ids.clone(), move |locked| async move {
         for id in ids {
             let f = f.clone();
-            locked.run(id, move |w| f(w)).await?;
+            locked.run(id, move |w| f(w, id)).await?;
         }
         Ok(Ok(reply))
     })
@@ -616,7 +616,7 @@ pub fn flushdb(s: &mut Session, a: Args) -> Action {
         return r.into();
     }
     let db = s.db;
-    on_all_shards(s, move |w| flush_db(w, db), Reply::Ok)
+    on_all_shards(s, move |w, _| flush_db(w, db), Reply::Ok)
 }
 
 /// FLUSHALL [ASYNC|SYNC]
@@ -646,7 +646,9 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
 fn flush_all(s: &Session) -> Action {
     on_all_shards(
         s,
-        |w| {
+        |w, _| {
+            // Redis counts each key FLUSHALL removes as a change.
+            let keys: i64 = w.state.counts.iter().map(|c| c.keys.max(0)).sum();
             for t in [
                 Table::Meta,
                 Table::Sub,
@@ -658,6 +660,7 @@ fn flush_all(s: &Session) -> Action {
             }
             w.state.counts = Default::default();
             w.flushed.extend(0..DATABASES as u8);
+            w.count_changes(keys as u64);
             Ok(())
         },
         Reply::Ok,
@@ -727,10 +730,13 @@ pub fn swapdb(s: &mut Session, a: Args) -> Action {
     const SPARE: u8 = DATABASES as u8;
     on_all_shards(
         s,
-        move |w| {
+        move |w, shard| {
             relabel_db(w, x, SPARE)?;
             relabel_db(w, y, x)?;
-            relabel_db(w, SPARE, y)
+            relabel_db(w, SPARE, y)?;
+            // Redis counts a SWAPDB once: the first shard's step does.
+            w.count_changes((shard == 0) as u64);
+            Ok(())
         },
         Reply::Ok,
     )

@@ -792,6 +792,7 @@ fn mpop_one(
     let emptied = l.len() == 0;
     l.save(w, key)?;
     popped(w, key, left, emptied);
+    w.count_changes(out.len() as u64);
     Ok(Some(out))
 }
 

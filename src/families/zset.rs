@@ -1385,7 +1385,11 @@ pub fn zmpop_action(
     count: u64,
 ) -> Action {
     super::first_pop(shards, db, keys, move |w, k| {
-        Ok(pop_entries(w, k, max, count)?.map(|items| {
+        let popped = pop_entries(w, k, max, count)?;
+        if let Some(items) = popped.as_ref().filter(|i| !i.is_empty()) {
+            w.count_changes(items.len() as u64);
+        }
+        Ok(popped.map(|items| {
             Reply::Array(vec![
                 Reply::bulk_copy(k.name),
                 Reply::Array(

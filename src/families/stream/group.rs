@@ -362,6 +362,8 @@ pub fn xack(s: &mut Session, a: Args) -> Action {
             }
         }
         g.save(&st, w)?;
+        // Redis counts each acknowledged entry, and nothing without one.
+        w.count_changes(acked as u64);
         Ok(Reply::Int(acked))
     })
 }
