@@ -603,10 +603,10 @@ fn change_count_follows_redis() {
 /// Commands over several keys, fields or elements count as Redis counts
 /// them in rdb_changes_since_last_save: a key for MSET, an element for
 /// LPUSH, a deleted key for DEL, FLUSHDB or FLUSHALL, a popped element for
-/// a COUNT pop, an acknowledged entry for XACK, one change for RENAME,
-/// LMOVE and SWAPDB even across shards, SMOVE one or two; commands inside
-/// a script or a transaction count as they would alone. Checked against a
-/// real redis-server step by step.
+/// a COUNT pop, an entry acknowledged or claimed for XACK and XCLAIM, one
+/// change for RENAME, LMOVE and SWAPDB even across shards, SMOVE one or
+/// two; commands inside a script or a transaction count as they would
+/// alone. Checked against a real redis-server step by step.
 #[test]
 fn change_count_of_multi_element_commands_follows_redis() {
     let cairn = TestServer::start();
@@ -660,6 +660,15 @@ fn change_count_of_multi_element_commands_follows_redis() {
         &["XADD", "sx", "1-1", "f", "v"],
         &["XGROUP", "CREATE", "sx", "g", "0"],
         &["XACK", "sx", "g", "1-1"],
+        &["XADD", "sx", "2-1", "f", "v"],
+        &["XADD", "sx", "3-1", "f", "v"],
+        &["XCLAIM", "sx", "g", "c1", "0", "1-1", "2-1", "FORCE"],
+        &["XCLAIM", "sx", "g", "c1", "0", "1-1", "FORCE"],
+        &["XCLAIM", "sx", "g", "c2", "0", "1-1", "2-1", "JUSTID"],
+        &["XCLAIM", "sx", "g", "c3", "0", "9-9"],
+        &["XAUTOCLAIM", "sx", "g", "c4", "0", "0", "COUNT", "1"],
+        &["XDEL", "sx", "1-1"],
+        &["XAUTOCLAIM", "sx", "g", "c5", "0", "0"],
         &["PFADD", "hl", "a", "b", "c"],
         &["PFADD", "hl", "a"],
         // A script's commands count each as alone, on one shard too.

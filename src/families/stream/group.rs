@@ -650,9 +650,12 @@ pub fn xclaim(s: &mut Session, a: Args) -> Action {
             )?);
         }
         g.save(&st, w)?;
-        if !out.is_empty() && !known {
+        let created = !out.is_empty() && !known;
+        if created {
             w.event(notify::STREAM, "xgroup-createconsumer", k);
         }
+        // Redis counts each entry claimed and the consumer it created.
+        w.count_changes(out.len() as u64 + created as u64);
         Ok(Reply::Array(out))
     })
 }
@@ -743,9 +746,13 @@ pub fn xautoclaim(s: &mut Session, a: Args) -> Action {
         }
         let cursor = pel.get(next).map_or(StreamId::MIN, |(id, _)| *id);
         g.save(&st, w)?;
-        if !claimed.is_empty() && !known {
+        let created = !claimed.is_empty() && !known;
+        if created {
             w.event(notify::STREAM, "xgroup-createconsumer", k);
         }
+        // Redis counts each entry claimed or dropped as deleted, and the
+        // consumer it created.
+        w.count_changes((claimed.len() + deleted.len()) as u64 + created as u64);
         Ok(Reply::Array(vec![
             cursor.reply(),
             Reply::Array(claimed),
