@@ -189,6 +189,7 @@ impl Current {
     }
 
     /// Whether every record appended to the log so far is durable.
+    #[cfg(test)]
     pub fn synced(&self) -> bool {
         let file = self.0.lock().clone();
         file.is_none_or(|f| !f.dirty.load(Ordering::Acquire))
