@@ -12,6 +12,7 @@ pub mod merge;
 pub mod rowops;
 pub mod store;
 pub mod tables;
+pub mod vlog;
 pub mod wal;
 
 pub use encoding::{KeyType, Meta, MetaBody};

@@ -27,7 +27,10 @@ use redb::{Database, ReadableDatabase};
 
 use super::buffer::{Buffer, Change};
 use super::filter::KeyFilter;
-use super::tables::{init_file, read_sys_u64, ReadCtx, RowOp, StoreError, Table, TableWriter};
+use super::tables::{
+    init_file, read_sys_prefix, read_sys_u64, ReadCtx, RowOp, StoreError, Table, TableWriter,
+};
+use super::vlog::{self, Files, ValueLog};
 use super::wal::{self, Wal};
 
 /// The longest a batch is held back while the background writer is behind
@@ -95,6 +98,12 @@ struct Core {
     /// next freeze to take instead of allocating one (see
     /// [`Buffer::emptied`]).
     spare: parking_lot::Mutex<Option<Buffer>>,
+    /// The value log, the background writer's alone (see `vlog`).
+    values: parking_lot::Mutex<ValueLog>,
+    /// Its files as readers resolve pointers in them: replaced only under
+    /// the view lock, and taken there by readers before their redb
+    /// snapshot, so a reader has every file its snapshot points into.
+    readable: parking_lot::Mutex<Arc<Files>>,
 }
 
 /// What the background writer is asked to do.
@@ -178,12 +187,15 @@ impl Store {
         let applied = read_sys_u64(&db, wal::GEN_ROW)?;
         let mut gens = wal::existing(&dir, &stem).map_err(io_err)?;
         gens.retain(|(gen, _)| *gen > applied);
+        let registry = read_sys_prefix(&db, vlog::registry_prefix())?;
+        let values = ValueLog::open(&dir, &stem, &registry).map_err(io_err)?;
         Ok(Opening {
             db,
             dir,
             stem,
             applied,
             gens,
+            values,
         })
     }
 
@@ -195,8 +207,16 @@ impl Store {
         keep: usize,
         limits: Limits,
     ) -> Result<Arc<Store>, StoreError> {
-        let (gen, seq) = recover(&opening, keep)?;
-        let Opening { db, dir, stem, .. } = opening;
+        let mut opening = opening;
+        let (gen, seq) = recover(&mut opening, keep)?;
+        let Opening {
+            db,
+            dir,
+            stem,
+            mut values,
+            ..
+        } = opening;
+        let readable = values.readable().unwrap_or_default();
         let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
         let core = Arc::new(Core {
             db,
@@ -211,6 +231,8 @@ impl Store {
             filter_rows: limits.filter_rows,
             closing: Default::default(),
             spare: Default::default(),
+            values: parking_lot::Mutex::new(values),
+            readable: parking_lot::Mutex::new(readable),
         });
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let writer_core = core.clone();
@@ -313,6 +335,7 @@ impl Store {
         let view = self.core.view.lock();
         let layers = view.clone();
         let filter = self.core.filter.lock().clone();
+        let values = self.core.readable.lock().clone();
         let txn = self.core.db.begin_read()?;
         let mut pins = self.core.pins.lock();
         let seq = self.core.published.load(Ordering::Acquire);
@@ -324,7 +347,9 @@ impl Store {
             store: self.clone(),
             seq,
         });
-        Ok(ReadCtx::layered(txn, layers, seq, pin, now_ms).with_filter(filter))
+        Ok(ReadCtx::layered(txn, layers, seq, pin, now_ms)
+            .with_filter(filter)
+            .with_values(values))
     }
 
     /// Commits a batch's changes: appends them to the log (fsynced if
@@ -488,6 +513,7 @@ impl Core {
             match job {
                 Job::WriteOut(buf) => {
                     self.write_out(&buf);
+                    self.collect_values();
                     graves.push(buf);
                     self.bury(&mut graves);
                     let filter = self.filter.lock().clone();
@@ -546,10 +572,20 @@ impl Core {
     }
 
     fn try_write_out(&self, buf: &Buffer) -> Result<(), StoreError> {
+        let mut values = self.values.lock();
+        let written = self.write_out_with(buf, &mut values);
+        if written.is_err() {
+            values.aborted();
+            self.publish_values(&mut values);
+        }
+        written
+    }
+
+    fn write_out_with(&self, buf: &Buffer, values: &mut ValueLog) -> Result<(), StoreError> {
         let mut txn = self.db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
-        let mut w = TableWriter::new(&txn);
+        let mut w = TableWriter::with_values(&txn, values);
         let filter = self.filter.lock().clone();
         buf.for_each_change(&mut |change| {
             match (&filter, &change) {
@@ -571,8 +607,64 @@ impl Core {
         w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
         let seq = buf.last_seq().to_be_bytes();
         w.apply(Change::Row(Table::Sys, wal::SEQ_ROW, Some(&seq)))?;
+        w.prepare_values()?;
         drop(w);
+        self.commit_with_values(txn, values)
+    }
+
+    /// Commits a write transaction whose value log appends are prepared.
+    /// Readers are given the files it points into before it commits, and
+    /// lose those it emptied only after.
+    fn commit_with_values(
+        &self,
+        txn: redb::WriteTransaction,
+        values: &mut ValueLog,
+    ) -> Result<(), StoreError> {
+        self.publish_values(values);
         txn.commit()?;
+        values.committed();
+        self.publish_values(values);
+        Ok(())
+    }
+
+    /// Hands readers the value log's files, if they changed: under the
+    /// view lock, where readers take them before their redb snapshot.
+    fn publish_values(&self, values: &mut ValueLog) {
+        if let Some(files) = values.readable() {
+            let _view = self.view.lock();
+            *self.readable.lock() = files;
+        }
+    }
+
+    /// Collects the value log file most worth it, if one is half dead (see
+    /// `vlog`): its live values move to the end of the log and it goes.
+    fn collect_values(&self) {
+        let mut values = self.values.lock();
+        let Some(n) = values.victim() else {
+            return;
+        };
+        if let Err(e) = self.collect_file(&mut values, n) {
+            values.aborted();
+            self.publish_values(&mut values);
+            tracing::error!(shard = %self.stem, error = %e, "cannot collect a value log file");
+        }
+    }
+
+    fn collect_file(&self, values: &mut ValueLog, n: u32) -> Result<(), StoreError> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(redb::Durability::Immediate)
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let mut w = TableWriter::new(&txn);
+        let moved = values.collect(n, |key, here| {
+            Ok(w.stored(Table::Meta, key)?.as_deref() == Some(here))
+        })?;
+        for (key, to) in &moved {
+            w.put_stored(Table::Meta, key, to)?;
+        }
+        values.prepare(|change| w.apply(change))?;
+        drop(w);
+        self.commit_with_values(txn, values)?;
+        tracing::debug!(shard = %self.stem, file = n, moved = moved.len(), "collected a value log file");
         Ok(())
     }
 }
@@ -633,6 +725,8 @@ pub struct Opening {
     applied: u64,
     /// The later generations' files, oldest first.
     gens: Vec<(u64, PathBuf)>,
+    /// The value log, as the tables' last commit left it.
+    values: ValueLog,
 }
 
 impl Opening {
@@ -648,16 +742,24 @@ impl Opening {
     /// began, so only the last can end in a torn record.
     pub fn scan(
         &self,
-        mut each: impl FnMut(&wal::Record) -> Result<(), StoreError>,
+        each: impl FnMut(&wal::Record) -> Result<(), StoreError>,
     ) -> Result<usize, StoreError> {
-        let mut n = 0;
-        for (gen, path) in &self.gens {
-            let (found, _) = wal::read(path, *gen).map_err(io_err)?;
-            found.iter().try_for_each(&mut each)?;
-            n += found.len();
-        }
-        Ok(n)
+        scan_gens(&self.gens, each)
     }
+}
+
+/// [`Opening::scan`] of the log generations `gens`.
+fn scan_gens(
+    gens: &[(u64, PathBuf)],
+    mut each: impl FnMut(&wal::Record) -> Result<(), StoreError>,
+) -> Result<usize, StoreError> {
+    let mut n = 0;
+    for (gen, path) in gens {
+        let (found, _) = wal::read(path, *gen).map_err(io_err)?;
+        found.iter().try_for_each(&mut each)?;
+        n += found.len();
+    }
+    Ok(n)
 }
 
 /// Puts the first `keep` of the log's records into the tables in one
@@ -665,14 +767,14 @@ impl Opening {
 /// the last commit's sequence number, drops the log files and returns
 /// both: the store starts with empty buffers and a fresh log, numbering
 /// its commits on from there.
-fn recover(opening: &Opening, keep: usize) -> Result<(u64, u64), StoreError> {
+fn recover(opening: &mut Opening, keep: usize) -> Result<(u64, u64), StoreError> {
     let last = opening.gens.last().map_or(opening.applied, |(gen, _)| *gen);
     let mut seq = read_sys_u64(&opening.db, wal::SEQ_ROW)?;
     let txn = opening.db.begin_write()?;
-    let mut w = TableWriter::new(&txn);
+    let mut w = TableWriter::with_values(&txn, &mut opening.values);
     let stem = &opening.stem;
     let mut kept = 0;
-    let found = opening.scan(|record| {
+    let found = scan_gens(&opening.gens, |record| {
         if kept == keep {
             return Ok(());
         }
@@ -687,8 +789,15 @@ fn recover(opening: &Opening, keep: usize) -> Result<(u64, u64), StoreError> {
         wal::SEQ_ROW,
         Some(&seq.to_be_bytes()),
     ))?;
+    w.prepare_values()?;
     drop(w);
-    txn.commit()?;
+    match txn.commit() {
+        Ok(()) => opening.values.committed(),
+        Err(e) => {
+            opening.values.aborted();
+            return Err(e.into());
+        }
+    }
     if kept > 0 {
         tracing::info!(
             shard = stem,
@@ -960,5 +1069,157 @@ mod tests {
             tables.get(Table::Meta, b"last").unwrap(),
             Some(b"whole".to_vec())
         );
+    }
+
+    fn big_row(fill: u8) -> Vec<u8> {
+        crate::storage::Meta::string(vec![fill; 2000], 0).encode()
+    }
+
+    fn value_log_files(dir: &Path) -> Vec<(String, u64)> {
+        let mut out: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".vlog"))
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, e.metadata().unwrap().len())
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Large string rows go into the tables as pointers into the value
+    /// log and read back whole; overwriting them leaves files dead, which
+    /// are collected while a snapshot taken before still reads its
+    /// values through them; all of it survives reopening.
+    #[test]
+    fn large_values_live_in_the_value_log_and_their_space_comes_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let store = open(&path, 64 << 10);
+        let put_row =
+            |k: &str, row: Vec<u8>| vec![RowOp::Put(Table::Meta, k.as_bytes().to_vec(), row)];
+        for k in 0..8 {
+            store
+                .commit(put_row(&format!("k{k}"), big_row(0)), false)
+                .unwrap();
+        }
+        store.commit(put("small", "s"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        let before = store.snapshot(0).unwrap();
+        {
+            // In the tables: a pointer for each large row, the small one as it is.
+            let txn = store.db().begin_read().unwrap();
+            let meta = txn.open_table(Table::Meta.def()).unwrap();
+            let stored = meta.get(&b"k3"[..]).unwrap().unwrap().value().to_vec();
+            assert_eq!((stored.len(), stored[0]), (17, 0x0F));
+            assert_eq!(meta.get(&b"small"[..]).unwrap().unwrap().value(), b"s");
+        }
+        for round in 1..=40u8 {
+            for k in 0..8 {
+                store
+                    .commit(put_row(&format!("k{k}"), big_row(round)), false)
+                    .unwrap();
+            }
+        }
+        store.freeze_now().unwrap();
+        settle(&store);
+        // 41 rounds of 16 KB over 64 KiB files: without collection there
+        // would be 11 files.
+        wait_for("dead value log files are not collected", || {
+            value_log_files(dir.path()).len() <= 3
+        });
+        for k in 0..8 {
+            let key = format!("k{k}");
+            assert_eq!(
+                before.get(Table::Meta, key.as_bytes()).unwrap(),
+                Some(big_row(0))
+            );
+            assert_eq!(
+                store
+                    .snapshot(0)
+                    .unwrap()
+                    .get(Table::Meta, key.as_bytes())
+                    .unwrap(),
+                Some(big_row(40))
+            );
+        }
+        // Scans resolve pointers too.
+        let mut scanned = Vec::new();
+        store
+            .snapshot(0)
+            .unwrap()
+            .scan(Table::Meta, b"k", Some(b"l"), true, &mut |k, v| {
+                scanned.push((k.to_vec(), v.to_vec()));
+                true
+            })
+            .unwrap();
+        assert_eq!(scanned.len(), 8);
+        assert!(scanned.iter().all(|(_, v)| *v == big_row(40)));
+        drop(before);
+        drop(store);
+        let store = open(&path, 64 << 10);
+        for k in 0..8 {
+            let key = format!("k{k}");
+            let r = store.snapshot(0).unwrap();
+            assert_eq!(
+                r.get(Table::Meta, key.as_bytes()).unwrap(),
+                Some(big_row(40))
+            );
+        }
+        assert_eq!(get(&store, "small").as_deref(), Some("s"));
+    }
+
+    /// What a crash can leave of the value log, appends after the last
+    /// commit and a file no commit recorded, is cut away at open, and the
+    /// committed values read as before.
+    #[test]
+    fn value_log_appends_no_commit_recorded_are_cut_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let store = open(&path, 64 << 10);
+        let put_row =
+            |k: &str, row: Vec<u8>| vec![RowOp::Put(Table::Meta, k.as_bytes().to_vec(), row)];
+        for k in 0..4 {
+            store
+                .commit(put_row(&format!("k{k}"), big_row(7)), false)
+                .unwrap();
+        }
+        store.freeze_now().unwrap();
+        settle(&store);
+        drop(store);
+        let files = value_log_files(dir.path());
+        assert_eq!(files.len(), 1);
+        let (name, len) = &files[0];
+        {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .append(true)
+                .open(dir.path().join(name))
+                .unwrap();
+            f.write_all(&[0xAB; 3000]).unwrap();
+        }
+        std::fs::write(dir.path().join("shard-0-v99.vlog"), b"never committed").unwrap();
+        let store = open(&path, 64 << 10);
+        assert_eq!(value_log_files(dir.path()), vec![(name.clone(), *len)]);
+        for k in 0..4 {
+            let key = format!("k{k}");
+            let r = store.snapshot(0).unwrap();
+            assert_eq!(
+                r.get(Table::Meta, key.as_bytes()).unwrap(),
+                Some(big_row(7))
+            );
+        }
+        // Appends go on from the cut.
+        store.commit(put_row("k9", big_row(9)), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        drop(store);
+        let store = open(&path, 64 << 10);
+        let r = store.snapshot(0).unwrap();
+        assert_eq!(r.get(Table::Meta, b"k9").unwrap(), Some(big_row(9)));
+        assert_eq!(r.get(Table::Meta, b"k0").unwrap(), Some(big_row(7)));
     }
 }

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
+use super::vlog::{Files, ValueLog};
+
 use super::buffer::{in_range, Buffer, Change, Entry, KeyRange};
 use super::encoding::CorruptRow;
 use super::filter::KeyFilter;
@@ -156,7 +158,7 @@ pub trait KvRead {
 }
 
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
-    t: &T,
+    (t, table, values): (&T, Table, &Files),
     start: &[u8],
     end: Option<&[u8]>,
     reverse: bool,
@@ -175,7 +177,7 @@ fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
         };
         let Some(item) = item else { return Ok(()) };
         let (k, v) = item?;
-        if !visit(k.value(), v.value()) {
+        if !visit(k.value(), &values.resolve(table, v.value())?) {
             return Ok(());
         }
     }
@@ -191,11 +193,15 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
         }
         let mut sys = txn.open_table(SYS)?;
         let existing = sys.get(&b"format"[..])?.map(|v| v.value().to_vec());
-        match existing {
-            None => {
+        let version = existing.map(|v| u32::from_be_bytes(v.try_into().unwrap_or_default()));
+        match version {
+            Some(FORMAT_VERSION) => {}
+            // Version 1 is version 2 without pointer rows: nothing to
+            // change but the number, which keeps builds that cannot read
+            // pointer rows off the file.
+            None | Some(1) => {
                 sys.insert(&b"format"[..], &FORMAT_VERSION.to_be_bytes()[..])?;
             }
-            Some(v) if v == FORMAT_VERSION.to_be_bytes() => {}
             Some(_) => {
                 return Err(CorruptRow("file written by an incompatible format version").into())
             }
@@ -205,8 +211,9 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// On-disk format version of this build.
-pub const FORMAT_VERSION: u32 = 1;
+/// On-disk format version of this build: 2 since `meta` rows may point
+/// into the value log (`vlog`).
+pub const FORMAT_VERSION: u32 = 2;
 
 /// A read-only view of a shard at one point: its write buffers (newest
 /// first) at sequence `seq`, merged over a redb snapshot of its tables.
@@ -221,6 +228,8 @@ pub struct ReadCtx {
     /// The rows of the tables as of (at most) `txn`'s snapshot: a key it
     /// lacks is not read from them.
     filter: Option<Arc<KeyFilter>>,
+    /// The value log files `txn`'s pointer rows point into.
+    values: Arc<Files>,
     /// Keeps the versions this view reads, and the store open: whoever
     /// closes it (DEBUG RELOAD) waits until no snapshot holds it.
     _pin: Option<Pin>,
@@ -268,6 +277,7 @@ impl ReadCtx {
             seq,
             now_ms,
             filter: None,
+            values: Default::default(),
             _pin: pin,
         }
     }
@@ -282,6 +292,13 @@ impl ReadCtx {
     /// must hold every row of the view's snapshot (see `Store::view`).
     pub(crate) fn with_filter(mut self, filter: Option<Arc<KeyFilter>>) -> ReadCtx {
         self.filter = filter;
+        self
+    }
+
+    /// This view with the value log files its snapshot's pointer rows
+    /// point into (taken with the snapshot: see `Store::view`).
+    pub(crate) fn with_values(mut self, values: Arc<Files>) -> ReadCtx {
+        self.values = values;
         self
     }
 
@@ -354,9 +371,10 @@ impl ReadCtx {
             .collect();
         if top.is_none() && busy.is_empty() {
             // Nothing buffered here: the tables alone, at full speed.
-            return scan_table(self.table(table)?, start, end, reverse, visit);
+            let t = self.table(table)?;
+            return scan_table((t, table, &self.values), start, end, reverse, visit);
         }
-        let tables = TableLayer(self.table(table)?);
+        let tables = TableLayer(self.table(table)?, &self.values);
         let mut layers: Vec<&dyn Layer> = Vec::with_capacity(busy.len() + 2);
         layers.extend(top);
         layers.extend(busy.iter().map(|b| b as &dyn Layer));
@@ -385,13 +403,14 @@ impl Layer for BufferAt<'_> {
     }
 }
 
-/// A redb table, the oldest layer.
-struct TableLayer<'a, T>(&'a T);
+/// A redb table, the oldest layer, and the value log files its pointer
+/// rows point into.
+struct TableLayer<'a, T>(&'a T, &'a Files);
 
 impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T> {
     fn fill(
         &self,
-        _: Table,
+        table: Table,
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         n: usize,
@@ -399,7 +418,8 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
     ) -> Result<bool, StoreError> {
         merge::take_n(self.0.range::<&[u8]>(bounds)?, reverse, n, |item| {
             let (k, v) = item?;
-            out.push_back((k.value().to_vec(), Some(v.value().to_vec())));
+            let row = self.1.resolve(table, v.value())?.into_owned();
+            out.push_back((k.value().to_vec(), Some(row)));
             Ok(true)
         })
     }
@@ -427,7 +447,10 @@ impl KvRead for ReadCtx {
         {
             return Ok(None);
         }
-        Ok(self.table(table)?.get(key)?.map(|v| v.value().to_vec()))
+        match self.table(table)?.get(key)? {
+            Some(v) => Ok(Some(self.values.resolve(table, v.value())?.into_owned())),
+            None => Ok(None),
+        }
     }
 
     fn scan(
@@ -655,48 +678,111 @@ impl RowOp {
 /// each table once: the redb side of a shard log replayed at open, of a
 /// frozen write buffer, and of the redo of a multi-shard commit a shard
 /// lost in a crash.
-pub struct TableWriter<'t> {
+pub struct TableWriter<'t, 'v> {
     txn: &'t redb::WriteTransaction,
     open: Vec<(Table, OpenTable<'t>)>,
+    /// Where large values go, and where rows that pointed there are
+    /// counted dead (see `vlog`); without it rows go in as they are.
+    values: Option<&'v mut ValueLog>,
 }
 
-impl<'t> TableWriter<'t> {
+impl<'t, 'v> TableWriter<'t, 'v> {
     /// A writer into `txn`.
-    pub fn new(txn: &'t redb::WriteTransaction) -> TableWriter<'t> {
+    pub fn new(txn: &'t redb::WriteTransaction) -> TableWriter<'t, 'v> {
         TableWriter {
             txn,
             open: Vec::new(),
+            values: None,
         }
     }
 
-    /// Applies one change.
-    pub fn apply(&mut self, change: Change<'_>) -> Result<(), StoreError> {
-        let (Change::Range(t, ..) | Change::Row(t, ..)) = change;
-        let i = match self.open.iter().position(|(o, _)| *o == t) {
+    /// A writer into `txn` that keeps large values in `values`.
+    pub fn with_values(
+        txn: &'t redb::WriteTransaction,
+        values: &'v mut ValueLog,
+    ) -> TableWriter<'t, 'v> {
+        TableWriter {
+            values: Some(values),
+            ..TableWriter::new(txn)
+        }
+    }
+
+    fn table(&mut self, t: Table) -> Result<usize, StoreError> {
+        Ok(match self.open.iter().position(|(o, _)| *o == t) {
             Some(i) => i,
             None => {
                 self.open.push((t, self.txn.open_table(t.def())?));
                 self.open.len() - 1
             }
-        };
+        })
+    }
+
+    /// Applies one change.
+    pub fn apply(&mut self, change: Change<'_>) -> Result<(), StoreError> {
+        let (Change::Range(t, ..) | Change::Row(t, ..)) = change;
+        let i = self.table(t)?;
         let table = &mut self.open[i].1;
+        let values = &mut self.values;
         match change {
             Change::Row(_, k, Some(v)) => {
-                table.insert(k, v)?;
+                let stored = match values {
+                    Some(log) => log.store(t, k, v).map_err(io_err)?,
+                    None => std::borrow::Cow::Borrowed(v),
+                };
+                let old = table.insert(k, &*stored)?;
+                if let (Some(log), Some(old)) = (values, old) {
+                    log.dropped(t, k, old.value());
+                }
             }
             Change::Row(_, k, None) => {
-                table.remove(k)?;
+                let old = table.remove(k)?;
+                if let (Some(log), Some(old)) = (values, old) {
+                    log.dropped(t, k, old.value());
+                }
             }
             Change::Range(_, start, end) => {
                 let range: (Bound<&[u8]>, Bound<&[u8]>) = (
                     Bound::Included(start),
                     end.map_or(Bound::Unbounded, Bound::Excluded),
                 );
-                table.retain_in::<&[u8], _>(range, |_, _| false)?;
+                table.retain_in::<&[u8], _>(range, |k, v| {
+                    if let Some(log) = values.as_deref_mut() {
+                        log.dropped(t, k, v);
+                    }
+                    false
+                })?;
             }
         }
         Ok(())
     }
+
+    /// Before the transaction commits: makes the value log's appends
+    /// durable and records its files in `sys` (see `ValueLog::prepare`).
+    pub fn prepare_values(&mut self) -> Result<(), StoreError> {
+        if let Some(log) = self.values.take() {
+            let prepared = log.prepare(|change| self.apply(change));
+            self.values = Some(log);
+            prepared?;
+        }
+        Ok(())
+    }
+
+    /// The stored value of a row (pointer rows as they are).
+    pub fn stored(&mut self, t: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let i = self.table(t)?;
+        Ok(self.open[i].1.get(key)?.map(|v| v.value().to_vec()))
+    }
+
+    /// Puts a stored value (a pointer row) in place as it is.
+    pub fn put_stored(&mut self, t: Table, key: &[u8], stored: &[u8]) -> Result<(), StoreError> {
+        let i = self.table(t)?;
+        self.open[i].1.insert(key, stored)?;
+        Ok(())
+    }
+}
+
+fn io_err(e: std::io::Error) -> StoreError {
+    StoreError::Redb(redb::Error::Io(e))
 }
 
 /// Applies changes, in order, to an open write transaction of the tables.
@@ -712,6 +798,24 @@ pub fn read_sys_u64(db: &Database, key: &[u8]) -> Result<u64, StoreError> {
     Ok(sys.get(key)?.map_or(0, |v| {
         u64::from_be_bytes(v.value().try_into().unwrap_or([0; 8]))
     }))
+}
+
+/// Rows as (key, value) pairs.
+pub type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The `sys` rows of a committed file whose keys start with `prefix`.
+pub fn read_sys_prefix(db: &Database, prefix: &[u8]) -> Result<Rows, StoreError> {
+    let txn = db.begin_read()?;
+    let sys = txn.open_table(SYS)?;
+    let mut out = Vec::new();
+    for row in sys.range::<&[u8]>(prefix..)? {
+        let (k, v) = row?;
+        if !k.value().starts_with(prefix) {
+            break;
+        }
+        out.push((k.value().to_vec(), v.value().to_vec()));
+    }
+    Ok(out)
 }
 
 /// The rows a write transaction changed, not yet committed: the newest

@@ -1,0 +1,507 @@
+//! The value log: large string values kept out of the tables' leaves.
+//!
+//! A `meta` row holding a string value of [`MIN_VALUE`] bytes or more
+//! goes into the tables as a short pointer row; the row itself is
+//! appended to one of the shard's value log files (`<stem>-v<n>.vlog`).
+//! With data larger than memory, a random 1 KiB row rewrote a 4 KiB B-tree
+//! leaf each time a write buffer reached the tables, and leaves of three
+//! rows kept the tree far larger than the page cache: every row moved in
+//! read and wrote its leaf (see DESIGN-NOTES, "The write path"). Pointer
+//! rows are ~40 bytes with their key, so the tree stays small enough to be
+//! cached and one leaf write carries many rows, while the values go to the
+//! value log in one sequential append per write-out (the WiscKey design).
+//!
+//! Only the background writer (and recovery, before it starts) writes
+//! here, inside its redb write transaction: [`ValueLog::prepare`] makes
+//! the appends durable and records every file's size and dead bytes in
+//! `sys` before the transaction commits, so a committed pointer never
+//! points past a durable file end. An append the transaction then lost
+//! (a crash, a failed commit) is cut off again: at open, each file is cut
+//! back to its recorded size and files `sys` does not list are deleted.
+//!
+//! Space: a pointer row overwritten or deleted leaves its value dead in
+//! its file. Once half of a file is dead, [`ValueLog::collect`] moves the
+//! values still pointed at to the end of the log, in one transaction, and
+//! the file goes. Readers hold the set of files that was current when
+//! their snapshot began ([`Files`]); the file is unlinked at once, but its
+//! open handle keeps it readable for them until they let go.
+
+use std::collections::BTreeMap;
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::encoding::CorruptRow;
+use super::tables::{StoreError, Table};
+use crate::storage::buffer::Change;
+use crate::storage::KeyType;
+
+/// String rows (type byte, expiry, value) at least this long go to the
+/// value log: below it a row shares its leaf with enough others that
+/// separating it saves little, and costs a second read.
+pub const MIN_VALUE: usize = 512;
+
+/// A file takes appends until it is this long; then the next one starts.
+/// Collection works a file at a time, so this bounds its pause.
+const FILE_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 64 << 20 };
+
+/// First byte of a pointer row: a type code no `meta` row has (the low four
+/// bits of a row's first byte are its type, 1-6).
+const TAG: u8 = 0x0F;
+
+/// A pointer row: tag, file u32, offset u64 (of the row, after its record
+/// header), length u32.
+const POINTER_LEN: usize = 17;
+
+/// A record: key length u32, row length u32, key, row.
+const HEADER: u64 = 8;
+
+/// The `sys` rows recording each file: prefix and file number, then size
+/// u64 and dead bytes u64.
+const REGISTRY: &[u8] = b"vlog/";
+
+/// Where a separated row lies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pointer {
+    file: u32,
+    offset: u64,
+    len: u32,
+}
+
+impl Pointer {
+    fn encode(self) -> [u8; POINTER_LEN] {
+        let mut out = [0; POINTER_LEN];
+        out[0] = TAG;
+        out[1..5].copy_from_slice(&self.file.to_be_bytes());
+        out[5..13].copy_from_slice(&self.offset.to_be_bytes());
+        out[13..17].copy_from_slice(&self.len.to_be_bytes());
+        out
+    }
+
+    /// The pointer a stored `meta` value is, if it is one.
+    fn decode(row: &[u8]) -> Option<Pointer> {
+        if row.len() != POINTER_LEN || row[0] != TAG {
+            return None;
+        }
+        Some(Pointer {
+            file: u32::from_be_bytes(row[1..5].try_into().ok()?),
+            offset: u64::from_be_bytes(row[5..13].try_into().ok()?),
+            len: u32::from_be_bytes(row[13..17].try_into().ok()?),
+        })
+    }
+
+    /// Bytes its record takes in the file.
+    fn record_bytes(self, key_len: usize) -> u64 {
+        HEADER + key_len as u64 + self.len as u64
+    }
+}
+
+/// Whether a row of `table` goes to the value log.
+fn separates(table: Table, row: &[u8]) -> bool {
+    table == Table::Meta && row.len() >= MIN_VALUE && row[0] & 0x0F == KeyType::String as u8
+}
+
+/// The value log files a reader resolves pointer rows in: those of the
+/// moment its snapshot began (taken with it, under the store's view lock).
+#[derive(Debug, Default)]
+pub struct Files(BTreeMap<u32, Arc<File>>);
+
+impl Files {
+    /// The row `stored` (a value read from `table`) stands for: itself, or
+    /// the row it points at.
+    pub fn resolve<'a>(
+        &self,
+        table: Table,
+        stored: &'a [u8],
+    ) -> Result<std::borrow::Cow<'a, [u8]>, StoreError> {
+        let pointer = match table {
+            Table::Meta => Pointer::decode(stored),
+            _ => None,
+        };
+        let Some(p) = pointer else {
+            return Ok(std::borrow::Cow::Borrowed(stored));
+        };
+        let file = self
+            .0
+            .get(&p.file)
+            .ok_or(CorruptRow("pointer into a value log file that is gone"))?;
+        let mut row = vec![0; p.len as usize];
+        file.read_exact_at(&mut row, p.offset).map_err(io_err)?;
+        Ok(std::borrow::Cow::Owned(row))
+    }
+}
+
+/// One file, as the background writer knows it.
+#[derive(Debug)]
+struct LogFile {
+    file: Arc<File>,
+    /// Bytes written (appends not yet flushed are in `ValueLog::tail`).
+    size: u64,
+    /// Bytes of records no row points at any more.
+    dead: u64,
+    /// Size and dead bytes as the last committed transaction recorded
+    /// them (`None`: created since).
+    committed: Option<(u64, u64)>,
+}
+
+/// A shard's value log, as its background writer uses it (see the module
+/// doc).
+#[derive(Debug)]
+pub struct ValueLog {
+    dir: PathBuf,
+    stem: String,
+    files: BTreeMap<u32, LogFile>,
+    /// Appends to the newest file not yet written to it.
+    tail: Vec<u8>,
+    /// Files whose appends are not yet durable.
+    unsynced: Vec<u32>,
+    /// Files removed by a collection, until its transaction commits.
+    removed: Vec<u32>,
+    /// Set when the files changed since readers last took them.
+    changed: bool,
+    /// Set when a file was created since the directory was last synced:
+    /// its name must be durable before a commit points into it.
+    new_names: bool,
+}
+
+impl ValueLog {
+    /// Opens the value log of the shard named `stem` in `dir` as the
+    /// committed `registry` rows (from `sys`: key, value) describe it:
+    /// each file is cut back to its recorded size, files not listed are
+    /// deleted (see the module doc).
+    pub fn open(dir: &Path, stem: &str, registry: &[(Vec<u8>, Vec<u8>)]) -> io::Result<ValueLog> {
+        let mut files = BTreeMap::new();
+        for (key, value) in registry {
+            let (Some(n), Some((size, dead))) = (registry_file(key), registry_value(value)) else {
+                continue;
+            };
+            let path = file_path(dir, stem, n);
+            let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            if file.metadata()?.len() != size {
+                file.set_len(size)?;
+            }
+            files.insert(
+                n,
+                LogFile {
+                    file: Arc::new(file),
+                    size,
+                    dead,
+                    committed: Some((size, dead)),
+                },
+            );
+        }
+        for entry in std::fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            let name = name.to_string_lossy();
+            if let Some(n) = parse_name(stem, &name) {
+                if !files.contains_key(&n) {
+                    std::fs::remove_file(dir.join(&*name))?;
+                }
+            }
+        }
+        Ok(ValueLog {
+            dir: dir.to_path_buf(),
+            stem: stem.to_string(),
+            files,
+            tail: Vec::new(),
+            unsynced: Vec::new(),
+            removed: Vec::new(),
+            changed: true,
+            new_names: false,
+        })
+    }
+
+    /// The files as readers should now see them, if they changed since
+    /// the last call.
+    pub fn readable(&mut self) -> Option<Arc<Files>> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        Some(Arc::new(Files(
+            self.files
+                .iter()
+                .map(|(n, f)| (*n, f.file.clone()))
+                .collect(),
+        )))
+    }
+
+    /// Bytes in the files, and of them dead (INFO, tests).
+    pub fn usage(&self) -> (u64, u64) {
+        self.files
+            .values()
+            .fold((0, 0), |(s, d), f| (s + f.size, d + f.dead))
+    }
+
+    /// Number of files (tests).
+    #[cfg(test)]
+    pub fn file_count(&self) -> usize {
+        self.files.len()
+    }
+
+    /// What goes into the table for a row of `table` to be stored: the
+    /// row itself, or a pointer to its copy appended here.
+    pub fn store<'a>(
+        &mut self,
+        table: Table,
+        key: &[u8],
+        row: &'a [u8],
+    ) -> io::Result<std::borrow::Cow<'a, [u8]>> {
+        if !separates(table, row) {
+            return Ok(std::borrow::Cow::Borrowed(row));
+        }
+        Ok(std::borrow::Cow::Owned(
+            self.append(key, row)?.encode().to_vec(),
+        ))
+    }
+
+    /// Notes that a value stored in `table` (before a change) is replaced
+    /// or deleted: if it pointed here, its record is dead.
+    pub fn dropped(&mut self, table: Table, key: &[u8], stored: &[u8]) {
+        if table != Table::Meta {
+            return;
+        }
+        if let Some(p) = Pointer::decode(stored) {
+            if let Some(f) = self.files.get_mut(&p.file) {
+                f.dead += p.record_bytes(key.len());
+            }
+        }
+    }
+
+    fn append(&mut self, key: &[u8], row: &[u8]) -> io::Result<Pointer> {
+        let n = self.current()?;
+        let f = &self.files[&n];
+        let start = f.size + self.tail.len() as u64;
+        self.tail
+            .extend_from_slice(&(key.len() as u32).to_be_bytes());
+        self.tail
+            .extend_from_slice(&(row.len() as u32).to_be_bytes());
+        self.tail.extend_from_slice(key);
+        self.tail.extend_from_slice(row);
+        if self.tail.len() >= 1 << 20 {
+            self.write_tail()?;
+        }
+        Ok(Pointer {
+            file: n,
+            offset: start + HEADER + key.len() as u64,
+            len: row.len() as u32,
+        })
+    }
+
+    /// The file appends go to: the newest, or a new one once it is full.
+    fn current(&mut self) -> io::Result<u32> {
+        if let Some((&n, f)) = self.files.iter().next_back() {
+            if f.size + (self.tail.len() as u64) < FILE_BYTES && !self.removed.contains(&n) {
+                return Ok(n);
+            }
+        }
+        self.write_tail()?;
+        let n = self.files.keys().next_back().map_or(1, |n| n + 1);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(file_path(&self.dir, &self.stem, n))?;
+        self.files.insert(
+            n,
+            LogFile {
+                file: Arc::new(file),
+                size: 0,
+                dead: 0,
+                committed: None,
+            },
+        );
+        self.changed = true;
+        self.new_names = true;
+        Ok(n)
+    }
+
+    /// Writes the pending appends to the newest file.
+    fn write_tail(&mut self) -> io::Result<()> {
+        if self.tail.is_empty() {
+            return Ok(());
+        }
+        let Some((&n, f)) = self.files.iter_mut().next_back() else {
+            return Ok(());
+        };
+        f.file.write_all_at(&self.tail, f.size)?;
+        f.size += self.tail.len() as u64;
+        self.tail.clear();
+        if !self.unsynced.contains(&n) {
+            self.unsynced.push(n);
+        }
+        Ok(())
+    }
+
+    /// Before the write transaction commits: makes every append durable
+    /// and hands `record` the `sys` changes that describe the files as
+    /// they now are.
+    pub fn prepare(
+        &mut self,
+        mut record: impl FnMut(Change<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        self.write_tail().map_err(io_err)?;
+        for n in std::mem::take(&mut self.unsynced) {
+            if let Some(f) = self.files.get(&n) {
+                f.file.sync_data().map_err(io_err)?;
+            }
+        }
+        if std::mem::take(&mut self.new_names) {
+            File::open(&self.dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io_err)?;
+        }
+        for n in &self.removed {
+            record(Change::Row(Table::Sys, &registry_key(*n), None))?;
+        }
+        for (n, f) in &self.files {
+            if f.committed != Some((f.size, f.dead)) && !self.removed.contains(n) {
+                let value = [f.size.to_be_bytes(), f.dead.to_be_bytes()].concat();
+                record(Change::Row(Table::Sys, &registry_key(*n), Some(&value)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After the transaction [`ValueLog::prepare`] described committed:
+    /// the files a collection emptied are deleted. Readers still holding
+    /// one keep reading it through their open handle.
+    pub fn committed(&mut self) {
+        for f in self.files.values_mut() {
+            f.committed = Some((f.size, f.dead));
+        }
+        for n in std::mem::take(&mut self.removed) {
+            self.files.remove(&n);
+            self.changed = true;
+            let path = file_path(&self.dir, &self.stem, n);
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::error!(file = %path.display(), error = %e, "cannot delete a value log file");
+            }
+        }
+    }
+
+    /// After the transaction failed: forgets what it appended and
+    /// counted, so that the files are as the last commit left them.
+    pub fn aborted(&mut self) {
+        self.tail.clear();
+        self.unsynced.clear();
+        self.removed.clear();
+        self.files.retain(|n, f| {
+            let Some((size, dead)) = f.committed else {
+                let _ = std::fs::remove_file(file_path(&self.dir, &self.stem, *n));
+                self.changed = true;
+                return false;
+            };
+            if f.size != size {
+                let _ = f.file.set_len(size);
+            }
+            (f.size, f.dead) = (size, dead);
+            true
+        });
+    }
+
+    /// The file most worth collecting: not the newest, and at least half
+    /// dead.
+    pub fn victim(&self) -> Option<u32> {
+        let newest = *self.files.keys().next_back()?;
+        self.files
+            .iter()
+            .filter(|(n, f)| **n != newest && f.dead * 2 >= f.size)
+            .max_by_key(|(_, f)| f.dead)
+            .map(|(n, _)| *n)
+    }
+
+    /// Appends the records of file `n` that `live` says a row still points
+    /// at (it is given the key and the pointer row as stored) to the end of
+    /// the log, and returns each one's key and new pointer row, for the
+    /// caller to put in the table; the file is deleted once the
+    /// transaction commits.
+    #[allow(clippy::type_complexity)]
+    pub fn collect(
+        &mut self,
+        n: u32,
+        mut live: impl FnMut(&[u8], &[u8]) -> Result<bool, StoreError>,
+    ) -> Result<Vec<(Vec<u8>, [u8; POINTER_LEN])>, StoreError> {
+        let Some(f) = self.files.get(&n) else {
+            return Ok(Vec::new());
+        };
+        let size = f.size;
+        let mut reader = io::BufReader::with_capacity(1 << 20, FileReader(f.file.clone(), 0));
+        self.removed.push(n);
+        let mut moved = Vec::new();
+        let mut offset = 0u64;
+        let mut header = [0u8; HEADER as usize];
+        while offset + HEADER <= size {
+            reader.read_exact(&mut header).map_err(io_err)?;
+            let klen = u32::from_be_bytes(header[..4].try_into().unwrap_or_default()) as usize;
+            let rlen = u32::from_be_bytes(header[4..].try_into().unwrap_or_default());
+            let mut key = vec![0; klen];
+            reader.read_exact(&mut key).map_err(io_err)?;
+            let mut row = vec![0; rlen as usize];
+            reader.read_exact(&mut row).map_err(io_err)?;
+            let here = Pointer {
+                file: n,
+                offset: offset + HEADER + klen as u64,
+                len: rlen,
+            };
+            offset = here.offset + rlen as u64;
+            if live(&key, &here.encode())? {
+                let to = self.append(&key, &row).map_err(io_err)?;
+                moved.push((key, to.encode()));
+            }
+        }
+        Ok(moved)
+    }
+}
+
+/// Reads a file from an offset on, for a `BufReader`.
+struct FileReader(Arc<File>, u64);
+
+impl Read for FileReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.0.read_at(buf, self.1)?;
+        self.1 += n as u64;
+        Ok(n)
+    }
+}
+
+/// The `sys` key range of the registry: its prefix.
+pub fn registry_prefix() -> &'static [u8] {
+    REGISTRY
+}
+
+fn registry_key(n: u32) -> Vec<u8> {
+    [REGISTRY, &n.to_be_bytes()[..]].concat()
+}
+
+fn registry_file(key: &[u8]) -> Option<u32> {
+    Some(u32::from_be_bytes(
+        key.strip_prefix(REGISTRY)?.try_into().ok()?,
+    ))
+}
+
+fn registry_value(value: &[u8]) -> Option<(u64, u64)> {
+    Some((
+        u64::from_be_bytes(value.get(..8)?.try_into().ok()?),
+        u64::from_be_bytes(value.get(8..16)?.try_into().ok()?),
+    ))
+}
+
+fn file_path(dir: &Path, stem: &str, n: u32) -> PathBuf {
+    dir.join(format!("{stem}-v{n}.vlog"))
+}
+
+/// The number of a value log file of `stem` named `name`.
+fn parse_name(stem: &str, name: &str) -> Option<u32> {
+    name.strip_prefix(stem)?
+        .strip_prefix("-v")?
+        .strip_suffix(".vlog")?
+        .parse()
+        .ok()
+}
+
+fn io_err(e: io::Error) -> StoreError {
+    StoreError::Redb(redb::Error::Io(e))
+}
