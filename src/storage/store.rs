@@ -104,6 +104,8 @@ struct Core {
     /// the view lock, and taken there by readers before their redb
     /// snapshot, so a reader has every file its snapshot points into.
     readable: parking_lot::Mutex<Arc<Files>>,
+    /// The value log's bytes and dead bytes as of the last commit (INFO).
+    value_usage: (AtomicU64, AtomicU64),
 }
 
 /// What the background writer is asked to do.
@@ -217,6 +219,7 @@ impl Store {
             ..
         } = opening;
         let readable = values.readable().unwrap_or_default();
+        let (bytes, dead) = values.usage();
         let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
         let core = Arc::new(Core {
             db,
@@ -233,6 +236,7 @@ impl Store {
             spare: Default::default(),
             values: parking_lot::Mutex::new(values),
             readable: parking_lot::Mutex::new(readable),
+            value_usage: (AtomicU64::new(bytes), AtomicU64::new(dead)),
         });
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let writer_core = core.clone();
@@ -286,6 +290,13 @@ impl Store {
         if let Some((tx, _)) = &*self.writer.lock() {
             let _ = tx.send(Job::BuildFilter);
         }
+    }
+
+    /// The value log's bytes on disk, and how many of them are dead
+    /// (INFO), as of the background writer's last commit.
+    pub fn value_log_usage(&self) -> (u64, u64) {
+        let (bytes, dead) = &self.core.value_usage;
+        (bytes.load(Ordering::Relaxed), dead.load(Ordering::Relaxed))
     }
 
     /// Memory the key filter takes (INFO).
@@ -624,6 +635,9 @@ impl Core {
         txn.commit()?;
         values.committed();
         self.publish_values(values);
+        let (bytes, dead) = values.usage();
+        self.value_usage.0.store(bytes, Ordering::Relaxed);
+        self.value_usage.1.store(dead, Ordering::Relaxed);
         Ok(())
     }
 
@@ -1131,6 +1145,8 @@ mod tests {
         wait_for("dead value log files are not collected", || {
             value_log_files(dir.path()).len() <= 3
         });
+        let (bytes, dead) = store.value_log_usage();
+        assert!(bytes <= 3 * (64 << 10) && dead <= bytes, "{bytes} {dead}");
         for k in 0..8 {
             let key = format!("k{k}");
             assert_eq!(

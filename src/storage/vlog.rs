@@ -179,6 +179,7 @@ impl ValueLog {
             };
             let path = file_path(dir, stem, n);
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
+            read_randomly(&file);
             if file.metadata()?.len() != size {
                 file.set_len(size)?;
             }
@@ -304,6 +305,7 @@ impl ValueLog {
             .create(true)
             .truncate(true)
             .open(file_path(&self.dir, &self.stem, n))?;
+        read_randomly(&file);
         self.files.insert(
             n,
             LogFile {
@@ -453,6 +455,20 @@ impl ValueLog {
             }
         }
         Ok(moved)
+    }
+}
+
+/// Tells the kernel that reads of `file` are random: a reader wants one
+/// row, and read-ahead brought in rows nobody asked for (GETs of data
+/// larger than memory read 2,878 bytes from disk per 1 KiB value with it,
+/// 2,146 without: `benches/larger_than_memory.sh`). Collection reads a
+/// file in 1 MiB pieces, and needs none either.
+fn read_randomly(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: the descriptor is open for the call; the advice changes
+    // only how the kernel caches the file, never its contents.
+    unsafe {
+        libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM);
     }
 }
 
