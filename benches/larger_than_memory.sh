@@ -51,6 +51,7 @@ for _ in $(seq 100); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; slee
 
 field() { redis-cli -p "$PORT" info "$1" | tr -d '\r' | grep "^$2:" | cut -d: -f2; }
 io_written() { awk '/^write_bytes/ {print $2}' "/proc/$CAIRN_PID/io"; }
+io_read() { awk '/^read_bytes/ {print $2}' "/proc/$CAIRN_PID/io"; }
 
 # About once a second: the commands processed per second since the last
 # sample (divided by the time that really passed: INFO can be slow to
@@ -69,6 +70,7 @@ sample() {
 }
 
 written0=$(io_written)
+read0=$(io_read)
 sample >"$WORK/load.rates" &
 SAMPLER=$!
 start=$(date +%s.%N)
@@ -80,6 +82,7 @@ kill "$SAMPLER" 2>/dev/null || true
 wait "$SAMPLER" 2>/dev/null || true
 SAMPLER=
 written=$(( $(io_written) - written0 ))
+read=$(( $(io_read) - read0 ))
 # Whole samples only: the first and last straddle the run's edges.
 slowest=$(sed '1d;$d' "$WORK/load.rates" | sort -n | head -1)
 rate=$(awk -v n="$KEYS" -v a="$start" -v b="$end" 'BEGIN {printf "%.0f", n / (b - a)}')
@@ -102,5 +105,6 @@ printf 'SET P16 load                %s /s overall, slowest second %s /s\n' "$rat
 printf 'GET P1 -c %s              %s /s, p50 %s ms, p99 %s ms\n' "$CLIENTS" "${get_rps:-?}" "${get_p50:-?}" "${get_p99:-?}"
 printf 'peak RSS                    %s MiB\n' $((peak_rss / 1024))
 printf 'disk written / user bytes   %s\n' "$(awk -v w="$written" -v u="$user" 'BEGIN {printf "%.2f", w / u}')"
+printf 'disk read while loading     %s per user byte\n' "$(awk -v r="$read" -v u="$user" 'BEGIN {printf "%.2f", r / u}')"
 printf 'data dir / data held        %s (%s MiB for %s MiB of values)\n' \
   "$(awk -v d="$disk" -v u="$((keys * VALUE))" 'BEGIN {printf "%.2f", d / u}')" $((disk / 1048576)) $((keys * VALUE / 1048576))
