@@ -1085,8 +1085,27 @@ mod tests {
         );
     }
 
+    /// A string's `meta` row large enough for the value log.
     fn big_row(fill: u8) -> Vec<u8> {
         crate::storage::Meta::string(vec![fill; 2000], 0).encode()
+    }
+
+    /// Puts [`big_row`]`(fill)` at `k`.
+    fn put_big(k: &str, fill: u8) -> Vec<RowOp> {
+        vec![RowOp::Put(
+            Table::Meta,
+            k.as_bytes().to_vec(),
+            big_row(fill),
+        )]
+    }
+
+    /// The `meta` row at `k`, as a new snapshot reads it.
+    fn row(store: &Arc<Store>, k: &str) -> Option<Vec<u8>> {
+        store
+            .snapshot(0)
+            .unwrap()
+            .get(Table::Meta, k.as_bytes())
+            .unwrap()
     }
 
     fn value_log_files(dir: &Path) -> Vec<(String, u64)> {
@@ -1112,12 +1131,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shard-0.redb");
         let store = open(&path, 64 << 10);
-        let put_row =
-            |k: &str, row: Vec<u8>| vec![RowOp::Put(Table::Meta, k.as_bytes().to_vec(), row)];
         for k in 0..8 {
-            store
-                .commit(put_row(&format!("k{k}"), big_row(0)), false)
-                .unwrap();
+            store.commit(put_big(&format!("k{k}"), 0), false).unwrap();
         }
         store.commit(put("small", "s"), false).unwrap();
         store.freeze_now().unwrap();
@@ -1134,7 +1149,7 @@ mod tests {
         for round in 1..=40u8 {
             for k in 0..8 {
                 store
-                    .commit(put_row(&format!("k{k}"), big_row(round)), false)
+                    .commit(put_big(&format!("k{k}"), round), false)
                     .unwrap();
             }
         }
@@ -1143,24 +1158,16 @@ mod tests {
         // 41 rounds of 16 KB over 64 KiB files: without collection there
         // would be 11 files.
         wait_for("dead value log files are not collected", || {
-            value_log_files(dir.path()).len() <= 3
+            let (bytes, dead) = store.value_log_usage();
+            value_log_files(dir.path()).len() <= 3 && bytes <= 3 * (64 << 10) && dead <= bytes
         });
-        let (bytes, dead) = store.value_log_usage();
-        assert!(bytes <= 3 * (64 << 10) && dead <= bytes, "{bytes} {dead}");
         for k in 0..8 {
             let key = format!("k{k}");
             assert_eq!(
                 before.get(Table::Meta, key.as_bytes()).unwrap(),
                 Some(big_row(0))
             );
-            assert_eq!(
-                store
-                    .snapshot(0)
-                    .unwrap()
-                    .get(Table::Meta, key.as_bytes())
-                    .unwrap(),
-                Some(big_row(40))
-            );
+            assert_eq!(row(&store, &key), Some(big_row(40)));
         }
         // Scans resolve pointers too.
         let mut scanned = Vec::new();
@@ -1178,14 +1185,29 @@ mod tests {
         drop(store);
         let store = open(&path, 64 << 10);
         for k in 0..8 {
-            let key = format!("k{k}");
-            let r = store.snapshot(0).unwrap();
-            assert_eq!(
-                r.get(Table::Meta, key.as_bytes()).unwrap(),
-                Some(big_row(40))
-            );
+            assert_eq!(row(&store, &format!("k{k}")), Some(big_row(40)));
         }
         assert_eq!(get(&store, "small").as_deref(), Some("s"));
+        // A range deleted (FLUSHDB) counts every value in it dead, and
+        // their files go at the next write-out.
+        let range = RowOp::DelRange(Table::Meta, b"k".to_vec(), Some(b"l".to_vec()));
+        store.commit(vec![range], false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        // One file is collected per write-out: write out until only the
+        // newest is left.
+        store.commit(put_big("z", 1), false).unwrap();
+        wait_for("a deleted range's values are not collected", || {
+            if value_log_files(dir.path()).len() == 1 {
+                return true;
+            }
+            store.commit(put_big("z", 1), false).unwrap();
+            store.freeze_now().unwrap();
+            settle(&store);
+            false
+        });
+        assert_eq!(row(&store, "k0"), None);
+        assert_eq!(row(&store, "z"), Some(big_row(1)));
     }
 
     /// What a crash can leave of the value log, appends after the last
@@ -1196,12 +1218,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shard-0.redb");
         let store = open(&path, 64 << 10);
-        let put_row =
-            |k: &str, row: Vec<u8>| vec![RowOp::Put(Table::Meta, k.as_bytes().to_vec(), row)];
         for k in 0..4 {
-            store
-                .commit(put_row(&format!("k{k}"), big_row(7)), false)
-                .unwrap();
+            store.commit(put_big(&format!("k{k}"), 7), false).unwrap();
         }
         store.freeze_now().unwrap();
         settle(&store);
@@ -1221,21 +1239,15 @@ mod tests {
         let store = open(&path, 64 << 10);
         assert_eq!(value_log_files(dir.path()), vec![(name.clone(), *len)]);
         for k in 0..4 {
-            let key = format!("k{k}");
-            let r = store.snapshot(0).unwrap();
-            assert_eq!(
-                r.get(Table::Meta, key.as_bytes()).unwrap(),
-                Some(big_row(7))
-            );
+            assert_eq!(row(&store, &format!("k{k}")), Some(big_row(7)));
         }
         // Appends go on from the cut.
-        store.commit(put_row("k9", big_row(9)), false).unwrap();
+        store.commit(put_big("k9", 9), false).unwrap();
         store.freeze_now().unwrap();
         settle(&store);
         drop(store);
         let store = open(&path, 64 << 10);
-        let r = store.snapshot(0).unwrap();
-        assert_eq!(r.get(Table::Meta, b"k9").unwrap(), Some(big_row(9)));
-        assert_eq!(r.get(Table::Meta, b"k0").unwrap(), Some(big_row(7)));
+        assert_eq!(row(&store, "k9"), Some(big_row(9)));
+        assert_eq!(row(&store, "k0"), Some(big_row(7)));
     }
 }
