@@ -180,7 +180,20 @@ impl ValueLog {
             let path = file_path(dir, stem, n);
             let file = OpenOptions::new().read(true).write(true).open(&path)?;
             read_randomly(&file);
-            if file.metadata()?.len() != size {
+            let len = file.metadata()?.len();
+            if len < size {
+                // Its records were durable before the commit that recorded
+                // this size: a shorter file lost rows, and padding it would
+                // hand readers zeros.
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} is shorter than its last commit recorded",
+                        path.display()
+                    ),
+                ));
+            }
+            if len > size {
                 file.set_len(size)?;
             }
             files.insert(
