@@ -756,11 +756,7 @@ fn bgrewriteaof_moves_the_logs_into_the_tables() {
         reply,
         Value::SimpleString("Background append only file rewriting started".into())
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while buffered(&mut c) > 0 {
-        assert!(Instant::now() < deadline, "the buffers never drained");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    drained(&mut c);
     assert_eq!(get(&mut c, "k7"), Some("7".into()));
     assert_eq!(int(&mut c, &["DBSIZE"]), 200);
     drop(c);
@@ -769,6 +765,98 @@ fn bgrewriteaof_moves_the_logs_into_the_tables() {
     let mut c = srv.client();
     assert_eq!(get(&mut c, "k199"), Some("199".into()));
     assert_eq!(int(&mut c, &["DBSIZE"]), 200);
+    drop(c);
+    drop(srv.stop());
+    drop(tmp);
+}
+
+/// Waits until BGREWRITEAOF's buffers are in the tables.
+fn drained(c: &mut Connection) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::field(&common::info_cairn(c), "write_buffer_bytes") > 0 {
+        assert!(Instant::now() < deadline, "the buffers never drained");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// Pins: string values of 512 bytes and more reach the value log when their
+// buffer goes into the tables, and read back whole through every command
+// that reads a string, after overwrites and deletions, and after a restart.
+#[test]
+fn large_values_go_through_the_value_log() {
+    let srv = TestServer::start();
+    let path = srv.path.clone();
+    let mut c = srv.client();
+    let value = |i: usize, round: usize| format!("{i}:{round}:{}", "v".repeat(600 + i * 7));
+    for i in 0..100 {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(value(i, 0))
+            .query(&mut c)
+            .unwrap();
+    }
+    let _: () = redis::cmd("SET")
+        .arg("small")
+        .arg("s")
+        .query(&mut c)
+        .unwrap();
+    let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    drained(&mut c);
+    let stat = |c: &mut Connection, f: &str| common::field(&common::info_cairn(c), f);
+    assert!(stat(&mut c, "value_log_bytes") > 100 * 600);
+    assert_eq!(stat(&mut c, "value_log_dead_bytes"), 0);
+    // Overwrite the even keys, delete every fifth, grow one in place.
+    for i in (0..100).step_by(2) {
+        let _: () = redis::cmd("SET")
+            .arg(format!("k{i}"))
+            .arg(value(i, 1))
+            .query(&mut c)
+            .unwrap();
+    }
+    for i in (0..100).step_by(5) {
+        assert_eq!(int(&mut c, &["DEL", &format!("k{i}")]), 1);
+    }
+    let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    drained(&mut c);
+    assert!(stat(&mut c, "value_log_dead_bytes") > 50 * 600);
+    let appended = int(&mut c, &["APPEND", "k1", "!"]);
+    assert_eq!(appended as usize, value(1, 0).len() + 1);
+    let expected = |i: usize| -> Option<String> {
+        match i {
+            _ if i.is_multiple_of(5) => None,
+            1 => Some(value(1, 0) + "!"),
+            _ if i.is_multiple_of(2) => Some(value(i, 1)),
+            _ => Some(value(i, 0)),
+        }
+    };
+    let check = |c: &mut Connection| {
+        for i in 0..100 {
+            assert_eq!(get(c, &format!("k{i}")), expected(i), "k{i}");
+        }
+        let got: Vec<Option<String>> = redis::cmd("MGET")
+            .arg("k3")
+            .arg("k4")
+            .arg("k5")
+            .query(c)
+            .unwrap();
+        assert_eq!(got, vec![expected(3), expected(4), None]);
+        assert_eq!(int(c, &["STRLEN", "k7"]) as usize, value(7, 0).len());
+        let range: String = redis::cmd("GETRANGE")
+            .arg("k7")
+            .arg(0)
+            .arg(4)
+            .query(c)
+            .unwrap();
+        assert_eq!(range, value(7, 0)[..5]);
+        assert_eq!(get(c, "small"), Some("s".into()));
+        assert_eq!(int(c, &["DBSIZE"]), 81);
+    };
+    check(&mut c);
+    drop(c);
+    let tmp = srv.stop();
+    let srv = TestServer::start_in(path, |_| {});
+    let mut c = srv.client();
+    check(&mut c);
     drop(c);
     drop(srv.stop());
     drop(tmp);
