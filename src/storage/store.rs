@@ -507,6 +507,9 @@ impl Core {
         use std::sync::mpsc::RecvTimeoutError;
         // Written-out buffers some reader may still hold.
         let mut graves: Vec<Arc<Buffer>> = Vec::new();
+        // Set once a write-out was given up at close: no later buffer may
+        // go in, or `wal_gen` would claim the one given up.
+        let mut gave_up = false;
         loop {
             let job = if graves.is_empty() {
                 jobs.recv().map_err(|_| RecvTimeoutError::Disconnected)
@@ -522,8 +525,12 @@ impl Core {
                 Err(RecvTimeoutError::Disconnected) => break,
             };
             match job {
+                Job::WriteOut(_) if gave_up => {}
                 Job::WriteOut(buf) => {
-                    self.write_out(&buf);
+                    if !self.write_out(&buf) {
+                        gave_up = true;
+                        continue;
+                    }
                     self.collect_values();
                     graves.push(buf);
                     self.bury(&mut graves);
@@ -561,11 +568,20 @@ impl Core {
     /// Puts a frozen buffer into the tables, retrying while it fails (a
     /// full disk): its rows stay readable from the buffer meanwhile, and
     /// writers are held back once the cap is reached.
-    fn write_out(&self, buf: &Arc<Buffer>) {
+    ///
+    /// Once the store is closing, a failure gives the buffer up instead
+    /// (false): its log generation stays, and the next open puts it into
+    /// the tables. Retrying there could wait forever (a full disk, a data
+    /// directory deleted under a test's server), and close waits for it.
+    fn write_out(&self, buf: &Arc<Buffer>) -> bool {
         let mut delay = Duration::from_millis(10);
         loop {
             match self.try_write_out(buf) {
                 Ok(()) => break,
+                Err(e) if self.closing.load(Ordering::Relaxed) => {
+                    tracing::error!(shard = %self.stem, error = %e, "cannot write the buffer into the shard file at close; the log keeps it for the next open");
+                    return false;
+                }
                 Err(e) => {
                     tracing::error!(shard = %self.stem, error = %e, "cannot write the buffer into the shard file; retrying");
                     std::thread::sleep(delay);
@@ -580,6 +596,7 @@ impl Core {
         if let Err(e) = wal::remove_upto(&self.dir, &self.stem, buf.gen) {
             tracing::error!(shard = %self.stem, error = %e, "cannot delete a shard log file");
         }
+        true
     }
 
     fn try_write_out(&self, buf: &Buffer) -> Result<(), StoreError> {
@@ -1249,5 +1266,25 @@ mod tests {
         let store = open(&path, 64 << 10);
         assert_eq!(row(&store, "k9"), Some(big_row(9)));
         assert_eq!(row(&store, "k0"), Some(big_row(7)));
+    }
+
+    /// A write-out that cannot be done when the store closes is given up
+    /// rather than retried for ever (close waits for the writer), and
+    /// the log puts its rows into the tables at the next open.
+    #[test]
+    fn close_gives_up_a_failing_write_out_and_the_log_keeps_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let store = open(&path, 64 << 20);
+        // A directory where the first value log file would be created.
+        let blocker = dir.path().join("shard-0-v1.vlog");
+        std::fs::create_dir(&blocker).unwrap();
+        store.commit(put_big("k", 3), false).unwrap();
+        store.freeze_now().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        drop(store);
+        std::fs::remove_dir(&blocker).unwrap();
+        let store = open(&path, 64 << 20);
+        assert_eq!(row(&store, "k"), Some(big_row(3)));
     }
 }
