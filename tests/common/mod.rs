@@ -32,12 +32,14 @@ pub fn connect(port: u16) -> redis::Connection {
 pub struct TestServer {
     /// The port it listens on.
     pub port: u16,
-    /// Its data directory (kept alive for the server's life).
-    pub dir: Option<tempfile::TempDir>,
     /// Path of the data directory.
     pub path: PathBuf,
     server: std::sync::Arc<cairn::server::Server>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Its data directory, kept alive for the server's life: declared
+    /// last so that it is deleted after the server (its shards' stores,
+    /// whose background writers may still be writing files there) drops.
+    pub dir: Option<tempfile::TempDir>,
 }
 
 impl TestServer {
