@@ -28,7 +28,8 @@ use redb::{Database, ReadableDatabase};
 use super::buffer::{Buffer, Change};
 use super::filter::KeyFilter;
 use super::tables::{
-    init_file, read_sys_prefix, read_sys_u64, ReadCtx, RowOp, StoreError, Table, TableWriter,
+    init_file, io_err, read_sys_prefix, read_sys_u64, ReadCtx, RowOp, StoreError, Table,
+    TableWriter,
 };
 use super::vlog::{self, Files, ValueLog};
 use super::wal::{self, Wal};
@@ -846,10 +847,6 @@ fn recover(opening: &mut Opening, keep: usize) -> Result<(u64, u64), StoreError>
     }
     wal::remove_upto(&opening.dir, stem, u64::MAX).map_err(io_err)?;
     Ok((last, seq))
-}
-
-fn io_err(e: std::io::Error) -> StoreError {
-    StoreError::Redb(redb::Error::Io(e))
 }
 
 #[cfg(test)]

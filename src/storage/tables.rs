@@ -8,13 +8,12 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::vlog::{Files, ValueLog};
-
 use super::buffer::{in_range, Buffer, Change, Entry, KeyRange};
 use super::encoding::CorruptRow;
 use super::filter::KeyFilter;
 use super::merge::{self, Layer};
 use super::store::Pin;
+use super::vlog::{Files, ValueLog};
 
 type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
 
@@ -781,7 +780,9 @@ impl<'t, 'v> TableWriter<'t, 'v> {
     }
 }
 
-fn io_err(e: std::io::Error) -> StoreError {
+/// An I/O error of the storage's own files (log, value log) as the
+/// error a transaction fails with.
+pub(crate) fn io_err(e: std::io::Error) -> StoreError {
     StoreError::Redb(redb::Error::Io(e))
 }
 

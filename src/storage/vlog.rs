@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::encoding::CorruptRow;
-use super::tables::{StoreError, Table};
+use super::tables::{io_err, StoreError, Table};
 use crate::storage::buffer::Change;
 use crate::storage::KeyType;
 
@@ -529,8 +529,4 @@ fn parse_name(stem: &str, name: &str) -> Option<u32> {
         .strip_suffix(".vlog")?
         .parse()
         .ok()
-}
-
-fn io_err(e: io::Error) -> StoreError {
-    StoreError::Redb(redb::Error::Io(e))
 }
