@@ -1002,6 +1002,7 @@ fn pop_entries(
             key,
             emptied,
         );
+        w.count_changes(picked.len() as u64);
     }
     Ok(Some(picked))
 }
@@ -1014,9 +1015,6 @@ fn zpop(s: &mut Session, a: Args, max: bool) -> Action {
     let resp3 = s.resp3;
     s.write(a.get(1), move |w, k| {
         let items = pop_entries(w, k, max, count.unwrap_or(1))?.unwrap_or_default();
-        if !items.is_empty() {
-            w.count_changes(items.len() as u64);
-        }
         if count.is_none() {
             // Without COUNT the reply is one flat member, score pair.
             return Ok(entries_reply(items, true, false));
@@ -1385,11 +1383,7 @@ pub fn zmpop_action(
     count: u64,
 ) -> Action {
     super::first_pop(shards, db, keys, move |w, k| {
-        let popped = pop_entries(w, k, max, count)?;
-        if let Some(items) = popped.as_ref().filter(|i| !i.is_empty()) {
-            w.count_changes(items.len() as u64);
-        }
-        Ok(popped.map(|items| {
+        Ok(pop_entries(w, k, max, count)?.map(|items| {
             Reply::Array(vec![
                 Reply::bulk_copy(k.name),
                 Reply::Array(
