@@ -601,19 +601,35 @@ impl Core {
     }
 
     fn try_write_out(&self, buf: &Buffer) -> Result<(), StoreError> {
+        self.with_values(|values| self.write_out_with(buf, values))
+    }
+
+    /// Runs `f`, a write transaction of the tables that may append to the
+    /// value log, with the value log locked; if it fails, the value log
+    /// forgets what it appended and counted.
+    fn with_values(
+        &self,
+        f: impl FnOnce(&mut ValueLog) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         let mut values = self.values.lock();
-        let written = self.write_out_with(buf, &mut values);
-        if written.is_err() {
+        let done = f(&mut values);
+        if done.is_err() {
             values.aborted();
             self.publish_values(&mut values);
         }
-        written
+        done
     }
 
-    fn write_out_with(&self, buf: &Buffer, values: &mut ValueLog) -> Result<(), StoreError> {
+    /// A write transaction of the tables that is durable when it commits.
+    fn begin_durable(&self) -> Result<redb::WriteTransaction, StoreError> {
         let mut txn = self.db.begin_write()?;
         txn.set_durability(redb::Durability::Immediate)
             .map_err(|e| StoreError::Internal(e.to_string()))?;
+        Ok(txn)
+    }
+
+    fn write_out_with(&self, buf: &Buffer, values: &mut ValueLog) -> Result<(), StoreError> {
+        let txn = self.begin_durable()?;
         let mut w = TableWriter::with_values(&txn, values);
         let filter = self.filter.lock().clone();
         buf.for_each_change(&mut |change| {
@@ -671,21 +687,17 @@ impl Core {
     /// Collects the value log file most worth it, if one is half dead (see
     /// `vlog`): its live values move to the end of the log and it goes.
     fn collect_values(&self) {
-        let mut values = self.values.lock();
-        let Some(n) = values.victim() else {
-            return;
-        };
-        if let Err(e) = self.collect_file(&mut values, n) {
-            values.aborted();
-            self.publish_values(&mut values);
+        let collected = self.with_values(|values| match values.victim() {
+            Some(n) => self.collect_file(values, n),
+            None => Ok(()),
+        });
+        if let Err(e) = collected {
             tracing::error!(shard = %self.stem, error = %e, "cannot collect a value log file");
         }
     }
 
     fn collect_file(&self, values: &mut ValueLog, n: u32) -> Result<(), StoreError> {
-        let mut txn = self.db.begin_write()?;
-        txn.set_durability(redb::Durability::Immediate)
-            .map_err(|e| StoreError::Internal(e.to_string()))?;
+        let txn = self.begin_durable()?;
         let mut w = TableWriter::new(&txn);
         let moved = values.collect(n, |key, here| {
             Ok(w.stored(Table::Meta, key)?.as_deref() == Some(here))
