@@ -31,7 +31,7 @@ use super::tables::{
     init_file, io_err, read_sys_prefix, read_sys_u64, ReadCtx, RowOp, StoreError, Table,
     TableWriter,
 };
-use super::vlog::{self, Files, ValueLog};
+use super::vlog::{self, Appender, Files, SharedCatalog, ValueLog};
 use super::wal::{self, Wal};
 
 /// The longest a batch is held back while the background writer is behind
@@ -99,14 +99,20 @@ struct Core {
     /// next freeze to take instead of allocating one (see
     /// [`Buffer::emptied`]).
     spare: parking_lot::Mutex<Option<Buffer>>,
-    /// The value log, the background writer's alone (see `vlog`).
+    /// The value log, the background writer's side (see `vlog`).
     values: parking_lot::Mutex<ValueLog>,
-    /// Its files as readers resolve pointers in them: replaced only under
+    /// Its files, as the shard thread's appends and the writer share them.
+    catalog: SharedCatalog,
+    /// The files as readers resolve pointers in them: replaced only under
     /// the view lock, and taken there by readers before their redb
-    /// snapshot, so a reader has every file its snapshot points into.
+    /// snapshot and buffers, so a reader has every file its snapshot and
+    /// buffers point into.
     readable: parking_lot::Mutex<Arc<Files>>,
     /// The value log's bytes and dead bytes as of the last commit (INFO).
     value_usage: (AtomicU64, AtomicU64),
+    /// Makes every write-out fail (tests of what a failing disk does).
+    #[cfg(test)]
+    fail_write_outs: std::sync::atomic::AtomicBool,
 }
 
 /// What the background writer is asked to do.
@@ -124,6 +130,9 @@ type Writer = (std::sync::mpsc::Sender<Job>, std::thread::JoinHandle<()>);
 pub struct Store {
     core: Arc<Core>,
     wal: parking_lot::Mutex<Wal>,
+    /// The shard thread's side of the value log: taken by commits only,
+    /// under `wal`.
+    appender: parking_lot::Mutex<Appender>,
     limits: Limits,
     /// The background writer: its queue of frozen buffers and its thread.
     writer: parking_lot::Mutex<Option<Writer>>,
@@ -216,10 +225,12 @@ impl Store {
             db,
             dir,
             stem,
-            mut values,
+            values,
             ..
         } = opening;
-        let readable = values.readable().unwrap_or_default();
+        let catalog = values.catalog().clone();
+        let readable = catalog.lock().readable().unwrap_or_default();
+        let appender = Appender::new(&values);
         let (bytes, dead) = values.usage();
         let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
         let core = Arc::new(Core {
@@ -236,8 +247,11 @@ impl Store {
             closing: Default::default(),
             spare: Default::default(),
             values: parking_lot::Mutex::new(values),
+            catalog,
             readable: parking_lot::Mutex::new(readable),
             value_usage: (AtomicU64::new(bytes), AtomicU64::new(dead)),
+            #[cfg(test)]
+            fail_write_outs: Default::default(),
         });
         let (tx, rx) = std::sync::mpsc::channel::<Job>();
         let writer_core = core.clone();
@@ -248,6 +262,7 @@ impl Store {
         Ok(Arc::new(Store {
             core,
             wal: parking_lot::Mutex::new(wal),
+            appender: parking_lot::Mutex::new(appender),
             limits,
             writer: parking_lot::Mutex::new(Some((tx, thread))),
             before_rotate: Default::default(),
@@ -334,7 +349,8 @@ impl Store {
             let view = self.core.view.lock();
             if ctx.reads_layers(&view) {
                 ctx.advance(self.core.published.load(Ordering::Acquire), now_ms);
-                return Ok(ctx);
+                // The shard's commits may have started a value log file.
+                return Ok(ctx.with_values(self.core.readable.lock().clone()));
             }
         }
         self.latest(now_ms)
@@ -367,7 +383,11 @@ impl Store {
     /// Commits a batch's changes: appends them to the log (fsynced if
     /// `sync`) and makes them visible to new snapshots. Called by the
     /// shard's one writer only: whoever holds its core (`shard::actor`).
-    pub fn commit(&self, ops: Vec<RowOp>, sync: bool) -> Result<(), StoreError> {
+    ///
+    /// Large rows are appended to the value log first, and the buffer
+    /// holds pointers to them (the log keeps them whole: see `vlog`). A
+    /// failed append leaves nothing in the log.
+    pub fn commit(&self, mut ops: Vec<RowOp>, sync: bool) -> Result<(), StoreError> {
         if ops.is_empty() {
             if sync {
                 self.sync()?;
@@ -377,7 +397,16 @@ impl Store {
         let core = &self.core;
         let seq = core.published.load(Ordering::Acquire) + 1;
         let mut wal = self.wal.lock();
+        let (pointers, created) = self.appender.lock().append(seq, &ops).map_err(io_err)?;
+        if created {
+            core.publish_values();
+        }
         wal.append(seq, &ops, sync).map_err(io_err)?;
+        for (i, pointer) in pointers {
+            if let RowOp::Put(_, _, row) = &mut ops[i] {
+                *row = pointer.to_vec();
+            }
+        }
         let keep = {
             let pins = core.pins.lock();
             pins.keys().next().copied().unwrap_or(u64::MAX).min(seq - 1)
@@ -601,6 +630,10 @@ impl Core {
     }
 
     fn try_write_out(&self, buf: &Buffer) -> Result<(), StoreError> {
+        #[cfg(test)]
+        if self.fail_write_outs.load(Ordering::Relaxed) {
+            return Err(io_err(std::io::Error::other("a failing disk")));
+        }
         self.with_values(|values| self.write_out_with(buf, values))
     }
 
@@ -615,7 +648,7 @@ impl Core {
         let done = f(&mut values);
         if done.is_err() {
             values.aborted();
-            self.publish_values(&mut values);
+            self.publish_values();
         }
         done
     }
@@ -654,7 +687,9 @@ impl Core {
         w.apply(Change::Row(Table::Sys, wal::SEQ_ROW, Some(&seq)))?;
         w.prepare_values()?;
         drop(w);
-        self.commit_with_values(txn, values)
+        self.commit_with_values(txn, values)?;
+        values.written_through(buf.last_seq());
+        Ok(())
     }
 
     /// Commits a write transaction whose value log appends are prepared.
@@ -665,10 +700,10 @@ impl Core {
         txn: redb::WriteTransaction,
         values: &mut ValueLog,
     ) -> Result<(), StoreError> {
-        self.publish_values(values);
+        self.publish_values();
         txn.commit()?;
         values.committed();
-        self.publish_values(values);
+        self.publish_values();
         let (bytes, dead) = values.usage();
         self.value_usage.0.store(bytes, Ordering::Relaxed);
         self.value_usage.1.store(dead, Ordering::Relaxed);
@@ -676,10 +711,12 @@ impl Core {
     }
 
     /// Hands readers the value log's files, if they changed: under the
-    /// view lock, where readers take them before their redb snapshot.
-    fn publish_values(&self, values: &mut ValueLog) {
-        if let Some(files) = values.readable() {
-            let _view = self.view.lock();
+    /// view lock, where readers take them before their redb snapshot (the
+    /// catalog is read under it too, so that of two sides publishing, the
+    /// later one's files are the ones that stay).
+    fn publish_values(&self) {
+        let _view = self.view.lock();
+        if let Some(files) = self.catalog.lock().readable() {
             *self.readable.lock() = files;
         }
     }
@@ -1236,6 +1273,69 @@ mod tests {
         assert_eq!(row(&store, "z"), Some(big_row(1)));
     }
 
+    /// A commit appends its large rows to the value log and its buffer
+    /// holds pointers: the buffer stays small, point reads, scans both
+    /// ways and an older snapshot read the rows whole from it, and the
+    /// write-out puts the same pointers into the tables (no second copy).
+    /// Appends whose buffer never reached the tables are cut away at the
+    /// next open, and the log's whole rows put in anew.
+    #[test]
+    fn buffers_hold_pointers_to_rows_appended_at_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let store = open(&path, 64 << 20);
+        store.commit(put_big("a", 1), false).unwrap();
+        let before = store.snapshot(0).unwrap();
+        for k in ["a", "b", "c"] {
+            store.commit(put_big(k, 2), false).unwrap();
+        }
+        assert!(store.buffered_bytes() < 1000, "{}", store.buffered_bytes());
+        assert_eq!(row(&store, "b"), Some(big_row(2)));
+        assert_eq!(before.get(Table::Meta, b"a").unwrap(), Some(big_row(1)));
+        assert_eq!(before.get(Table::Meta, b"b").unwrap(), None);
+        for reverse in [false, true] {
+            let mut scanned = Vec::new();
+            store
+                .snapshot(0)
+                .unwrap()
+                .scan(Table::Meta, b"", None, reverse, &mut |k, v| {
+                    scanned.push((k.to_vec(), v == big_row(2)));
+                    true
+                })
+                .unwrap();
+            let mut want = vec![
+                (b"a".to_vec(), true),
+                (b"b".to_vec(), true),
+                (b"c".to_vec(), true),
+            ];
+            if reverse {
+                want.reverse();
+            }
+            assert_eq!(scanned, want);
+        }
+        store.freeze_now().unwrap();
+        settle(&store);
+        let appended = value_log_files(dir.path());
+        assert_eq!(appended.len(), 1);
+        // Four records of a 1-byte key and a row, once each.
+        let record = 8 + 1 + big_row(0).len() as u64;
+        assert_eq!(appended[0].1, 4 * record);
+        assert_eq!(store.value_log_usage(), (4 * record, record));
+        assert_eq!(row(&store, "a"), Some(big_row(2)));
+        // Appended after the last write-out: in the log and the buffer only.
+        store.commit(put_big("d", 3), false).unwrap();
+        store.commit(put_big("a", 4), false).unwrap();
+        drop(before);
+        drop(store);
+        assert_eq!(value_log_files(dir.path())[0].1, 6 * record);
+        let store = open(&path, 64 << 20);
+        let files = value_log_files(dir.path());
+        assert_eq!(files[0], (appended[0].0.clone(), 4 * record), "{files:?}");
+        assert_eq!(row(&store, "a"), Some(big_row(4)));
+        assert_eq!(row(&store, "b"), Some(big_row(2)));
+        assert_eq!(row(&store, "d"), Some(big_row(3)));
+    }
+
     /// What a crash can leave of the value log, appends after the last
     /// commit and a file no commit recorded, is cut away at open, and the
     /// committed values read as before.
@@ -1285,14 +1385,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("shard-0.redb");
         let store = open(&path, 64 << 20);
-        // A directory where the first value log file would be created.
-        let blocker = dir.path().join("shard-0-v1.vlog");
-        std::fs::create_dir(&blocker).unwrap();
         store.commit(put_big("k", 3), false).unwrap();
+        store.core.fail_write_outs.store(true, Ordering::Relaxed);
         store.freeze_now().unwrap();
         std::thread::sleep(std::time::Duration::from_millis(50));
         drop(store);
-        std::fs::remove_dir(&blocker).unwrap();
         let store = open(&path, 64 << 20);
         assert_eq!(row(&store, "k"), Some(big_row(3)));
     }

@@ -332,11 +332,29 @@ impl ReadCtx {
         let base = self.table(t)?;
         let mut n = base.len()? as i64;
         for k in &buffered {
-            let now = self.get(t, k)?.is_some();
+            let now = self.stored(t, k)?.is_some();
             let before = base.get(&**k)?.is_some();
             n += now as i64 - before as i64;
         }
         Ok(n.max(0) as u64)
+    }
+
+    /// A row as its layer holds it: a pointer row is not resolved (see
+    /// `vlog`), for callers that only ask whether it is there.
+    fn stored(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        for b in &self.layers {
+            if let Some(e) = b.get(table, key, self.seq) {
+                return Ok(e);
+            }
+        }
+        if self
+            .filter
+            .as_ref()
+            .is_some_and(|f| !f.may_contain(table, key))
+        {
+            return Ok(None);
+        }
+        Ok(self.table(table)?.get(key)?.map(|v| v.value().to_vec()))
     }
 
     fn table(
@@ -366,7 +384,7 @@ impl ReadCtx {
             .layers
             .iter()
             .filter(|b| !b.untouched(table, start, end))
-            .map(|b| BufferAt(b, self.seq))
+            .map(|b| BufferAt(b, self.seq, &self.values))
             .collect();
         if top.is_none() && busy.is_empty() {
             // Nothing buffered here: the tables alone, at full speed.
@@ -382,8 +400,9 @@ impl ReadCtx {
     }
 }
 
-/// A write buffer as a reader at a sequence sees it.
-struct BufferAt<'a>(&'a Buffer, u64);
+/// A write buffer as a reader at a sequence sees it, and the value log
+/// files its pointer rows point into.
+struct BufferAt<'a>(&'a Buffer, u64, &'a Files);
 
 impl Layer for BufferAt<'_> {
     fn fill(
@@ -394,7 +413,14 @@ impl Layer for BufferAt<'_> {
         n: usize,
         out: &mut VecDeque<(Vec<u8>, Entry)>,
     ) -> Result<bool, StoreError> {
-        Ok(self.0.fill(table, bounds, reverse, self.1, n, out))
+        let from = out.len();
+        let more = self.0.fill(table, bounds, reverse, self.1, n, out);
+        for (_, row) in out.iter_mut().skip(from) {
+            if let Some(row) = row {
+                self.2.resolve_in_place(table, row)?;
+            }
+        }
+        Ok(more)
     }
 
     fn ranges(&self, table: Table) -> Vec<KeyRange> {
@@ -434,20 +460,11 @@ impl KvRead for ReadCtx {
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        for b in &self.layers {
-            if let Some(e) = b.get(table, key, self.seq) {
-                return Ok(e);
+        match self.stored(table, key)? {
+            Some(mut row) => {
+                self.values.resolve_in_place(table, &mut row)?;
+                Ok(Some(row))
             }
-        }
-        if self
-            .filter
-            .as_ref()
-            .is_some_and(|f| !f.may_contain(table, key))
-        {
-            return Ok(None);
-        }
-        match self.table(table)?.get(key)? {
-            Some(v) => Ok(Some(self.values.resolve(table, v.value())?.into_owned())),
             None => Ok(None),
         }
     }

@@ -8,21 +8,29 @@
 //! rows kept the tree far larger than the page cache: every row moved in
 //! read and wrote its leaf (see DESIGN-NOTES, "The write path"). Pointer
 //! rows are ~40 bytes with their key, so the tree stays small enough to be
-//! cached and one leaf write carries many rows, while the values go to the
-//! value log in one sequential append per write-out (the WiscKey design).
+//! cached and one leaf write carries many rows, while the values are
+//! appended to the value log (the WiscKey design).
 //!
-//! Only the background writer (and recovery, before it starts) writes
-//! here, inside its redb write transaction: [`ValueLog::prepare`] makes
-//! the appends durable and records every file's size and dead bytes in
-//! `sys` before the transaction commits, so a committed pointer never
-//! points past a durable file end. An append the transaction then lost
-//! (a crash, a failed commit) is cut off again: at open, each file is cut
-//! back to its recorded size and files `sys` does not list are deleted.
+//! Two sides append. The shard thread appends the large rows of each
+//! commit ([`Appender`]), so its write buffer holds pointer rows, and a
+//! buffer (and a write-out) of a given size carries many more rows; the
+//! shard log keeps the whole rows, so these appends need no sync of their
+//! own. The background writer (and recovery, before it starts) appends
+//! what a collection moves, and the rows recovery puts into the tables.
+//! Before the writer's redb transaction commits, [`ValueLog::prepare`]
+//! makes both sides' appends durable and records every file's size and
+//! dead bytes in `sys`, so a committed pointer never points past a durable
+//! file end. What no commit recorded (appends whose write buffer a crash
+//! lost, a failed transaction's) is cut off again: at open, each file is
+//! cut back to its recorded size and files `sys` does not list are
+//! deleted, and the shard log's whole rows go in anew.
 //!
-//! Space: a pointer row overwritten or deleted leaves its value dead in
-//! its file. Once half of a file is dead, [`ValueLog::collect`] moves the
-//! values still pointed at to the end of the log, in one transaction, and
-//! the file goes. Readers hold the set of files that was current when
+//! Space: a record no row of the tables points at (its row overwritten or
+//! deleted, there or while still buffered) is dead. Once half of a file
+//! is dead, [`ValueLog::collect`] moves the values still pointed at to the
+//! end of the log, in one transaction, and the file goes; a file the shard
+//! thread appended to waits until every buffer that may point into it is
+//! in the tables. Readers hold the set of files that was current when
 //! their snapshot began ([`Files`]); the file is unlinked at once, but its
 //! open handle keeps it readable for them until they let go.
 
@@ -34,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::encoding::CorruptRow;
-use super::tables::{io_err, StoreError, Table};
+use super::tables::{io_err, RowOp, StoreError, Table};
 use crate::storage::buffer::Change;
 use crate::storage::KeyType;
 
@@ -53,7 +61,7 @@ const TAG: u8 = 0x0F;
 
 /// A pointer row: tag, file u32, offset u64 (of the row, after its record
 /// header), length u32.
-const POINTER_LEN: usize = 17;
+pub const POINTER_LEN: usize = 17;
 
 /// A record: key length u32, row length u32, key, row.
 const HEADER: u64 = 8;
@@ -109,19 +117,35 @@ fn separates(table: Table, row: &[u8]) -> bool {
 pub struct Files(BTreeMap<u32, Arc<File>>);
 
 impl Files {
-    /// The row `stored` (a value read from `table`) stands for: itself, or
-    /// the row it points at.
+    /// The row `stored` (a value read from `table`: the tables or a write
+    /// buffer) stands for: itself, or the row it points at.
     pub fn resolve<'a>(
         &self,
         table: Table,
         stored: &'a [u8],
     ) -> Result<std::borrow::Cow<'a, [u8]>, StoreError> {
+        match self.pointed(table, stored)? {
+            Some(row) => Ok(std::borrow::Cow::Owned(row)),
+            None => Ok(std::borrow::Cow::Borrowed(stored)),
+        }
+    }
+
+    /// [`Files::resolve`] in place.
+    pub fn resolve_in_place(&self, table: Table, row: &mut Vec<u8>) -> Result<(), StoreError> {
+        if let Some(pointed) = self.pointed(table, row)? {
+            *row = pointed;
+        }
+        Ok(())
+    }
+
+    /// The row `stored` points at, if it is a pointer row.
+    fn pointed(&self, table: Table, stored: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let pointer = match table {
             Table::Meta => Pointer::decode(stored),
             _ => None,
         };
         let Some(p) = pointer else {
-            return Ok(std::borrow::Cow::Borrowed(stored));
+            return Ok(None);
         };
         let file = self
             .0
@@ -129,7 +153,189 @@ impl Files {
             .ok_or(CorruptRow("pointer into a value log file that is gone"))?;
         let mut row = vec![0; p.len as usize];
         file.read_exact_at(&mut row, p.offset).map_err(io_err)?;
-        Ok(std::borrow::Cow::Owned(row))
+        Ok(Some(row))
+    }
+}
+
+/// The files of a shard's value log, as its two writers and its readers
+/// share them. The shard thread appends the large rows of each commit to a
+/// file of its own ([`Appender`]); the background writer appends what a
+/// collection moves (and what recovery puts into the tables) to another
+/// ([`ValueLog`]). Two files, so neither waits for the other's appends.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    files: BTreeMap<u32, Arc<File>>,
+    /// The files the shard thread appended to, as it left them.
+    appended: BTreeMap<u32, Appended>,
+    /// The number the next new file takes.
+    next: u32,
+    /// Set when `files` changed since readers last took them.
+    changed: bool,
+}
+
+/// A file of the shard thread's appends.
+#[derive(Debug, Clone, Copy)]
+struct Appended {
+    /// Bytes written.
+    size: u64,
+    /// The last commit that appended to it, once a newer file took the
+    /// appends: write buffers up to that commit may point into it, later
+    /// ones do not.
+    sealed_at: Option<u64>,
+}
+
+/// [`Catalog`], shared.
+pub type SharedCatalog = Arc<parking_lot::Mutex<Catalog>>;
+
+impl Catalog {
+    /// The files as readers should now see them, if they changed since
+    /// the last call.
+    pub fn readable(&mut self) -> Option<Arc<Files>> {
+        if !std::mem::take(&mut self.changed) {
+            return None;
+        }
+        Some(Arc::new(Files(self.files.clone())))
+    }
+
+    /// Creates the next file.
+    fn create(&mut self, dir: &Path, stem: &str) -> io::Result<(u32, Arc<File>)> {
+        let n = self.next.max(1);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(file_path(dir, stem, n))?;
+        read_randomly(&file);
+        let file = Arc::new(file);
+        self.next = n + 1;
+        self.files.insert(n, file.clone());
+        self.changed = true;
+        Ok((n, file))
+    }
+
+    fn remove(&mut self, n: u32) {
+        self.files.remove(&n);
+        self.appended.remove(&n);
+        self.changed = true;
+    }
+}
+
+/// Appends a record (key, row) to `out`; returns where its row will lie
+/// in a file whose appends so far end at `end`.
+fn put_record(out: &mut Vec<u8>, file: u32, end: u64, key: &[u8], row: &[u8]) -> Pointer {
+    let start = end + out.len() as u64;
+    out.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    out.extend_from_slice(&(row.len() as u32).to_be_bytes());
+    out.extend_from_slice(key);
+    out.extend_from_slice(row);
+    Pointer {
+        file,
+        offset: start + HEADER + key.len() as u64,
+        len: row.len() as u32,
+    }
+}
+
+/// The shard thread's side of the value log: at commit, the large rows
+/// of the batch are appended here, and the write buffer keeps pointer rows
+/// in their place, so a buffer of a given size carries twenty times the
+/// rows of 1 KiB values, and so does each write-out (see DESIGN-NOTES,
+/// "The value log"). The shard log still holds the whole rows: these
+/// appends need not be durable until the background writer commits the
+/// pointers into the tables (it syncs them first), and recovery puts the
+/// log's whole rows into the tables anew.
+#[derive(Debug)]
+pub struct Appender {
+    dir: PathBuf,
+    stem: String,
+    catalog: SharedCatalog,
+    /// The file appends go to, and its size.
+    current: Option<(u32, Arc<File>, u64)>,
+    /// The last commit that appended to `current`.
+    last_seq: u64,
+    pending: Vec<u8>,
+}
+
+impl Appender {
+    /// The shard thread's appender of `values`' log. It starts a file of
+    /// its own: the files there are the background writer's.
+    pub fn new(values: &ValueLog) -> Appender {
+        Appender {
+            dir: values.dir.clone(),
+            stem: values.stem.clone(),
+            catalog: values.catalog.clone(),
+            current: None,
+            last_seq: 0,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Appends the large rows of commit `seq`'s `ops` and returns, for
+    /// each, its index in `ops` and the pointer row to buffer in its place;
+    /// also whether a file was created (readers must be given it before
+    /// the commit is visible). Nothing is synced (see the type's doc).
+    #[allow(clippy::type_complexity)]
+    pub fn append(
+        &mut self,
+        seq: u64,
+        ops: &[RowOp],
+    ) -> io::Result<(Vec<(usize, [u8; POINTER_LEN])>, bool)> {
+        let mut pointers = Vec::new();
+        let mut created = false;
+        for (i, op) in ops.iter().enumerate() {
+            let RowOp::Put(table, key, row) = op else {
+                continue;
+            };
+            if !separates(*table, row) {
+                continue;
+            }
+            if pointers.is_empty() {
+                created = self.room()?;
+            }
+            let (n, _, size) = self.current.as_ref().expect("room() opened a file");
+            let p = put_record(&mut self.pending, *n, *size, key, row);
+            pointers.push((i, p.encode()));
+        }
+        if self.pending.is_empty() {
+            return Ok((pointers, created));
+        }
+        let (n, file, size) = self.current.as_mut().expect("room() opened a file");
+        let written = file.write_all_at(&self.pending, *size);
+        let len = self.pending.len() as u64;
+        self.pending.clear();
+        written?;
+        *size += len;
+        self.last_seq = seq;
+        if let Some(a) = self.catalog.lock().appended.get_mut(n) {
+            a.size = *size;
+        }
+        Ok((pointers, created))
+    }
+
+    /// Makes sure a file with room takes this commit's appends (a commit's
+    /// appends all go to one file); true if it created one.
+    fn room(&mut self) -> io::Result<bool> {
+        if let Some((_, _, size)) = &self.current {
+            if *size < FILE_BYTES {
+                return Ok(false);
+            }
+        }
+        let mut catalog = self.catalog.lock();
+        let (n, file) = catalog.create(&self.dir, &self.stem)?;
+        if let Some((old, ..)) = self.current.take() {
+            if let Some(a) = catalog.appended.get_mut(&old) {
+                a.sealed_at = Some(self.last_seq);
+            }
+        }
+        catalog.appended.insert(
+            n,
+            Appended {
+                size: 0,
+                sealed_at: None,
+            },
+        );
+        self.current = Some((n, file, 0));
+        Ok(true)
     }
 }
 
@@ -139,11 +345,25 @@ struct LogFile {
     file: Arc<File>,
     /// Bytes written (appends not yet flushed are in `ValueLog::tail`).
     size: u64,
-    /// Bytes of records no row points at any more.
-    dead: u64,
-    /// Size and dead bytes as the last committed transaction recorded
-    /// them (`None`: created since).
+    /// Bytes of records a row of the tables points at.
+    live: u64,
+    /// Size and live bytes as the last committed transaction recorded
+    /// them (`None`: created, or first seen, since).
     committed: Option<(u64, u64)>,
+    /// Whether the shard thread appends to it (an [`Appender`]'s file):
+    /// then its size comes from the catalog, and its appends are not the
+    /// background writer's to undo.
+    appended: bool,
+    /// For such a file, the last commit that appended to it, once sealed.
+    sealed_at: Option<u64>,
+}
+
+impl LogFile {
+    /// Bytes of records no row of the tables points at (records replaced
+    /// or deleted there, and those replaced while still buffered).
+    fn dead(&self) -> u64 {
+        self.size.saturating_sub(self.live)
+    }
 }
 
 /// A shard's value log, as its background writer uses it (see the module
@@ -152,18 +372,22 @@ struct LogFile {
 pub struct ValueLog {
     dir: PathBuf,
     stem: String,
+    catalog: SharedCatalog,
     files: BTreeMap<u32, LogFile>,
-    /// Appends to the newest file not yet written to it.
+    /// The file this side appends to.
+    own: Option<u32>,
+    /// Appends to `own` not yet written to it.
     tail: Vec<u8>,
     /// Files whose appends are not yet durable.
     unsynced: Vec<u32>,
     /// Files removed by a collection, until its transaction commits.
     removed: Vec<u32>,
-    /// Set when the files changed since readers last took them.
-    changed: bool,
     /// Set when a file was created since the directory was last synced:
     /// its name must be durable before a commit points into it.
     new_names: bool,
+    /// The last commit whose write buffer is in the tables: files sealed
+    /// up to it are pointed at from the tables alone.
+    written: u64,
 }
 
 impl ValueLog {
@@ -173,6 +397,7 @@ impl ValueLog {
     /// deleted (see the module doc).
     pub fn open(dir: &Path, stem: &str, registry: &[(Vec<u8>, Vec<u8>)]) -> io::Result<ValueLog> {
         let mut files = BTreeMap::new();
+        let mut catalog = Catalog::default();
         for (key, value) in registry {
             let (Some(n), Some((size, dead))) = (registry_file(key), registry_value(value)) else {
                 continue;
@@ -196,13 +421,19 @@ impl ValueLog {
             if len > size {
                 file.set_len(size)?;
             }
+            let file = Arc::new(file);
+            catalog.files.insert(n, file.clone());
+            catalog.next = catalog.next.max(n + 1);
+            let live = size.saturating_sub(dead);
             files.insert(
                 n,
                 LogFile {
-                    file: Arc::new(file),
+                    file,
                     size,
-                    dead,
-                    committed: Some((size, dead)),
+                    live,
+                    committed: Some((size, live)),
+                    appended: false,
+                    sealed_at: None,
                 },
             );
         }
@@ -215,53 +446,68 @@ impl ValueLog {
                 }
             }
         }
+        catalog.changed = true;
         Ok(ValueLog {
             dir: dir.to_path_buf(),
             stem: stem.to_string(),
+            catalog: Arc::new(parking_lot::Mutex::new(catalog)),
             files,
+            own: None,
             tail: Vec::new(),
             unsynced: Vec::new(),
             removed: Vec::new(),
-            changed: true,
             new_names: false,
+            written: 0,
         })
     }
 
-    /// The files as readers should now see them, if they changed since
-    /// the last call.
-    pub fn readable(&mut self) -> Option<Arc<Files>> {
-        if !std::mem::take(&mut self.changed) {
-            return None;
-        }
-        Some(Arc::new(Files(
-            self.files
-                .iter()
-                .map(|(n, f)| (*n, f.file.clone()))
-                .collect(),
-        )))
+    /// The files, as the shard thread and the readers share them.
+    pub fn catalog(&self) -> &SharedCatalog {
+        &self.catalog
     }
 
     /// Bytes in the files, and of them dead (INFO, tests).
     pub fn usage(&self) -> (u64, u64) {
         self.files
             .values()
-            .fold((0, 0), |(s, d), f| (s + f.size, d + f.dead))
+            .fold((0, 0), |(s, d), f| (s + f.size, d + f.dead()))
+    }
+
+    /// Notes that every commit up to `seq` is in the tables (a write
+    /// buffer was written out).
+    pub fn written_through(&mut self, seq: u64) {
+        self.written = self.written.max(seq);
     }
 
     /// What goes into the table for a row of `table` to be stored: the
-    /// row itself, or a pointer to its copy appended here.
+    /// row itself, a pointer to its copy appended here, or the pointer row
+    /// it is (the shard thread appended its row at commit).
     pub fn store<'a>(
         &mut self,
         table: Table,
         key: &[u8],
         row: &'a [u8],
     ) -> io::Result<std::borrow::Cow<'a, [u8]>> {
+        if table == Table::Meta {
+            if let Some(p) = Pointer::decode(row) {
+                if !self.files.contains_key(&p.file) {
+                    self.adopt();
+                }
+                let f = self.files.get_mut(&p.file).ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "a buffered pointer into an unknown value log file",
+                    )
+                })?;
+                f.live += p.record_bytes(key.len());
+                return Ok(std::borrow::Cow::Borrowed(row));
+            }
+        }
         if !separates(table, row) {
             return Ok(std::borrow::Cow::Borrowed(row));
         }
-        Ok(std::borrow::Cow::Owned(
-            self.append(key, row)?.encode().to_vec(),
-        ))
+        let p = self.append(key, row)?;
+        Ok(std::borrow::Cow::Owned(p.encode().to_vec()))
     }
 
     /// Notes that a value stored in `table` (before a change) is replaced
@@ -272,68 +518,95 @@ impl ValueLog {
         }
         if let Some(p) = Pointer::decode(stored) {
             if let Some(f) = self.files.get_mut(&p.file) {
-                f.dead += p.record_bytes(key.len());
+                f.live = f.live.saturating_sub(p.record_bytes(key.len()));
+            }
+        }
+    }
+
+    /// Takes in the shard thread's files as they now are: new ones, what
+    /// was appended to the others, which are sealed.
+    fn adopt(&mut self) {
+        let catalog = self.catalog.lock();
+        for (n, a) in &catalog.appended {
+            match self.files.get_mut(n) {
+                Some(f) => {
+                    if f.size < a.size {
+                        f.size = a.size;
+                        if !self.unsynced.contains(n) {
+                            self.unsynced.push(*n);
+                        }
+                    }
+                    f.sealed_at = a.sealed_at;
+                }
+                None => {
+                    let Some(file) = catalog.files.get(n) else {
+                        continue;
+                    };
+                    self.files.insert(
+                        *n,
+                        LogFile {
+                            file: file.clone(),
+                            size: a.size,
+                            live: 0,
+                            committed: None,
+                            appended: true,
+                            sealed_at: a.sealed_at,
+                        },
+                    );
+                    self.unsynced.push(*n);
+                    self.new_names = true;
+                }
             }
         }
     }
 
     fn append(&mut self, key: &[u8], row: &[u8]) -> io::Result<Pointer> {
         let n = self.current()?;
-        let f = &self.files[&n];
-        let start = f.size + self.tail.len() as u64;
-        self.tail
-            .extend_from_slice(&(key.len() as u32).to_be_bytes());
-        self.tail
-            .extend_from_slice(&(row.len() as u32).to_be_bytes());
-        self.tail.extend_from_slice(key);
-        self.tail.extend_from_slice(row);
+        let f = self.files.get_mut(&n).expect("current() made it");
+        let p = put_record(&mut self.tail, n, f.size, key, row);
+        f.live += p.record_bytes(key.len());
         if self.tail.len() >= 1 << 20 {
             self.write_tail()?;
         }
-        Ok(Pointer {
-            file: n,
-            offset: start + HEADER + key.len() as u64,
-            len: row.len() as u32,
-        })
+        Ok(p)
     }
 
-    /// The file appends go to: the newest, or a new one once it is full.
+    /// The file this side appends to, or a new one once it is full.
     fn current(&mut self) -> io::Result<u32> {
-        if let Some((&n, f)) = self.files.iter().next_back() {
-            // (Never a file being collected: that is never the newest.)
-            if f.size + (self.tail.len() as u64) < FILE_BYTES {
-                return Ok(n);
+        if let Some(n) = self.own {
+            if let Some(f) = self.files.get(&n) {
+                if f.size + (self.tail.len() as u64) < FILE_BYTES {
+                    return Ok(n);
+                }
             }
         }
         self.write_tail()?;
-        let n = self.files.keys().next_back().map_or(1, |n| n + 1);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(file_path(&self.dir, &self.stem, n))?;
-        read_randomly(&file);
+        let (n, file) = self.catalog.lock().create(&self.dir, &self.stem)?;
         self.files.insert(
             n,
             LogFile {
-                file: Arc::new(file),
+                file,
                 size: 0,
-                dead: 0,
+                live: 0,
                 committed: None,
+                appended: false,
+                sealed_at: None,
             },
         );
-        self.changed = true;
+        self.own = Some(n);
         self.new_names = true;
         Ok(n)
     }
 
-    /// Writes the pending appends to the newest file.
+    /// Writes the pending appends to this side's file.
     fn write_tail(&mut self) -> io::Result<()> {
         if self.tail.is_empty() {
             return Ok(());
         }
-        let Some((&n, f)) = self.files.iter_mut().next_back() else {
+        let Some(n) = self.own else {
+            return Ok(());
+        };
+        let Some(f) = self.files.get_mut(&n) else {
             return Ok(());
         };
         f.file.write_all_at(&self.tail, f.size)?;
@@ -346,12 +619,13 @@ impl ValueLog {
     }
 
     /// Before the write transaction commits: makes every append durable
-    /// and hands `record` the `sys` changes that describe the files as
-    /// they now are.
+    /// (the shard thread's included) and hands `record` the `sys` changes
+    /// that describe the files as they now are.
     pub fn prepare(
         &mut self,
         mut record: impl FnMut(Change<'_>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
+        self.adopt();
         self.write_tail().map_err(io_err)?;
         for n in std::mem::take(&mut self.unsynced) {
             if let Some(f) = self.files.get(&n) {
@@ -367,8 +641,8 @@ impl ValueLog {
             record(Change::Row(Table::Sys, &registry_key(*n), None))?;
         }
         for (n, f) in &self.files {
-            if f.committed != Some((f.size, f.dead)) && !self.removed.contains(n) {
-                let value = [f.size.to_be_bytes(), f.dead.to_be_bytes()].concat();
+            if f.committed != Some((f.size, f.live)) && !self.removed.contains(n) {
+                let value = [f.size.to_be_bytes(), f.dead().to_be_bytes()].concat();
                 record(Change::Row(Table::Sys, &registry_key(*n), Some(&value)))?;
             }
         }
@@ -380,11 +654,19 @@ impl ValueLog {
     /// one keep reading it through their open handle.
     pub fn committed(&mut self) {
         for f in self.files.values_mut() {
-            f.committed = Some((f.size, f.dead));
+            f.committed = Some((f.size, f.live));
         }
-        for n in std::mem::take(&mut self.removed) {
+        let removed = std::mem::take(&mut self.removed);
+        if removed.is_empty() {
+            return;
+        }
+        let mut catalog = self.catalog.lock();
+        for n in removed {
             self.files.remove(&n);
-            self.changed = true;
+            catalog.remove(n);
+            if self.own == Some(n) {
+                self.own = None;
+            }
             let path = file_path(&self.dir, &self.stem, n);
             if let Err(e) = std::fs::remove_file(&path) {
                 tracing::error!(file = %path.display(), error = %e, "cannot delete a value log file");
@@ -393,33 +675,46 @@ impl ValueLog {
     }
 
     /// After the transaction failed: forgets what it appended and
-    /// counted, so that the files are as the last commit left them.
+    /// counted, so that the files are as the last commit left them (the
+    /// shard thread's appends stay: its buffers point at them).
     pub fn aborted(&mut self) {
         self.tail.clear();
         self.unsynced.clear();
         self.removed.clear();
+        let mut catalog = self.catalog.lock();
         self.files.retain(|n, f| {
-            let Some((size, dead)) = f.committed else {
-                let _ = std::fs::remove_file(file_path(&self.dir, &self.stem, *n));
-                self.changed = true;
+            let Some((size, live)) = f.committed else {
+                if !f.appended {
+                    let _ = std::fs::remove_file(file_path(&self.dir, &self.stem, *n));
+                    catalog.remove(*n);
+                    if self.own == Some(*n) {
+                        self.own = None;
+                    }
+                }
                 return false;
             };
-            if f.size != size {
+            if f.size != size && !f.appended {
                 let _ = f.file.set_len(size);
             }
-            (f.size, f.dead) = (size, dead);
+            (f.size, f.live) = (size, live);
             true
         });
     }
 
-    /// The file most worth collecting: not the newest, and at least half
-    /// dead.
-    pub fn victim(&self) -> Option<u32> {
-        let newest = *self.files.keys().next_back()?;
+    /// The file most worth collecting, at least half dead: never the one
+    /// this side appends to (unless nothing in it is live), nor one the
+    /// shard thread appends to or whose appends some write buffer not yet
+    /// in the tables may point at.
+    pub fn victim(&mut self) -> Option<u32> {
+        self.adopt();
         self.files
             .iter()
-            .filter(|(n, f)| **n != newest && f.dead * 2 >= f.size)
-            .max_by_key(|(_, f)| f.dead)
+            .filter(|(n, f)| {
+                let settled = !f.appended || f.sealed_at.is_some_and(|s| s <= self.written);
+                let movable = self.own != Some(**n) || f.live == 0;
+                settled && movable && f.dead() * 2 >= f.size
+            })
+            .max_by_key(|(_, f)| f.dead())
             .map(|(n, _)| *n)
     }
 
@@ -440,6 +735,12 @@ impl ValueLog {
         let size = f.size;
         let mut reader = io::BufReader::with_capacity(1 << 20, FileReader(f.file.clone(), 0));
         self.removed.push(n);
+        if self.own == Some(n) {
+            // Nothing in it is live (see `victim`): the next append starts
+            // a new file.
+            self.write_tail().map_err(io_err)?;
+            self.own = None;
+        }
         let mut moved = Vec::new();
         let mut offset = 0u64;
         let mut header = [0u8; HEADER as usize];
