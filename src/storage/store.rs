@@ -333,7 +333,7 @@ impl Store {
     }
 
     /// [`Store::latest`], reusing `old` (an earlier one) while the
-    /// buffers it reads are still the store's: only their newest versions
+    /// buffers and value log files it reads are still the store's: only their newest versions
     /// have changed since, and moving it on to the published sequence
     /// shows them. This spares each batch a redb read transaction and its
     /// table opens (~4% of a SET's CPU at pipeline 1). Once the background
@@ -347,10 +347,13 @@ impl Store {
     ) -> Result<ReadCtx, StoreError> {
         if let Some(mut ctx) = old {
             let view = self.core.view.lock();
-            if ctx.reads_layers(&view) {
+            // New value log files (the shard's own appends may have
+            // started one) come with a new view too: a collected file
+            // goes from the files while the old redb snapshot may still
+            // point into it.
+            if ctx.reads_layers(&view) && ctx.reads_values(&self.core.readable.lock()) {
                 ctx.advance(self.core.published.load(Ordering::Acquire), now_ms);
-                // The shard's commits may have started a value log file.
-                return Ok(ctx.with_values(self.core.readable.lock().clone()));
+                return Ok(ctx);
             }
         }
         self.latest(now_ms)

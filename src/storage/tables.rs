@@ -252,6 +252,11 @@ impl ReadCtx {
                 .all(|(a, b)| Arc::ptr_eq(a, b))
     }
 
+    /// Whether this view resolves pointers in exactly `values`.
+    pub(crate) fn reads_values(&self, values: &Arc<Files>) -> bool {
+        Arc::ptr_eq(&self.values, values)
+    }
+
     /// Moves an unpinned view over the same layers on to sequence `seq`
     /// and clock `now_ms` (see `Store::latest_from`).
     pub(crate) fn advance(&mut self, seq: u64, now_ms: u64) {
