@@ -877,17 +877,17 @@ fn large_values_survive_sigkill() {
     let value = |i: u64| format!("{i}:{}", "x".repeat(600 + (i % 50) as usize * 13));
     // The last SET acknowledged per key (and the one in flight at the kill).
     let mut acked: Vec<Option<u64>> = vec![None; KEYS as usize];
+    // Every key reads back as its last acknowledged value.
+    let check = |c: &mut Connection, acked: &[Option<u64>], when: &str| {
+        for (k, last) in acked.iter().enumerate() {
+            assert_eq!(get(c, &format!("k{k}")), last.map(value), "k{k} {when}");
+        }
+    };
     let mut next = 0u64;
     for round in 0..3 {
         let mut server = Proc::start(root.path(), &data);
         let mut c = server.client();
-        for (k, last) in acked.iter().enumerate() {
-            assert_eq!(
-                get(&mut c, &format!("k{k}")),
-                last.map(value),
-                "k{k} after restart {round}"
-            );
-        }
+        check(&mut c, &acked, &format!("after restart {round}"));
         let done = Arc::new(AtomicU64::new(next));
         let writer = {
             let done = done.clone();
@@ -934,25 +934,16 @@ fn large_values_survive_sigkill() {
             acked[(i % KEYS) as usize] = Some(i);
         }
         next = until + 1;
-        for (k, last) in acked.iter().enumerate() {
-            assert_eq!(
-                get(&mut c, &format!("k{k}")),
-                last.map(value),
-                "k{k} after the SIGKILL of round {round}"
-            );
-        }
+        check(
+            &mut c,
+            &acked,
+            &format!("after the SIGKILL of round {round}"),
+        );
         drop(c);
         assert!(after.shutdown().success());
     }
     let server = Proc::start(root.path(), &data);
-    let mut c = server.client();
-    for (k, last) in acked.iter().enumerate() {
-        assert_eq!(
-            get(&mut c, &format!("k{k}")),
-            last.map(value),
-            "k{k} at the end"
-        );
-    }
+    check(&mut server.client(), &acked, "at the end");
 }
 
 // With save points set, SIGTERM writes dump.rdb before the server exits,
