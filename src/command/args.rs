@@ -39,12 +39,27 @@ pub fn is(arg: &[u8], keyword: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Args {
     argv: Vec<Bytes>,
+    /// The request frame the arguments are slices of, when they came off
+    /// a connection as one (see [`Args::frame`]).
+    frame: Option<Bytes>,
 }
 
 impl Args {
     /// Wraps an argument vector (non-empty).
     pub fn new(argv: Vec<Bytes>) -> Args {
-        Args { argv }
+        Args { argv, frame: None }
+    }
+
+    /// Arguments a client sent, cut from the request `frame`
+    /// (`protocol::request::split_frame` cuts them again).
+    pub fn framed(argv: Vec<Bytes>, frame: Option<Bytes>) -> Args {
+        Args { argv, frame }
+    }
+
+    /// The whole request the arguments were cut from, if they came as
+    /// one: keeping it is one reference count, not one per argument.
+    pub fn frame(&self) -> Option<&Bytes> {
+        self.frame.as_ref()
     }
 
     /// Number of arguments including the name.

@@ -120,6 +120,8 @@ pub enum Kept {
     Nothing,
     /// The command's own arguments.
     Command(Vec<Bytes>),
+    /// The request frame holding the command's arguments.
+    Frame(Bytes),
     /// EXEC: the commands it runs (EXEC itself is never logged).
     Exec(ExecCommands),
 }
@@ -174,6 +176,9 @@ pub fn keep(session: &Session, checked: &'static CommandSpec, args: &Args) -> Ke
         }
         return Kept::Exec(kept);
     }
+    if let Some(frame) = args.frame() {
+        return Kept::Frame(frame.clone());
+    }
     let mut argv = SPARE.with(|s| s.borrow_mut().pop()).unwrap_or_default();
     argv.extend_from_slice(args.all());
     Kept::Command(argv)
@@ -209,6 +214,12 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
                     spare.push(argv);
                 }
             });
+        }
+        Kept::Frame(frame) => {
+            if log.wants(usec) && !checked.has_flag("skip_slowlog") {
+                let argv = crate::protocol::request::split_frame(&frame);
+                log.push(usec, &argv, checked, session);
+            }
         }
         Kept::Exec(commands) => log_exec(log, &commands, usec, &session.entry),
     }

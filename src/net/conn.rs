@@ -482,12 +482,12 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         let mut close = false;
         loop {
             let queued = buf.len();
-            match parser.next(&mut buf) {
-                Ok(Some(argv)) if argv.is_empty() => continue,
-                Ok(Some(argv)) => {
+            match parser.next_framed(&mut buf) {
+                Ok(Some((argv, _))) if argv.is_empty() => continue,
+                Ok(Some((argv, frame))) => {
                     pushes_only = false;
                     session.qbuf = queued;
-                    let args = Args::new(argv);
+                    let args = Args::framed(argv, frame);
                     if execute(&server, session, &mut outbox, args, stream, &mut buf).await {
                         close = true;
                         break;

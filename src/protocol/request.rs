@@ -51,11 +51,23 @@ impl RequestParser {
     /// more bytes are needed. An empty argument vector is a request Redis
     /// ignores (an empty inline line, `*0`, `*-1`): the caller skips it.
     pub fn next(&mut self, buf: &mut BytesMut) -> Result<Option<Vec<Bytes>>, ProtocolError> {
+        Ok(self.next_framed(buf)?.map(|(argv, _)| argv))
+    }
+
+    /// [`RequestParser::next`], with the whole frame the arguments were cut
+    /// from (`None` for an inline request): whoever may need the arguments
+    /// again later (the slow log) keeps the frame, one reference, rather
+    /// than each argument.
+    #[allow(clippy::type_complexity)]
+    pub fn next_framed(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<(Vec<Bytes>, Option<Bytes>)>, ProtocolError> {
         if buf.is_empty() {
             return Ok(None);
         }
         if buf[0] != b'*' {
-            return parse_inline(buf);
+            return Ok(parse_inline(buf)?.map(|argv| (argv, None)));
         }
         let Some(len) = self.scan_multibulk(buf)? else {
             return Ok(None);
@@ -64,9 +76,9 @@ impl RequestParser {
         let frame = buf.split_to(len).freeze();
         // `*0` and negative counts are requests Redis silently skips.
         if frame.starts_with(b"*-") || frame.starts_with(b"*0\r") {
-            return Ok(Some(Vec::new()));
+            return Ok(Some((Vec::new(), None)));
         }
-        Ok(Some(split_frame(&frame)))
+        Ok(Some((split_frame(&frame), Some(frame))))
     }
 
     /// Resumable completeness check: returns the frame length once the whole
@@ -128,11 +140,11 @@ fn perr(what: &str) -> ProtocolError {
     ProtocolError(format!("Protocol error: {what}"))
 }
 
-/// Cuts a frame the scan has proven whole into its arguments: slices of
-/// `frame`, no copies. The scan has validated every header, so this walk
-/// only reads the lengths again. Like Redis, it does not look at the two
-/// bytes that end each bulk string.
-fn split_frame(frame: &Bytes) -> Vec<Bytes> {
+/// Cuts a frame the scan has proven whole (one [`RequestParser::next_framed`]
+/// returned) into its arguments: slices of `frame`, no copies. The scan has
+/// validated every header, so this walk only reads the lengths again. Like
+/// Redis, it does not look at the two bytes that end each bulk string.
+pub fn split_frame(frame: &Bytes) -> Vec<Bytes> {
     let header_end = find_crlf(frame, 1).expect("scanned header");
     let count = parse_len(&frame[1..header_end]).unwrap_or(0).max(0) as usize;
     // The count is the client's word: the vector grows past a bound only
