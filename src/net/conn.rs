@@ -200,6 +200,9 @@ struct Outbox {
     held: Vec<Push>,
     /// Pushes taken from the mailbox (empty between takes).
     taken: std::collections::VecDeque<Push>,
+    /// Messages taken from the mailbox (empty between takes): this buffer
+    /// and the mailbox's trade places at each take.
+    messages: BytesMut,
 }
 
 impl Outbox {
@@ -386,11 +389,29 @@ impl Outbox {
     fn take_pushes(&mut self, hold: bool) {
         // All of them at once, into a queue kept for the purpose.
         let mut taken = std::mem::take(&mut self.taken);
-        self.entry.mailbox.take_all(&mut taken);
+        let mut messages = std::mem::take(&mut self.messages);
+        self.entry.mailbox.take_all(&mut taken, &mut messages);
         for push in taken.drain(..) {
             self.add_push(push, hold);
         }
         self.taken = taken;
+        if messages.is_empty() {
+            self.messages = messages;
+            return;
+        }
+        self.push_bytes += messages.len();
+        if self.out.is_empty() {
+            // Nothing to append them to: they become the output.
+            std::mem::swap(&mut self.out, &mut messages);
+        } else {
+            self.out.extend_from_slice(&messages);
+        }
+        messages.clear();
+        // A subscriber that fell behind does not keep its peak forever.
+        if messages.capacity() > 1 << 20 {
+            messages = BytesMut::new();
+        }
+        self.messages = messages;
     }
 
     fn add_push(&mut self, push: Push, hold: bool) {
@@ -474,6 +495,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         entry: session.entry.clone(),
         held: Vec::new(),
         taken: Default::default(),
+        messages: BytesMut::new(),
     };
     // Woken for pushes alone: their write may wait for the publishers
     // still feeding this client (see `Mailbox`).
@@ -825,7 +847,10 @@ async fn execute(
             feed();
         }
     }
-    outbox.resp3 = session.resp3;
+    if outbox.resp3 != session.resp3 {
+        outbox.resp3 = session.resp3;
+        session.entry.mailbox.set_resp3(session.resp3);
+    }
     match guard {
         Some(Guard::Present(keys, gone, moving)) => {
             action = while_present(action, keys, gone, moving);

@@ -317,7 +317,7 @@ impl Session {
             qbuf: 0,
             bus_link: false,
             monitor: false,
-            wakes: Default::default(),
+            wakes: crate::pubsub::Wakes::of(entry.id),
             tracking: None,
             caching: false,
             server,

@@ -309,6 +309,15 @@ fn header_bytes(tag: u8, len: usize) -> ([u8; 24], usize) {
     (h, 3 + d.len())
 }
 
+/// An array (`tag` `*`, or `>` for a RESP3 push) of the bulk strings
+/// `parts`, appended to `out`.
+pub fn bulk_array(out: &mut BytesMut, tag: u8, parts: &[&[u8]]) {
+    header(out, tag, parts.len());
+    for p in parts {
+        bulk(out, p);
+    }
+}
+
 fn bulk(out: &mut BytesMut, b: &[u8]) {
     let (h, n) = header_bytes(b'$', b.len());
     out.reserve(n + b.len() + 2);

@@ -9,11 +9,12 @@
 //!   counter lets a PUBLISH skip it entirely while nobody uses a pattern.
 //! * **Delivery.** Every client has a [`Mailbox`]: a queue its connection
 //!   task drains when woken. A connection's run of PUBLISHes wakes each
-//!   subscriber once, when it ends ([`Wakes`]). A message is
-//!   encoded once per PUBLISH (per matching pattern for `pmessage`), as a
-//!   RESP2 array; its RESP3 form differs only in the first byte (`>` for
-//!   `*`), so the same bytes serve every subscriber, cloned by reference
-//!   count.
+//!   subscriber once, when it ends ([`Wakes`]). A message is framed
+//!   into each receiver's mailbox, in its protocol, behind the messages
+//!   queued there already, so the connection writes a run of them with one
+//!   copy. A big message to several receivers is framed once instead, as
+//!   a RESP2 array whose RESP3 form differs only in the first byte (`>`
+//!   for `*`), and shared by reference count.
 //! * **Bounded memory.** The bytes queued for a client and not yet written
 //!   to its socket are counted; past `client-output-buffer-limit` for its
 //!   class (pubsub while it has subscriptions, normal otherwise) the client
@@ -77,6 +78,9 @@ pub enum Push {
     RedirectBroken(u64),
     /// Bytes sent as they are in either protocol (a MONITOR line).
     Line(Bytes),
+    /// A run of Pub/Sub messages already framed in the client's protocol
+    /// (see [`Mailbox::queue_message`]).
+    Messages(BytesMut),
 }
 
 /// The channel RESP2 clients receive invalidations on.
@@ -119,6 +123,7 @@ impl Push {
             .encode(out, true),
             Push::RedirectBroken(_) => {}
             Push::Line(line) => out.put_slice(line),
+            Push::Messages(run) => out.put_slice(run),
         }
     }
 
@@ -133,6 +138,7 @@ impl Push {
             }
             Push::RedirectBroken(_) => 48,
             Push::Line(line) => line.len(),
+            Push::Messages(run) => run.len(),
         }
     }
 
@@ -174,12 +180,20 @@ pub struct Mailbox {
     pub counts: [AtomicU32; 3],
     /// The subscribed names (see `subscriptions`).
     pub(crate) names: parking_lot::Mutex<subscriptions::AllNames>,
+    /// The connection has ended (the inbox's flag, readable without its
+    /// lock by a batch holding messages for the client).
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// The queue of a [`Mailbox`].
 #[derive(Debug, Default)]
 struct Inbox {
     pushes: std::collections::VecDeque<Push>,
+    /// Messages queued after every push in `pushes`, framed in the
+    /// client's protocol.
+    messages: BytesMut,
+    /// The client's protocol is RESP3 (messages are framed as pushes).
+    resp3: bool,
     /// The connection has ended: nothing is queued any more.
     closed: bool,
 }
@@ -212,15 +226,73 @@ impl Mailbox {
         if inbox.closed {
             return None;
         }
+        if !inbox.messages.is_empty() {
+            let run = inbox.messages.split();
+            inbox.pushes.push_back(Push::Messages(run));
+        }
         inbox.pushes.push_back(push);
         // Under the lock: the connection subtracts it only after taking
         // the push out.
         Some(self.pending.fetch_add(n, Ordering::Relaxed) + n)
     }
 
-    /// Moves every push queued into `into` (empty), oldest first.
-    pub fn take_all(&self, into: &mut std::collections::VecDeque<Push>) {
-        std::mem::swap(&mut self.queue.lock().pushes, into);
+    /// Queues the Pub/Sub message `frame` (a RESP2 array) behind the
+    /// messages already queued, in the client's protocol, as Redis appends
+    /// a message to each receiver's reply buffer: a message costs no
+    /// allocation of its own, and a run of them reaches the socket in one
+    /// copy. Returns the bytes now pending for the client, or `None` when
+    /// it is gone.
+    fn queue_message(&self, frame: &[u8]) -> Option<usize> {
+        let mut inbox = self.queue.lock();
+        if inbox.closed {
+            return None;
+        }
+        let at = inbox.messages.len();
+        inbox.messages.extend_from_slice(frame);
+        if inbox.resp3 {
+            inbox.messages[at] = b'>';
+        }
+        Some(self.pending.fetch_add(frame.len(), Ordering::Relaxed) + frame.len())
+    }
+
+    /// Queues `frames`, RESP2 messages starting at `starts`, behind the
+    /// messages queued already (a batch held them: see [`Wakes`]), in
+    /// the client's protocol.
+    ///
+    /// A client that has unsubscribed from everything since gets none of
+    /// them: its confirmation may be on its way, and a message after it
+    /// would read, in RESP2, as the reply to its next command. (Were it
+    /// still subscribed, its confirmation, made after this, would follow
+    /// them.)
+    fn queue_held(&self, frames: &[u8], starts: &[usize]) {
+        let mut inbox = self.queue.lock();
+        if inbox.closed || !self.subscribed() {
+            return;
+        }
+        let base = inbox.messages.len();
+        inbox.messages.extend_from_slice(frames);
+        if inbox.resp3 {
+            for &at in starts {
+                inbox.messages[base + at] = b'>';
+            }
+        }
+        self.pending.fetch_add(frames.len(), Ordering::Relaxed);
+    }
+
+    /// Frames the messages queued from now on for a client of protocol
+    /// `resp3` (HELLO switched it): those queued before went in the old
+    /// one, as in Redis, whose reply buffer holds them already.
+    pub fn set_resp3(&self, resp3: bool) {
+        self.queue.lock().resp3 = resp3;
+    }
+
+    /// Moves every push queued into `into` (empty), oldest first, and the
+    /// messages queued after them into `messages` (empty), whose buffer
+    /// the mailbox keeps for the next messages.
+    pub fn take_all(&self, into: &mut std::collections::VecDeque<Push>, messages: &mut BytesMut) {
+        let mut inbox = self.queue.lock();
+        std::mem::swap(&mut inbox.pushes, into);
+        std::mem::swap(&mut inbox.messages, messages);
     }
 
     /// Waits until pushes may be queued (or a feeder finished).
@@ -238,7 +310,9 @@ impl Mailbox {
     pub fn close(&self) {
         let mut inbox = self.queue.lock();
         inbox.closed = true;
+        self.closed.store(true, Ordering::Release);
         inbox.pushes.clear();
+        inbox.messages = BytesMut::new();
         self.pending.store(0, Ordering::Relaxed);
     }
 
@@ -251,23 +325,105 @@ impl Mailbox {
 /// The subscribers one connection's current batch of PUBLISHes has queued
 /// messages for, woken when the batch ends ([`Wakes::wake`], or when it is
 /// dropped), so each gets one wake per batch rather than one per message.
+///
+/// The batch also holds the messages for its first few subscribers and
+/// queues them when it ends: a run of PUBLISHes to one subscriber then
+/// takes its mailbox's lock once, not once per message, and the
+/// subscriber, not woken before the batch ends, misses nothing it would
+/// have written sooner. A connection ends the batch before any command
+/// other than PUBLISH, so what it does next comes after its messages.
 #[derive(Debug)]
 pub struct Wakes {
     id: u64,
     fed: Vec<Arc<ClientEntry>>,
+    /// The client whose batch this is (0: a shard's), whose messages to
+    /// itself are queued at once: they precede its PUBLISH's reply.
+    me: u64,
+    /// Messages held, by subscriber; entries past `nheld` are spare
+    /// buffers for the next batch.
+    held: Vec<Held>,
+    nheld: usize,
 }
+
+/// Messages a batch holds for one subscriber.
+#[derive(Debug, Default)]
+struct Held {
+    client: Option<Arc<ClientEntry>>,
+    /// RESP2 messages, in publish order.
+    frames: BytesMut,
+    /// Where each message starts in `frames` (its `*`, which RESP3 makes
+    /// `>`).
+    starts: Vec<usize>,
+}
+
+/// Subscribers a batch holds messages for; messages to others are queued
+/// at once.
+const HELD_CLIENTS: usize = 4;
 
 impl Default for Wakes {
     fn default() -> Self {
-        static NEXT: AtomicU64 = AtomicU64::new(1);
-        Wakes {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-            fed: Vec::new(),
-        }
+        Wakes::of(0)
     }
 }
 
 impl Wakes {
+    /// The batches of client `me`.
+    pub fn of(me: u64) -> Wakes {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Wakes {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            fed: Vec::new(),
+            me,
+            held: Vec::new(),
+            nheld: 0,
+        }
+    }
+
+    /// Holds the message `frame` (RESP2) for `client` until the batch ends;
+    /// the bytes it holds for the client now, or `None` when it holds
+    /// nothing for it (the client itself, or too many subscribers).
+    fn hold(&mut self, client: &Arc<ClientEntry>, frame: &[u8]) -> Option<usize> {
+        if client.id == self.me {
+            return None;
+        }
+        let active = &self.held[..self.nheld];
+        let i = match active
+            .iter()
+            .position(|h| h.client.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)))
+        {
+            Some(i) => i,
+            None if self.nheld < HELD_CLIENTS => {
+                if self.nheld == self.held.len() {
+                    self.held.push(Held::default());
+                }
+                self.held[self.nheld].client = Some(client.clone());
+                self.nheld += 1;
+                self.feed(client);
+                self.nheld - 1
+            }
+            None => return None,
+        };
+        let held = &mut self.held[i];
+        held.starts.push(held.frames.len());
+        held.frames.extend_from_slice(frame);
+        Some(held.frames.len())
+    }
+
+    /// Queues the messages held.
+    fn queue_held(&mut self) {
+        for held in &mut self.held[..self.nheld] {
+            if let Some(client) = held.client.take() {
+                client.mailbox.queue_held(&held.frames, &held.starts);
+            }
+            held.frames.clear();
+            held.starts.clear();
+            if held.frames.capacity() > 64 * 1024 {
+                held.frames = BytesMut::new();
+            }
+        }
+        self.nheld = 0;
+    }
+
     /// Counts this batch as feeding `client`, once.
     fn feed(&mut self, client: &Arc<ClientEntry>) {
         let mailbox = &client.mailbox;
@@ -279,8 +435,12 @@ impl Wakes {
         }
     }
 
-    /// Ends the batch: wakes every subscriber it fed.
+    /// Ends the batch: queues the messages it held and wakes every
+    /// subscriber it fed.
     pub fn wake(&mut self) {
+        if self.nheld > 0 {
+            self.queue_held();
+        }
         for client in self.fed.drain(..) {
             let mailbox = &client.mailbox;
             let _ = mailbox.last_feeder.compare_exchange(
@@ -470,18 +630,36 @@ impl Hub {
     ) -> usize {
         let mut receivers = 0;
         self.each_audience(kind, channel, |pattern, subs| {
-            let frame = match (kind, pattern) {
-                (Kind::Shard, _) => encode(&[b"smessage", channel, message]),
-                (_, None) => encode(&[b"message", channel, message]),
-                (_, Some(p)) => encode(&[b"pmessage", p, channel, message]),
+            let (all, n): ([&[u8]; 4], usize) = match (kind, pattern) {
+                (Kind::Shard, _) => ([b"smessage", channel, message, b""], 3),
+                (_, None) => ([b"message", channel, message, b""], 3),
+                (_, Some(p)) => ([b"pmessage", p, channel, message], 4),
             };
-            // The last receiver takes the frame itself: one receiver, the
-            // common case, shares it with nobody.
+            let parts = &all[..n];
+            if subs.len() == 1 || framed_len(parts) < SHARED_FRAME {
+                // Framed once, copied to each receiver.
+                SCRATCH.with_borrow_mut(|frame| {
+                    frame.clear();
+                    crate::protocol::reply::bulk_array(frame, b'*', parts);
+                    for client in subs {
+                        receivers += self.deliver(client, frame, wakes.as_deref_mut());
+                    }
+                    if frame.capacity() > 64 * 1024 {
+                        *frame = BytesMut::new();
+                    }
+                });
+                return;
+            }
+            // A big message to several receivers is framed once and
+            // shared; the last receiver takes the frame itself.
+            let frame = encode(parts);
             if let Some((last, others)) = subs.split_last() {
                 for client in others {
-                    receivers += self.deliver(client, frame.clone(), wakes.as_deref_mut());
+                    let pending = client.mailbox.queue(Push::Frame(frame.clone()));
+                    receivers += self.delivered(client, pending, wakes.as_deref_mut());
                 }
-                receivers += self.deliver(last, frame, wakes.as_deref_mut());
+                let pending = last.mailbox.queue(Push::Frame(frame));
+                receivers += self.delivered(last, pending, wakes.as_deref_mut());
             }
         });
         receivers
@@ -516,11 +694,37 @@ impl Hub {
         }
     }
 
-    /// Queues `frame` for `client`; 1 when it was queued, 0 when the
-    /// client is gone. Disconnects the client if that takes it past its
-    /// output buffer limit.
-    fn deliver(&self, client: &Arc<ClientEntry>, frame: Bytes, wakes: Option<&mut Wakes>) -> usize {
-        let Some(pending) = client.mailbox.queue(Push::Frame(frame)) else {
+    /// Queues the message `frame` (RESP2) for `client`, or has the batch
+    /// hold it; 1 when it was queued, 0 when the client is gone.
+    /// Disconnects the client if that takes it past its output buffer
+    /// limit.
+    fn deliver(&self, client: &Arc<ClientEntry>, frame: &[u8], wakes: Option<&mut Wakes>) -> usize {
+        if let Some(wakes) = wakes {
+            if client.mailbox.closed.load(Ordering::Acquire) {
+                return 0;
+            }
+            if let Some(held) = wakes.hold(client, frame) {
+                let pending = client.mailbox.pending.load(Ordering::Relaxed) + held;
+                self.check_limit(client, pending);
+                return 1;
+            }
+            let pending = client.mailbox.queue_message(frame);
+            return self.delivered(client, pending, Some(wakes));
+        }
+        self.delivered(client, client.mailbox.queue_message(frame), None)
+    }
+
+    /// After a message was queued for `client` (`pending`: the bytes now
+    /// pending for it, `None` if it is gone): 1 when it was queued, 0
+    /// when not. Disconnects the client if that takes it past its output
+    /// buffer limit.
+    fn delivered(
+        &self,
+        client: &Arc<ClientEntry>,
+        pending: Option<usize>,
+        wakes: Option<&mut Wakes>,
+    ) -> usize {
+        let Some(pending) = pending else {
             return 0;
         };
         match wakes {
@@ -673,19 +877,30 @@ impl Hub {
 /// without a second allocation for the shared count (a message is
 /// encoded once per PUBLISH and freed on the subscriber's thread).
 pub fn encode(parts: &[&[u8]]) -> Bytes {
+    let mut out = BytesMut::with_capacity(framed_len(parts));
+    crate::protocol::reply::bulk_array(&mut out, b'*', parts);
+    out.freeze()
+}
+
+/// The bytes of [`encode`]'s frame.
+fn framed_len(parts: &[&[u8]]) -> usize {
     // `<tag><len>\r\n`
     let header = |len: usize| 3 + len.checked_ilog10().map_or(1, |d| d as usize + 1);
-    let size = header(parts.len())
+    header(parts.len())
         + parts
             .iter()
             .map(|p| header(p.len()) + p.len() + 2)
-            .sum::<usize>();
-    let mut out = crate::protocol::reply::Encoder::with_capacity(size);
-    out.array(parts.len());
-    for p in parts {
-        out.bulk(p);
-    }
-    out.finish()
+            .sum::<usize>()
+}
+
+/// Messages to several receivers framed at this size or more are shared
+/// by reference; smaller ones are copied into each receiver's mailbox
+/// (see [`Mailbox::queue_message`]).
+const SHARED_FRAME: usize = 1024;
+
+thread_local! {
+    /// Where a message is framed before it is copied to its receivers.
+    static SCRATCH: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
 }
 
 #[cfg(test)]
@@ -694,6 +909,14 @@ mod tests {
 
     fn client(id: u64) -> Arc<ClientEntry> {
         Arc::new(ClientEntry::new(id, String::new(), String::new()))
+    }
+
+    /// A client counted as subscribed to one channel (the registry is
+    /// filled by each test).
+    fn subscriber(id: u64) -> Arc<ClientEntry> {
+        let c = client(id);
+        c.mailbox.counts[Kind::Channel as usize].store(1, Ordering::Relaxed);
+        c
     }
 
     fn frame(text: &str) -> Bytes {
@@ -728,7 +951,7 @@ mod tests {
     #[test]
     fn a_batch_wakes_each_subscriber_once_when_it_ends() {
         let hub = Hub::default();
-        let (a, b) = (client(1), client(2));
+        let (a, b) = (subscriber(1), subscriber(2));
         hub.add(Kind::Channel, &frame("ch"), &a);
         hub.add(Kind::Channel, &frame("ch"), &b);
         let mut batch = Wakes::default();
@@ -746,9 +969,12 @@ mod tests {
         assert!(a.mailbox.fed(), "the other batch still feeds it");
         drop(other);
         assert!(!a.mailbox.fed() && !b.mailbox.fed());
-        let mut got = Default::default();
-        a.mailbox.take_all(&mut got);
-        assert_eq!(got.len(), 4);
+        let (mut got, mut messages) = Default::default();
+        a.mailbox.take_all(&mut got, &mut messages);
+        assert!(got.is_empty());
+        let one = "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\nm\r\n";
+        let other = one.replace("$1\r\nm", "$1\r\nn");
+        assert_eq!(messages, format!("{one}{one}{one}{other}").as_bytes());
         // The same connection's next batch counts again.
         hub.publish(Kind::Channel, b"ch", b"m", Some(&mut batch));
         assert!(a.mailbox.fed());
@@ -766,10 +992,99 @@ mod tests {
         assert!(a.mailbox.pending.load(Ordering::Relaxed) > 0);
         a.mailbox.close();
         assert_eq!(a.mailbox.pending.load(Ordering::Relaxed), 0);
-        let mut got = Default::default();
-        a.mailbox.take_all(&mut got);
-        assert!(got.is_empty());
+        let (mut got, mut messages) = Default::default();
+        a.mailbox.take_all(&mut got, &mut messages);
+        assert!(got.is_empty() && messages.is_empty());
         assert_eq!(hub.publish(Kind::Channel, b"ch", b"m", None), 0);
         assert!(!a.mailbox.send(Push::Line(frame("+x\r\n"))));
+    }
+
+    /// Small messages are framed into the receiver's mailbox in its
+    /// protocol at the time; other pushes keep their place among them;
+    /// a big message to several receivers is one shared frame.
+    #[test]
+    fn messages_are_framed_in_the_receivers_protocol_in_order() {
+        let hub = Hub::default();
+        let (a, b) = (client(1), client(2));
+        hub.add(Kind::Channel, &frame("ch"), &a);
+        hub.add(Kind::Pattern, &frame("c*"), &a);
+        hub.add(Kind::Channel, &frame("ch"), &b);
+        assert_eq!(hub.publish(Kind::Channel, b"ch", b"1", None), 3);
+        a.mailbox.send(Push::Line(frame("+line\r\n")));
+        a.mailbox.set_resp3(true);
+        assert_eq!(hub.publish(Kind::Channel, b"ch", b"2", None), 3);
+        let big = "x".repeat(SHARED_FRAME);
+        assert_eq!(hub.publish(Kind::Channel, b"ch", big.as_bytes(), None), 3);
+        let (mut got, mut messages) = Default::default();
+        a.mailbox.take_all(&mut got, &mut messages);
+        let mut out = BytesMut::new();
+        for push in &got {
+            push.encode(&mut out, true, true);
+        }
+        out.extend_from_slice(&messages);
+        let m =
+            |tag: char, body: &str| format!("{tag}3\r\n$7\r\nmessage\r\n$2\r\nch\r\n{body}\r\n");
+        let pm = |tag: char, body: &str| {
+            format!("{tag}4\r\n$8\r\npmessage\r\n$2\r\nc*\r\n$2\r\nch\r\n{body}\r\n")
+        };
+        let big = format!("${}\r\n{big}", big.len());
+        let want = [
+            m('*', "$1\r\n1"),
+            pm('*', "$1\r\n1"),
+            "+line\r\n".to_string(),
+            m('>', "$1\r\n2"),
+            pm('>', "$1\r\n2"),
+            m('>', &big),
+            pm('>', &big),
+        ]
+        .concat();
+        assert_eq!(out, want.as_bytes());
+        let sizes: usize = got.iter().map(Push::size).sum::<usize>() + messages.len();
+        assert_eq!(a.mailbox.pending.load(Ordering::Relaxed), sizes);
+        // The big message went to `a` once (its pattern's only receiver:
+        // framed in place) and to the channel's two receivers as a frame.
+        assert!(matches!(got.back(), Some(Push::Frame(_))));
+    }
+
+    /// A batch holds its messages until it ends, except those to its own
+    /// client (which precede its PUBLISH's reply); a client that has
+    /// unsubscribed from everything by then gets none of them.
+    #[test]
+    fn a_batch_holds_its_messages_until_it_ends() {
+        let hub = Hub::default();
+        let (me, a, b) = (subscriber(1), subscriber(2), subscriber(3));
+        for c in [&me, &a, &b] {
+            hub.add(Kind::Channel, &frame("ch"), c);
+        }
+        let take = |c: &ClientEntry| {
+            let (mut got, mut messages): (std::collections::VecDeque<Push>, BytesMut) =
+                Default::default();
+            c.mailbox.take_all(&mut got, &mut messages);
+            assert!(got.is_empty());
+            messages
+        };
+        let mut batch = Wakes::of(me.id);
+        b.mailbox.set_resp3(true);
+        for m in ["1", "2"] {
+            assert_eq!(
+                hub.publish(Kind::Channel, b"ch", m.as_bytes(), Some(&mut batch)),
+                3
+            );
+        }
+        let m = |tag: char, body: &str| {
+            format!("{tag}3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\n{body}\r\n")
+        };
+        let both = |tag| format!("{}{}", m(tag, "1"), m(tag, "2"));
+        assert_eq!(take(&me), both('*').as_bytes());
+        assert!(take(&a).is_empty() && take(&b).is_empty());
+        assert!(a.mailbox.pending.load(Ordering::Relaxed) == 0 && a.mailbox.fed());
+        // `a` leaves every channel before the batch ends.
+        a.mailbox.counts[Kind::Channel as usize].store(0, Ordering::Relaxed);
+        batch.wake();
+        assert!(take(&a).is_empty());
+        assert_eq!(a.mailbox.pending.load(Ordering::Relaxed), 0);
+        assert_eq!(take(&b), both('>').as_bytes());
+        assert_eq!(b.mailbox.pending.load(Ordering::Relaxed), both('>').len());
+        assert!(woken(&b) && !b.mailbox.fed());
     }
 }
