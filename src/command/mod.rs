@@ -8,5 +8,5 @@ pub mod table;
 pub use args::Args;
 pub use table::{
     all_specs, call_spec, index_of, is_container, lookup, lookup_with_subcommands, subcommand_of,
-    subcommands_of, CommandSpec, KeySpec, SUBCOMMANDS, TABLE,
+    subcommands_of, CommandSpec, KeySpec, LastLookup, SUBCOMMANDS, TABLE,
 };

@@ -1072,6 +1072,32 @@ commands! {
         "Get information about a stream", "", "";
 }
 
+/// A connection's last command found by name, as the client spelled it:
+/// a pipeline of one command finds each after the first with one
+/// comparison instead of a lowercased copy and a hash probe.
+#[derive(Default)]
+pub struct LastLookup {
+    name: [u8; 16],
+    len: usize,
+    spec: Option<&'static CommandSpec>,
+}
+
+impl LastLookup {
+    /// [`lookup`], remembering what it found.
+    pub fn find(&mut self, name: &[u8]) -> Option<&'static CommandSpec> {
+        if self.spec.is_some() && name == &self.name[..self.len] {
+            return self.spec;
+        }
+        let spec = lookup(name);
+        if spec.is_some() && name.len() <= self.name.len() {
+            self.name[..name.len()].copy_from_slice(name);
+            self.len = name.len();
+            self.spec = spec;
+        }
+        spec
+    }
+}
+
 /// Finds a command by name, case-insensitively.
 pub fn lookup(name: &[u8]) -> Option<&'static CommandSpec> {
     find(&COMMANDS, name)
@@ -1130,6 +1156,26 @@ fn find(index: &Index, name: &[u8]) -> Option<&'static CommandSpec> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The remembered command answers only the exact name it was found
+    /// by; other spellings, other commands and unknown names go to the
+    /// table, and an unknown name does not replace it.
+    #[test]
+    fn the_last_lookup_answers_its_own_name_only() {
+        let mut last = LastLookup::default();
+        let name = |s: Option<&CommandSpec>| s.map(|s| s.name);
+        assert_eq!(name(last.find(b"PUBLISH")), Some("publish"));
+        assert_eq!(name(last.find(b"PUBLISH")), Some("publish"));
+        assert_eq!(name(last.find(b"publish")), Some("publish"));
+        assert_eq!(name(last.find(b"PUBLISHX")), None);
+        assert_eq!(name(last.find(b"publis")), None);
+        assert_eq!(name(last.find(b"publish")), Some("publish"));
+        assert_eq!(name(last.find(b"get")), Some("get"));
+        assert_eq!(name(last.find(b"publish")), Some("publish"));
+        let long = b"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+        assert_eq!(name(last.find(long)), None);
+        assert_eq!(name(last.find(b"publish")), Some("publish"));
+    }
 
     #[test]
     fn table_is_sorted_and_unique() {

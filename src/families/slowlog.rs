@@ -3,9 +3,11 @@
 //! entry.
 //!
 //! # What the time covers
-//! A command's time is measured by the connection from dispatch (after the
-//! argument count and permission checks) until its reply is ready, less
-//! the time a blocking command waited for data. A write queued on a
+//! A command's time is measured by the connection from dispatch until its
+//! reply is ready, less the time a blocking command waited for data. In a
+//! batch of pipelined commands, each after the first starts when the one
+//! before it ended (one clock read a command, not two): what lies between
+//! is the parsing of its arguments. A write queued on a
 //! shard's actor, or a multi-shard plan queued with the coordinator, is
 //! counted when it is queued: its apply and commit happen later, in the
 //! shard's batch or the coordinator's round (see DESIGN-NOTES), so a slow
@@ -15,9 +17,10 @@
 //! # Cost
 //! The log sits behind one mutex taken only to add an entry or answer
 //! SLOWLOG. A fast command costs one comparison against an atomic
-//! threshold, plus, while the log is on, a copy of its argument handles
-//! (reference counts, into a reused vector) so that a slow one can be
-//! logged after its arguments were consumed.
+//! threshold, plus, while the log is on, a reference to its request frame
+//! (a command made inside the server: a copy of its argument handles, into
+//! a reused vector) so that a slow one can be logged after its arguments
+//! were consumed.
 
 use std::cell::RefCell;
 use std::collections::VecDeque;

@@ -203,6 +203,12 @@ struct Outbox {
     /// Messages taken from the mailbox (empty between takes): this buffer
     /// and the mailbox's trade places at each take.
     messages: BytesMut,
+    /// The command loop's: the last command looked up by name.
+    commands: command::LastLookup,
+    /// The command loop's: when the last command of the current batch
+    /// ended, which is when the next one starts (one clock read a command,
+    /// not two).
+    ended: Option<Instant>,
 }
 
 impl Outbox {
@@ -387,6 +393,11 @@ impl Outbox {
     /// `hold`, invalidations are kept back for after the reply about to be
     /// written.
     fn take_pushes(&mut self, hold: bool) {
+        // Nothing pending, nothing queued: no lock. (A push being queued
+        // now has no order with this reply; its client will be woken.)
+        if self.entry.mailbox.pending.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         // All of them at once, into a queue kept for the purpose.
         let mut taken = std::mem::take(&mut self.taken);
         let mut messages = std::mem::take(&mut self.messages);
@@ -496,6 +507,8 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         held: Vec::new(),
         taken: Default::default(),
         messages: BytesMut::new(),
+        commands: Default::default(),
+        ended: None,
     };
     // Woken for pushes alone: their write may wait for the publishers
     // still feeding this client (see `Mailbox`).
@@ -531,6 +544,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
             }
         }
         // The batch ends: subscribers its PUBLISHes fed may write now.
+        outbox.ended = None;
         session.wakes.wake();
         outbox.drain().await;
         outbox.release_held();
@@ -641,7 +655,7 @@ async fn execute(
     // The connection's own handle: cloning the session's per command would
     // bounce the server's reference count between the cores.
     server.stats.commands.add(1);
-    let started = Instant::now();
+    let started = outbox.ended.take().unwrap_or_else(Instant::now);
     // SKIP silences this command only; OFF silences until CLIENT REPLY ON,
     // whose own reply is sent.
     let mode_before = session.reply_mode;
@@ -655,7 +669,7 @@ async fn execute(
         suppressed,
         cmd: None,
     };
-    let spec = command::lookup(args.get(0));
+    let spec = outbox.commands.find(args.get(0));
     // Subscribers fed by this batch's PUBLISHes are woken before any other
     // command, which may wait: only a run of PUBLISHes shares their wake.
     if !spec.is_some_and(|s| matches!(s.name, "publish" | "spublish")) {
@@ -803,7 +817,7 @@ async fn execute(
         }
         args.all().to_vec()
     });
-    if checked.has_flag("skip_monitor") {
+    if monitored.is_some() && checked.has_flag("skip_monitor") {
         if let Some(argv) = monitored.take() {
             let addr = &session.entry.addr;
             server
@@ -997,7 +1011,12 @@ async fn execute(
     }
     // Statistics, latency sample and slow log; what the time covers is
     // documented in `families::slowlog`.
-    let usec = started.elapsed().saturating_sub(waited).as_micros() as u64;
+    let ended = Instant::now();
+    outbox.ended = Some(ended);
+    let usec = ended
+        .duration_since(started)
+        .saturating_sub(waited)
+        .as_micros() as u64;
     crate::families::slowlog::after_call(session, checked, usec, kept);
     show_transaction(session);
     close
