@@ -348,3 +348,98 @@ fn cross_shard_keyspace_events_keep_argument_order() {
         String::from_utf8_lossy(&expected)
     );
 }
+
+/// A RESP2 subscriber that unsubscribes from everything while publishers
+/// pipeline PUBLISHes at it gets no message after its confirmation (a
+/// publisher's batch holds messages until it ends: see `pubsub::Wakes`):
+/// the next reply it reads is its own command's.
+#[test]
+fn a_subscriber_that_leaves_mid_stream_reads_no_message_as_a_reply() {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let server = TestServer::start();
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishers: Vec<_> = (0..2)
+        .map(|_| {
+            let (mut p, stop) = (server.tcp(), stop.clone());
+            std::thread::spawn(move || {
+                let mut batch = Vec::new();
+                for _ in 0..16 {
+                    cairn::protocol::encode_command(&mut batch, &[b"PUBLISH", b"ch", b"m"]);
+                }
+                let mut parser = redis::Parser::new();
+                while !stop.load(Ordering::Relaxed) {
+                    p.write_all(&batch).unwrap();
+                    for _ in 0..16 {
+                        assert!(matches!(parser.parse_value(&mut p).unwrap(), Value::Int(_)));
+                    }
+                }
+            })
+        })
+        .collect();
+    let sub = server.tcp();
+    let mut parser = redis::Parser::new();
+    let mut next = || parser.parse_value(&mut sub.try_clone().unwrap()).unwrap();
+    let strings = |v: &Value| match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::Int(n) => n.to_string(),
+                other => panic!("unexpected element {other:?}"),
+            })
+            .collect::<Vec<_>>(),
+        other => panic!("unexpected reply {other:?}"),
+    };
+    for _ in 0..40 {
+        send_raw(&mut sub.try_clone().unwrap(), &[b"SUBSCRIBE", b"ch"]);
+        assert_eq!(strings(&next()), ["subscribe", "ch", "1"]);
+        for _ in 0..3 {
+            assert_eq!(strings(&next()), ["message", "ch", "m"]);
+        }
+        send_raw(&mut sub.try_clone().unwrap(), &[b"UNSUBSCRIBE"]);
+        loop {
+            match &strings(&next())[..] {
+                [kind, ..] if kind == "message" => continue,
+                done => {
+                    assert_eq!(done, ["unsubscribe", "ch", "0"]);
+                    break;
+                }
+            }
+        }
+        send_raw(&mut sub.try_clone().unwrap(), &[b"PING"]);
+        assert_eq!(next(), Value::SimpleString("PONG".into()));
+    }
+    stop.store(true, Ordering::Relaxed);
+    for p in publishers {
+        p.join().unwrap();
+    }
+}
+
+/// A RESP3 client subscribed to the channel it publishes to gets each of
+/// its own messages before that PUBLISH's reply, also in a pipeline (its
+/// batch does not hold messages to itself).
+#[test]
+fn own_messages_precede_each_publish_reply_in_a_pipeline() {
+    use std::io::Write;
+    let server = TestServer::start();
+    let mut c = server.tcp();
+    hello3(&mut c);
+    send_raw(&mut c, &[b"SUBSCRIBE", b"ch"]);
+    let confirm = b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    let mut pipeline = Vec::new();
+    for m in [&b"a"[..], b"b", b"c"] {
+        cairn::protocol::encode_command(&mut pipeline, &[b"PUBLISH", b"ch", m]);
+    }
+    c.write_all(&pipeline).unwrap();
+    let want: String = ["a", "b", "c"]
+        .iter()
+        .map(|m| format!(">3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$1\r\n{m}\r\n:1\r\n"))
+        .collect();
+    assert_eq!(
+        String::from_utf8_lossy(&read_exact_bytes(&mut c, want.len())),
+        want
+    );
+}

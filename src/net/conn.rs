@@ -117,6 +117,19 @@ fn emit(out: &mut BytesMut, server: &Server, r: &Reply, to: ReplyTo) {
     }
 }
 
+/// Whether the pushes queued by the time a reply is made go out before it
+/// (messages published meanwhile, by the command itself or others, as
+/// Redis would have queued them first). Not before EXEC's reply: Redis
+/// 7.0 wrote them inside EXEC's array, breaking its length; cairn sends
+/// them after it, as Redis 7.2 does. Not before a (P|S)SUBSCRIBE's
+/// confirmations: a message on a name it just subscribed to may have been
+/// queued since, and must follow them, as it would in Redis; messages on
+/// older subscriptions are concurrent with the command and may follow too.
+fn pushes_first(to: ReplyTo) -> bool {
+    to.cmd
+        .is_none_or(|c| !matches!(c.name, "exec" | "subscribe" | "psubscribe" | "ssubscribe"))
+}
+
 /// Below this many bytes, a write of pushes alone waits for the
 /// publishers still feeding the client (see `Mailbox`).
 const PUSH_WRITE_BYTES: usize = 16 * 1024;
@@ -325,7 +338,9 @@ impl Outbox {
             // Messages that arrived before this reply was made go first,
             // as Redis would have queued them first; invalidations wait
             // for it (see `Push::after_reply`).
-            self.take_pushes(true);
+            if pushes_first(to) {
+                self.take_pushes(true);
+            }
             emit(&mut self.out, &self.server, &r, to);
             self.release_held();
         } else {
@@ -366,10 +381,8 @@ impl Outbox {
             };
             // Messages published before this reply was made (by the
             // command itself: a script publishing to this client) go
-            // first, as in Redis 7.0. Not before EXEC's: Redis 7.0 wrote
-            // them inside EXEC's array, breaking its length; cairn sends
-            // them after it, as Redis 7.2 does.
-            if to.cmd.is_none_or(|c| c.name != "exec") {
+            // first, as in Redis 7.0 (see `pushes_first`).
+            if pushes_first(to) {
                 self.take_pushes(true);
             }
             emit(&mut self.out, &self.server, &reply, to);
