@@ -431,8 +431,10 @@ impl Outbox {
             self.out.extend_from_slice(&messages);
         }
         messages.clear();
-        // A subscriber that fell behind does not keep its peak forever.
-        if messages.capacity() > 1 << 20 {
+        // A subscriber that fell behind does not keep its peak forever
+        // (this buffer goes back and forth with the mailbox's, so each
+        // subscriber keeps two).
+        if messages.capacity() > 64 * 1024 {
             messages = BytesMut::new();
         }
         self.messages = messages;

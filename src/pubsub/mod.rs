@@ -417,7 +417,8 @@ impl Wakes {
             }
             held.frames.clear();
             held.starts.clear();
-            if held.frames.capacity() > 64 * 1024 {
+            // Every publishing connection keeps these: only small ones.
+            if held.frames.capacity() > 16 * 1024 {
                 held.frames = BytesMut::new();
             }
         }
