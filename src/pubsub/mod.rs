@@ -180,8 +180,9 @@ pub struct Mailbox {
     pub counts: [AtomicU32; 3],
     /// The subscribed names (see `subscriptions`).
     pub(crate) names: parking_lot::Mutex<subscriptions::AllNames>,
-    /// The connection has ended (the inbox's flag, readable without its
-    /// lock by a batch holding messages for the client).
+    /// The connection has ended: nothing is queued any more. Set under
+    /// the inbox's lock, so queueing checks it there; a batch holding
+    /// messages for the client reads it without.
     closed: std::sync::atomic::AtomicBool,
 }
 
@@ -194,8 +195,20 @@ struct Inbox {
     messages: BytesMut,
     /// The client's protocol is RESP3 (messages are framed as pushes).
     resp3: bool,
-    /// The connection has ended: nothing is queued any more.
-    closed: bool,
+}
+
+impl Inbox {
+    /// Appends `frames`, RESP2 messages starting at `starts`, to the
+    /// messages, in the client's protocol.
+    fn append_messages(&mut self, frames: &[u8], starts: &[usize]) {
+        let base = self.messages.len();
+        self.messages.extend_from_slice(frames);
+        if self.resp3 {
+            for &at in starts {
+                self.messages[base + at] = b'>';
+            }
+        }
+    }
 }
 
 impl Mailbox {
@@ -223,7 +236,7 @@ impl Mailbox {
     fn queue(&self, push: Push) -> Option<usize> {
         let n = push.size();
         let mut inbox = self.queue.lock();
-        if inbox.closed {
+        if self.closed.load(Ordering::Relaxed) {
             return None;
         }
         if !inbox.messages.is_empty() {
@@ -244,14 +257,10 @@ impl Mailbox {
     /// it is gone.
     fn queue_message(&self, frame: &[u8]) -> Option<usize> {
         let mut inbox = self.queue.lock();
-        if inbox.closed {
+        if self.closed.load(Ordering::Relaxed) {
             return None;
         }
-        let at = inbox.messages.len();
-        inbox.messages.extend_from_slice(frame);
-        if inbox.resp3 {
-            inbox.messages[at] = b'>';
-        }
+        inbox.append_messages(frame, &[0]);
         Some(self.pending.fetch_add(frame.len(), Ordering::Relaxed) + frame.len())
     }
 
@@ -266,16 +275,10 @@ impl Mailbox {
     /// them.)
     fn queue_held(&self, frames: &[u8], starts: &[usize]) {
         let mut inbox = self.queue.lock();
-        if inbox.closed || !self.subscribed() {
+        if self.closed.load(Ordering::Relaxed) || !self.subscribed() {
             return;
         }
-        let base = inbox.messages.len();
-        inbox.messages.extend_from_slice(frames);
-        if inbox.resp3 {
-            for &at in starts {
-                inbox.messages[base + at] = b'>';
-            }
-        }
+        inbox.append_messages(frames, starts);
         self.pending.fetch_add(frames.len(), Ordering::Relaxed);
     }
 
@@ -309,7 +312,6 @@ impl Mailbox {
     /// The connection has ended: drops what is queued and refuses more.
     pub fn close(&self) {
         let mut inbox = self.queue.lock();
-        inbox.closed = true;
         self.closed.store(true, Ordering::Release);
         inbox.pushes.clear();
         inbox.messages = BytesMut::new();
