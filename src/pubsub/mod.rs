@@ -701,20 +701,23 @@ impl Hub {
     /// hold it; 1 when it was queued, 0 when the client is gone.
     /// Disconnects the client if that takes it past its output buffer
     /// limit.
-    fn deliver(&self, client: &Arc<ClientEntry>, frame: &[u8], wakes: Option<&mut Wakes>) -> usize {
-        if let Some(wakes) = wakes {
+    fn deliver(
+        &self,
+        client: &Arc<ClientEntry>,
+        frame: &[u8],
+        mut wakes: Option<&mut Wakes>,
+    ) -> usize {
+        if let Some(batch) = wakes.as_deref_mut() {
             if client.mailbox.closed.load(Ordering::Acquire) {
                 return 0;
             }
-            if let Some(held) = wakes.hold(client, frame) {
+            if let Some(held) = batch.hold(client, frame) {
                 let pending = client.mailbox.pending.load(Ordering::Relaxed) + held;
                 self.check_limit(client, pending);
                 return 1;
             }
-            let pending = client.mailbox.queue_message(frame);
-            return self.delivered(client, pending, Some(wakes));
         }
-        self.delivered(client, client.mailbox.queue_message(frame), None)
+        self.delivered(client, client.mailbox.queue_message(frame), wakes)
     }
 
     /// After a message was queued for `client` (`pending`: the bytes now
