@@ -33,10 +33,20 @@ fn eventually(what: &str, mut f: impl FnMut() -> bool) {
 
 /// A subscriber that subscribed to `channel` and then stops reading.
 fn stalled_subscriber(server: &TestServer, channel: &str) -> TcpStream {
+    subscriber(server, channel, false)
+}
+
+/// A raw connection subscribed to `channel` (in RESP3 with `resp3`), its
+/// confirmation read.
+fn subscriber(server: &TestServer, channel: &str, resp3: bool) -> TcpStream {
     let mut sub = server.tcp();
+    if resp3 {
+        hello3(&mut sub);
+    }
     send_raw(&mut sub, &[b"SUBSCRIBE", channel.as_bytes()]);
     let confirm = format!(
-        "*3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:1\r\n",
+        "{}3\r\n$9\r\nsubscribe\r\n${}\r\n{channel}\r\n:1\r\n",
+        if resp3 { '>' } else { '*' },
         channel.len()
     );
     assert_eq!(
@@ -233,11 +243,7 @@ fn publish_in_exec_goes_out_when_the_transaction_commits() {
 #[test]
 fn own_messages_from_exec_follow_its_reply_in_resp3() {
     let server = TestServer::start();
-    let mut c = server.tcp();
-    hello3(&mut c);
-    send_raw(&mut c, &[b"SUBSCRIBE", b"me"]);
-    let confirm = b">3\r\n$9\r\nsubscribe\r\n$2\r\nme\r\n:1\r\n";
-    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    let mut c = subscriber(&server, "me", true);
     for cmd in [
         &[&b"MULTI"[..]][..],
         &[b"PUBLISH", b"me", b"hi"],
@@ -265,11 +271,7 @@ fn own_messages_from_exec_follow_its_reply_in_resp3() {
 #[test]
 fn a_blocked_resp3_client_gets_its_messages() {
     let server = TestServer::start();
-    let mut c = server.tcp();
-    hello3(&mut c);
-    send_raw(&mut c, &[b"SUBSCRIBE", b"news"]);
-    let confirm = b">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n";
-    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    let mut c = subscriber(&server, "news", true);
     send_raw(&mut c, &[b"BLPOP", b"jobs", b"0"]);
     let mut other = server.client();
     eventually("the client to block", || {
@@ -378,9 +380,10 @@ fn a_subscriber_that_leaves_mid_stream_reads_no_message_as_a_reply() {
             })
         })
         .collect();
-    let sub = server.tcp();
+    let mut sub = server.tcp();
+    let mut reader = sub.try_clone().unwrap();
     let mut parser = redis::Parser::new();
-    let mut next = || parser.parse_value(&mut sub.try_clone().unwrap()).unwrap();
+    let mut next = || parser.parse_value(&mut reader).unwrap();
     let strings = |v: &Value| match v {
         Value::Array(items) => items
             .iter()
@@ -393,12 +396,12 @@ fn a_subscriber_that_leaves_mid_stream_reads_no_message_as_a_reply() {
         other => panic!("unexpected reply {other:?}"),
     };
     for _ in 0..40 {
-        send_raw(&mut sub.try_clone().unwrap(), &[b"SUBSCRIBE", b"ch"]);
+        send_raw(&mut sub, &[b"SUBSCRIBE", b"ch"]);
         assert_eq!(strings(&next()), ["subscribe", "ch", "1"]);
         for _ in 0..3 {
             assert_eq!(strings(&next()), ["message", "ch", "m"]);
         }
-        send_raw(&mut sub.try_clone().unwrap(), &[b"UNSUBSCRIBE"]);
+        send_raw(&mut sub, &[b"UNSUBSCRIBE"]);
         loop {
             match &strings(&next())[..] {
                 [kind, ..] if kind == "message" => continue,
@@ -408,7 +411,7 @@ fn a_subscriber_that_leaves_mid_stream_reads_no_message_as_a_reply() {
                 }
             }
         }
-        send_raw(&mut sub.try_clone().unwrap(), &[b"PING"]);
+        send_raw(&mut sub, &[b"PING"]);
         assert_eq!(next(), Value::SimpleString("PONG".into()));
     }
     stop.store(true, Ordering::Relaxed);
@@ -424,11 +427,7 @@ fn a_subscriber_that_leaves_mid_stream_reads_no_message_as_a_reply() {
 fn own_messages_precede_each_publish_reply_in_a_pipeline() {
     use std::io::Write;
     let server = TestServer::start();
-    let mut c = server.tcp();
-    hello3(&mut c);
-    send_raw(&mut c, &[b"SUBSCRIBE", b"ch"]);
-    let confirm = b">3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
-    assert_eq!(read_exact_bytes(&mut c, confirm.len()), confirm);
+    let mut c = subscriber(&server, "ch", true);
     let mut pipeline = Vec::new();
     for m in [&b"a"[..], b"b", b"c"] {
         cairn::protocol::encode_command(&mut pipeline, &[b"PUBLISH", b"ch", m]);
