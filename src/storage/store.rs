@@ -332,14 +332,14 @@ impl Store {
         self.view(now_ms, false)
     }
 
-    /// [`Store::latest`], reusing `old` (an earlier one) while the
-    /// buffers and value log files it reads are still the store's: only
-    /// the buffers' newest versions have changed since, and moving it on
-    /// to the published sequence shows them. This spares each batch a redb read transaction and its
-    /// table opens (~4% of a SET's CPU at pipeline 1). Once the background
-    /// writer has moved a buffer into the tables, or a new buffer has
-    /// taken the commits, the list differs and a new view is opened: the
-    /// old one's redb transaction pins no page the writer frees after.
+    /// [`Store::latest`], reusing `old` (an earlier one) while the buffers and
+    /// value log files it reads are still the store's: only the buffers' newest
+    /// versions have changed since, and moving it on to the published sequence
+    /// shows them. This spares each batch a redb read transaction and its table
+    /// opens (~4% of a SET's CPU at pipeline 1). Once the background writer has
+    /// moved a buffer into the tables, or a new buffer has taken the commits,
+    /// the list differs and a new view is opened: the old one's redb
+    /// transaction pins no page the writer frees after.
     pub fn latest_from(
         self: &Arc<Self>,
         old: Option<ReadCtx>,

@@ -236,14 +236,14 @@ fn put_record(out: &mut Vec<u8>, file: u32, end: u64, key: &[u8], row: &[u8]) ->
     }
 }
 
-/// The shard thread's side of the value log: at commit, the large rows
-/// of the batch are appended here, and the write buffer keeps pointer rows
-/// in their place, so a buffer of a given size carries many times the
-/// rows of 1 KiB values, and a write-out, bounded by its log generation
-/// instead, about four times (see DESIGN-NOTES, "The value log"). The shard log still holds the whole rows: these
-/// appends need not be durable until the background writer commits the
-/// pointers into the tables (it syncs them first), and recovery puts the
-/// log's whole rows into the tables anew.
+/// The shard thread's side of the value log: at commit, the large rows of the
+/// batch are appended here, and the write buffer keeps pointer rows in their
+/// place, so a buffer of a given size carries many times the rows of 1 KiB
+/// values, and a write-out, bounded by its log generation instead, about four
+/// times (see DESIGN-NOTES, "The value log"). The shard log still holds the
+/// whole rows: these appends need not be durable until the background writer
+/// commits the pointers into the tables (it syncs them first), and recovery
+/// puts the log's whole rows into the tables anew.
 #[derive(Debug)]
 pub struct Appender {
     dir: PathBuf,
