@@ -373,23 +373,41 @@ impl Buffer {
         &self,
         f: &mut dyn FnMut(Change<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
+        self.for_each_table(&mut |_, changes| {
+            for change in changes {
+                f(change)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The changes of [`for_each_change`](Self::for_each_change), a table
+    /// at a time (tables this buffer did not change are skipped), so the
+    /// writer can see a run of rows coming.
+    pub fn for_each_table<E>(
+        &self,
+        f: &mut dyn FnMut(Table, &mut TableChanges<'_>) -> Result<(), E>,
+    ) -> Result<(), E> {
         let t = self.tables.read();
         for table in Table::ALL {
             let i = table as usize;
-            for r in &t.ranges[i] {
-                f(Change::Range(table, &r.start, r.end.as_deref()))?;
+            if t.ranges[i].is_empty() && t.order[i].is_empty() {
+                continue;
             }
-            for k in &t.order[i] {
-                f(Change::Row(
-                    table,
-                    k.as_slice(),
-                    t.rows[i][k].value.as_deref(),
-                ))?;
-            }
+            let ranges = t.ranges[i]
+                .iter()
+                .map(|r| Change::Range(table, &r.start, r.end.as_deref()));
+            let rows = t.order[i]
+                .iter()
+                .map(|k| Change::Row(table, k.as_slice(), t.rows[i][k].value.as_deref()));
+            f(table, &mut ranges.chain(rows))?;
         }
         Ok(())
     }
 }
+
+/// One table's changes, as [`Buffer::for_each_table`] hands them.
+pub type TableChanges<'a> = dyn Iterator<Item = Change<'a>> + 'a;
 
 /// One change a frozen buffer leaves in the tables (see
 /// [`Buffer::for_each_change`]).

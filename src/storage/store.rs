@@ -668,21 +668,21 @@ impl Core {
         let txn = self.begin_durable()?;
         let mut w = TableWriter::with_values(&txn, values);
         let filter = self.filter.lock().clone();
-        buf.for_each_change(&mut |change| {
-            match (&filter, &change) {
+        buf.for_each_table(&mut |t, changes| {
+            let filter = filter.as_ref();
+            let changes = changes.filter(|change| match (filter, change) {
                 // Rows enter the filter before the commit shows them.
-                (Some(f), Change::Row(t, k, Some(_))) if KeyFilter::covers(*t) => {
-                    f.insert(*t, k);
+                (Some(f), Change::Row(_, k, Some(_))) if KeyFilter::covers(t) => {
+                    f.insert(t, k);
+                    true
                 }
                 // A row the tables never had (pushed and popped again
                 // while buffered, a queue's usual life) needs no
                 // removal: that would descend the B-tree for nothing.
-                (Some(f), Change::Row(t, k, None)) if !f.may_contain(*t, k) => {
-                    return Ok(());
-                }
-                _ => {}
-            }
-            w.apply(change)
+                (Some(f), Change::Row(_, k, None)) => f.may_contain(t, k),
+                _ => true,
+            });
+            w.apply_table(t, changes)
         })?;
         let gen = buf.gen.to_be_bytes();
         w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;

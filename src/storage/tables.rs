@@ -695,6 +695,86 @@ impl RowOp {
     }
 }
 
+/// Applies one change to `table` (of `t`), keeping large values in
+/// `values` if there is one.
+fn apply_to(
+    table: &mut OpenTable<'_>,
+    values: &mut Option<&mut ValueLog>,
+    t: Table,
+    change: Change<'_>,
+) -> Result<(), StoreError> {
+    match change {
+        Change::Row(_, k, Some(v)) => {
+            let stored = store_value(values, t, k, v)?;
+            let old = table.insert(k, &*stored)?;
+            if let (Some(log), Some(old)) = (values, old) {
+                log.dropped(t, k, old.value());
+            }
+        }
+        Change::Row(_, k, None) => {
+            let old = table.remove(k)?;
+            if let (Some(log), Some(old)) = (values, old) {
+                log.dropped(t, k, old.value());
+            }
+        }
+        Change::Range(_, start, end) => {
+            let range: (Bound<&[u8]>, Bound<&[u8]>) = (
+                Bound::Included(start),
+                end.map_or(Bound::Unbounded, Bound::Excluded),
+            );
+            table.retain_in::<&[u8], _>(range, |k, v| {
+                if let Some(log) = values.as_deref_mut() {
+                    log.dropped(t, k, v);
+                }
+                false
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The form row `v` of `t` is stored in: as it is, or (a large value,
+/// with a value log) a pointer to where `values` appended it. Called once
+/// a row: it counts the value live.
+fn store_value<'a>(
+    values: &mut Option<&mut ValueLog>,
+    t: Table,
+    k: &[u8],
+    v: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>, StoreError> {
+    match values {
+        Some(log) => log.store(t, k, v).map_err(io_err),
+        None => Ok(std::borrow::Cow::Borrowed(v)),
+    }
+}
+
+/// How one table's cursor runs have gone in a write-out, so that rows
+/// that each land alone in their gap (random keys into a large table)
+/// stop paying a cursor's descent on top of their own.
+#[derive(Default)]
+struct Runs {
+    tried: u32,
+    filled: u32,
+    skipped: u32,
+}
+
+impl Runs {
+    /// Whether to open a cursor: while runs fill at least one row every
+    /// other try, and now and then otherwise, in case the rows change.
+    fn worth_trying(&mut self) -> bool {
+        if self.filled.saturating_mul(2) >= self.tried {
+            return true;
+        }
+        self.skipped += 1;
+        self.skipped.is_multiple_of(64)
+    }
+
+    fn note(&mut self, filled: u32) {
+        self.tried += 1;
+        self.filled = self.filled.saturating_add(filled);
+    }
+}
+
 /// Writes changes into an open write transaction of the tables, opening
 /// each table once: the redb side of a shard log replayed at open, of a
 /// frozen write buffer, and of the redo of a multi-shard commit a shard
@@ -742,39 +822,68 @@ impl<'t, 'v> TableWriter<'t, 'v> {
     pub fn apply(&mut self, change: Change<'_>) -> Result<(), StoreError> {
         let (Change::Range(t, ..) | Change::Row(t, ..)) = change;
         let i = self.table(t)?;
+        apply_to(&mut self.open[i].1, &mut self.values, t, change)
+    }
+
+    /// Applies the changes of table `t`, its rows in ascending key order
+    /// (as [`Buffer::for_each_table`] hands them). A new row whose
+    /// successors are new rows too opens a cursor on the gap after it, and
+    /// those that fall into the same gap go in without a descent of their
+    /// own: a list's pushed elements or a stream's entries cost about half
+    /// (see DESIGN-NOTES, "The write path"). Rows that replace or delete
+    /// stored ones go in one at a time, as a cursor would remove and
+    /// reinsert them.
+    pub fn apply_table<'c>(
+        &mut self,
+        t: Table,
+        changes: impl Iterator<Item = Change<'c>>,
+    ) -> Result<(), StoreError> {
+        let i = self.table(t)?;
         let table = &mut self.open[i].1;
         let values = &mut self.values;
-        match change {
-            Change::Row(_, k, Some(v)) => {
-                let stored = match values {
-                    Some(log) => log.store(t, k, v).map_err(io_err)?,
-                    None => std::borrow::Cow::Borrowed(v),
-                };
-                let old = table.insert(k, &*stored)?;
-                if let (Some(log), Some(old)) = (values, old) {
-                    log.dropped(t, k, old.value());
-                }
-            }
-            Change::Row(_, k, None) => {
-                let old = table.remove(k)?;
-                if let (Some(log), Some(old)) = (values, old) {
-                    log.dropped(t, k, old.value());
-                }
-            }
-            Change::Range(_, start, end) => {
-                let range: (Bound<&[u8]>, Bound<&[u8]>) = (
-                    Bound::Included(start),
-                    end.map_or(Bound::Unbounded, Bound::Excluded),
-                );
-                table.retain_in::<&[u8], _>(range, |k, v| {
-                    if let Some(log) = values.as_deref_mut() {
-                        log.dropped(t, k, v);
+        let mut changes = changes.peekable();
+        let mut runs = Runs::default();
+        // A row already stored that its cursor found outside the gap.
+        let mut carried: Option<(&[u8], std::borrow::Cow<'c, [u8]>)> = None;
+        loop {
+            let (key, stored) = match carried.take() {
+                Some(row) => row,
+                None => match changes.next() {
+                    None => return Ok(()),
+                    Some(Change::Row(_, k, Some(v))) => (k, store_value(values, t, k, v)?),
+                    Some(change) => {
+                        apply_to(table, values, t, change)?;
+                        continue;
                     }
-                    false
-                })?;
+                },
+            };
+            if let Some(old) = table.insert(key, &*stored)? {
+                if let Some(log) = values.as_deref_mut() {
+                    log.dropped(t, key, old.value());
+                }
+                continue;
             }
+            let next_is_new = matches!(changes.peek(), Some(Change::Row(_, _, Some(_))));
+            if !next_is_new || !runs.worth_trying() {
+                continue;
+            }
+            let mut gap = table.lower_bound_mut(Bound::Excluded(key))?;
+            let mut filled = 0;
+            while let Some(&Change::Row(_, k, Some(v))) = changes.peek() {
+                changes.next();
+                let stored = store_value(values, t, k, v)?;
+                match gap.insert_before(k, &*stored) {
+                    Ok(()) => filled += 1,
+                    Err(redb::CursorError::UnorderedKey) => {
+                        carried = Some((k, stored));
+                        break;
+                    }
+                    Err(e) => return Err(redb::Error::from(e).into()),
+                }
+            }
+            gap.close()?;
+            runs.note(filled);
         }
-        Ok(())
     }
 
     /// Before the transaction commits: makes the value log's appends
@@ -1529,6 +1638,70 @@ mod tests {
         let db = Database::builder().create(path).unwrap();
         init_file(&db).unwrap();
         db
+    }
+
+    /// A table's changes applied through `apply_table` (cursor runs for
+    /// new rows in one gap, single inserts, replacements, deletions, a run
+    /// cut short by a stored row) leave what applying them one by one
+    /// would, over several write-outs of the same table.
+    #[test]
+    fn table_changes_in_runs_match_one_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("s.redb"));
+        let mut model = std::collections::BTreeMap::<Vec<u8>, Vec<u8>>::new();
+        let mut seed = 7u64;
+        let mut next = move |n: u64| {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 33) % n
+        };
+        for round in 0..6u8 {
+            // Keys 0..4000 step 1 in places: runs of neighbours, stored
+            // keys inside them, and scattered ones.
+            let mut changes = std::collections::BTreeMap::<Vec<u8>, Option<Vec<u8>>>::new();
+            for _ in 0..300 {
+                let start = next(4000);
+                let most = if next(3) == 0 { 1 } else { 40 };
+                let len = 1 + next(most);
+                for k in start..start + len {
+                    let key = format!("k{k:05}").into_bytes();
+                    let value = (next(5) != 0).then(|| vec![round; 1 + next(30) as usize]);
+                    changes.insert(key, value);
+                }
+            }
+            let txn = db.begin_write().unwrap();
+            {
+                let mut w = TableWriter::new(&txn);
+                let iter = changes
+                    .iter()
+                    .map(|(k, v)| Change::Row(Table::Sub, k, v.as_deref()));
+                w.apply_table(Table::Sub, iter).unwrap();
+            }
+            txn.commit().unwrap();
+            for (k, v) in changes {
+                match v {
+                    Some(v) => model.insert(k, v),
+                    None => model.remove(&k),
+                };
+            }
+            let read = db.begin_read().unwrap();
+            let table = read.open_table(Table::Sub.def()).unwrap();
+            let stored: Vec<(Vec<u8>, Vec<u8>)> = table
+                .iter()
+                .unwrap()
+                .map(|r| {
+                    let (k, v) = r.unwrap();
+                    (k.value().to_vec(), v.value().to_vec())
+                })
+                .collect();
+            let expected: Vec<(Vec<u8>, Vec<u8>)> = model.clone().into_iter().collect();
+            assert_eq!(stored, expected, "round {round}");
+            assert_eq!(
+                redb::ReadableTableMetadata::len(&table).unwrap(),
+                model.len() as u64
+            );
+        }
     }
 
     /// Versions handed out in a committed transaction are never handed out
