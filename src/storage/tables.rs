@@ -733,68 +733,65 @@ fn apply_to(
     Ok(())
 }
 
-/// Deletes the rows `run` (ascending keys) from `table`. Stretches of it
-/// with no stored row between their keys that stays (a list's popped
-/// head, a trimmed stream, a deleted collection's rows) go in one pass
-/// over their range, about a tenth of a removal's descent per row; the
-/// rest one by one. Finding the stretches reads the run's range, but
-/// stops once it has stepped over more stored rows that stay than half
-/// the run (members popped from all over a set), leaving the rest of the
-/// run to single removals.
+/// Deletes the rows `run` (ascending keys) from `table`. A stretch of it
+/// with no stored row between its keys that stays (a list's popped head,
+/// a trimmed stream, a deleted collection's rows) goes in one pass over its
+/// range, about a tenth of a removal's descent per row. Finding a stretch
+/// reads the table from its first key to the first stored row that stays;
+/// where stretches keep coming out one row long (members popped from all
+/// over a set), the rest of the run is removed row by row, with a try now
+/// and then (see `Runs`).
 fn delete_run(
     table: &mut OpenTable<'_>,
     values: &mut Option<&mut ValueLog>,
     t: Table,
     run: &[&[u8]],
 ) -> Result<(), StoreError> {
-    let (Some(&first), Some(&last)) = (run.first(), run.last()) else {
-        return Ok(());
-    };
-    // Stretches as index ranges of `run`, and where the walk stopped: the
-    // keys before it not in a stretch are not stored.
-    let mut stretches: Vec<(usize, usize)> = Vec::new();
-    let mut open: Option<(usize, usize)> = None;
-    let mut at = 0;
-    if run.len() > 1 {
-        let mut stays = 0;
-        let budget = run.len() / 2 + 16;
-        let mut rows = table.range::<&[u8]>(first..=last)?;
-        at = loop {
-            let Some(row) = rows.next() else {
-                break run.len();
-            };
-            let stored = row?.0;
-            let stored = stored.value();
-            while at < run.len() && run[at] < stored {
-                at += 1;
-            }
-            if at < run.len() && run[at] == stored {
-                open = Some((open.map_or(at, |(a, _)| a), at));
-                at += 1;
-                continue;
-            }
-            stretches.extend(open.take());
-            stays += 1;
-            if stays > budget {
-                break at;
-            }
-        };
-        stretches.extend(open.take());
-    }
-    for (a, b) in stretches {
-        if a == b {
-            apply_to(table, values, t, Change::Row(t, run[a], None))?;
+    let mut runs = Runs::default();
+    let mut rest = run;
+    while let Some(&first) = rest.first() {
+        if rest.len() == 1 || !runs.worth_trying() {
+            apply_to(table, values, t, Change::Row(t, first, None))?;
+            rest = &rest[1..];
             continue;
         }
-        table.retain_in::<&[u8], _>(run[a]..=run[b], |k, v| {
-            if let Some(log) = values.as_deref_mut() {
-                log.dropped(t, k, v);
+        // The stretch: `rest[..end]`, of which `stored` rows are in the
+        // table, the last at `last`. Keys between stored rows that the
+        // table lacks (never written out) belong to it too.
+        let (mut end, mut stored, mut last) = (0, 0usize, 0);
+        let mut rows = table.range::<&[u8]>(first..)?;
+        loop {
+            let Some(row) = rows.next() else {
+                // Past the table's last row: none of the rest is stored.
+                end = rest.len();
+                break;
+            };
+            let key = row?.0;
+            let key = key.value();
+            while end < rest.len() && rest[end] < key {
+                end += 1;
             }
-            false
-        })?;
-    }
-    for &k in &run[at..] {
-        apply_to(table, values, t, Change::Row(t, k, None))?;
+            if end == rest.len() || rest[end] != key {
+                break;
+            }
+            (stored, last) = (stored + 1, end);
+            end += 1;
+        }
+        drop(rows);
+        match stored {
+            0 => {}
+            1 => apply_to(table, values, t, Change::Row(t, rest[last], None))?,
+            _ => {
+                table.retain_in::<&[u8], _>(first..=rest[last], |k, v| {
+                    if let Some(log) = values.as_deref_mut() {
+                        log.dropped(t, k, v);
+                    }
+                    false
+                })?;
+            }
+        }
+        runs.note(stored.saturating_sub(1));
+        rest = &rest[end..];
     }
     Ok(())
 }
@@ -835,7 +832,8 @@ impl Runs {
         self.skipped.is_multiple_of(64)
     }
 
-    fn note(&mut self, filled: u32) {
+    fn note(&mut self, filled: usize) {
+        let filled = u32::try_from(filled).unwrap_or(u32::MAX);
         self.tried += 1;
         self.filled = self.filled.saturating_add(filled);
     }
