@@ -811,6 +811,10 @@ fn store_value<'a>(
     }
 }
 
+/// Rows a cursor takes before it is closed and opened again (see
+/// `TableWriter::apply_table`).
+const GAP_RUN: usize = 256;
+
 /// How one table's cursor runs have gone in a write-out, so that rows
 /// that each land alone in their gap (random keys into a large table)
 /// stop paying a cursor's descent on top of their own.
@@ -946,7 +950,17 @@ impl<'t, 'v> TableWriter<'t, 'v> {
                 changes.next();
                 let stored = store_value(values, t, k, v)?;
                 match gap.insert_before(k, &*stored) {
-                    Ok(()) => filled += 1,
+                    Ok(()) => {
+                        filled += 1;
+                        // The cursor holds its run in memory until it
+                        // closes: a run of a whole buffer grew by
+                        // reallocation into fresh (zeroed) pages, 7% of
+                        // the writer's time under LPUSH.
+                        if filled % GAP_RUN == 0 {
+                            gap.close()?;
+                            gap = table.lower_bound_mut(Bound::Excluded(k))?;
+                        }
+                    }
                     Err(redb::CursorError::UnorderedKey) => {
                         carried = Some((k, stored));
                         break;
