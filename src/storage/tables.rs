@@ -706,10 +706,7 @@ fn apply_to(
     match change {
         Change::Row(_, k, Some(v)) => {
             let stored = store_value(values, t, k, v)?;
-            let old = table.insert(k, &*stored)?;
-            if let (Some(log), Some(old)) = (values, old) {
-                log.dropped(t, k, old.value());
-            }
+            insert_row(table, values, t, k, &stored)?;
         }
         Change::Row(_, k, None) => {
             let old = table.remove(k)?;
@@ -722,14 +719,43 @@ fn apply_to(
                 Bound::Included(start),
                 end.map_or(Bound::Unbounded, Bound::Excluded),
             );
-            table.retain_in::<&[u8], _>(range, |k, v| {
-                if let Some(log) = values.as_deref_mut() {
-                    log.dropped(t, k, v);
-                }
-                false
-            })?;
+            delete_range(table, values, t, range)?;
         }
     }
+    Ok(())
+}
+
+/// Inserts a row in its stored form; whether the table lacked it (a
+/// replaced value pointing into the value log is counted dead).
+fn insert_row(
+    table: &mut OpenTable<'_>,
+    values: &mut Option<&mut ValueLog>,
+    t: Table,
+    k: &[u8],
+    stored: &[u8],
+) -> Result<bool, StoreError> {
+    let old = table.insert(k, stored)?;
+    let new = old.is_none();
+    if let (Some(log), Some(old)) = (values, old) {
+        log.dropped(t, k, old.value());
+    }
+    Ok(new)
+}
+
+/// Deletes every row of `table` in `range`, counting dead what pointed
+/// into the value log.
+fn delete_range<'a>(
+    table: &mut OpenTable<'_>,
+    values: &mut Option<&mut ValueLog>,
+    t: Table,
+    range: impl std::ops::RangeBounds<&'a [u8]> + 'a,
+) -> Result<(), StoreError> {
+    table.retain_in::<&[u8], _>(range, |k, v| {
+        if let Some(log) = values.as_deref_mut() {
+            log.dropped(t, k, v);
+        }
+        false
+    })?;
     Ok(())
 }
 
@@ -781,14 +807,7 @@ fn delete_run(
         match stored {
             0 => {}
             1 => apply_to(table, values, t, Change::Row(t, rest[last], None))?,
-            _ => {
-                table.retain_in::<&[u8], _>(first..=rest[last], |k, v| {
-                    if let Some(log) = values.as_deref_mut() {
-                        log.dropped(t, k, v);
-                    }
-                    false
-                })?;
-            }
+            _ => delete_range(table, values, t, first..=rest[last])?,
         }
         runs.note(stored.saturating_sub(1));
         rest = &rest[end..];
@@ -934,10 +953,7 @@ impl<'t, 'v> TableWriter<'t, 'v> {
                     }
                 },
             };
-            if let Some(old) = table.insert(key, &*stored)? {
-                if let Some(log) = values.as_deref_mut() {
-                    log.dropped(t, key, old.value());
-                }
+            if !insert_row(table, values, t, key, &stored)? {
                 continue;
             }
             let next_is_new = matches!(changes.peek(), Some(Change::Row(_, _, Some(_))));
