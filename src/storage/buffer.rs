@@ -397,12 +397,51 @@ impl Buffer {
             let ranges = t.ranges[i]
                 .iter()
                 .map(|r| Change::Range(table, &r.start, r.end.as_deref()));
-            let rows = t.order[i]
-                .iter()
-                .map(|k| Change::Row(table, k.as_slice(), t.rows[i][k].value.as_deref()));
+            let rows = Ordered {
+                keys: t.order[i].iter(),
+                rows: &t.rows[i],
+                batch: Vec::with_capacity(LOOKUP_BATCH),
+                next: 0,
+            }
+            .map(|(k, v)| Change::Row(table, k, v));
             f(table, &mut ranges.chain(rows))?;
         }
         Ok(())
+    }
+}
+
+/// Rows [`Ordered`] looks up together.
+const LOOKUP_BATCH: usize = 16;
+
+/// A table's rows in key order with their newest values, looked up a
+/// batch at a time: each lookup is a cache miss into a large map, and
+/// lookups made back to back wait for their misses together instead of
+/// one at a time between the writer's inserts.
+struct Ordered<'a> {
+    keys: std::collections::btree_set::Iter<'a, RowKey>,
+    rows: &'a HashMap<RowKey, Versions, foldhash::fast::RandomState>,
+    batch: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    next: usize,
+}
+
+impl<'a> Iterator for Ordered<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next == self.batch.len() {
+            self.batch.clear();
+            self.next = 0;
+            let rows = self.rows;
+            self.batch.extend(
+                self.keys
+                    .by_ref()
+                    .take(LOOKUP_BATCH)
+                    .map(|k| (k.as_slice(), rows[k].value.as_deref())),
+            );
+        }
+        let item = self.batch.get(self.next).copied()?;
+        self.next += 1;
+        Some(item)
     }
 }
 
