@@ -9,7 +9,7 @@ use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::shard::now_ms;
 use crate::storage::keyspace::{self, Key};
-use crate::storage::{KeyType, KvRead, Meta, WriteCtx};
+use crate::storage::{KeyType, KvRead, Meta, Table, WriteCtx};
 use crate::util::{lcs as lcs_algo, num};
 
 /// Largest string Redis lets SETRANGE/APPEND build (proto-max-bulk-len).
@@ -542,6 +542,9 @@ pub fn mset(s: &mut Session, a: Args) -> Action {
     s.write_each_shard(
         keys,
         move |w, ks| {
+            for k in ks {
+                w.warm(Table::Meta, &k.meta_key());
+            }
             for k in ks {
                 put_string(w, *k, &lookup[k.name], 0)?;
             }

@@ -299,6 +299,17 @@ impl Buffer {
         covered.then_some(None)
     }
 
+    /// Loads the row of `key`, if this buffer holds one, into the cache,
+    /// and says whether it does: see [`ReadCtx::warm`](super::ReadCtx::warm).
+    pub fn warm(&self, table: Table, key: &[u8]) -> bool {
+        let t = self.tables.read_recursive();
+        let row = t.rows[table as usize].get(key);
+        if let Some(v) = row {
+            std::hint::black_box(v.value.as_ref().and_then(|v| v.first()));
+        }
+        row.is_some()
+    }
+
     /// The ranges a reader at `s` sees deleted.
     pub fn ranges(&self, table: Table, s: u64) -> Vec<KeyRange> {
         let t = self.tables.read_recursive();

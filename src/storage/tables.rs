@@ -346,6 +346,19 @@ impl ReadCtx {
 
     /// A row as its layer holds it: a pointer row is not resolved (see
     /// `vlog`), for callers that only ask whether it is there.
+    /// Loads the buffered row of `key` into the cache without reading it
+    /// out. A command about to look up several rows (MSET) warms them all
+    /// first: each lookup is a cache miss into a large map, and made back
+    /// to back the misses overlap instead of coming one at a time between
+    /// the writes.
+    pub fn warm(&self, table: Table, key: &[u8]) {
+        for b in &self.layers {
+            if b.warm(table, key) {
+                return;
+            }
+        }
+    }
+
     fn stored(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         for b in &self.layers {
             if let Some(e) = b.get(table, key, self.seq) {
@@ -1446,6 +1459,11 @@ impl<'t> WriteCtx<'t> {
         self.changed(Table::Meta, key, false);
         self.set(Table::Meta, key, Some(row));
         Ok(())
+    }
+
+    /// See [`ReadCtx::warm`].
+    pub fn warm(&self, table: Table, key: &[u8]) {
+        self.base.warm(table, key);
     }
 
     /// Writes a row and returns the value it replaced. A row that already
