@@ -344,8 +344,6 @@ impl ReadCtx {
         Ok(n.max(0) as u64)
     }
 
-    /// A row as its layer holds it: a pointer row is not resolved (see
-    /// `vlog`), for callers that only ask whether it is there.
     /// Loads the buffered row of `key` into the cache without reading it
     /// out. A command about to look up several rows (MSET) warms them all
     /// first: each lookup is a cache miss into a large map, and made back
@@ -359,6 +357,8 @@ impl ReadCtx {
         }
     }
 
+    /// A row as its layer holds it: a pointer row is not resolved (see
+    /// `vlog`), for callers that only ask whether it is there.
     fn stored(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         for b in &self.layers {
             if let Some(e) = b.get(table, key, self.seq) {
