@@ -379,7 +379,10 @@ impl Buffer {
     /// What the background writer puts into the tables, handed to `f`
     /// without copying: the final state of this (frozen) buffer as
     /// changes, each table's deleted ranges first (oldest first), then the
-    /// newest version of each of its rows in key order.
+    /// newest version of each of its rows in key order. The writer takes
+    /// them a table at a time ([`for_each_table`](Self::for_each_table));
+    /// the tests read them flat.
+    #[cfg(test)]
     pub fn for_each_change<E>(
         &self,
         f: &mut dyn FnMut(Change<'_>) -> Result<(), E>,
@@ -392,9 +395,12 @@ impl Buffer {
         })
     }
 
-    /// The changes of [`for_each_change`](Self::for_each_change), a table
-    /// at a time (tables this buffer did not change are skipped), so the
-    /// writer can see a run of rows coming.
+    /// What the background writer puts into the tables, handed to `f`
+    /// without copying, a table at a time (tables this buffer did not
+    /// change are skipped), so the writer can see a run of rows coming:
+    /// the final state of this (frozen) buffer as changes, each table's
+    /// deleted ranges first (oldest first), then the newest version of
+    /// each of its rows in key order.
     pub fn for_each_table<E>(
         &self,
         f: &mut dyn FnMut(Table, &mut TableChanges<'_>) -> Result<(), E>,
@@ -460,7 +466,7 @@ impl<'a> Iterator for Ordered<'a> {
 pub type TableChanges<'a> = dyn Iterator<Item = Change<'a>> + 'a;
 
 /// One change a frozen buffer leaves in the tables (see
-/// [`Buffer::for_each_change`]).
+/// [`Buffer::for_each_table`]).
 #[derive(Debug)]
 pub enum Change<'a> {
     /// Rows from a key up to another (exclusive; `None`: the table's end)

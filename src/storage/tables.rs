@@ -721,12 +721,7 @@ fn apply_to(
             let stored = store_value(values, t, k, v)?;
             insert_row(table, values, t, k, &stored)?;
         }
-        Change::Row(_, k, None) => {
-            let old = table.remove(k)?;
-            if let (Some(log), Some(old)) = (values, old) {
-                log.dropped(t, k, old.value());
-            }
-        }
+        Change::Row(_, k, None) => remove_row(table, values, t, k)?,
         Change::Range(_, start, end) => {
             let range: (Bound<&[u8]>, Bound<&[u8]>) = (
                 Bound::Included(start),
@@ -753,6 +748,20 @@ fn insert_row(
         log.dropped(t, k, old.value());
     }
     Ok(new)
+}
+
+/// Removes a row, counting dead what it pointed to in the value log.
+fn remove_row(
+    table: &mut OpenTable<'_>,
+    values: &mut Option<&mut ValueLog>,
+    t: Table,
+    k: &[u8],
+) -> Result<(), StoreError> {
+    let old = table.remove(k)?;
+    if let (Some(log), Some(old)) = (values, old) {
+        log.dropped(t, k, old.value());
+    }
+    Ok(())
 }
 
 /// Deletes every row of `table` in `range`, counting dead what pointed
@@ -790,7 +799,7 @@ fn delete_run(
     let mut rest = run;
     while let Some(&first) = rest.first() {
         if rest.len() == 1 || !runs.worth_trying() {
-            apply_to(table, values, t, Change::Row(t, first, None))?;
+            remove_row(table, values, t, first)?;
             rest = &rest[1..];
             continue;
         }
@@ -819,7 +828,7 @@ fn delete_run(
         drop(rows);
         match stored {
             0 => {}
-            1 => apply_to(table, values, t, Change::Row(t, rest[last], None))?,
+            1 => remove_row(table, values, t, rest[last])?,
             _ => delete_range(table, values, t, first..=rest[last])?,
         }
         runs.note(stored.saturating_sub(1));
