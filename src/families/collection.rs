@@ -317,7 +317,7 @@ impl View {
                 (&start[..], end.as_deref()),
                 (&self.prefix[..], Some(&start[..])),
             ] {
-                r.scan(Table::Sub, from, to, false, &mut |k, v| {
+                r.scan_few(Table::Sub, (from, to), false, 1, &mut |k, v| {
                     hit = Some((k[n..].to_vec(), v.to_vec()));
                     false
                 })?;

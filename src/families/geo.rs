@@ -13,6 +13,7 @@ use crate::command::args::{self, error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::keyspace::Key;
+use crate::storage::merge::Order;
 use crate::storage::{KeyType, KvRead};
 use crate::util::geohash::{self, Shape, ShapeKind, LAT_MAX, LAT_MIN, LON_MAX, LON_MIN};
 
@@ -465,23 +466,29 @@ fn scan_cells(r: &dyn KvRead, z: &View, shape: &Shape, limit: usize) -> Result<V
         }
         let (min, max) = geohash::score_range(cell);
         let (min, max) = (min as f64, max as f64);
-        walk_scores(r, &z.prefix, Some((min, max)), false, &mut |m, score| {
-            // The range is [min, max): the next cell starts at max.
-            if score >= max {
-                return false;
-            }
-            let (lon, lat) = geohash::position_of(score);
-            if let Some(dist) = shape.contains(lon, lat) {
-                points.push(Point {
-                    member: m.to_vec(),
-                    score,
-                    lon,
-                    lat,
-                    dist,
-                });
-            }
-            !full(&points)
-        })?;
+        walk_scores(
+            r,
+            &z.prefix,
+            Some((min, max)),
+            Order::of(false),
+            &mut |m, score| {
+                // The range is [min, max): the next cell starts at max.
+                if score >= max {
+                    return false;
+                }
+                let (lon, lat) = geohash::position_of(score);
+                if let Some(dist) = shape.contains(lon, lat) {
+                    points.push(Point {
+                        member: m.to_vec(),
+                        score,
+                        lon,
+                        lat,
+                        dist,
+                    });
+                }
+                !full(&points)
+            },
+        )?;
         last = i;
     }
     Ok(points)

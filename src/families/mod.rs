@@ -337,6 +337,17 @@ impl KvRead for Counted<'_> {
         self.inner.scan(table, start, end, reverse, visit)
     }
 
+    fn scan_few(
+        &self,
+        table: crate::storage::Table,
+        bounds: (&[u8], Option<&[u8]>),
+        reverse: bool,
+        rows: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.inner.scan_few(table, bounds, reverse, rows, visit)
+    }
+
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
         self.inner.key_count(db)
     }

@@ -16,6 +16,7 @@ use crate::pubsub::notify;
 use crate::rdb::object::Limits;
 use crate::storage::encoding::{self, score_from_bytes};
 use crate::storage::keyspace::{self, Key};
+use crate::storage::merge::Order;
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
 use crate::util::num;
 
@@ -39,7 +40,7 @@ pub fn walk(
     reverse: bool,
     visit: &mut dyn FnMut(&[u8], f64) -> bool,
 ) -> Result<(), StoreError> {
-    walk_scores(r, prefix, None, reverse, visit)
+    walk_scores(r, prefix, None, Order::of(reverse), visit)
 }
 
 /// Like [`walk`], but only over scores in `[lo, hi]` (seeking straight to
@@ -48,7 +49,7 @@ pub(crate) fn walk_scores(
     r: &dyn KvRead,
     prefix: &[u8],
     bounds: Option<(f64, f64)>,
-    reverse: bool,
+    order: Order,
     visit: &mut dyn FnMut(&[u8], f64) -> bool,
 ) -> Result<(), StoreError> {
     let (start, end) = match bounds {
@@ -65,11 +66,11 @@ pub(crate) fn walk_scores(
         }
     };
     let n = prefix.len();
-    r.scan(
+    r.scan_few(
         Table::ZScore,
-        &start,
-        end.as_deref(),
-        reverse,
+        (&start, end.as_deref()),
+        order.reverse,
+        order.first,
         &mut |k, _| {
             let score = score_from_bytes(k[n..n + 8].try_into().unwrap());
             visit(&k[n + 8..], score)
@@ -373,7 +374,7 @@ fn select(r: &dyn KvRead, prefix: &[u8], size: u64, q: &Query) -> Result<Vec<Ent
             }
             let bounds = Some((min.value, max.value));
             let mut take = window(q, &mut out);
-            walk_scores(r, prefix, bounds, q.rev, &mut |m, sc| {
+            walk_scores(r, prefix, bounds, Order::of(q.rev), &mut |m, sc| {
                 let past = if q.rev {
                     !min.above_min(sc)
                 } else {
@@ -983,13 +984,17 @@ fn pop_entries(
         return Ok(None);
     };
     let mut picked = Vec::new();
-    walk(w, &z.e.prefix, max, &mut |m, sc| {
-        if picked.len() as u64 >= count {
-            return false;
-        }
-        picked.push((m.to_vec(), sc));
-        true
-    })?;
+    if count > 0 {
+        // A pop reads as many rows as it takes, not a full chunk a layer.
+        let order = Order {
+            reverse: max,
+            first: usize::try_from(count).unwrap_or(usize::MAX),
+        };
+        walk_scores(w, &z.e.prefix, None, order, &mut |m, sc| {
+            picked.push((m.to_vec(), sc));
+            (picked.len() as u64) < count
+        })?;
+    }
     for (m, sc) in &picked {
         z.remove_scored(w, m, *sc)?;
     }

@@ -391,6 +391,17 @@ impl crate::storage::KvRead for ReadView {
         self.snap.scan(table, start, end, reverse, visit)
     }
 
+    fn scan_few(
+        &self,
+        table: crate::storage::Table,
+        bounds: (&[u8], Option<&[u8]>),
+        reverse: bool,
+        rows: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        self.snap.scan_few(table, bounds, reverse, rows, visit)
+    }
+
     fn note_expired(&self, db: u8, key: &[u8]) {
         match &self.shared {
             Some(found) => found.lock().push((self.shard, db, key.to_vec())),

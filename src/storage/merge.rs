@@ -185,6 +185,30 @@ impl Cursor<'_> {
     }
 }
 
+/// Rows a layer reads at first in a scan that did not say how many it
+/// wants; the chunks then double.
+pub const FIRST_CHUNK: usize = 16;
+
+/// In which order a scan goes, and how many rows each layer reads at first
+/// (see [`KvRead::scan_few`](super::KvRead::scan_few)).
+#[derive(Clone, Copy, Debug)]
+pub struct Order {
+    /// Key order (false) or reversed.
+    pub reverse: bool,
+    /// Rows a layer reads in its first chunk.
+    pub first: usize,
+}
+
+impl Order {
+    /// A scan in key order or reversed, with full first chunks.
+    pub fn of(reverse: bool) -> Order {
+        Order {
+            reverse,
+            first: FIRST_CHUNK,
+        }
+    }
+}
+
 /// Visits the live rows of `table` in `[start, end)` as the `layers`
 /// (newest first) together hold them, in key order or reversed, until
 /// `visit` returns false. With `dead` (the shard writer's own scans, over
@@ -194,10 +218,11 @@ pub fn scan(
     layers: &[&dyn Layer],
     table: Table,
     (start, end): (&[u8], Option<&[u8]>),
-    reverse: bool,
+    order: Order,
     dead: Option<&std::cell::RefCell<DeadRanges>>,
     visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), StoreError> {
+    let reverse = order.reverse;
     let ranges: Vec<_> = layers.iter().map(|l| l.ranges(table)).collect();
     let mut cursors: Vec<Cursor> = layers
         .iter()
@@ -205,7 +230,7 @@ pub fn scan(
             layer,
             rows: VecDeque::new(),
             more: true,
-            chunk: 16,
+            chunk: order.first.clamp(1, FIRST_CHUNK),
         })
         .collect();
     // Reversed scans start at the end (an empty key: no bound yet).
@@ -390,13 +415,27 @@ mod tests {
         )
     }
 
+    /// Every row a scan finds, with each first chunk size: they all
+    /// agree.
     fn all(layers: &[&dyn Layer], start: &str, end: Option<&str>, reverse: bool) -> Vec<String> {
+        let found = [1, 2, FIRST_CHUNK]
+            .map(|first| all_from(layers, (start, end), Order { reverse, first }));
+        assert_eq!(found[0], found[2]);
+        assert_eq!(found[1], found[2]);
+        found[2].clone()
+    }
+
+    fn all_from(
+        layers: &[&dyn Layer],
+        (start, end): (&str, Option<&str>),
+        order: Order,
+    ) -> Vec<String> {
         let mut out = Vec::new();
         scan(
             layers,
             Table::Sub,
             (start.as_bytes(), end.map(str::as_bytes)),
-            reverse,
+            order,
             None,
             &mut |k, v| {
                 out.push(format!(
@@ -489,11 +528,14 @@ mod tests {
                 } else {
                     (from, Some(b"l"))
                 };
+                // The jumping scans read one row a layer at first, as pops
+                // do.
+                let first = if dead.is_some() { 1 } else { FIRST_CHUNK };
                 scan(
                     &[top, &bottom],
                     Table::Sub,
                     (start, end),
-                    reverse,
+                    Order { reverse, first },
                     dead,
                     &mut |k, _| {
                         found = Some(k.to_vec());

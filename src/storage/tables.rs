@@ -123,6 +123,21 @@ pub trait KvRead {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
+    /// [`KvRead::scan`] for a caller that stops after about `rows` rows (a
+    /// pop of one member): each layer reads that many at first, instead of
+    /// a chunk of [`merge::FIRST_CHUNK`] rows copied out of redb and the
+    /// buffers only to be dropped.
+    fn scan_few(
+        &self,
+        table: Table,
+        (start, end): (&[u8], Option<&[u8]>),
+        reverse: bool,
+        rows: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let _ = rows;
+        self.scan(table, start, end, reverse, visit)
+    }
     /// How many keys database `db` holds in this view.
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
         let row = self.get(Table::Sys, &count_key(db))?;
@@ -395,9 +410,10 @@ impl ReadCtx {
         dead: Option<&std::cell::RefCell<merge::DeadRanges>>,
         table: Table,
         (start, end): (&[u8], Option<&[u8]>),
-        reverse: bool,
+        order: merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        let reverse = order.reverse;
         let busy: Vec<BufferAt> = self
             .layers
             .iter()
@@ -414,7 +430,7 @@ impl ReadCtx {
         layers.extend(top);
         layers.extend(busy.iter().map(|b| b as &dyn Layer));
         layers.push(&tables);
-        merge::scan(&layers, table, (start, end), reverse, dead, visit)
+        merge::scan(&layers, table, (start, end), order, dead, visit)
     }
 }
 
@@ -495,7 +511,29 @@ impl KvRead for ReadCtx {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        self.scan_under(None, None, table, (start, end), reverse, visit)
+        self.scan_under(
+            None,
+            None,
+            table,
+            (start, end),
+            merge::Order::of(reverse),
+            visit,
+        )
+    }
+
+    fn scan_few(
+        &self,
+        table: Table,
+        bounds: (&[u8], Option<&[u8]>),
+        reverse: bool,
+        rows: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let order = merge::Order {
+            reverse,
+            first: rows,
+        };
+        self.scan_under(None, None, table, bounds, order, visit)
     }
 }
 
@@ -1682,14 +1720,29 @@ impl KvRead for WriteCtx<'_> {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        self.scan_few(table, (start, end), reverse, merge::FIRST_CHUNK, visit)
+    }
+
+    fn scan_few(
+        &self,
+        table: Table,
+        (start, end): (&[u8], Option<&[u8]>),
+        reverse: bool,
+        rows: usize,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         let top =
             (!self.overlay.untouched(table, start, end)).then_some(&self.overlay as &dyn Layer);
+        let order = merge::Order {
+            reverse,
+            first: rows,
+        };
         self.base.scan_under(
             top,
             Some(&self.state.dead),
             table,
             (start, end),
-            reverse,
+            order,
             visit,
         )
     }
