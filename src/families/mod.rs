@@ -326,17 +326,6 @@ impl KvRead for Counted<'_> {
         self.inner.get(table, key)
     }
 
-    fn scan(
-        &self,
-        table: crate::storage::Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.inner.scan(table, start, end, reverse, visit)
-    }
-
     fn scan_few(
         &self,
         table: crate::storage::Table,

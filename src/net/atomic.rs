@@ -171,12 +171,14 @@ impl KvRead for Remote<'_> {
         self.at.step(self.shard, move |w| w.get(table, &key))
     }
 
-    fn scan(
+    // The shard's rows come a chunk at a time anyway: `rows` is passed
+    // over.
+    fn scan_few(
         &self,
         table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
+        (start, end): (&[u8], Option<&[u8]>),
         reverse: bool,
+        _rows: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         // Fetch a chunk at a time and resume after the last row seen, so a

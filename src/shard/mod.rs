@@ -380,17 +380,6 @@ impl crate::storage::KvRead for ReadView {
         self.snap.get(table, key)
     }
 
-    fn scan(
-        &self,
-        table: crate::storage::Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.snap.scan(table, start, end, reverse, visit)
-    }
-
     fn scan_few(
         &self,
         table: crate::storage::Table,

@@ -122,22 +122,22 @@ pub trait KvRead {
         end: Option<&[u8]>,
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.scan_few(table, (start, end), reverse, merge::FIRST_CHUNK, visit)
+    }
     /// [`KvRead::scan`] for a caller that stops after about `rows` rows (a
-    /// pop of one member): each layer reads that many at first, instead of
-    /// a chunk of [`merge::FIRST_CHUNK`] rows copied out of redb and the
-    /// buffers only to be dropped.
+    /// pop of one member): a merged view's layers read that many at first,
+    /// instead of a chunk of [`merge::FIRST_CHUNK`] rows copied out of
+    /// redb and the buffers only to be dropped. Readers that fetch rows
+    /// otherwise may pass over `rows`.
     fn scan_few(
         &self,
         table: Table,
-        (start, end): (&[u8], Option<&[u8]>),
+        bounds: (&[u8], Option<&[u8]>),
         reverse: bool,
         rows: usize,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        let _ = rows;
-        self.scan(table, start, end, reverse, visit)
-    }
+    ) -> Result<(), StoreError>;
     /// How many keys database `db` holds in this view.
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
         let row = self.get(Table::Sys, &count_key(db))?;
@@ -501,24 +501,6 @@ impl KvRead for ReadCtx {
             }
             None => Ok(None),
         }
-    }
-
-    fn scan(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.scan_under(
-            None,
-            None,
-            table,
-            (start, end),
-            merge::Order::of(reverse),
-            visit,
-        )
     }
 
     fn scan_few(
@@ -1710,17 +1692,6 @@ impl KvRead for WriteCtx<'_> {
             Some(e) => Ok(e),
             None => self.base.get(table, key),
         }
-    }
-
-    fn scan(
-        &self,
-        table: Table,
-        start: &[u8],
-        end: Option<&[u8]>,
-        reverse: bool,
-        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
-    ) -> Result<(), StoreError> {
-        self.scan_few(table, (start, end), reverse, merge::FIRST_CHUNK, visit)
     }
 
     fn scan_few(
