@@ -108,6 +108,13 @@ impl KeyFilter {
         (&self.blocks[block], masks)
     }
 
+    /// Asks for the block of a row of a covered table to be brought into
+    /// the cache, without waiting: the background writer does so some rows
+    /// before it inserts or asks after each (see `Store::write_out_with`).
+    pub fn prefetch(&self, table: Table, key: &[u8]) {
+        crate::util::prefetch(self.locate(table, key).0);
+    }
+
     /// Adds a row of a covered table; true if the filter did not hold it
     /// (a bit was new). Only one thread adds to a filter (the background
     /// writer, or whoever builds it before anyone sees it), so a plain

@@ -67,6 +67,10 @@ impl Limits {
     }
 }
 
+/// Rows ahead of its insert that the background writer asks for a row's
+/// key filter block (see `Store::write_out_with`).
+const FILTER_AHEAD: usize = 16;
+
 /// What the background writer and the readers share.
 struct Core {
     db: Database,
@@ -670,6 +674,16 @@ impl Core {
         let filter = self.filter.lock().clone();
         buf.for_each_table(&mut |t, changes| {
             let filter = filter.as_ref();
+            // Each row's filter block is a cache miss of its own, and
+            // redb's work between two rows leaves no room to overlap
+            // them: they are asked for `FILTER_AHEAD` rows early.
+            let changes = crate::util::Lookahead::new(changes, FILTER_AHEAD, |change| {
+                if let (Some(f), Change::Row(_, k, _)) = (filter, change) {
+                    if KeyFilter::covers(t) {
+                        f.prefetch(t, k);
+                    }
+                }
+            });
             let changes = changes.filter(|change| match (filter, change) {
                 // Rows enter the filter before the commit shows them.
                 (Some(f), Change::Row(_, k, Some(_))) if KeyFilter::covers(t) => {
