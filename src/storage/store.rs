@@ -673,20 +673,19 @@ impl Core {
         let mut w = TableWriter::with_values(&txn, values);
         let filter = self.filter.lock().clone();
         buf.for_each_table(&mut |t, changes| {
-            let filter = filter.as_ref();
+            // The filter, if it covers this table's rows.
+            let filter = filter.as_ref().filter(|_| KeyFilter::covers(t));
             // Each row's filter block is a cache miss of its own, and
             // redb's work between two rows leaves no room to overlap
             // them: they are asked for `FILTER_AHEAD` rows early.
             let changes = crate::util::Lookahead::new(changes, FILTER_AHEAD, |change| {
                 if let (Some(f), Change::Row(_, k, _)) = (filter, change) {
-                    if KeyFilter::covers(t) {
-                        f.prefetch(t, k);
-                    }
+                    f.prefetch(t, k);
                 }
             });
             let changes = changes.filter(|change| match (filter, change) {
                 // Rows enter the filter before the commit shows them.
-                (Some(f), Change::Row(_, k, Some(_))) if KeyFilter::covers(t) => {
+                (Some(f), Change::Row(_, k, Some(_))) => {
                     f.insert(t, k);
                     true
                 }
