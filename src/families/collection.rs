@@ -11,6 +11,7 @@ use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
+use crate::storage::merge::Order;
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
 
 /// The cardinality of the collection at argv[1] (HLEN, SCARD, ZCARD).
@@ -317,7 +318,11 @@ impl View {
                 (&start[..], end.as_deref()),
                 (&self.prefix[..], Some(&start[..])),
             ] {
-                r.scan_few(Table::Sub, (from, to), false, 1, &mut |k, v| {
+                let one = Order {
+                    reverse: false,
+                    first: 1,
+                };
+                r.scan_few(Table::Sub, (from, to), one, &mut |k, v| {
                     hit = Some((k[n..].to_vec(), v.to_vec()));
                     false
                 })?;

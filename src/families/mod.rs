@@ -330,11 +330,10 @@ impl KvRead for Counted<'_> {
         &self,
         table: crate::storage::Table,
         bounds: (&[u8], Option<&[u8]>),
-        reverse: bool,
-        rows: usize,
+        order: crate::storage::merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        self.inner.scan_few(table, bounds, reverse, rows, visit)
+        self.inner.scan_few(table, bounds, order, visit)
     }
 
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {

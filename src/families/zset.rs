@@ -69,8 +69,7 @@ pub(crate) fn walk_scores(
     r.scan_few(
         Table::ZScore,
         (&start, end.as_deref()),
-        order.reverse,
-        order.first,
+        order,
         &mut |k, _| {
             let score = score_from_bytes(k[n..n + 8].try_into().unwrap());
             visit(&k[n + 8..], score)

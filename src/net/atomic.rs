@@ -171,18 +171,18 @@ impl KvRead for Remote<'_> {
         self.at.step(self.shard, move |w| w.get(table, &key))
     }
 
-    // The shard's rows come a chunk at a time anyway: `rows` is passed
-    // over.
+    // The shard's rows come a chunk at a time anyway: the first chunk's
+    // size is passed over.
     fn scan_few(
         &self,
         table: Table,
         (start, end): (&[u8], Option<&[u8]>),
-        reverse: bool,
-        _rows: usize,
+        order: crate::storage::merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         // Fetch a chunk at a time and resume after the last row seen, so a
         // visitor that stops early costs one step.
+        let reverse = order.reverse;
         let (mut start, mut end) = (start.to_vec(), end.map(<[u8]>::to_vec));
         loop {
             let (s, e) = (start.clone(), end.clone());

@@ -384,11 +384,10 @@ impl crate::storage::KvRead for ReadView {
         &self,
         table: crate::storage::Table,
         bounds: (&[u8], Option<&[u8]>),
-        reverse: bool,
-        rows: usize,
+        order: crate::storage::merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        self.snap.scan_few(table, bounds, reverse, rows, visit)
+        self.snap.scan_few(table, bounds, order, visit)
     }
 
     fn note_expired(&self, db: u8, key: &[u8]) {

@@ -123,19 +123,19 @@ pub trait KvRead {
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        self.scan_few(table, (start, end), reverse, merge::FIRST_CHUNK, visit)
+        self.scan_few(table, (start, end), merge::Order::of(reverse), visit)
     }
-    /// [`KvRead::scan`] for a caller that stops after about `rows` rows (a
-    /// pop of one member): a merged view's layers read that many at first,
-    /// instead of a chunk of [`merge::FIRST_CHUNK`] rows copied out of
-    /// redb and the buffers only to be dropped. Readers that fetch rows
-    /// otherwise may pass over `rows`.
+    /// [`KvRead::scan`] in `order`, for a caller that stops after about
+    /// `order.first` rows (a pop of one member): a merged view's layers
+    /// read that many at first, instead of a chunk of
+    /// [`merge::FIRST_CHUNK`] rows copied out of redb and the buffers only
+    /// to be dropped. Readers that fetch rows otherwise may pass over
+    /// `order.first`.
     fn scan_few(
         &self,
         table: Table,
         bounds: (&[u8], Option<&[u8]>),
-        reverse: bool,
-        rows: usize,
+        order: merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError>;
     /// How many keys database `db` holds in this view.
@@ -507,14 +507,9 @@ impl KvRead for ReadCtx {
         &self,
         table: Table,
         bounds: (&[u8], Option<&[u8]>),
-        reverse: bool,
-        rows: usize,
+        order: merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let order = merge::Order {
-            reverse,
-            first: rows,
-        };
         self.scan_under(None, None, table, bounds, order, visit)
     }
 }
@@ -1698,16 +1693,11 @@ impl KvRead for WriteCtx<'_> {
         &self,
         table: Table,
         (start, end): (&[u8], Option<&[u8]>),
-        reverse: bool,
-        rows: usize,
+        order: merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         let top =
             (!self.overlay.untouched(table, start, end)).then_some(&self.overlay as &dyn Layer);
-        let order = merge::Order {
-            reverse,
-            first: rows,
-        };
         self.base.scan_under(
             top,
             Some(&self.state.dead),
