@@ -227,6 +227,10 @@ pub struct Server {
     /// beyond the shard of their declared keys: they run holding every
     /// shard from then on.
     pub nonlocal_scripts: DashMap<String, ()>,
+    /// Connections running commands now (from a read with requests until
+    /// their replies are written): few of them means few writes to share
+    /// a shard's batch with (see `net::conn`'s scripts).
+    pub busy_clients: std::sync::atomic::AtomicUsize,
     /// DEBUG SET-DISABLE-DENY-SCRIPTS: scripts may call commands flagged
     /// `noscript` (Redis's own tests call DEBUG from scripts this way).
     pub deny_scripts_disabled: AtomicBool,
@@ -329,6 +333,7 @@ impl Server {
             scripts: Arc::new(scripts),
             functions_lock: tokio::sync::Mutex::new(()),
             nonlocal_scripts: DashMap::new(),
+            busy_clients: Default::default(),
             deny_scripts_disabled: AtomicBool::new(false),
             function_counts: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),
             stopping: AtomicBool::new(false),

@@ -292,3 +292,40 @@ fn commands_pipelined_after_a_script_that_falls_back_run_after_it() {
         *2\r\n$3\r\n2xw\r\n$2\r\n1y\r\n";
     common::read_exactly(&mut raw, want);
 }
+
+/// A pipeline of scripts on one shard runs as one batch on the client's
+/// thread. When the first falls back (it reaches another shard), the ones
+/// after it in that batch give their work back and run after its second
+/// run, in request order, a later one falling back in turn: Redis 7.0.15
+/// sent these bytes for this pipeline.
+#[test]
+fn scripts_pipelined_after_one_that_falls_back_run_after_it() {
+    use std::io::Write;
+    let srv = start();
+    let keys = key_per_shard("fs");
+    let (a, b) = (keys[0].as_str(), keys[1].as_str());
+    let both = "redis.call('incr', KEYS[1]); redis.call('incr', ARGV[1]); \
+                return redis.call('get', KEYS[1])";
+    let incr = "return redis.call('incr', KEYS[1])";
+    let append = "redis.call('append', KEYS[1], 'z'); return redis.call('get', KEYS[1])";
+    let copy = "redis.call('set', ARGV[1], redis.call('get', KEYS[1])); \
+                return redis.call('get', ARGV[1])";
+    let strlen = "return redis.call('strlen', KEYS[1])";
+    let mut req = Vec::new();
+    for args in [
+        &["EVAL", both, "1", a, b][..],
+        &["EVAL", incr, "1", a],
+        &["EVAL", append, "1", a],
+        &["EVAL", copy, "1", a, b],
+        &["EVAL", strlen, "1", a],
+        &["MGET", a, b],
+    ] {
+        let args: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
+        cairn::protocol::encode_command(&mut req, &args);
+    }
+    let mut raw = srv.tcp();
+    raw.write_all(&req).unwrap();
+    let want: &[u8] = b"$1\r\n1\r\n:2\r\n$2\r\n2z\r\n$2\r\n2z\r\n:2\r\n\
+        *2\r\n$2\r\n2z\r\n$2\r\n2z\r\n";
+    common::read_exactly(&mut raw, want);
+}

@@ -373,8 +373,14 @@ impl ShardSet {
     /// Queues a write on a shard; the receiver yields its reply after commit.
     pub fn submit(&self, id: usize, f: WriteFn) -> tokio::sync::oneshot::Receiver<Reply> {
         let (tx, rx) = tokio::sync::oneshot::channel();
-        self.mail(id, Submit { f, reply: tx });
+        self.submit_with(id, f, tx);
         rx
+    }
+
+    /// [`ShardSet::submit`], replying through a channel the caller made
+    /// (whose receiver already holds the reply's place in its queue).
+    pub fn submit_with(&self, id: usize, f: WriteFn, reply: tokio::sync::oneshot::Sender<Reply>) {
+        self.mail(id, Submit { f, reply });
     }
 
     /// Runs a client's writes to shard `id` on the calling thread if the
