@@ -1126,7 +1126,16 @@ impl Overlay {
     /// The changes, each table's ranges before its rows (a row written
     /// after a range was deleted stands; one written before went with it).
     fn into_ops(self) -> Vec<RowOp> {
-        let mut ops = Vec::new();
+        // Sized once: grown by doubling, a big batch's list reallocated
+        // into fresh pages each time (the page clearing alone was ~2% of
+        // the shard thread's samples under LPUSH at pipeline 16).
+        let n = self
+            .rows
+            .iter()
+            .map(std::collections::BTreeMap::len)
+            .sum::<usize>()
+            + self.ranges.iter().map(Vec::len).sum::<usize>();
+        let mut ops = Vec::with_capacity(n);
         for (i, (rows, ranges)) in self.rows.into_iter().zip(self.ranges).enumerate() {
             let table = Table::ALL[i];
             for (start, end) in ranges {
