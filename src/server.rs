@@ -226,7 +226,9 @@ pub struct Server {
     /// Scripts (by sha) and functions (`function:<name>`) seen to reach
     /// beyond the shard of their declared keys: they run holding every
     /// shard from then on.
-    pub nonlocal_scripts: DashMap<String, ()>,
+    /// Hashed with foldhash, as each script run asks (see the scripts'
+    /// map in `scripting::vm`).
+    pub nonlocal_scripts: DashMap<String, (), foldhash::fast::RandomState>,
     /// Connections running commands now (from a read with requests until
     /// their replies are written): few of them means few writes to share
     /// a shard's batch with (see `net::conn`'s scripts).
@@ -332,7 +334,7 @@ impl Server {
             shutdown: tokio::sync::Notify::new(),
             scripts: Arc::new(scripts),
             functions_lock: tokio::sync::Mutex::new(()),
-            nonlocal_scripts: DashMap::new(),
+            nonlocal_scripts: DashMap::default(),
             busy_clients: Default::default(),
             deny_scripts_disabled: AtomicBool::new(false),
             function_counts: (AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)),
