@@ -7,6 +7,7 @@ use bytes::Bytes;
 
 use super::log::{Context, Entry, Reason};
 use super::rules::{Selector, User, READ, WRITE};
+use crate::command::flag;
 use crate::command::{Args, CommandSpec};
 use crate::net::session::Session;
 use crate::protocol::Reply;
@@ -59,7 +60,7 @@ fn check_selector(
     keys: &mut Option<Vec<usize>>,
 ) -> Result<(), Denied> {
     let id = crate::command::index_of(spec);
-    if !s.allcommands && !spec.has_flag("no_auth") && !s.bit(id) {
+    if !s.allcommands && !spec.has(flag::NO_AUTH) && !s.bit(id) {
         // An exception for one first argument (`+select|0`)?
         let at = if spec.name.contains('|') { 2 } else { 1 };
         let first = argv.get(at).filter(|_| argv.len() >= 2);

@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::node::Cluster;
 use super::topology::View;
+use crate::command::flag;
 use crate::command::CommandSpec;
 use crate::protocol::Reply;
 use crate::server::Server;
@@ -62,7 +63,7 @@ pub async fn check(
     let mut any_write = false;
     let mut is_migrate = false;
     for (spec, argv) in cmds {
-        any_write |= spec.has_flag("write");
+        any_write |= spec.has(flag::WRITE);
         is_migrate |= spec.name == "migrate";
         for pos in spec.key_positions(argv) {
             let key = &argv[pos];
@@ -140,7 +141,7 @@ pub async fn check(
             _ => Route::Refuse(tryagain()),
         };
     }
-    let asking_cmd = cmds.iter().any(|(spec, _)| spec.has_flag("asking"));
+    let asking_cmd = cmds.iter().any(|(spec, _)| spec.has(flag::ASKING));
     if importing && (asking || asking_cmd) {
         if nkeys > 1 && missing > 0 {
             return Route::Refuse(tryagain());
@@ -181,10 +182,10 @@ pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> O
         .slot_moves
         .fence(slot)
         .is_some_and(|f| f.load(std::sync::atomic::Ordering::Acquire));
-    if fenced && spec.has_flag("write") {
+    if fenced && spec.has(flag::WRITE) {
         return Some(tryagain());
     }
-    down_state(server, &view, spec.has_flag("write")).map(|down| {
+    down_state(server, &view, spec.has(flag::WRITE)).map(|down| {
         Reply::err(match down {
             Down::ReadOnly => {
                 "Script attempted to execute a write command while the cluster is down and readonly"

@@ -7,6 +7,6 @@ pub mod table;
 
 pub use args::Args;
 pub use table::{
-    all_specs, call_spec, index_of, is_container, lookup, lookup_with_subcommands, subcommand_of,
-    subcommands_of, CommandSpec, KeySpec, LastLookup, SUBCOMMANDS, TABLE,
+    all_specs, call_spec, flag, index_of, is_container, lookup, lookup_with_subcommands,
+    subcommand_of, subcommands_of, CommandSpec, KeySpec, LastLookup, SUBCOMMANDS, TABLE,
 };

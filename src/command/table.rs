@@ -55,6 +55,8 @@ pub struct CommandSpec {
     pub arity: i32,
     /// Command flags as COMMAND INFO lists them.
     pub flags: &'static str,
+    /// `flags` as bits (see [`flag`]), for [`CommandSpec::has`].
+    pub flag_bits: u32,
     /// Where the keys are.
     pub keys: KeySpec,
     /// Key-spec flags for COMMAND INFO (RO, RW, OW, RM, ACCESS, UPDATE...),
@@ -100,23 +102,11 @@ impl CommandSpec {
         )
     }
 
-    /// Whether a flag is set.
-    pub fn has_flag(&self, flag: &str) -> bool {
-        // Asked several times per command: a byte scan, no iterator of
-        // string slices.
-        let (flags, flag) = (self.flags.as_bytes(), flag.as_bytes());
-        let mut at = 0;
-        while at + flag.len() <= flags.len() {
-            let end = at + flag.len();
-            if &flags[at..end] == flag && flags.get(end).is_none_or(|&b| b == b' ') {
-                return true;
-            }
-            match flags[at..].iter().position(|&b| b == b' ') {
-                Some(space) => at += space + 1,
-                None => return false,
-            }
-        }
-        false
+    /// Whether a flag (a [`flag`] constant) is set. Asked several times per
+    /// command (and per `redis.call`): a scan of the flag words was ~230
+    /// instructions a question.
+    pub fn has(&self, flag: u32) -> bool {
+        self.flag_bits & flag != 0
     }
 
     /// The key-spec flags (`RW ACCESS DELETE`...) of the key at index `pos`
@@ -250,6 +240,96 @@ pub fn has_unknown_keys(name: &str) -> bool {
     matches!(name, "sort" | "sort_ro")
 }
 
+/// The command flags the table uses, a bit each in
+/// [`CommandSpec::flag_bits`], in this order.
+const FLAG_NAMES: [&str; 19] = [
+    "write",
+    "readonly",
+    "denyoom",
+    "admin",
+    "pubsub",
+    "noscript",
+    "blocking",
+    "loading",
+    "stale",
+    "skip_monitor",
+    "skip_slowlog",
+    "asking",
+    "fast",
+    "no_auth",
+    "no_async_loading",
+    "no_multi",
+    "no_mandatory_keys",
+    "allow_busy",
+    "movablekeys",
+];
+
+/// The bits of the command flags, for [`CommandSpec::has`].
+pub mod flag {
+    /// `write`.
+    pub const WRITE: u32 = 1 << 0;
+    /// `readonly`.
+    pub const READONLY: u32 = 1 << 1;
+    /// `admin`.
+    pub const ADMIN: u32 = 1 << 3;
+    /// `noscript`.
+    pub const NOSCRIPT: u32 = 1 << 5;
+    /// `skip_monitor`.
+    pub const SKIP_MONITOR: u32 = 1 << 9;
+    /// `skip_slowlog`.
+    pub const SKIP_SLOWLOG: u32 = 1 << 10;
+    /// `asking`.
+    pub const ASKING: u32 = 1 << 11;
+    /// `fast`.
+    pub const FAST: u32 = 1 << 12;
+    /// `no_auth`.
+    pub const NO_AUTH: u32 = 1 << 13;
+    /// `no_multi`.
+    pub const NO_MULTI: u32 = 1 << 15;
+    /// `no_mandatory_keys`.
+    pub const NO_MANDATORY_KEYS: u32 = 1 << 16;
+    /// `allow_busy`.
+    pub const ALLOW_BUSY: u32 = 1 << 17;
+}
+
+/// Whether two byte strings are equal, at compile time.
+const fn same(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+/// The bits of a space-separated flag list; a word not in [`FLAG_NAMES`]
+/// fails the build.
+const fn flag_bits(list: &str) -> u32 {
+    let b = list.as_bytes();
+    let (mut bits, mut start, mut i) = (0, 0, 0);
+    while i <= b.len() {
+        if i == b.len() || b[i] == b' ' {
+            if i > start {
+                let word = b.split_at(i).0.split_at(start).1;
+                let mut n = 0;
+                while n < FLAG_NAMES.len() && !same(FLAG_NAMES[n].as_bytes(), word) {
+                    n += 1;
+                }
+                assert!(n < FLAG_NAMES.len(), "a command flag without a bit");
+                bits |= 1 << n;
+            }
+            start = i + 1;
+        }
+        i += 1;
+    }
+    bits
+}
+
 macro_rules! commands {
     ($(#[$doc:meta])* $table:ident;
      $( $name:literal, $arity:expr, $flags:literal, ($f:expr, $l:expr, $s:expr), $kflags:literal,
@@ -260,6 +340,7 @@ macro_rules! commands {
                 name: $name,
                 arity: $arity,
                 flags: $flags,
+                flag_bits: const { flag_bits($flags) },
                 // (0, 0, 0): no keys; (-n, 0, 0): keys after STREAMS,
                 // searched from n; (n, f, 0): the count is at n and the
                 // keys start at f; (n, f, -1): the same after a
@@ -1237,5 +1318,38 @@ mod tests {
         assert_eq!(sintercard.key_positions(&args), vec![2, 3]);
         // A count past the arguments places no keys.
         assert_eq!(sintercard.key_positions(&args[..3]), Vec::<usize>::new());
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+
+    /// Every spec's bits say exactly what its flag words say, and each
+    /// named constant is its word's bit.
+    #[test]
+    fn flag_bits_match_the_flag_words() {
+        for spec in TABLE.iter().chain(SUBCOMMANDS.iter()) {
+            for (n, name) in FLAG_NAMES.iter().enumerate() {
+                let listed = spec.flags.split(' ').any(|w| w == *name);
+                assert_eq!(spec.has(1 << n), listed, "{} {name}", spec.name);
+            }
+        }
+        for (bit, name) in [
+            (flag::WRITE, "write"),
+            (flag::READONLY, "readonly"),
+            (flag::ADMIN, "admin"),
+            (flag::NOSCRIPT, "noscript"),
+            (flag::SKIP_MONITOR, "skip_monitor"),
+            (flag::SKIP_SLOWLOG, "skip_slowlog"),
+            (flag::ASKING, "asking"),
+            (flag::FAST, "fast"),
+            (flag::NO_AUTH, "no_auth"),
+            (flag::NO_MULTI, "no_multi"),
+            (flag::NO_MANDATORY_KEYS, "no_mandatory_keys"),
+            (flag::ALLOW_BUSY, "allow_busy"),
+        ] {
+            assert_eq!(bit, flag_bits(name), "{name}");
+        }
     }
 }

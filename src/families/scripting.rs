@@ -16,6 +16,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::command::args::is;
+use crate::command::flag;
 use crate::command::{self, Args};
 use crate::net::atomic::Atomic;
 use crate::net::session::{Action, Session, ANY_SHARD};
@@ -346,10 +347,10 @@ fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &Kil
             }
         }
     }
-    if counted.has_flag("write") {
+    if counted.has(flag::WRITE) {
         run.mark_wrote();
     }
-    if counted.has_flag("readonly") {
+    if counted.has(flag::READONLY) {
         if let Some(keys) = session.script_tracks.take() {
             server.pubsub.tracking.remember_all(session.entry.id, &keys);
         }
@@ -500,7 +501,7 @@ pub fn abort_for_shutdown(server: &Server) {
 pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
     // Asked of every command: the cheap test, whether a script runs at
     // all, goes first.
-    if !server.scripts.running() || spec.has_flag("allow_busy") {
+    if !server.scripts.running() || spec.has(flag::ALLOW_BUSY) {
         return None;
     }
     busy_reply(server)

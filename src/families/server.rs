@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use crate::command::args::{self, error, is, Args, SYNTAX};
+use crate::command::flag;
 use crate::command::{
     docs, lookup, lookup_with_subcommands, subcommands_of, CommandSpec, KeySpec, TABLE,
 };
@@ -714,7 +715,7 @@ fn command_getkeys(argv: &[bytes::Bytes], with_flags: bool) -> Action {
     if keys.is_empty() {
         // A command whose keys may all be absent (EVAL with numkeys 0)
         // has none, rather than malformed arguments, as in Redis.
-        if spec.has_flag("no_mandatory_keys") {
+        if spec.has(flag::NO_MANDATORY_KEYS) {
             return Reply::Array(Vec::new()).into();
         }
         return invalid("arguments");

@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use bytes::Bytes;
 
+use crate::command::flag;
 use crate::command::{self, Args, CommandSpec};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
@@ -196,7 +197,7 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
     let ms = usec / 1000;
     let latency = &server.latency;
     if ms >= latency_threshold(latency) {
-        let event = if checked.has_flag("fast") {
+        let event = if checked.has(flag::FAST) {
             super::latency::FAST_COMMAND
         } else {
             super::latency::COMMAND
@@ -207,7 +208,7 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
     match kept {
         Kept::Nothing => {}
         Kept::Command(mut argv) => {
-            if log.wants(usec) && !checked.has_flag("skip_slowlog") {
+            if log.wants(usec) && !checked.has(flag::SKIP_SLOWLOG) {
                 log.push(usec, &argv, checked, session);
             }
             argv.clear();
@@ -219,7 +220,7 @@ pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, k
             });
         }
         Kept::Frame(frame) => {
-            if log.wants(usec) && !checked.has_flag("skip_slowlog") {
+            if log.wants(usec) && !checked.has(flag::SKIP_SLOWLOG) {
                 let argv = crate::protocol::request::split_frame(&frame);
                 log.push(usec, &argv, checked, session);
             }
@@ -248,7 +249,7 @@ fn log_exec(log: &SlowLog, commands: &ExecCommands, usec: u64, client: &ClientEn
     }
     let name = client.info.lock().name.clone();
     for (spec, argv) in commands.each() {
-        if !spec.has_flag("skip_slowlog") {
+        if !spec.has(flag::SKIP_SLOWLOG) {
             log.push_as(share, argv, spec, client.addr.clone(), name.clone());
         }
     }
@@ -260,7 +261,7 @@ fn log_exec(log: &SlowLog, commands: &ExecCommands, usec: u64, client: &ClientEn
 /// threshold of 0.
 pub fn script_call(server: &crate::server::Server, spec: &'static CommandSpec, argv: &[Bytes]) {
     let log = &server.slowlog;
-    if log.wants(0) && !spec.has_flag("skip_slowlog") {
+    if log.wants(0) && !spec.has(flag::SKIP_SLOWLOG) {
         log.push_as(0, argv, spec, "?:0".into(), String::new());
     }
 }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::command::args::{self, error, is, Args, SYNTAX};
+use crate::command::flag;
 use crate::command::CommandSpec;
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
@@ -236,7 +237,7 @@ pub fn reads(s: &Session, spec: &'static CommandSpec, args: &Args) -> Vec<Bytes>
     let spec = crate::command::call_spec(spec, args).unwrap_or(spec);
     // A read-only script's keys are tracked only once it reads (see
     // `script_keys`).
-    if !spec.has_flag("readonly") || READ_ONLY_SCRIPTS.contains(&spec.name) {
+    if !spec.has(flag::READONLY) || READ_ONLY_SCRIPTS.contains(&spec.name) {
         return Vec::new();
     }
     spec.key_positions(args.all())

@@ -19,6 +19,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::session::{Action, ReplyMode, Session};
+use crate::command::flag;
 use crate::command::{self, Args};
 use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
@@ -810,9 +811,9 @@ async fn execute(
             "wrong number of arguments for '{}' command",
             checked.name
         )))
-    } else if !session.authenticated && !checked.has_flag("no_auth") && server.acl.auth_required() {
+    } else if !session.authenticated && !checked.has(flag::NO_AUTH) && server.acl.auth_required() {
         Some(Reply::Error("NOAUTH Authentication required.".into()))
-    } else if session.multi.is_some() && checked.has_flag("no_multi") {
+    } else if session.multi.is_some() && checked.has(flag::NO_MULTI) {
         Some(Reply::err("Command not allowed inside a transaction"))
     } else if let Some(r) = crate::acl::check::refusal(session, checked, &args) {
         Some(r)
@@ -929,7 +930,7 @@ async fn execute(
         }
         args.all().to_vec()
     });
-    if monitored.is_some() && checked.has_flag("skip_monitor") {
+    if monitored.is_some() && checked.has(flag::SKIP_MONITOR) {
         if let Some(argv) = monitored.take() {
             let addr = &session.entry.addr;
             server
@@ -1227,7 +1228,7 @@ fn held_by_write_pause(session: &Session, checked: &command::CommandSpec, args: 
         "eval" | "evalsha" | "fcall" => {
             crate::families::scripting::may_write(&session.server, spec.name, args)
         }
-        _ => spec.has_flag("write") || spec.may_replicate(),
+        _ => spec.has(flag::WRITE) || spec.may_replicate(),
     };
     match (&session.multi, checked.name) {
         (Some(multi), "exec") => multi
@@ -1261,7 +1262,7 @@ fn feed_transaction(session: &Session) {
 /// does).
 fn mode_refusal(session: &Session, checked: &'static command::CommandSpec) -> Option<Reply> {
     if session.monitor
-        && (checked.has_flag("write") || checked.has_flag("readonly") || checked.may_replicate())
+        && (checked.has(flag::WRITE) || checked.has(flag::READONLY) || checked.may_replicate())
     {
         // A MONITOR client is a replica to Redis: no keys for it.
         return Some(Reply::err("Replica can't interact with the keyspace"));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::Push;
+use crate::command::flag;
 use crate::command::CommandSpec;
 use crate::server::ClientEntry;
 
@@ -51,7 +52,7 @@ impl Monitors {
     /// and passwords are redacted, as in Redis.
     pub fn feed(&self, spec: &'static CommandSpec, db: u8, from: &str, argv: &[Bytes]) {
         // QUIT never reaches Redis's command dispatch, so it is not shown.
-        if !self.active() || spec.has_flag("admin") || spec.name == "quit" {
+        if !self.active() || spec.has(flag::ADMIN) || spec.name == "quit" {
             return;
         }
         let line = Push::Line(line(spec, db, from, argv));

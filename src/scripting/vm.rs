@@ -22,6 +22,7 @@ use parking_lot::Mutex;
 use super::convert::{self, as_number, fmt_g, reply_to_lua};
 use super::registry::Registry;
 use super::{sha1::sha1_hex, shebang, Host, KillHandle, KillState, ScriptFlags};
+use crate::command::flag;
 use crate::protocol::reply::Reply;
 
 /// Chunk name of the engine's own Lua code: its frames are skipped when an
@@ -860,7 +861,7 @@ fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool)
         let st = run.lock();
         // Read-only scripts refuse what may replicate (PUBLISH, PFCOUNT's
         // cached cardinality) like writes, as Redis does.
-        if st.ro && (spec.has_flag("write") || spec.may_replicate()) {
+        if st.ro && (spec.has(flag::WRITE) || spec.may_replicate()) {
             return Err("ERR Write commands are not allowed from read-only scripts.".to_owned());
         }
         match &st.host {
@@ -871,7 +872,7 @@ fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool)
     // SAFETY: see HostPtr; the RunState lock is released so the host may
     // take as long as it needs.
     let host = unsafe { &mut *ptr };
-    if spec.has_flag("noscript") && !host.allows_noscript() {
+    if spec.has(flag::NOSCRIPT) && !host.allows_noscript() {
         return Err("ERR This Redis command is not allowed from script".to_owned());
     }
     let reply = host.call(argv, resp3);
