@@ -117,7 +117,7 @@ pub struct ShardCore {
     last_round: u64,
     /// The latest state a batch read, kept for the next one (see
     /// `Store::latest_from`); dropped before the file is closed.
-    kept_base: Option<ReadCtx>,
+    kept_base: Option<Box<ReadCtx>>,
     /// The coordination log.
     intent: Arc<super::intent::IntentLog>,
     last_sync: Instant,
@@ -151,7 +151,7 @@ impl ShardCore {
     /// The shard's latest state, which a transaction's writes overlay:
     /// the one the last batch kept, while it still reads the store's
     /// buffers.
-    fn base(&mut self) -> Result<ReadCtx, StoreError> {
+    fn base(&mut self) -> Result<Box<ReadCtx>, StoreError> {
         let kept = self.kept_base.take();
         self.shared.store()?.latest_from(kept, now_ms())
     }
@@ -351,7 +351,7 @@ impl ShardCore {
     /// After an aborted transaction the in-memory counters may be ahead of
     /// the file; reread them.
     fn reload_state(&mut self) {
-        match self.base().and_then(|base| ShardState::load(&base)) {
+        match self.base().and_then(|base| ShardState::load(&*base)) {
             Ok(s) => self.state = s,
             Err(e) => {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot reload shard state")

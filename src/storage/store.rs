@@ -344,11 +344,15 @@ impl Store {
     /// moved a buffer into the tables, or a new buffer has taken the commits,
     /// the list differs and a new view is opened: the old one's redb
     /// transaction pins no page the writer frees after.
+    ///
+    /// Boxed: a view is over a kilobyte (redb's table handles), and the
+    /// shard passed it by value several times a batch (~300 instructions of
+    /// copying a batch under callgrind).
     pub fn latest_from(
         self: &Arc<Self>,
-        old: Option<ReadCtx>,
+        old: Option<Box<ReadCtx>>,
         now_ms: u64,
-    ) -> Result<ReadCtx, StoreError> {
+    ) -> Result<Box<ReadCtx>, StoreError> {
         if let Some(mut ctx) = old {
             let view = self.core.view.lock();
             // New value log files (the shard's own appends may have
@@ -360,7 +364,7 @@ impl Store {
                 return Ok(ctx);
             }
         }
-        self.latest(now_ms)
+        self.latest(now_ms).map(Box::new)
     }
 
     /// The buffers, a redb snapshot and the published sequence, taken

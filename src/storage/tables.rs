@@ -1243,8 +1243,10 @@ pub struct WriteCtx<'t> {
     pub notify_flags: u32,
     /// Before-images of the rows changed since [`WriteCtx::begin_undo`], so
     /// that a part of the batch can be taken back (a script that turned
-    /// out to need other shards).
-    undo: Option<Undo>,
+    /// out to need other shards). Boxed: it holds every database's
+    /// counts, and a transaction is moved around by value several times a
+    /// batch.
+    undo: Option<Box<Undo>>,
 }
 
 /// What [`WriteCtx::rollback`] needs.
@@ -1288,12 +1290,12 @@ impl<'t> WriteCtx<'t> {
 
     /// Starts keeping before-images (see [`WriteCtx::rollback`]).
     pub fn begin_undo(&mut self) {
-        self.undo = Some(Undo {
+        self.undo = Some(Box::new(Undo {
             rows: Vec::new(),
             counts: self.state.counts,
             lost: false,
             messages: self.messages.len(),
-        });
+        }));
     }
 
     /// Stops keeping before-images; the changes since `begin_undo` stand.
@@ -1669,18 +1671,22 @@ impl<'t> WriteCtx<'t> {
             self.put(Table::Sys, b"version_hwm", &hwm.to_be_bytes())?;
             self.state.version_dirty = false;
         }
-        if self.state.counts != self.state.counts_stored {
-            let counts = self.state.counts;
-            for (i, c) in counts.iter().enumerate() {
-                if *c == self.state.counts_stored[i] {
-                    continue;
-                }
-                let mut v = c.keys.to_be_bytes().to_vec();
-                v.extend_from_slice(&c.expires.to_be_bytes());
-                v.extend_from_slice(&c.expire_sum.to_be_bytes());
-                self.put(Table::Sys, &count_key(i as u8), &v)?;
+        // Database by database, copying the arrays (a few hundred bytes
+        // each) only when a count changed: every batch asks.
+        let mut changed = false;
+        for i in 0..NAMESPACES {
+            let c = self.state.counts[i];
+            if c == self.state.counts_stored[i] {
+                continue;
             }
-            self.state.counts_stored = counts;
+            let mut v = c.keys.to_be_bytes().to_vec();
+            v.extend_from_slice(&c.expires.to_be_bytes());
+            v.extend_from_slice(&c.expire_sum.to_be_bytes());
+            self.put(Table::Sys, &count_key(i as u8), &v)?;
+            changed = true;
+        }
+        if changed {
+            self.state.counts_stored = self.state.counts;
         }
         Ok(std::mem::take(&mut self.overlay).into_ops())
     }
