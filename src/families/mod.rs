@@ -411,8 +411,9 @@ impl Session {
     ) -> Action {
         let (db, name) = (self.db, key.clone());
         let server = self.server.clone();
+        let (shard, slot) = self.shard_and_slot(key);
         Action::Read {
-            shard: self.shard_of(key),
+            shard,
             f: Box::new(move |r| {
                 if lookup == Lookup::Touch {
                     server.access.touch(db, &name, r.now_ms());
@@ -422,7 +423,14 @@ impl Session {
                     stats: &server.stats,
                     hub: (lookup != Lookup::Unnoticed).then_some(&*server.pubsub),
                 };
-                settle(f(&r, Key::new(db, &name)))
+                settle(f(
+                    &r,
+                    Key {
+                        db,
+                        slot,
+                        name: &name,
+                    },
+                ))
             }),
         }
     }
@@ -436,11 +444,19 @@ impl Session {
     ) -> Action {
         let (db, name) = (self.db, key.clone());
         let server = self.server.clone();
+        let (shard, slot) = self.shard_and_slot(key);
         Action::Write {
-            shard: self.shard_of(key),
+            shard,
             f: Box::new(move |w| {
                 server.access.touch(db, &name, w.now_ms());
-                settle(f(w, Key::new(db, &name)))
+                settle(f(
+                    w,
+                    Key {
+                        db,
+                        slot,
+                        name: &name,
+                    },
+                ))
             }),
         }
     }

@@ -358,4 +358,10 @@ impl Session {
     pub fn shard_of(&self, key: &[u8]) -> usize {
         self.server.shards.shard_of_key(key)
     }
+
+    /// The shard owning a key, and the key's slot: a single-key command
+    /// hands the slot on to its `Key` rather than hash the name again.
+    pub fn shard_and_slot(&self, key: &[u8]) -> (usize, u16) {
+        self.server.shards.shard_and_slot(key)
+    }
 }

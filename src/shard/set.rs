@@ -339,7 +339,13 @@ impl ShardSet {
 
     /// The shard owning a key.
     pub fn shard_of_key(&self, key: &[u8]) -> usize {
-        cluster::shard_of_slot(cluster::key_slot(key), self.len())
+        self.shard_and_slot(key).0
+    }
+
+    /// The shard owning a key, and the key's slot.
+    pub fn shard_and_slot(&self, key: &[u8]) -> (usize, u16) {
+        let slot = cluster::key_slot(key);
+        (cluster::shard_of_slot(slot, self.len()), slot)
     }
 
     /// A shard's shared state.
