@@ -1094,7 +1094,7 @@ pub fn read_sys_prefix(db: &Database, prefix: &[u8]) -> Result<Rows, StoreError>
 /// layer its own reads see, and what it hands to the commit.
 #[derive(Default)]
 struct Overlay {
-    rows: [std::collections::BTreeMap<Vec<u8>, Entry>; 6],
+    rows: [super::rowmap::RowMap; 6],
     /// Ranges deleted (a cleared table), hiding the older layers' rows.
     ranges: [Vec<KeyRange>; 6],
 }
@@ -1118,7 +1118,7 @@ impl Overlay {
         let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
         self.ranges[t].is_empty()
             && self.rows[t]
-                .range::<[u8], _>((Bound::Included(start), hi))
+                .range((Bound::Included(start), hi))
                 .next()
                 .is_none()
     }
@@ -1132,7 +1132,7 @@ impl Overlay {
         let n = self
             .rows
             .iter()
-            .map(std::collections::BTreeMap::len)
+            .map(super::rowmap::RowMap::len)
             .sum::<usize>()
             + self.ranges.iter().map(Vec::len).sum::<usize>();
         let mut ops = Vec::with_capacity(n);
@@ -1165,7 +1165,7 @@ impl Layer for Overlay {
         n: usize,
         out: &mut VecDeque<(Vec<u8>, Entry)>,
     ) -> Result<bool, StoreError> {
-        let range = self.rows[table as usize].range::<[u8], _>(bounds);
+        let range = self.rows[table as usize].range(bounds);
         merge::take_n(range, reverse, n, |(k, v)| {
             out.push_back((k.clone(), v.clone()));
             Ok(true)
