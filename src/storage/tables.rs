@@ -1481,19 +1481,22 @@ impl<'t> WriteCtx<'t> {
 
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.put_row(table, key, value.to_vec())
+    }
+
+    /// Writes a row the caller has just encoded, keeping that buffer
+    /// rather than a copy.
+    fn put_row(&mut self, table: Table, key: &[u8], row: Vec<u8>) -> Result<(), StoreError> {
         self.remember(table, key)?;
         self.changed(table, key, false);
-        self.set(table, key, Some(value.to_vec()));
+        self.set(table, key, Some(row));
         Ok(())
     }
 
     /// Writes a `meta` row the caller has just encoded, keeping that
     /// buffer rather than a copy (a string value can be 512 MB).
     pub fn put_meta(&mut self, key: &[u8], row: Vec<u8>) -> Result<(), StoreError> {
-        self.remember(Table::Meta, key)?;
-        self.changed(Table::Meta, key, false);
-        self.set(Table::Meta, key, Some(row));
-        Ok(())
+        self.put_row(Table::Meta, key, row)
     }
 
     /// See [`ReadCtx::warm`].
@@ -1679,10 +1682,11 @@ impl<'t> WriteCtx<'t> {
             if c == self.state.counts_stored[i] {
                 continue;
             }
-            let mut v = c.keys.to_be_bytes().to_vec();
+            let mut v = Vec::with_capacity(24);
+            v.extend_from_slice(&c.keys.to_be_bytes());
             v.extend_from_slice(&c.expires.to_be_bytes());
             v.extend_from_slice(&c.expire_sum.to_be_bytes());
-            self.put(Table::Sys, &count_key(i as u8), &v)?;
+            self.put_row(Table::Sys, &count_key(i as u8), v)?;
             changed = true;
         }
         if changed {
