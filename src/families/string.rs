@@ -412,25 +412,37 @@ fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
         // The common case, a live integer string that stays in range, is
         // changed in place in one tree walk; everything else (a new or
         // expired key, another type, an error) takes the general path.
+        // A key that is absent (no row at all) is read once too: the
+        // general path would look it up again only to find nothing.
         let now = w.now_ms();
         let fast = w.modify_meta(&k.meta_key(), |raw| {
-            let Some(Ok(m)) = raw.map(Meta::decode) else {
-                return (None, None);
+            let Some(raw) = raw else {
+                return (None, Err(true));
+            };
+            let Ok(m) = Meta::decode(raw) else {
+                return (None, Err(false));
             };
             if m.ktype != KeyType::String || m.is_expired(now) {
-                return (None, None);
+                return (None, Err(false));
             }
             let Some(new) = num::parse_i64(string_bytes(&m)).and_then(|c| c.checked_add(by)) else {
-                return (None, None);
+                return (None, Err(false));
             };
             let row = Meta::string(new.to_string().into_bytes(), m.expire_ms).encode();
-            (Some(row), Some(new))
+            (Some(row), Ok(new))
         })?;
-        if let Some(new) = fast {
-            w.event(notify::STRING, "incrby", k);
-            return Ok(Reply::Int(new));
-        }
-        let old = string_for_write(w, k)?;
+        let absent = match fast {
+            Ok(new) => {
+                w.event(notify::STRING, "incrby", k);
+                return Ok(Reply::Int(new));
+            }
+            Err(absent) => absent,
+        };
+        let old = if absent {
+            None
+        } else {
+            string_for_write(w, k)?
+        };
         let cur = match &old {
             Some(m) => num::parse_i64(string_bytes(m)).ok_or_else(|| error(NOT_INTEGER))?,
             None => 0,
