@@ -263,7 +263,6 @@ fn shutdown_stops_scripts_on_every_shard() {
 /// this pipeline.
 #[test]
 fn commands_pipelined_after_a_script_that_falls_back_run_after_it() {
-    use std::io::Write;
     let srv = start();
     let keys = key_per_shard("fb");
     let (a, b) = (keys[0].as_str(), keys[1].as_str());
@@ -271,8 +270,7 @@ fn commands_pipelined_after_a_script_that_falls_back_run_after_it() {
                 return redis.call('get', KEYS[1])";
     let append = "redis.call('append', KEYS[1], 'x'); redis.call('append', ARGV[1], 'y'); \
                   return redis.call('get', ARGV[1])";
-    let mut req = Vec::new();
-    for args in [
+    let commands = [
         &["EVAL", incr, "1", a, b][..],
         &["INCR", a],
         &["GET", a],
@@ -280,16 +278,25 @@ fn commands_pipelined_after_a_script_that_falls_back_run_after_it() {
         &["APPEND", a, "w"],
         &["EVAL", incr, "1", a, b],
         &["MGET", a, b],
-    ] {
+    ];
+    let want: &[u8] = b"$1\r\n1\r\n:2\r\n$1\r\n2\r\n$2\r\n1y\r\n:3\r\n\
+        -ERR value is not an integer or out of range script: \
+        16bd20260731a62004d2a388d935fbac80d6ca7a, on @user_script:1.\r\n\
+        *2\r\n$3\r\n2xw\r\n$2\r\n1y\r\n";
+    pipeline_replies(&srv, &commands, want);
+}
+
+/// Sends `commands` as one pipeline on a connection of its own and checks
+/// the bytes that come back.
+fn pipeline_replies(srv: &TestServer, commands: &[&[&str]], want: &[u8]) {
+    use std::io::Write;
+    let mut req = Vec::new();
+    for args in commands {
         let args: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
         cairn::protocol::encode_command(&mut req, &args);
     }
     let mut raw = srv.tcp();
     raw.write_all(&req).unwrap();
-    let want: &[u8] = b"$1\r\n1\r\n:2\r\n$1\r\n2\r\n$2\r\n1y\r\n:3\r\n\
-        -ERR value is not an integer or out of range script: \
-        16bd20260731a62004d2a388d935fbac80d6ca7a, on @user_script:1.\r\n\
-        *2\r\n$3\r\n2xw\r\n$2\r\n1y\r\n";
     common::read_exactly(&mut raw, want);
 }
 
@@ -300,7 +307,6 @@ fn commands_pipelined_after_a_script_that_falls_back_run_after_it() {
 /// sent these bytes for this pipeline.
 #[test]
 fn scripts_pipelined_after_one_that_falls_back_run_after_it() {
-    use std::io::Write;
     let srv = start();
     let keys = key_per_shard("fs");
     let (a, b) = (keys[0].as_str(), keys[1].as_str());
@@ -311,21 +317,15 @@ fn scripts_pipelined_after_one_that_falls_back_run_after_it() {
     let copy = "redis.call('set', ARGV[1], redis.call('get', KEYS[1])); \
                 return redis.call('get', ARGV[1])";
     let strlen = "return redis.call('strlen', KEYS[1])";
-    let mut req = Vec::new();
-    for args in [
+    let commands = [
         &["EVAL", both, "1", a, b][..],
         &["EVAL", incr, "1", a],
         &["EVAL", append, "1", a],
         &["EVAL", copy, "1", a, b],
         &["EVAL", strlen, "1", a],
         &["MGET", a, b],
-    ] {
-        let args: Vec<&[u8]> = args.iter().map(|s| s.as_bytes()).collect();
-        cairn::protocol::encode_command(&mut req, &args);
-    }
-    let mut raw = srv.tcp();
-    raw.write_all(&req).unwrap();
+    ];
     let want: &[u8] = b"$1\r\n1\r\n:2\r\n$2\r\n2z\r\n$2\r\n2z\r\n:2\r\n\
         *2\r\n$2\r\n2z\r\n$2\r\n2z\r\n";
-    common::read_exactly(&mut raw, want);
+    pipeline_replies(&srv, &commands, want);
 }
