@@ -516,9 +516,6 @@ impl Outbox {
     }
 }
 
-/// A shard's reply (the error a client gets if the shard went away); for
-/// a command queued behind a script (`retry`, see [`Behind`]) that handed
-/// its work back, that work's reply once queued again.
 /// This connection's place in `Server::busy_clients`, given up when it
 /// waits for requests and when it ends.
 struct Busy<'a> {
@@ -553,6 +550,9 @@ impl Drop for Busy<'_> {
 /// or so, at each change of shard), and 1.5-1.9x more at -c 4.
 const FEW_BUSY: usize = 4;
 
+/// A shard's reply (the error a client gets if the shard went away); for
+/// a command queued behind a script (`retry`, see [`Behind`]) that handed
+/// its work back, that work's reply once queued again.
 async fn received(
     server: &Server,
     rx: tokio::sync::oneshot::Receiver<Reply>,
