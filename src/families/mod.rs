@@ -524,8 +524,9 @@ impl Session {
     }
 
     /// A write of several keys where each shard's part is independent: `f`
-    /// runs once per shard with that shard's key indexes, and `combine` folds
-    /// the per-shard replies. Atomic across shards (coordinated commit).
+    /// runs with the keys of one shard (all of them when they share one, or
+    /// one key at a time), and `combine` folds the sum of its results into
+    /// the reply. Atomic across shards (coordinated commit).
     pub fn write_each_shard(
         &self,
         keys: Vec<Bytes>,
@@ -534,7 +535,9 @@ impl Session {
     ) -> Action {
         let db = self.db;
         let shards = self.server.shards.clone();
-        let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
+        // Each key's slot is hashed once, here: the keys given to `f` carry it.
+        let (ids, slots): (Vec<usize>, Vec<u16>) =
+            keys.iter().map(|k| shards.shard_and_slot(k)).unzip();
         let now = crate::shard::now_ms();
         for k in &keys {
             self.server.access.touch(db, k, now);
@@ -543,7 +546,11 @@ impl Session {
             return Action::Write {
                 shard: ids[0],
                 f: Box::new(move |w| {
-                    let ks: Vec<Key> = keys.iter().map(|k| Key::new(db, k)).collect();
+                    let ks: Vec<Key> = keys
+                        .iter()
+                        .zip(&slots)
+                        .map(|(name, &slot)| Key { db, slot, name })
+                        .collect();
                     settle(f(w, &ks).map(combine))
                 }),
             };
@@ -561,19 +568,24 @@ impl Session {
             // Each key's events take its place among the arguments.
             let place = locked.reserve_place();
             for id in uniq {
-                let mine: Vec<(u64, Bytes)> = keys
+                let mine: Vec<(u64, Bytes, u16)> = keys
                     .iter()
-                    .zip(&ids)
+                    .zip(ids.iter().zip(&slots))
                     .enumerate()
-                    .filter(|(_, (_, &i))| i == id)
-                    .map(|(at, (k, _))| (at as u64, k.clone()))
+                    .filter(|(_, (_, (&i, _)))| i == id)
+                    .map(|(at, (k, (_, &slot)))| (at as u64, k.clone(), slot))
                     .collect();
                 let f = f.clone();
                 pending.push(locked.send(id, move |w| {
                     let mut total = 0;
-                    for (at, k) in &mine {
+                    for (at, name, slot) in &mine {
                         w.message_place = (place, *at);
-                        match f(w, &[Key::new(db, k)]) {
+                        let k = Key {
+                            db,
+                            slot: *slot,
+                            name,
+                        };
+                        match f(w, &[k]) {
                             Ok(n) => total += n,
                             failed => return Ok(failed),
                         }
