@@ -62,6 +62,20 @@ impl RowMap {
         }
     }
 
+    /// Drops the row at `key`, if there is one.
+    pub(crate) fn remove(&mut self, key: &[u8]) {
+        match self {
+            RowMap::Small(rows) => {
+                if let Ok(i) = rows.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+                    rows.remove(i);
+                }
+            }
+            RowMap::Big(rows) => {
+                rows.remove(key);
+            }
+        }
+    }
+
     /// Drops every row.
     pub(crate) fn clear(&mut self) {
         *self = RowMap::default();
@@ -178,6 +192,12 @@ mod tests {
                 map.insert(k.clone(), None);
                 want.insert(k, None);
             }
+            for i in (0..n).step_by(5) {
+                let k = vec![((i * 7) % 101) as u8, (i % 3) as u8];
+                map.remove(&k);
+                want.remove(&k);
+            }
+            map.remove(&[0xff]);
             assert_eq!(map.len(), want.len());
             for probe in 0..=102u8 {
                 for last in 0..3u8 {

@@ -1241,8 +1241,9 @@ pub struct WriteCtx<'t> {
     /// Keyspace notification flags (`pubsub::notify`), read once when the
     /// shard opens the transaction: 0 makes [`WriteCtx::notify`] a no-op.
     pub notify_flags: u32,
-    /// Before-images of the rows changed since [`WriteCtx::begin_undo`], so
-    /// that a part of the batch can be taken back (a script that turned
+    /// What the overlay said of each row changed since
+    /// [`WriteCtx::begin_undo`], so that a part of the batch can be taken
+    /// back (a script that turned
     /// out to need other shards). Boxed: it holds every database's
     /// counts, and a transaction is moved around by value several times a
     /// batch.
@@ -1251,7 +1252,10 @@ pub struct WriteCtx<'t> {
 
 /// What [`WriteCtx::rollback`] needs.
 struct Undo {
-    rows: Vec<(Table, Vec<u8>, Option<Vec<u8>>)>,
+    /// Each changed row's overlay entry before the change (`None`: the
+    /// overlay did not hold the row), in the order of the changes: a row
+    /// changed twice goes back to its first one.
+    rows: Vec<(Table, Vec<u8>, Option<Entry>)>,
     counts: [DbCounts; NAMESPACES],
     /// A whole table was cleared: too much to keep.
     lost: bool,
@@ -1315,26 +1319,31 @@ impl<'t> WriteCtx<'t> {
         }
         self.messages.truncate(undo.messages);
         self.message_places.truncate(undo.messages);
-        for (table, key, old) in undo.rows.into_iter().rev() {
-            match old {
-                Some(v) => self.put(table, &key, &v)?,
-                None => {
-                    self.del(table, &key)?;
-                }
+        // The overlay goes back to what it said of each row: its entry, or
+        // nothing (the layers below decide the row again). A row the
+        // attempt deleted may be live again: a run of dead rows a scan
+        // noted across it no longer holds.
+        for (table, key, before) in undo.rows.into_iter().rev() {
+            self.state.dead.get_mut().touch(table, &key);
+            let rows = &mut self.overlay.rows[table as usize];
+            match before {
+                Some(entry) => rows.insert(key, entry),
+                None => rows.remove(&key),
             }
         }
         self.state.counts = undo.counts;
         Ok(())
     }
 
-    /// Keeps a row's before-image while changes may be taken back.
+    /// Keeps what the overlay says of a row while changes may be taken
+    /// back: only the overlay changes, so only its entry is kept, not the
+    /// row's value (reading that went down to the tables for each row a
+    /// script wrote).
     #[inline]
     fn remember(&mut self, table: Table, key: &[u8]) -> Result<(), StoreError> {
-        if self.undo.is_some() {
-            let old = self.get(table, key)?;
-            if let Some(u) = &mut self.undo {
-                u.rows.push((table, key.to_vec(), old));
-            }
+        if let Some(u) = &mut self.undo {
+            let before = self.overlay.rows[table as usize].get(key).cloned();
+            u.rows.push((table, key.to_vec(), before));
         }
         Ok(())
     }
@@ -1522,9 +1531,7 @@ impl<'t> WriteCtx<'t> {
             // unchanged field counts, as in Redis).
             self.writes += 1;
         } else {
-            if let Some(u) = &mut self.undo {
-                u.rows.push((table, key.to_vec(), old.clone()));
-            }
+            self.remember(table, key)?;
             self.set(table, key, Some(value.to_vec()));
         }
         Ok(old)
@@ -1575,9 +1582,7 @@ impl<'t> WriteCtx<'t> {
     pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let old = self.get(table, key)?;
         if old.is_some() {
-            if let Some(u) = &mut self.undo {
-                u.rows.push((table, key.to_vec(), old.clone()));
-            }
+            self.remember(table, key)?;
             self.changed(table, key, true);
             self.set(table, key, None);
         }
@@ -1607,9 +1612,7 @@ impl<'t> WriteCtx<'t> {
         let old = self.get(Table::Meta, key)?;
         let (new, out) = f(old.as_deref());
         if let Some(new) = new {
-            if let Some(u) = &mut self.undo {
-                u.rows.push((Table::Meta, key.to_vec(), old));
-            }
+            self.remember(Table::Meta, key)?;
             self.changed(Table::Meta, key, false);
             self.set(Table::Meta, key, Some(new));
         }
