@@ -329,3 +329,30 @@ fn scripts_pipelined_after_one_that_falls_back_run_after_it() {
         *2\r\n$2\r\n2z\r\n$2\r\n2z\r\n";
     pipeline_replies(&srv, &commands, want);
 }
+
+/// A script that pops members and elements on its shard, then reaches a
+/// key of another shard, is taken back whole and run again holding every
+/// shard: the members its first attempt popped (and scanned past) are
+/// popped once, not twice. Redis 7.0.15 sent these bytes.
+#[test]
+fn a_script_that_pops_and_falls_back_pops_once() {
+    let srv = start();
+    let keys = key_per_shard("fp");
+    let (z, a) = (keys[0].as_str(), keys[1].as_str());
+    let pops = "redis.call('zpopmin', KEYS[1]); redis.call('zpopmin', KEYS[1]); \
+                local r = redis.call('zrange', KEYS[1], 0, -1); \
+                redis.call('lpop', ARGV[1]); redis.call('lpop', ARGV[1]); return r";
+    let one = "redis.call('zpopmin', KEYS[1]); return redis.call('zrange', KEYS[1], 0, -1)";
+    let commands = [
+        &["ZADD", z, "1", "m1", "2", "m2", "3", "m3", "4", "m4"][..],
+        &["RPUSH", a, "x1", "x2", "x3", "x4"],
+        &["EVAL", pops, "1", z, a],
+        &["ZRANGE", z, "0", "-1"],
+        &["LRANGE", a, "0", "-1"],
+        &["EVAL", one, "1", z],
+        &["ZRANGE", z, "0", "-1", "WITHSCORES"],
+    ];
+    let want: &[u8] = b":4\r\n:4\r\n*2\r\n$2\r\nm3\r\n$2\r\nm4\r\n*2\r\n$2\r\nm3\r\n$2\r\nm4\r\n\
+        *2\r\n$2\r\nx3\r\n$2\r\nx4\r\n*1\r\n$2\r\nm4\r\n*2\r\n$2\r\nm4\r\n$1\r\n4\r\n";
+    pipeline_replies(&srv, &commands, want);
+}
