@@ -192,7 +192,18 @@ fn read_for_write(w: &mut WriteCtx, k: Key) -> Result<Option<Meta>, Fail> {
 
 /// Writes a plain string value, replacing whatever the key held.
 fn put_string(w: &mut WriteCtx, k: Key, value: &[u8], expire: u64) -> Result<(), Fail> {
-    keyspace::replace(w, k, &Meta::string(value.to_vec(), expire))?;
+    put_string_at(w, k, &k.meta_key(), value, expire)
+}
+
+/// [`put_string`] with the key's `meta` row key already built.
+fn put_string_at(
+    w: &mut WriteCtx,
+    k: Key,
+    meta_key: &[u8],
+    value: &[u8],
+    expire: u64,
+) -> Result<(), Fail> {
+    keyspace::replace_at(w, k, meta_key, &Meta::string(value.to_vec(), expire))?;
     w.event(notify::STRING, "set", k);
     if expire != 0 {
         w.event(notify::GENERIC, "expire", k);
@@ -553,11 +564,13 @@ pub fn mset(s: &mut Session, a: Args) -> Action {
     s.write_each_shard(
         keys,
         move |w, ks| {
-            for k in ks {
-                w.warm(Table::Meta, &k.meta_key());
+            // Each key's meta row key is built once: warmed, then written.
+            let meta_keys: Vec<Vec<u8>> = ks.iter().map(|k| k.meta_key()).collect();
+            for m in &meta_keys {
+                w.warm(Table::Meta, m);
             }
-            for k in ks {
-                put_string(w, *k, &lookup[k.name], 0)?;
+            for (k, m) in ks.iter().zip(&meta_keys) {
+                put_string_at(w, *k, m, &lookup[k.name], 0)?;
             }
             w.count_changes(ks.len() as u64);
             Ok(0)

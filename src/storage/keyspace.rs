@@ -140,8 +140,19 @@ pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Resu
 /// one tree walk writes the row and yields the old one, which is then
 /// settled as [`store`] would. Returns the old metadata if it was live.
 pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, StoreError> {
+    replace_at(w, key, &key.meta_key(), new)
+}
+
+/// [`replace`] with the key's `meta` row key already built (MSET builds
+/// each once, to warm its row and then to write it).
+pub fn replace_at(
+    w: &mut WriteCtx,
+    key: Key,
+    meta_key: &[u8],
+    new: &Meta,
+) -> Result<Option<Meta>, StoreError> {
     let old = w
-        .swap(Table::Meta, &key.meta_key(), &new.encode())?
+        .swap(Table::Meta, meta_key, &new.encode())?
         .map(|raw| Meta::decode(&raw))
         .transpose()?;
     let now = w.now_ms();
