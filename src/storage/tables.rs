@@ -1243,10 +1243,9 @@ pub struct WriteCtx<'t> {
     pub notify_flags: u32,
     /// What the overlay said of each row changed since
     /// [`WriteCtx::begin_undo`], so that a part of the batch can be taken
-    /// back (a script that turned
-    /// out to need other shards). Boxed: it holds every database's
-    /// counts, and a transaction is moved around by value several times a
-    /// batch.
+    /// back (a script that turned out to need other shards). Boxed: it
+    /// holds every database's counts, and a transaction is moved around by
+    /// value several times a batch.
     undo: Option<Box<Undo>>,
 }
 
@@ -1292,7 +1291,8 @@ impl<'t> WriteCtx<'t> {
         }
     }
 
-    /// Starts keeping before-images (see [`WriteCtx::rollback`]).
+    /// Starts keeping what the overlay says of each row changed (see
+    /// [`WriteCtx::rollback`]).
     pub fn begin_undo(&mut self) {
         self.undo = Some(Box::new(Undo {
             rows: Vec::new(),
@@ -1302,7 +1302,8 @@ impl<'t> WriteCtx<'t> {
         }));
     }
 
-    /// Stops keeping before-images; the changes since `begin_undo` stand.
+    /// Stops keeping the overlay's entries; the changes since `begin_undo`
+    /// stand.
     pub fn end_undo(&mut self) {
         self.undo = None;
     }
@@ -1340,12 +1341,11 @@ impl<'t> WriteCtx<'t> {
     /// row's value (reading that went down to the tables for each row a
     /// script wrote).
     #[inline]
-    fn remember(&mut self, table: Table, key: &[u8]) -> Result<(), StoreError> {
+    fn remember(&mut self, table: Table, key: &[u8]) {
         if let Some(u) = &mut self.undo {
             let before = self.overlay.rows[table as usize].get(key).cloned();
             u.rows.push((table, key.to_vec(), before));
         }
-        Ok(())
     }
 
     /// Tells the observer, if any, that a row changed.
@@ -1496,7 +1496,7 @@ impl<'t> WriteCtx<'t> {
     /// Writes a row the caller has just encoded, keeping that buffer
     /// rather than a copy.
     fn put_row(&mut self, table: Table, key: &[u8], row: Vec<u8>) -> Result<(), StoreError> {
-        self.remember(table, key)?;
+        self.remember(table, key);
         self.changed(table, key, false);
         self.set(table, key, Some(row));
         Ok(())
@@ -1531,7 +1531,7 @@ impl<'t> WriteCtx<'t> {
             // unchanged field counts, as in Redis).
             self.writes += 1;
         } else {
-            self.remember(table, key)?;
+            self.remember(table, key);
             self.set(table, key, Some(value.to_vec()));
         }
         Ok(old)
@@ -1568,10 +1568,9 @@ impl<'t> WriteCtx<'t> {
     /// Removes a row the caller knows is there: one it has just read, or
     /// one an invariant vouches for (the score index row of a member, the
     /// `ttl` row of a key with an expiry). Unlike [`WriteCtx::del`] it
-    /// does not look the row up (a tree walk in the tables) unless a
-    /// before-image must be kept for a rollback.
+    /// does not look the row up (a tree walk in the tables).
     pub fn del_seen(&mut self, table: Table, key: &[u8]) -> Result<(), StoreError> {
-        self.remember(table, key)?;
+        self.remember(table, key);
         self.changed(table, key, true);
         self.set(table, key, None);
         Ok(())
@@ -1582,7 +1581,7 @@ impl<'t> WriteCtx<'t> {
     pub fn take(&mut self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let old = self.get(table, key)?;
         if old.is_some() {
-            self.remember(table, key)?;
+            self.remember(table, key);
             self.changed(table, key, true);
             self.set(table, key, None);
         }
@@ -1612,7 +1611,7 @@ impl<'t> WriteCtx<'t> {
         let old = self.get(Table::Meta, key)?;
         let (new, out) = f(old.as_deref());
         if let Some(new) = new {
-            self.remember(Table::Meta, key)?;
+            self.remember(Table::Meta, key);
             self.changed(Table::Meta, key, false);
             self.set(Table::Meta, key, Some(new));
         }
