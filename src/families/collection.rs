@@ -12,6 +12,7 @@ use crate::pubsub::notify;
 use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
 use crate::storage::merge::Order;
+use crate::storage::tables::MetaMemo;
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
 
 /// The cardinality of the collection at argv[1] (HLEN, SCARD, ZCARD).
@@ -483,8 +484,13 @@ impl PickOverflow {
 
 /// A collection being changed by a writer.
 pub struct Edit {
-    key_meta: Option<Meta>,
+    /// Whether the collection is stored (false: this edit creates it).
+    stored: bool,
+    /// Its metadata as stored (or as it will be created): `save` writes
+    /// `size` and `extra` into it.
     meta: Meta,
+    /// The key of its `meta` row.
+    meta_key: Vec<u8>,
     /// Prefix of its sub-keys.
     pub prefix: Vec<u8>,
     /// Number of members, kept up to date by the command.
@@ -496,17 +502,29 @@ pub struct Edit {
 impl Edit {
     /// The collection at `key` for writing, if it exists with type `ktype`.
     pub fn load(w: &mut WriteCtx, key: Key, ktype: KeyType) -> Result<Option<Edit>, Fail> {
-        match keyspace::lookup_for_write(w, key)? {
-            None => Ok(None),
-            Some(m) if m.ktype != ktype => Err(wrongtype()),
-            Some(m) => Ok(Some(Edit {
-                prefix: prefix_of(key, &m),
-                size: size_of(&m),
-                extra: extra_of(&m),
-                key_meta: Some(m.clone()),
-                meta: m,
-            })),
+        // The previous command of the batch may have saved this very
+        // collection (see `MetaMemo`).
+        let (meta_key, meta, prefix) = match w.take_memo(key) {
+            Some(memo) => (memo.meta_key, memo.meta, Some(memo.prefix)),
+            None => {
+                let meta_key = key.meta_key();
+                match keyspace::lookup_for_write_at(w, key, &meta_key)? {
+                    Some(meta) => (meta_key, meta, None),
+                    None => return Ok(None),
+                }
+            }
+        };
+        if meta.ktype != ktype {
+            return Err(wrongtype());
         }
+        Ok(Some(Edit {
+            stored: true,
+            prefix: prefix.unwrap_or_else(|| prefix_of(key, &meta)),
+            size: size_of(&meta),
+            extra: extra_of(&meta),
+            meta_key,
+            meta,
+        }))
     }
 
     /// The collection at `key`, created empty (with a fresh version) if absent.
@@ -525,17 +543,18 @@ impl Edit {
             },
         };
         Ok(Edit {
+            stored: false,
             prefix: prefix_of(key, &meta),
             size: 0,
             extra: Vec::new(),
-            key_meta: None,
+            meta_key: key.meta_key(),
             meta,
         })
     }
 
     /// Whether this edit creates the collection (it was not stored).
     pub fn is_new(&self) -> bool {
-        self.key_meta.is_none()
+        !self.stored
     }
 
     /// Whether the collection (a set, hash or sorted set) has left its
@@ -610,16 +629,34 @@ impl Edit {
     /// that was created but never filled is not stored at all.
     pub fn save(mut self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
         if self.size == 0 {
-            if let Some(old) = &self.key_meta {
-                keyspace::delete(w, key, old)?;
+            if self.stored {
+                keyspace::delete(w, key, &self.meta)?;
             }
             return Ok(());
         }
-        if let MetaBody::Collection { size, extra, .. } = &mut self.meta.body {
-            *size = self.size;
-            *extra = std::mem::take(&mut self.extra);
+        // The stored row already says this (SADD of members already
+        // there): it need not be written again.
+        let same = match &mut self.meta.body {
+            MetaBody::Collection { size, extra, .. } => {
+                let same = self.stored && *size == self.size && *extra == self.extra;
+                *size = self.size;
+                *extra = std::mem::take(&mut self.extra);
+                same
+            }
+            MetaBody::String(_) => false,
+        };
+        // A stored collection keeps its version and expiry: replacing its
+        // row settles nothing else. A new one is counted.
+        if !self.stored {
+            keyspace::settle_replaced(w, key, None, &self.meta)?;
         }
-        keyspace::store(w, key, self.key_meta.as_ref(), &self.meta)
+        w.put_collection_meta(&self.meta_key, &self.meta, same)?;
+        w.keep_memo(MetaMemo {
+            meta_key: self.meta_key,
+            meta: self.meta,
+            prefix: self.prefix,
+        });
+        Ok(())
     }
 }
 
@@ -666,6 +703,48 @@ pub(crate) mod tests {
             assert!(keyspace::lookup(w, Key::new(0, b"never"))
                 .unwrap()
                 .is_none());
+        });
+    }
+
+    /// The next edit of a collection just saved starts from the memo of
+    /// its row, and never from a memo some other write made stale: a
+    /// delete, a rollback, another type's lookup.
+    #[test]
+    fn edits_reuse_the_saved_row_only_while_it_holds() {
+        with_shard(|w| {
+            let k = Key::new(0, b"s");
+            for (i, m) in [b"a", b"b", b"c"].iter().enumerate() {
+                let mut e = Edit::load_or_create(w, k, KeyType::Set).unwrap();
+                assert_eq!((e.is_new(), e.size), (i == 0, i as u64));
+                assert!(e.put(w, *m, &[]).unwrap());
+                e.save(w, k).unwrap();
+            }
+            assert_eq!(w.state.counts[0].keys, 1);
+            // An unchanged save leaves the row (and the memo) as it was.
+            let mut e = Edit::load(w, k, KeyType::Set).unwrap().unwrap();
+            assert!(!e.put(w, b"a", &[]).unwrap());
+            e.save(w, k).unwrap();
+            assert_eq!(View::load(w, k, KeyType::Set).unwrap().unwrap().size, 3);
+            assert!(matches!(
+                Edit::load(w, k, KeyType::Hash),
+                Err(Fail::Reply(_))
+            ));
+
+            // Taken back: the edit after the rollback sees the row before.
+            w.begin_undo();
+            let mut e = Edit::load(w, k, KeyType::Set).unwrap().unwrap();
+            assert!(e.put(w, b"d", &[]).unwrap());
+            e.save(w, k).unwrap();
+            w.rollback().unwrap();
+            let e = Edit::load(w, k, KeyType::Set).unwrap().unwrap();
+            assert_eq!(e.size, 3);
+            e.save(w, k).unwrap();
+
+            // Deleted by a path that is not an edit: the memo goes too.
+            let old = keyspace::lookup_for_write(w, k).unwrap().unwrap();
+            keyspace::delete(w, k, &old).unwrap();
+            assert!(Edit::load(w, k, KeyType::Set).unwrap().is_none());
+            assert_eq!(w.state.counts[0].keys, 0);
         });
     }
 

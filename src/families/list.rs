@@ -182,9 +182,10 @@ impl ListEdit {
     }
 
     fn save(mut self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
-        let mut extra = self.head.to_be_bytes().to_vec();
+        let extra = &mut self.e.extra;
+        extra.clear();
+        extra.extend_from_slice(&self.head.to_be_bytes());
         extra.extend_from_slice(&self.tail.to_be_bytes());
-        self.e.extra = extra;
         self.e.size = self.len();
         if self.pushed && self.e.size > 0 {
             w.signals.push((key.db, key.name.to_vec()));

@@ -267,7 +267,17 @@ impl Meta {
 
     /// Serialises the row.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(9 + 16);
+        let body = match &self.body {
+            MetaBody::String(v) => v.len(),
+            MetaBody::Collection { extra, .. } => 16 + extra.len(),
+        };
+        let mut out = Vec::with_capacity(9 + body);
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Appends the encoded row to `out` (a row rewritten in place).
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
         let raw = if self.raw && self.ktype == KeyType::String {
             RAW_STRING
         } else {
@@ -276,10 +286,7 @@ impl Meta {
         out.push((ENCODING_VERSION << 4) | raw | self.ktype as u8);
         out.extend_from_slice(&self.expire_ms.to_be_bytes());
         match &self.body {
-            MetaBody::String(v) => {
-                out.reserve(v.len());
-                out.extend_from_slice(v);
-            }
+            MetaBody::String(v) => out.extend_from_slice(v),
             MetaBody::Collection {
                 version,
                 size,
@@ -290,7 +297,6 @@ impl Meta {
                 out.extend_from_slice(extra);
             }
         }
-        out
     }
 
     /// Parses a row written by [`Meta::encode`].

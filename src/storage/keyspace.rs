@@ -82,7 +82,17 @@ pub fn lookup_header(r: &dyn KvRead, key: Key) -> Result<Option<(KeyType, u64)>,
 /// The live metadata of a key about to be written; an expired key found on
 /// the way is deleted so the write starts from a clean slate.
 pub fn lookup_for_write(w: &mut WriteCtx, key: Key) -> Result<Option<Meta>, StoreError> {
-    let Some(raw) = w.get(Table::Meta, &key.meta_key())? else {
+    lookup_for_write_at(w, key, &key.meta_key())
+}
+
+/// [`lookup_for_write`] with the key's `meta` row key already built (a
+/// collection's edit keeps it to write the row back).
+pub fn lookup_for_write_at(
+    w: &mut WriteCtx,
+    key: Key,
+    meta_key: &[u8],
+) -> Result<Option<Meta>, StoreError> {
+    let Some(raw) = w.get(Table::Meta, meta_key)? else {
         return Ok(None);
     };
     let meta = Meta::decode(&raw)?;
@@ -170,7 +180,7 @@ pub fn replace_at(
 
 /// Everything besides the `meta` row itself that replacing `old` by `new`
 /// implies: the `ttl` row, the old collection version, the counts.
-fn settle_replaced(
+pub fn settle_replaced(
     w: &mut WriteCtx,
     key: Key,
     old: Option<&Meta>,

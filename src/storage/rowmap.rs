@@ -43,6 +43,17 @@ impl RowMap {
         }
     }
 
+    /// The row at `key`, to change in place.
+    pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
+        match self {
+            RowMap::Small(rows) => rows
+                .binary_search_by(|(k, _)| k.as_slice().cmp(key))
+                .ok()
+                .map(|i| &mut rows[i].1),
+            RowMap::Big(rows) => rows.get_mut(key),
+        }
+    }
+
     /// Sets the row at `key`.
     pub(crate) fn insert(&mut self, key: Vec<u8>, value: Entry) {
         match self {

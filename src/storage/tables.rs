@@ -1247,6 +1247,24 @@ pub struct WriteCtx<'t> {
     /// holds every database's counts, and a transaction is moved around by
     /// value several times a batch.
     undo: Option<Box<Undo>>,
+    /// The `meta` row a collection's edit saved last, decoded (see
+    /// [`MetaMemo`]); dropped by any other change to the `meta` table.
+    memo: Option<MetaMemo>,
+}
+
+/// A collection's `meta` row as the overlay holds it, decoded, with the
+/// prefix of its sub-keys: what the edit that saved it had built. A
+/// pipeline of pushes to one list (or adds to one set) loads and saves the
+/// same row once per command; taking it from here skips the lookup, the
+/// decoding and the prefix. The overlay stays the only truth: the memo is
+/// dropped by every other write of the table, a clear and a rollback.
+pub struct MetaMemo {
+    /// The row's key.
+    pub meta_key: Vec<u8>,
+    /// The row, decoded.
+    pub meta: super::encoding::Meta,
+    /// The prefix of the collection's sub-keys.
+    pub prefix: Vec<u8>,
 }
 
 /// What [`WriteCtx::rollback`] needs.
@@ -1288,6 +1306,7 @@ impl<'t> WriteCtx<'t> {
             quiet: false,
             notify_flags: 0,
             undo: None,
+            memo: None,
         }
     }
 
@@ -1318,6 +1337,7 @@ impl<'t> WriteCtx<'t> {
                 "cannot take back a cleared table".into(),
             ));
         }
+        self.memo = None;
         self.messages.truncate(undo.messages);
         self.message_places.truncate(undo.messages);
         // The overlay goes back to what it said of each row: its entry, or
@@ -1482,6 +1502,9 @@ impl<'t> WriteCtx<'t> {
     #[inline]
     fn set(&mut self, table: Table, key: &[u8], value: Entry) {
         self.writes += 1;
+        if table == Table::Meta {
+            self.memo = None;
+        }
         if value.is_some() {
             self.state.dead.get_mut().touch(table, key);
         }
@@ -1558,6 +1581,52 @@ impl<'t> WriteCtx<'t> {
             return Ok(());
         }
         self.put_meta(key, row)
+    }
+
+    /// Writes a collection's `meta` row as its edit saves it: `same` says
+    /// the row already holds `new` (then it only counts as written, as in
+    /// [`WriteCtx::put_meta_unless_same`]). A row this batch already wrote
+    /// is encoded over in place, unless an undo record must keep it.
+    pub fn put_collection_meta(
+        &mut self,
+        key: &[u8],
+        new: &super::encoding::Meta,
+        same: bool,
+    ) -> Result<(), StoreError> {
+        if same {
+            self.changed(Table::Meta, key, false);
+            self.writes += 1;
+            return Ok(());
+        }
+        if self.undo.is_none() {
+            if let Some(Some(row)) = self.overlay.rows[Table::Meta as usize].get_mut(key) {
+                // Still live, so no run of dead rows can span it: nothing
+                // for `set`'s touch to forget.
+                row.clear();
+                new.encode_into(row);
+                self.writes += 1;
+                self.memo = None;
+                self.changed(Table::Meta, key, false);
+                return Ok(());
+            }
+        }
+        self.put_meta(key, new.encode())
+    }
+
+    /// Keeps a collection's saved `meta` row decoded for the next edit of
+    /// the same key in this transaction (see [`MetaMemo`]).
+    pub fn keep_memo(&mut self, memo: MetaMemo) {
+        self.memo = Some(memo);
+    }
+
+    /// The memo of `key`'s `meta` row, if it is the one kept and the key
+    /// has not expired (an expired key takes the lookup's path, which
+    /// deletes it).
+    pub fn take_memo(&mut self, key: super::keyspace::Key) -> Option<MetaMemo> {
+        let memo = self.memo.take()?;
+        let same_key =
+            super::encoding::decode_meta_key(&memo.meta_key) == Some((key.db, key.slot, key.name));
+        (same_key && !memo.meta.is_expired(self.now_ms)).then_some(memo)
     }
 
     /// Removes a row; true if it existed.
@@ -1655,6 +1724,7 @@ impl<'t> WriteCtx<'t> {
         }
         let t = table as usize;
         self.writes += 1;
+        self.memo = None;
         self.overlay.rows[t].clear();
         self.overlay.ranges[t] = vec![(Vec::new(), None)];
         Ok(())
