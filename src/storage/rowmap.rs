@@ -25,6 +25,37 @@ pub(crate) enum RowMap {
     Big(BTreeMap<Vec<u8>, Entry>),
 }
 
+/// A key's place in a [`RowMap`] (see [`RowMap::slot`]).
+pub(crate) enum Slot<'a> {
+    /// The map holds the key: its row.
+    Held(&'a mut Entry),
+    /// It does not: where its row would go.
+    Free(Vacant<'a>),
+}
+
+/// Where an absent key's row would go.
+pub(crate) enum Vacant<'a> {
+    /// At this index of the sorted vector.
+    Small(&'a mut RowMap, usize),
+    /// In the B-tree (the key already copied into the entry).
+    Big(btree_map::VacantEntry<'a, Vec<u8>, Entry>),
+}
+
+impl Vacant<'_> {
+    /// Puts the row for `key` (the key [`RowMap::slot`] was asked) there.
+    pub(crate) fn insert(self, key: &[u8], value: Entry) {
+        match self {
+            Vacant::Small(map, i) => match map {
+                RowMap::Small(rows) if rows.len() < SMALL => rows.insert(i, (key.to_vec(), value)),
+                _ => map.insert(key.to_vec(), value),
+            },
+            Vacant::Big(v) => {
+                v.insert(value);
+            }
+        }
+    }
+}
+
 impl Default for RowMap {
     fn default() -> RowMap {
         RowMap::Small(Vec::new())
@@ -51,6 +82,26 @@ impl RowMap {
                 .ok()
                 .map(|i| &mut rows[i].1),
             RowMap::Big(rows) => rows.get_mut(key),
+        }
+    }
+
+    /// Where `key` lies: its row, or the place a row for it would go, so
+    /// that a read-then-write searches the map once.
+    pub(crate) fn slot(&mut self, key: &[u8]) -> Slot<'_> {
+        // Searched before the match that hands out the borrow: the vacant
+        // case keeps the whole map (it may have to become a B-tree).
+        let small = match self {
+            RowMap::Small(rows) => Some(rows.binary_search_by(|(k, _)| k.as_slice().cmp(key))),
+            RowMap::Big(_) => None,
+        };
+        match (small, self) {
+            (Some(Ok(i)), RowMap::Small(rows)) => Slot::Held(&mut rows[i].1),
+            (Some(Err(i)), map) => Slot::Free(Vacant::Small(map, i)),
+            (_, RowMap::Big(rows)) => match rows.entry(key.to_vec()) {
+                btree_map::Entry::Occupied(o) => Slot::Held(o.into_mut()),
+                btree_map::Entry::Vacant(v) => Slot::Free(Vacant::Big(v)),
+            },
+            (_, RowMap::Small(_)) => unreachable!("a small map was searched"),
         }
     }
 
@@ -184,8 +235,17 @@ impl Iterator for IntoIter {
 mod tests {
     use super::*;
 
-    /// Both forms answer as a `BTreeMap` does: gets, overwrites, ranges
-    /// with every kind of bound in both directions, and the rows taken out.
+    /// Writes `value` at `key` through [`RowMap::slot`].
+    fn put_by_slot(map: &mut RowMap, key: &[u8], value: Entry) {
+        match map.slot(key) {
+            Slot::Held(e) => *e = value,
+            Slot::Free(place) => place.insert(key, value),
+        }
+    }
+
+    /// Both forms answer as a `BTreeMap` does: gets, overwrites (by
+    /// `insert` and by `slot`), ranges with every kind of bound in both
+    /// directions, and the rows taken out.
     #[test]
     fn answers_as_a_btree_map() {
         for n in [0usize, 1, 5, SMALL, SMALL + 1, 100] {
@@ -195,12 +255,16 @@ mod tests {
             for i in 0..n {
                 let k = vec![((i * 7) % 101) as u8, (i % 3) as u8];
                 let v = (i % 4 != 0).then(|| vec![i as u8]);
-                map.insert(k.clone(), v.clone());
+                if i % 2 == 0 {
+                    map.insert(k.clone(), v.clone());
+                } else {
+                    put_by_slot(&mut map, &k, v.clone());
+                }
                 want.insert(k, v);
             }
             for i in 0..n / 2 {
                 let k = vec![((i * 7) % 101) as u8, (i % 3) as u8];
-                map.insert(k.clone(), None);
+                put_by_slot(&mut map, &k, None);
                 want.insert(k, None);
             }
             for i in (0..n).step_by(5) {

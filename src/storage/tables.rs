@@ -12,6 +12,7 @@ use super::buffer::{in_range, Buffer, Change, Entry, KeyRange};
 use super::encoding::CorruptRow;
 use super::filter::KeyFilter;
 use super::merge::{self, Layer};
+use super::rowmap::Slot;
 use super::store::Pin;
 use super::vlog::{Files, ValueLog};
 
@@ -1547,6 +1548,33 @@ impl<'t> WriteCtx<'t> {
         key: &[u8],
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
+        let t = table as usize;
+        if self.undo.is_none() && self.overlay.ranges[t].is_empty() {
+            // The overlay is searched once, for the read and the write
+            // (in a big batch each search is a B-tree walk).
+            let (old, wrote) = match self.overlay.rows[t].slot(key) {
+                Slot::Held(entry) if entry.as_deref() == Some(value) => (entry.clone(), false),
+                Slot::Held(entry) => (entry.replace(value.to_vec()), true),
+                Slot::Free(place) => {
+                    let old = self.base.get(table, key)?;
+                    let wrote = old.as_deref() != Some(value);
+                    if wrote {
+                        place.insert(key, Some(value.to_vec()));
+                    }
+                    (old, wrote)
+                }
+            };
+            // What `set` does besides the write itself.
+            self.changed(table, key, false);
+            self.writes += 1;
+            if wrote {
+                if table == Table::Meta {
+                    self.memo = None;
+                }
+                self.state.dead.get_mut().touch(table, key);
+            }
+            return Ok(old);
+        }
         let old = self.get(table, key)?;
         self.changed(table, key, false);
         if old.as_deref() == Some(value) {
@@ -1571,6 +1599,11 @@ impl<'t> WriteCtx<'t> {
         new: &super::encoding::Meta,
     ) -> Result<(), StoreError> {
         let row = new.encode();
+        // Nothing was there: the new row cannot be the same (and the
+        // overlay need not be searched for it).
+        if below.is_none() {
+            return self.put_meta(key, row);
+        }
         let same = match self.overlay.rows[Table::Meta as usize].get(key) {
             Some(written) => written.as_deref() == Some(&row[..]),
             None => self.overlay.ranges[Table::Meta as usize].is_empty() && below == Some(new),
@@ -1666,18 +1699,25 @@ impl<'t> WriteCtx<'t> {
         f: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, T),
     ) -> Result<T, StoreError> {
         let t = Table::Meta as usize;
-        // A row this batch already wrote (a pipeline of INCRs to one
-        // counter) is changed where it lies.
-        if let Some(Some(row)) = self.overlay.rows[t].get(key) {
-            if self.undo.is_none() && self.observer.is_none() && self.tracked.is_none() {
+        let in_place = self.undo.is_none() && self.observer.is_none() && self.tracked.is_none();
+        // The overlay is asked once (in a big batch each probe is a B-tree
+        // search): what it holds decides, else the layers below.
+        let old = match self.overlay.rows[t].get_mut(key) {
+            // A row this batch already wrote (a pipeline of INCRs to one
+            // counter) is changed where it lies.
+            Some(Some(row)) if in_place => {
                 let (new, out) = f(Some(row));
                 if let Some(new) = new {
-                    self.set(Table::Meta, key, Some(new));
+                    *row = new;
+                    self.writes += 1;
+                    self.memo = None;
                 }
                 return Ok(out);
             }
-        }
-        let old = self.get(Table::Meta, key)?;
+            Some(entry) => entry.clone(),
+            None if self.overlay.ranges[t].is_empty() => self.base.get(Table::Meta, key)?,
+            None => self.get(Table::Meta, key)?,
+        };
         let (new, out) = f(old.as_deref());
         if let Some(new) = new {
             self.remember(Table::Meta, key);
