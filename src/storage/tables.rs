@@ -1512,6 +1512,22 @@ impl<'t> WriteCtx<'t> {
         self.overlay.rows[table as usize].insert(key.to_vec(), value);
     }
 
+    /// What [`WriteCtx::set`] and [`WriteCtx::remember`] do besides the
+    /// change itself, for a live row written in place through
+    /// [`RowMap::slot`](super::rowmap::RowMap::slot): `before` is the
+    /// overlay's entry for the undo record (`None` when none is kept; its
+    /// inner `None`: the overlay did not hold the row).
+    fn wrote_in_place(&mut self, table: Table, key: &[u8], before: Option<Option<Entry>>) {
+        if let (Some(u), Some(before)) = (&mut self.undo, before) {
+            u.rows.push((table, key.to_vec(), before));
+        }
+        self.writes += 1;
+        if table == Table::Meta {
+            self.memo = None;
+        }
+        self.state.dead.get_mut().touch(table, key);
+    }
+
     /// Writes a row.
     pub fn put(&mut self, table: Table, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.put_row(table, key, value.to_vec())
@@ -1549,29 +1565,32 @@ impl<'t> WriteCtx<'t> {
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let t = table as usize;
-        if self.undo.is_none() && self.overlay.ranges[t].is_empty() {
+        if self.overlay.ranges[t].is_empty() {
             // The overlay is searched once, for the read and the write
             // (in a big batch each search is a B-tree walk).
+            let undo = self.undo.is_some();
             let (old, wrote) = match self.overlay.rows[t].slot(key) {
-                Slot::Held(entry) if entry.as_deref() == Some(value) => (entry.clone(), false),
-                Slot::Held(entry) => (entry.replace(value.to_vec()), true),
+                Slot::Held(entry) if entry.as_deref() == Some(value) => (entry.clone(), None),
+                Slot::Held(entry) => {
+                    let old = entry.replace(value.to_vec());
+                    let before = undo.then(|| Some(old.clone()));
+                    (old, Some(before))
+                }
                 Slot::Free(place) => {
                     let old = self.base.get(table, key)?;
-                    let wrote = old.as_deref() != Some(value);
-                    if wrote {
+                    if old.as_deref() == Some(value) {
+                        (old, None)
+                    } else {
                         place.insert(key, Some(value.to_vec()));
+                        (old, Some(undo.then_some(None)))
                     }
-                    (old, wrote)
                 }
             };
-            // What `set` does besides the write itself.
             self.changed(table, key, false);
-            self.writes += 1;
-            if wrote {
-                if table == Table::Meta {
-                    self.memo = None;
-                }
-                self.state.dead.get_mut().touch(table, key);
+            match wrote {
+                Some(before) => self.wrote_in_place(table, key, before),
+                // Still a write as far as change counting goes.
+                None => self.writes += 1,
             }
             return Ok(old);
         }
@@ -1619,7 +1638,7 @@ impl<'t> WriteCtx<'t> {
     /// Writes a collection's `meta` row as its edit saves it: `same` says
     /// the row already holds `new` (then it only counts as written, as in
     /// [`WriteCtx::put_meta_unless_same`]). A row this batch already wrote
-    /// is encoded over in place, unless an undo record must keep it.
+    /// is encoded over in place.
     pub fn put_collection_meta(
         &mut self,
         key: &[u8],
@@ -1631,17 +1650,13 @@ impl<'t> WriteCtx<'t> {
             self.writes += 1;
             return Ok(());
         }
-        if self.undo.is_none() {
-            if let Some(Some(row)) = self.overlay.rows[Table::Meta as usize].get_mut(key) {
-                // Still live, so no run of dead rows can span it: nothing
-                // for `set`'s touch to forget.
-                row.clear();
-                new.encode_into(row);
-                self.writes += 1;
-                self.memo = None;
-                self.changed(Table::Meta, key, false);
-                return Ok(());
-            }
+        if let Some(Some(row)) = self.overlay.rows[Table::Meta as usize].get_mut(key) {
+            let before = self.undo.is_some().then(|| Some(Some(row.clone())));
+            row.clear();
+            new.encode_into(row);
+            self.wrote_in_place(Table::Meta, key, before);
+            self.changed(Table::Meta, key, false);
+            return Ok(());
         }
         self.put_meta(key, new.encode())
     }
@@ -1699,25 +1714,31 @@ impl<'t> WriteCtx<'t> {
         f: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, T),
     ) -> Result<T, StoreError> {
         let t = Table::Meta as usize;
-        let in_place = self.undo.is_none() && self.observer.is_none() && self.tracked.is_none();
-        // The overlay is asked once (in a big batch each probe is a B-tree
-        // search): what it holds decides, else the layers below.
-        let old = match self.overlay.rows[t].get_mut(key) {
-            // A row this batch already wrote (a pipeline of INCRs to one
-            // counter) is changed where it lies.
-            Some(Some(row)) if in_place => {
-                let (new, out) = f(Some(row));
-                if let Some(new) = new {
-                    *row = new;
-                    self.writes += 1;
-                    self.memo = None;
+        // Without an observer to tell, the overlay is searched once (in a
+        // big batch each search is a B-tree walk) for the read and the
+        // write; a row this batch already wrote (a pipeline of INCRs to one
+        // counter) is changed where it lies.
+        if self.observer.is_none() && self.tracked.is_none() && self.overlay.ranges[t].is_empty() {
+            let undo = self.undo.is_some();
+            let (out, before) = match self.overlay.rows[t].slot(key) {
+                Slot::Held(entry) => {
+                    let (new, out) = f(entry.as_deref());
+                    let Some(new) = new else { return Ok(out) };
+                    let old = entry.replace(new);
+                    (out, undo.then_some(Some(old)))
                 }
-                return Ok(out);
-            }
-            Some(entry) => entry.clone(),
-            None if self.overlay.ranges[t].is_empty() => self.base.get(Table::Meta, key)?,
-            None => self.get(Table::Meta, key)?,
-        };
+                Slot::Free(place) => {
+                    let old = self.base.get(Table::Meta, key)?;
+                    let (new, out) = f(old.as_deref());
+                    let Some(new) = new else { return Ok(out) };
+                    place.insert(key, Some(new));
+                    (out, undo.then_some(None))
+                }
+            };
+            self.wrote_in_place(Table::Meta, key, before);
+            return Ok(out);
+        }
+        let old = self.get(Table::Meta, key)?;
         let (new, out) = f(old.as_deref());
         if let Some(new) = new {
             self.remember(Table::Meta, key);
