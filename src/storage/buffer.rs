@@ -347,12 +347,13 @@ impl Buffer {
     /// any reader: scans of such a range read the tables alone.
     pub fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
         let t = self.tables.read_recursive();
-        let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
-        if t.order[table as usize]
-            .range::<[u8], _>((Bound::Included(start), hi))
-            .next()
-            .is_some()
-        {
+        // The first key at or after `start`, then its bound: a range with
+        // both ends searches the tree for each (the zscore keys of a
+        // ZPOPMIN are shared, so every comparison is a miss).
+        let first = t.order[table as usize]
+            .range::<[u8], _>((Bound::Included(start), Bound::Unbounded))
+            .next();
+        if first.is_some_and(|k| end.is_none_or(|e| k.as_slice() < e)) {
             return false;
         }
         // Two ranges meet unless one ends before the other starts.
@@ -375,15 +376,37 @@ impl Buffer {
     ) -> bool {
         let t = self.tables.read_recursive();
         let rows = &t.rows[table as usize];
-        let range = t.order[table as usize].range::<[u8], _>((lo, hi));
-        let more = super::merge::take_n(range, reverse, n, |k| {
+        let order = &t.order[table as usize];
+        let mut take = |k: &RowKey| {
             let visible = rows.get(k).and_then(|v| v.at(s));
             if let Some(e) = visible {
                 out.push_back((k.as_slice().to_vec(), e.clone()));
             }
-            Ok::<_, std::convert::Infallible>(visible.is_some())
-        });
-        more.unwrap_or_else(|never| match never {})
+            visible.is_some()
+        };
+        if reverse {
+            let range = order.range::<[u8], _>((lo, hi));
+            let more = super::merge::take_n(range, true, n, |k| {
+                Ok::<_, std::convert::Infallible>(take(k))
+            });
+            return more.unwrap_or_else(|never| match never {});
+        }
+        // Forward, the upper bound is checked key by key rather than
+        // searched for (see `untouched`).
+        let below_hi = |k: &[u8]| match hi {
+            Bound::Included(h) => k <= h,
+            Bound::Excluded(h) => k < h,
+            Bound::Unbounded => true,
+        };
+        let mut keys = order.range::<[u8], _>((lo, Bound::Unbounded));
+        let mut taken = 0;
+        while taken < n {
+            match keys.next() {
+                Some(k) if below_hi(k.as_slice()) => taken += take(k) as usize,
+                _ => return false,
+            }
+        }
+        true
     }
 
     /// What the background writer puts into the tables, handed to `f`
