@@ -1100,6 +1100,11 @@ struct Overlay {
     ranges: [Vec<KeyRange>; 6],
 }
 
+/// Whether a range the transaction deleted (a cleared table) covers `key`.
+fn cleared(ranges: &[KeyRange], key: &[u8]) -> bool {
+    ranges.iter().any(|(s, e)| in_range(key, s, e.as_deref()))
+}
+
 impl Overlay {
     /// What the transaction says of a row: `Some(entry)` if it decided it,
     /// `None` if the layers below do.
@@ -1108,10 +1113,7 @@ impl Overlay {
         if let Some(e) = self.rows[t].get(key) {
             return Some(e.clone());
         }
-        self.ranges[t]
-            .iter()
-            .any(|(s, e)| in_range(key, s, e.as_deref()))
-            .then_some(None)
+        cleared(&self.ranges[t], key).then_some(None)
     }
 
     fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
@@ -1565,44 +1567,37 @@ impl<'t> WriteCtx<'t> {
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let t = table as usize;
-        if self.overlay.ranges[t].is_empty() {
-            // The overlay is searched once, for the read and the write
-            // (in a big batch each search is a B-tree walk).
-            let undo = self.undo.is_some();
-            let (old, wrote) = match self.overlay.rows[t].slot(key) {
-                Slot::Held(entry) if entry.as_deref() == Some(value) => (entry.clone(), None),
-                Slot::Held(entry) => {
-                    let old = entry.replace(value.to_vec());
-                    let before = undo.then(|| Some(old.clone()));
-                    (old, Some(before))
-                }
-                Slot::Free(place) => {
-                    let old = self.base.get(table, key)?;
-                    if old.as_deref() == Some(value) {
-                        (old, None)
-                    } else {
-                        place.insert(key, Some(value.to_vec()));
-                        (old, Some(undo.then_some(None)))
-                    }
-                }
-            };
-            self.changed(table, key, false);
-            match wrote {
-                Some(before) => self.wrote_in_place(table, key, before),
-                // Still a write as far as change counting goes.
-                None => self.writes += 1,
+        // The overlay is searched once, for the read and the write (in a
+        // big batch each search is a B-tree walk).
+        let undo = self.undo.is_some();
+        let Overlay { rows, ranges } = &mut self.overlay;
+        let (old, wrote) = match rows[t].slot(key) {
+            Slot::Held(entry) if entry.as_deref() == Some(value) => (entry.clone(), None),
+            Slot::Held(entry) => {
+                let old = entry.replace(value.to_vec());
+                let before = undo.then(|| Some(old.clone()));
+                (old, Some(before))
             }
-            return Ok(old);
-        }
-        let old = self.get(table, key)?;
+            Slot::Free(place) => {
+                let old = if cleared(&ranges[t], key) {
+                    None
+                } else {
+                    self.base.get(table, key)?
+                };
+                if old.as_deref() == Some(value) {
+                    (old, None)
+                } else {
+                    place.insert(key, Some(value.to_vec()));
+                    (old, Some(undo.then_some(None)))
+                }
+            }
+        };
         self.changed(table, key, false);
-        if old.as_deref() == Some(value) {
+        match wrote {
+            Some(before) => self.wrote_in_place(table, key, before),
             // Still a write as far as change counting goes (HSET of an
             // unchanged field counts, as in Redis).
-            self.writes += 1;
-        } else {
-            self.remember(table, key);
-            self.set(table, key, Some(value.to_vec()));
+            None => self.writes += 1,
         }
         Ok(old)
     }
@@ -1714,37 +1709,33 @@ impl<'t> WriteCtx<'t> {
         f: impl FnOnce(Option<&[u8]>) -> (Option<Vec<u8>>, T),
     ) -> Result<T, StoreError> {
         let t = Table::Meta as usize;
-        // Without an observer to tell, the overlay is searched once (in a
-        // big batch each search is a B-tree walk) for the read and the
-        // write; a row this batch already wrote (a pipeline of INCRs to one
-        // counter) is changed where it lies.
-        if self.observer.is_none() && self.tracked.is_none() && self.overlay.ranges[t].is_empty() {
-            let undo = self.undo.is_some();
-            let (out, before) = match self.overlay.rows[t].slot(key) {
-                Slot::Held(entry) => {
-                    let (new, out) = f(entry.as_deref());
-                    let Some(new) = new else { return Ok(out) };
-                    let old = entry.replace(new);
-                    (out, undo.then_some(Some(old)))
-                }
-                Slot::Free(place) => {
-                    let old = self.base.get(Table::Meta, key)?;
-                    let (new, out) = f(old.as_deref());
-                    let Some(new) = new else { return Ok(out) };
-                    place.insert(key, Some(new));
-                    (out, undo.then_some(None))
-                }
-            };
-            self.wrote_in_place(Table::Meta, key, before);
-            return Ok(out);
-        }
-        let old = self.get(Table::Meta, key)?;
-        let (new, out) = f(old.as_deref());
-        if let Some(new) = new {
-            self.remember(Table::Meta, key);
-            self.changed(Table::Meta, key, false);
-            self.set(Table::Meta, key, Some(new));
-        }
+        // The overlay is searched once, for the read and the write (in a
+        // big batch each search is a B-tree walk); a row this batch already
+        // wrote (a pipeline of INCRs to one counter) is changed where it
+        // lies.
+        let undo = self.undo.is_some();
+        let Overlay { rows, ranges } = &mut self.overlay;
+        let (out, before) = match rows[t].slot(key) {
+            Slot::Held(entry) => {
+                let (new, out) = f(entry.as_deref());
+                let Some(new) = new else { return Ok(out) };
+                let old = entry.replace(new);
+                (out, undo.then_some(Some(old)))
+            }
+            Slot::Free(place) => {
+                let old = if cleared(&ranges[t], key) {
+                    None
+                } else {
+                    self.base.get(Table::Meta, key)?
+                };
+                let (new, out) = f(old.as_deref());
+                let Some(new) = new else { return Ok(out) };
+                place.insert(key, Some(new));
+                (out, undo.then_some(None))
+            }
+        };
+        self.changed(Table::Meta, key, false);
+        self.wrote_in_place(Table::Meta, key, before);
         Ok(out)
     }
 
@@ -2049,6 +2040,47 @@ mod tests {
         drop(db);
         let db = open(&path);
         assert!(ShardState::of_file(&db).next_version > u64::MAX / 2);
+    }
+
+    /// `swap` and `modify_meta` read through the overlay as `get` does: a
+    /// row of a table the transaction cleared is absent, one it wrote is
+    /// its latest value; and an undo record takes their writes back.
+    #[test]
+    fn swap_and_modify_see_the_overlay_and_undo() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir.path().join("s.redb"));
+        let mut state = ShardState::of_file(&db);
+        commit_direct(&db, &mut state, 0, |w| {
+            w.put(Table::Meta, b"a", b"1").unwrap();
+            w.put(Table::Meta, b"b", b"2").unwrap();
+        });
+        commit_direct(&db, &mut state, 1, |w| {
+            // Stored rows, read from below, then rewritten in place.
+            assert_eq!(
+                w.swap(Table::Meta, b"a", b"3").unwrap(),
+                Some(b"1".to_vec())
+            );
+            let seen = w.modify_meta(b"a", |old| (Some(b"4".to_vec()), old.map(<[u8]>::to_vec)));
+            assert_eq!(seen.unwrap(), Some(b"3".to_vec()));
+            // Taken back to what the overlay held before.
+            w.begin_undo();
+            assert_eq!(
+                w.swap(Table::Meta, b"a", b"5").unwrap(),
+                Some(b"4".to_vec())
+            );
+            w.modify_meta(b"b", |_| (Some(b"6".to_vec()), ())).unwrap();
+            w.swap(Table::Meta, b"c", b"7").unwrap();
+            w.rollback().unwrap();
+            assert_eq!(w.get(Table::Meta, b"a").unwrap(), Some(b"4".to_vec()));
+            assert_eq!(w.get(Table::Meta, b"b").unwrap(), Some(b"2".to_vec()));
+            assert_eq!(w.get(Table::Meta, b"c").unwrap(), None);
+            // A cleared table hides what lies below.
+            w.clear(Table::Meta).unwrap();
+            assert_eq!(w.swap(Table::Meta, b"a", b"8").unwrap(), None);
+            let seen = w.modify_meta(b"b", |old| (None, old.map(<[u8]>::to_vec)));
+            assert_eq!(seen.unwrap(), None);
+            assert_eq!(w.get(Table::Meta, b"b").unwrap(), None);
+        });
     }
 
     /// `meta` writes mix the write-back map (`put`) and direct writes
