@@ -225,8 +225,8 @@ pub struct Server {
     pub scripts: Arc<crate::scripting::Engines>,
     /// Scripts (by sha) and functions (`function:<name>`) seen to reach
     /// beyond the shard of their declared keys: they run holding every
-    /// shard from then on. Hashed with foldhash, as each script run asks (see the scripts'
-    /// map in `scripting::vm`).
+    /// shard from then on. Hashed with foldhash, as each script run asks
+    /// (see the scripts' map in `scripting::vm`).
     pub nonlocal_scripts: DashMap<String, (), foldhash::fast::RandomState>,
     /// Connections running commands now (from a read with requests until
     /// their replies are written): few of them means few writes to share

@@ -5,10 +5,10 @@
 //! arriving in 64 KiB pieces is scanned once, not re-parsed ~160 times. The
 //! same scan enforces Redis's protocol limits with its exact error texts.
 //! The scan notes where each argument lies, and a whole frame is then cut
-//! into zero-copy slices of the connection's buffer. (It used to be handed to redis-protocol's decoder, which
-//! re-read every header the scan had just read and built a frame tree to be
-//! taken apart again: ~6% of a GET's CPU. That decoder now checks this one
-//! in the tests.)
+//! into zero-copy slices of the connection's buffer. (It used to be handed
+//! to redis-protocol's decoder, which re-read every header the scan had
+//! just read and built a frame tree to be taken apart again: ~6% of a
+//! GET's CPU. That decoder now checks this one in the tests.)
 
 use bytes::{Bytes, BytesMut};
 

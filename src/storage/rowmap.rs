@@ -56,6 +56,11 @@ impl Vacant<'_> {
     }
 }
 
+/// Where `key` is in a sorted vector of rows, or where it would go.
+fn search(rows: &[(Vec<u8>, Entry)], key: &[u8]) -> Result<usize, usize> {
+    rows.binary_search_by(|(k, _)| k.as_slice().cmp(key))
+}
+
 impl Default for RowMap {
     fn default() -> RowMap {
         RowMap::Small(Vec::new())
@@ -66,10 +71,7 @@ impl RowMap {
     /// The row at `key`.
     pub(crate) fn get(&self, key: &[u8]) -> Option<&Entry> {
         match self {
-            RowMap::Small(rows) => rows
-                .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-                .ok()
-                .map(|i| &rows[i].1),
+            RowMap::Small(rows) => search(rows, key).ok().map(|i| &rows[i].1),
             RowMap::Big(rows) => rows.get(key),
         }
     }
@@ -77,10 +79,7 @@ impl RowMap {
     /// The row at `key`, to change in place.
     pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
         match self {
-            RowMap::Small(rows) => rows
-                .binary_search_by(|(k, _)| k.as_slice().cmp(key))
-                .ok()
-                .map(|i| &mut rows[i].1),
+            RowMap::Small(rows) => search(rows, key).ok().map(|i| &mut rows[i].1),
             RowMap::Big(rows) => rows.get_mut(key),
         }
     }
@@ -91,7 +90,7 @@ impl RowMap {
         // Searched before the match that hands out the borrow: the vacant
         // case keeps the whole map (it may have to become a B-tree).
         let small = match self {
-            RowMap::Small(rows) => Some(rows.binary_search_by(|(k, _)| k.as_slice().cmp(key))),
+            RowMap::Small(rows) => Some(search(rows, key)),
             RowMap::Big(_) => None,
         };
         match (small, self) {
@@ -108,7 +107,7 @@ impl RowMap {
     /// Sets the row at `key`.
     pub(crate) fn insert(&mut self, key: Vec<u8>, value: Entry) {
         match self {
-            RowMap::Small(rows) => match rows.binary_search_by(|(k, _)| k.cmp(&key)) {
+            RowMap::Small(rows) => match search(rows, &key) {
                 Ok(i) => rows[i].1 = value,
                 Err(i) if rows.len() < SMALL => rows.insert(i, (key, value)),
                 Err(_) => {
@@ -128,7 +127,7 @@ impl RowMap {
     pub(crate) fn remove(&mut self, key: &[u8]) {
         match self {
             RowMap::Small(rows) => {
-                if let Ok(i) = rows.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+                if let Ok(i) = search(rows, key) {
                     rows.remove(i);
                 }
             }
