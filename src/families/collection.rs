@@ -322,6 +322,7 @@ impl View {
                 let one = Order {
                     reverse: false,
                     first: 1,
+                    window: false,
                 };
                 r.scan_few(Table::Sub, (from, to), one, &mut |k, v| {
                     hit = Some((k[n..].to_vec(), v.to_vec()));

@@ -40,7 +40,40 @@ pub trait Layer {
 pub struct DeadRanges {
     /// Per table: start -> end (exclusive); disjoint, not touching.
     tables: [std::collections::BTreeMap<Vec<u8>, Vec<u8>>; 6],
+    /// Per table: the rows a pop from the front read ahead (see
+    /// [`Window`]).
+    windows: [Option<Window>; 6],
 }
+
+/// Every live row of a table from `lo` up to `hi` (exclusive; `None`: the
+/// table's end), as the shard's latest state holds them.
+///
+/// Each ZPOPMIN merged all the layers again to find the first live score
+/// row: a seek in each buffer's ordered set and in the redb table, then
+/// the table rows the buffers deleted (the members popped before) to step
+/// over, about half of a pop's instructions. A scan that pops from the
+/// front (`Order::window`) reads [`WINDOW`] rows ahead instead and keeps
+/// them here; the pops after it take their rows from the window until it
+/// runs out. It stays exact because every write of the shard goes through
+/// [`DeadRanges::touch`] (a row written in it drops it) or
+/// [`DeadRanges::deleted`] (a row deleted leaves it), and a cleared table
+/// drops it ([`DeadRanges::cleared`]).
+#[derive(Debug, Clone)]
+struct Window {
+    lo: Vec<u8>,
+    hi: Option<Vec<u8>>,
+    /// In key order.
+    rows: VecDeque<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Window {
+    fn covers(&self, key: &[u8]) -> bool {
+        in_range(key, &self.lo, self.hi.as_deref())
+    }
+}
+
+/// Rows a pop from the front reads ahead into a [`Window`].
+const WINDOW: usize = 64;
 
 /// Intervals kept per table at most: past it the table's are forgotten.
 const DEAD_RANGES_KEPT: usize = 4096;
@@ -98,6 +131,31 @@ impl DeadRanges {
             let start = start.to_vec();
             self.tables[table as usize].remove(&start);
         }
+        let window = &mut self.windows[table as usize];
+        if window.as_ref().is_some_and(|w| w.covers(key)) {
+            *window = None;
+        }
+    }
+
+    /// A row was deleted at `key`: it leaves the window holding it.
+    pub fn deleted(&mut self, table: Table, key: &[u8]) {
+        let Some(w) = self.windows[table as usize].as_mut() else {
+            return;
+        };
+        if !w.covers(key) {
+            return;
+        }
+        // A pop takes the window's first row.
+        if w.rows.front().is_some_and(|(k, _)| k.as_slice() == key) {
+            w.rows.pop_front();
+        } else if let Ok(i) = w.rows.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+            w.rows.remove(i);
+        }
+    }
+
+    /// Every row of `table` was deleted.
+    pub fn cleared(&mut self, table: Table) {
+        self.windows[table as usize] = None;
     }
 }
 
@@ -197,6 +255,10 @@ pub struct Order {
     pub reverse: bool,
     /// Rows a layer reads in its first chunk.
     pub first: usize,
+    /// The scan pops from the front of its range: with the shard writer's
+    /// dead ranges, it reads ahead into a [`Window`] that the next pops
+    /// take their rows from. Forward scans only.
+    pub window: bool,
 }
 
 impl Order {
@@ -205,8 +267,64 @@ impl Order {
         Order {
             reverse,
             first: FIRST_CHUNK,
+            window: false,
         }
     }
+}
+
+/// What [`from_window`] did for a scan.
+#[derive(Debug, PartialEq)]
+pub enum FromWindow {
+    /// Everything: the visitor stopped, or the range has no more rows.
+    Served,
+    /// Nothing: the window does not hold the scan's start.
+    Missed,
+    /// Every row of the range below this key: the scan goes on from it.
+    From(Vec<u8>),
+}
+
+/// Serves a pop from the front (`Order::window`) out of the window the
+/// last one read ahead, before any layer is looked at (in a write
+/// transaction, finding the buffers a scan must merge costs a search of
+/// each). The scan's start is where it would begin, past the known dead
+/// interval holding it; a window used up on the way is noted dead, so the
+/// pop after jumps it.
+pub fn from_window(
+    dead: &std::cell::RefCell<DeadRanges>,
+    table: Table,
+    (start, end): (&[u8], Option<&[u8]>),
+    order: Order,
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> FromWindow {
+    if !order.window || order.reverse {
+        return FromWindow::Missed;
+    }
+    let beyond = |k: &[u8]| end.is_some_and(|e| k >= e);
+    let past = {
+        let d = dead.borrow();
+        let at = d.find(table, start).map_or(start, |(_, e)| e);
+        let Some(w) = d.windows[table as usize].as_ref().filter(|w| w.covers(at)) else {
+            return FromWindow::Missed;
+        };
+        // Where no live row is left in the window: past the last row
+        // visited, or the start.
+        let mut dead_from = at.to_vec();
+        let from = w.rows.partition_point(|(k, _)| k.as_slice() < at);
+        for (k, v) in w.rows.range(from..) {
+            if beyond(k) || !visit(k, v) {
+                return FromWindow::Served;
+            }
+            dead_from.clone_from(k);
+            dead_from.push(0);
+        }
+        match &w.hi {
+            Some(hi) if !beyond(hi) => (dead_from, hi.clone()),
+            _ => return FromWindow::Served,
+        }
+    };
+    let (dead_from, hi) = past;
+    dead.borrow_mut().add(table, &dead_from, &hi);
+    FromWindow::From(hi)
 }
 
 /// Visits the live rows of `table` in `[start, end)` as the `layers`
@@ -224,13 +342,18 @@ pub fn scan(
 ) -> Result<(), StoreError> {
     let reverse = order.reverse;
     let ranges: Vec<_> = layers.iter().map(|l| l.ranges(table)).collect();
+    let windowed = dead.filter(|_| order.window && !reverse);
+    let first = match windowed {
+        Some(_) => WINDOW,
+        None => order.first.clamp(1, FIRST_CHUNK),
+    };
     let mut cursors: Vec<Cursor> = layers
         .iter()
         .map(|&layer| Cursor {
             layer,
             rows: VecDeque::new(),
             more: true,
-            chunk: order.first.clamp(1, FIRST_CHUNK),
+            chunk: first,
         })
         .collect();
     // Reversed scans start at the end (an empty key: no bound yet).
@@ -285,6 +408,21 @@ pub fn scan(
             crossed = true;
         }
     }
+    // A pop from the front takes its rows from the window the last one
+    // read ahead, if it holds the scan's position; past the window's end
+    // it reads on, and ahead, from there.
+    // A pop from the front reads ahead into a new window from where it
+    // starts (`from_window` served what the last one left).
+    let mut ahead = match (windowed, &pos) {
+        (Some(_), Pos::At(lo)) => Some(Window {
+            lo: lo.clone(),
+            hi: None,
+            rows: VecDeque::new(),
+        }),
+        _ => None,
+    };
+    // Whether `visit` has had all it wants (the rest is read ahead).
+    let mut done = false;
     loop {
         for c in &mut cursors {
             c.refill(table, (start, end), reverse, &pos)?;
@@ -312,6 +450,10 @@ pub fn scan(
             if crossed {
                 note_to_edge(&run);
             }
+            if let (Some(d), Some(mut w)) = (dead, ahead) {
+                w.hi = end.map(<[u8]>::to_vec);
+                d.borrow_mut().windows[table as usize] = Some(w);
+            }
             return Ok(());
         };
         // The winner's row, taken whole (its key is the scan's position
@@ -337,8 +479,8 @@ pub fn scan(
                     note(&run, &to);
                     crossed = false;
                 }
-                if !visit(&key, &value) {
-                    return Ok(());
+                if !done && !visit(&key, &value) {
+                    done = true;
                 }
                 // Rewritten in place: a new copy per row, grown again by
                 // the 0, was about a fifth of the samples under LRANGE.
@@ -346,6 +488,19 @@ pub fn scan(
                 run.extend_from_slice(&key);
                 if !reverse {
                     run.push(0);
+                }
+                if let Some(w) = &mut ahead {
+                    w.rows.push_back((key.clone(), value));
+                }
+                if let (Some(d), Some(w)) = (dead, ahead.take_if(|w| w.rows.len() >= WINDOW)) {
+                    // Read far enough ahead: every live row up to this one.
+                    d.borrow_mut().windows[table as usize] = Some(Window {
+                        hi: Some(run.clone()),
+                        ..w
+                    });
+                }
+                if done && ahead.is_none() {
+                    return Ok(());
                 }
                 pos = Pos::After(key);
             }
@@ -418,8 +573,18 @@ mod tests {
     /// Every row a scan finds, with each first chunk size: they all
     /// agree.
     fn all(layers: &[&dyn Layer], start: &str, end: Option<&str>, reverse: bool) -> Vec<String> {
-        let found = [1, 2, FIRST_CHUNK]
-            .map(|first| all_from(layers, (start, end), Order { reverse, first }));
+        let found = [1, 2, FIRST_CHUNK].map(|first| {
+            let window = false;
+            all_from(
+                layers,
+                (start, end),
+                Order {
+                    reverse,
+                    first,
+                    window,
+                },
+            )
+        });
         assert_eq!(found[0], found[2]);
         assert_eq!(found[1], found[2]);
         found[2].clone()
@@ -535,7 +700,11 @@ mod tests {
                     &[top, &bottom],
                     Table::Sub,
                     (start, end),
-                    Order { reverse, first },
+                    Order {
+                        reverse,
+                        first,
+                        window: false,
+                    },
                     dead,
                     &mut |k, _| {
                         found = Some(k.to_vec());
@@ -564,5 +733,108 @@ mod tests {
                 top.0.insert(k, Some(b"again".to_vec()));
             }
         }
+    }
+
+    /// Pops from the front that read ahead into a window, of one row or
+    /// of many, with rows written back, scans that pop nothing and scans
+    /// from inside the window now and then: each finds what a plain merge
+    /// finds, and most pops read no layer at all.
+    #[test]
+    fn windows_never_change_what_a_pop_finds() {
+        use std::cell::{Cell, RefCell};
+        /// Counts the fills it is asked for.
+        struct Counted<'a>(&'a Plain, &'a Cell<usize>);
+        impl Layer for Counted<'_> {
+            fn fill(
+                &self,
+                table: Table,
+                bounds: (Bound<&[u8]>, Bound<&[u8]>),
+                reverse: bool,
+                n: usize,
+                out: &mut VecDeque<(Vec<u8>, Entry)>,
+            ) -> Result<bool, StoreError> {
+                self.1.set(self.1.get() + 1);
+                self.0.fill(table, bounds, reverse, n, out)
+            }
+            fn ranges(&self, table: Table) -> Vec<KeyRange> {
+                self.0.ranges(table)
+            }
+        }
+        let mut rand = crate::util::test_rng(0x9e37_79b9_7f4a_7c15u64);
+        let key = |i: u64| format!("k{i:05}").into_bytes();
+        let bottom = Plain(
+            (0..5_000).map(|i| (key(i), Some(b"v".to_vec()))).collect(),
+            vec![],
+        );
+        let mut top = Plain(BTreeMap::new(), vec![]);
+        let dead = RefCell::new(DeadRanges::default());
+        let fills = Cell::new(0);
+        let first = |top: &Plain, dead: Option<&RefCell<DeadRanges>>, from: &[u8], n: usize| {
+            let mut found = Vec::new();
+            let mut visit = |k: &[u8], v: &[u8]| {
+                found.push((k.to_vec(), v.to_vec()));
+                found.len() < n
+            };
+            let order = Order {
+                reverse: false,
+                first: 1,
+                window: dead.is_some(),
+            };
+            let end: Option<&[u8]> = Some(b"l");
+            let mut from = from.to_vec();
+            if let Some(d) = dead {
+                match from_window(d, Table::Sub, (&from, end), order, &mut visit) {
+                    FromWindow::Served => return found,
+                    FromWindow::Missed => {}
+                    FromWindow::From(hi) => from = hi,
+                }
+            }
+            let unseen = Cell::new(0);
+            let counted = Counted(&bottom, if dead.is_some() { &fills } else { &unseen });
+            scan(
+                &[top, &counted],
+                Table::Sub,
+                (&from, end),
+                order,
+                dead,
+                &mut visit,
+            )
+            .unwrap();
+            found
+        };
+        let mut pops = 0;
+        for round in 0..3000 {
+            let from = match rand(8) {
+                0 => key(rand(5_000)),
+                _ => b"k".to_vec(),
+            };
+            // Now and then a pop of many, past a window's end.
+            let n = if rand(4) == 0 {
+                1 + rand(200) as usize
+            } else {
+                1
+            };
+            let plain = first(&top, None, &from, n);
+            let windowed = first(&top, Some(&dead), &from, n);
+            assert_eq!(windowed, plain, "round {round}");
+            // Now and then a scan that leaves what it found (its rows
+            // are still live for the next one).
+            if rand(3) == 0 {
+                continue;
+            }
+            for (k, _) in plain {
+                pops += 1;
+                dead.borrow_mut().deleted(Table::Sub, &k);
+                top.0.insert(k, None);
+            }
+            if rand(20) == 0 {
+                let k = key(rand(5_000));
+                dead.borrow_mut().touch(Table::Sub, &k);
+                top.0.insert(k, Some(b"again".to_vec()));
+            }
+        }
+        assert!(pops > 900, "{pops} pops");
+        // Most windowed pops read no layer at all.
+        assert!(fills.get() < 3000 * 2 / 3, "{} fills", fills.get());
     }
 }

@@ -1508,8 +1508,9 @@ impl<'t> WriteCtx<'t> {
         if table == Table::Meta {
             self.memo = None;
         }
-        if value.is_some() {
-            self.state.dead.get_mut().touch(table, key);
+        match value {
+            Some(_) => self.state.dead.get_mut().touch(table, key),
+            None => self.state.dead.get_mut().deleted(table, key),
         }
         self.overlay.rows[table as usize].insert(key.to_vec(), value);
     }
@@ -1777,6 +1778,7 @@ impl<'t> WriteCtx<'t> {
         let t = table as usize;
         self.writes += 1;
         self.memo = None;
+        self.state.dead.get_mut().cleared(table);
         self.overlay.rows[t].clear();
         self.overlay.ranges[t] = vec![(Vec::new(), None)];
         Ok(())
@@ -1839,16 +1841,20 @@ impl KvRead for WriteCtx<'_> {
         order: merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        let dead = &self.state.dead;
+        let rest;
+        let start = match merge::from_window(dead, table, (start, end), order, visit) {
+            merge::FromWindow::Served => return Ok(()),
+            merge::FromWindow::Missed => start,
+            merge::FromWindow::From(key) => {
+                rest = key;
+                &rest
+            }
+        };
         let top =
             (!self.overlay.untouched(table, start, end)).then_some(&self.overlay as &dyn Layer);
-        self.base.scan_under(
-            top,
-            Some(&self.state.dead),
-            table,
-            (start, end),
-            order,
-            visit,
-        )
+        self.base
+            .scan_under(top, Some(dead), table, (start, end), order, visit)
     }
 
     fn key_count(&self, db: u8) -> Result<i64, StoreError> {
