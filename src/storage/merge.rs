@@ -671,6 +671,15 @@ mod tests {
         assert_eq!(got[499], "k0001=v");
     }
 
+    /// A layer of `n` rows `k<i>` (zero-padded, so key order is number
+    /// order) holding `v`, and how to name the `i`th.
+    fn numbered(n: u64) -> (impl Fn(u64) -> Vec<u8>, Plain) {
+        let width = n.to_string().len();
+        let key = move |i: u64| format!("k{i:0width$}").into_bytes();
+        let rows = (0..n).map(|i| (key(i), Some(b"v".to_vec()))).collect();
+        (key, Plain(rows, vec![]))
+    }
+
     /// Pops from the front, the back and random points, with rows written
     /// back now and then: scans that jump over the dead runs noted by
     /// earlier ones find exactly what a plain merge finds.
@@ -678,11 +687,7 @@ mod tests {
     fn dead_ranges_never_change_what_a_scan_finds() {
         use std::cell::RefCell;
         let mut rand = crate::util::test_rng(0x2545_f491_4f6c_dd1du64);
-        let key = |i: u64| format!("k{i:04}").into_bytes();
-        let bottom = Plain(
-            (0..400).map(|i| (key(i), Some(b"v".to_vec()))).collect(),
-            vec![],
-        );
+        let (key, bottom) = numbered(400);
         let mut top = Plain(BTreeMap::new(), vec![]);
         let dead = RefCell::new(DeadRanges::default());
         let first =
@@ -761,11 +766,7 @@ mod tests {
             }
         }
         let mut rand = crate::util::test_rng(0x9e37_79b9_7f4a_7c15u64);
-        let key = |i: u64| format!("k{i:05}").into_bytes();
-        let bottom = Plain(
-            (0..5_000).map(|i| (key(i), Some(b"v".to_vec()))).collect(),
-            vec![],
-        );
+        let (key, bottom) = numbered(5_000);
         let mut top = Plain(BTreeMap::new(), vec![]);
         let dead = RefCell::new(DeadRanges::default());
         let fills = Cell::new(0);
