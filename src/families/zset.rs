@@ -988,7 +988,7 @@ fn pop_entries(
         let order = Order {
             reverse: max,
             first: usize::try_from(count).unwrap_or(usize::MAX),
-            // The next pop starts where this one stops.
+            // The next pop begins where this one stops.
             window: true,
         };
         walk_scores(w, &z.e.prefix, None, order, &mut |m, sc| {

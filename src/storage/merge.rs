@@ -255,9 +255,10 @@ pub struct Order {
     pub reverse: bool,
     /// Rows a layer reads in its first chunk.
     pub first: usize,
-    /// The scan pops from the front of its range: with the shard writer's
-    /// dead ranges, it reads ahead into a [`Window`] that the next pops
-    /// take their rows from. Forward scans only.
+    /// The scan pops the first rows of its range in its order (the front,
+    /// or reversed the back): with the shard writer's dead ranges, it
+    /// reads ahead into a [`Window`] that the next pops take their rows
+    /// from.
     pub window: bool,
 }
 
@@ -279,52 +280,118 @@ pub enum FromWindow {
     Served,
     /// Nothing: the window does not hold the scan's start.
     Missed,
-    /// Every row of the range below this key: the scan goes on from it.
-    From(Vec<u8>),
+    /// Every row of the range before this key in scan order (below it, or
+    /// reversed at or above it): the scan goes on from it, its new start
+    /// (reversed, its new end).
+    Rest(Vec<u8>),
 }
 
-/// Serves a pop from the front (`Order::window`) out of the window the
-/// last one read ahead, before any layer is looked at (in a write
-/// transaction, finding the buffers a scan must merge costs a search of
-/// each). The scan's start is where it would begin, past the known dead
-/// interval holding it; a window used up on the way is noted dead, so the
-/// pop after jumps it.
+/// Serves a pop (`Order::window`) out of the window the last one read
+/// ahead, before any layer is looked at (in a write transaction, finding
+/// the buffers a scan must merge costs a search of each). The scan begins
+/// where it would, past the known dead interval holding its first key; a
+/// window used up on the way is noted dead, so the pop after jumps it.
 pub fn from_window(
     dead: &std::cell::RefCell<DeadRanges>,
     table: Table,
-    (start, end): (&[u8], Option<&[u8]>),
+    bounds: (&[u8], Option<&[u8]>),
     order: Order,
     visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> FromWindow {
-    if !order.window || order.reverse {
+    if !order.window {
         return FromWindow::Missed;
     }
-    let beyond = |k: &[u8]| end.is_some_and(|e| k >= e);
-    let past = {
+    let used_up = {
         let d = dead.borrow();
-        let at = d.find(table, start).map_or(start, |(_, e)| e);
-        let Some(w) = d.windows[table as usize].as_ref().filter(|w| w.covers(at)) else {
+        let Some(w) = d.windows[table as usize].as_ref() else {
             return FromWindow::Missed;
         };
-        // Where no live row is left in the window: past the last row
-        // visited, or the start.
-        let mut dead_from = at.to_vec();
-        let from = w.rows.partition_point(|(k, _)| k.as_slice() < at);
-        for (k, v) in w.rows.range(from..) {
-            if beyond(k) || !visit(k, v) {
-                return FromWindow::Served;
-            }
-            dead_from.clone_from(k);
-            dead_from.push(0);
-        }
-        match &w.hi {
-            Some(hi) if !beyond(hi) => (dead_from, hi.clone()),
-            _ => return FromWindow::Served,
+        match order.reverse {
+            false => serve_front(&d, w, table, bounds, visit),
+            true => serve_back(&d, w, table, bounds, visit),
         }
     };
-    let (dead_from, hi) = past;
-    dead.borrow_mut().add(table, &dead_from, &hi);
-    FromWindow::From(hi)
+    let (lo, hi) = match used_up {
+        Ok(rows) => rows,
+        Err(done) => return done,
+    };
+    // Noted, so the next pop jumps it (its window starts, or reversed
+    // ends, where this one's did).
+    if let Some(hi) = &hi {
+        dead.borrow_mut().add(table, &lo, hi);
+    }
+    FromWindow::Rest(match order.reverse {
+        true => lo,
+        false => hi.expect("a forward scan goes on from the window's end"),
+    })
+}
+
+/// A used-up window's rows with no live row left (from the last row
+/// visited, or from where the scan began, to the window's edge), or what
+/// [`from_window`] answers without going on.
+type UsedUp = Result<(Vec<u8>, Option<Vec<u8>>), FromWindow>;
+
+/// [`from_window`] in key order: the window must hold the scan's first
+/// key.
+fn serve_front(
+    d: &DeadRanges,
+    w: &Window,
+    table: Table,
+    (start, end): (&[u8], Option<&[u8]>),
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> UsedUp {
+    let beyond = |k: &[u8]| end.is_some_and(|e| k >= e);
+    let at = d.find(table, start).map_or(start, |(_, e)| e);
+    if !w.covers(at) {
+        return Err(FromWindow::Missed);
+    }
+    let mut dead_from = at.to_vec();
+    let from = w.rows.partition_point(|(k, _)| k.as_slice() < at);
+    for (k, v) in w.rows.range(from..) {
+        if beyond(k) || !visit(k, v) {
+            return Err(FromWindow::Served);
+        }
+        dead_from.clone_from(k);
+        dead_from.push(0);
+    }
+    match &w.hi {
+        Some(hi) if !beyond(hi) => Ok((dead_from, Some(hi.clone()))),
+        _ => Err(FromWindow::Served),
+    }
+}
+
+/// [`from_window`] reversed: the scan begins below an upper bound (`None`:
+/// the table's end), which the window must reach.
+fn serve_back(
+    d: &DeadRanges,
+    w: &Window,
+    table: Table,
+    (start, end): (&[u8], Option<&[u8]>),
+    visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+) -> UsedUp {
+    let at = end.map(|e| d.below(table, e).unwrap_or(e));
+    let reaches = match (at, &w.hi) {
+        (_, None) => true,
+        (None, Some(_)) => false,
+        (Some(at), Some(hi)) => at <= hi.as_slice(),
+    };
+    if !reaches || at.is_some_and(|at| at <= w.lo.as_slice()) {
+        return Err(FromWindow::Missed);
+    }
+    let to = at.map_or(w.rows.len(), |at| {
+        w.rows.partition_point(|(k, _)| k.as_slice() < at)
+    });
+    let mut dead_to = at;
+    for (k, v) in w.rows.range(..to).rev() {
+        if k.as_slice() < start || !visit(k, v) {
+            return Err(FromWindow::Served);
+        }
+        dead_to = Some(k);
+    }
+    if w.lo.as_slice() <= start {
+        return Err(FromWindow::Served);
+    }
+    Ok((w.lo.clone(), dead_to.map(<[u8]>::to_vec)))
 }
 
 /// Visits the live rows of `table` in `[start, end)` as the `layers`
@@ -342,7 +409,7 @@ pub fn scan(
 ) -> Result<(), StoreError> {
     let reverse = order.reverse;
     let ranges: Vec<_> = layers.iter().map(|l| l.ranges(table)).collect();
-    let windowed = dead.filter(|_| order.window && !reverse);
+    let windowed = dead.filter(|_| order.window);
     let first = match windowed {
         Some(_) => WINDOW,
         None => order.first.clamp(1, FIRST_CHUNK),
@@ -408,14 +475,18 @@ pub fn scan(
             crossed = true;
         }
     }
-    // A pop from the front takes its rows from the window the last one
-    // read ahead, if it holds the scan's position; past the window's end
-    // it reads on, and ahead, from there.
-    // A pop from the front reads ahead into a new window from where it
-    // starts (`from_window` served what the last one left).
+    // A pop reads ahead into a new window from where it starts
+    // (`from_window` served what the last one left); reversed, the window
+    // ends there (an empty key: the table's end) and starts at the last
+    // row read.
     let mut ahead = match (windowed, &pos) {
-        (Some(_), Pos::At(lo)) => Some(Window {
-            lo: lo.clone(),
+        (Some(_), Pos::At(at)) if reverse => Some(Window {
+            lo: Vec::new(),
+            hi: (!at.is_empty()).then(|| at.clone()),
+            rows: VecDeque::new(),
+        }),
+        (Some(_), Pos::At(at)) => Some(Window {
+            lo: at.clone(),
             hi: None,
             rows: VecDeque::new(),
         }),
@@ -451,7 +522,10 @@ pub fn scan(
                 note_to_edge(&run);
             }
             if let (Some(d), Some(mut w)) = (dead, ahead) {
-                w.hi = end.map(<[u8]>::to_vec);
+                match reverse {
+                    true => w.lo = start.to_vec(),
+                    false => w.hi = end.map(<[u8]>::to_vec),
+                }
                 d.borrow_mut().windows[table as usize] = Some(w);
             }
             return Ok(());
@@ -490,14 +564,19 @@ pub fn scan(
                     run.push(0);
                 }
                 if let Some(w) = &mut ahead {
-                    w.rows.push_back((key.clone(), value));
+                    match reverse {
+                        true => w.rows.push_front((key.clone(), value)),
+                        false => w.rows.push_back((key.clone(), value)),
+                    }
                 }
-                if let (Some(d), Some(w)) = (dead, ahead.take_if(|w| w.rows.len() >= WINDOW)) {
-                    // Read far enough ahead: every live row up to this one.
-                    d.borrow_mut().windows[table as usize] = Some(Window {
-                        hi: Some(run.clone()),
-                        ..w
-                    });
+                if let (Some(d), Some(mut w)) = (dead, ahead.take_if(|w| w.rows.len() >= WINDOW)) {
+                    // Read far enough ahead: every live row up to this one
+                    // (from it, reversed).
+                    match reverse {
+                        true => w.lo = key.clone(),
+                        false => w.hi = Some(run.clone()),
+                    }
+                    d.borrow_mut().windows[table as usize] = Some(w);
                 }
                 if done && ahead.is_none() {
                     return Ok(());
@@ -740,7 +819,7 @@ mod tests {
         }
     }
 
-    /// Pops from the front that read ahead into a window, of one row or
+    /// Pops from either end that read ahead into a window, of one row or
     /// of many, with rows written back, scans that pop nothing and scans
     /// from inside the window now and then: each finds what a plain merge
     /// finds, and most pops read no layer at all.
@@ -770,43 +849,46 @@ mod tests {
         let mut top = Plain(BTreeMap::new(), vec![]);
         let dead = RefCell::new(DeadRanges::default());
         let fills = Cell::new(0);
-        let first = |top: &Plain, dead: Option<&RefCell<DeadRanges>>, from: &[u8], n: usize| {
+        let first = |top: &Plain, dead: Option<&RefCell<DeadRanges>>, from: &[u8], n, reverse| {
             let mut found = Vec::new();
             let mut visit = |k: &[u8], v: &[u8]| {
                 found.push((k.to_vec(), v.to_vec()));
                 found.len() < n
             };
             let order = Order {
-                reverse: false,
+                reverse,
                 first: 1,
                 window: dead.is_some(),
             };
-            let end: Option<&[u8]> = Some(b"l");
-            let mut from = from.to_vec();
+            // `k`: from the front (reversed, the back) of the rows; `m`:
+            // reversed, from the table's end (past `l`).
+            let (mut start, mut end) = match (reverse, from) {
+                (false, b"m") => (b"k".to_vec(), Some(b"l".to_vec())),
+                (false, _) => (from.to_vec(), Some(b"l".to_vec())),
+                (true, b"k") => (b"k".to_vec(), Some(b"l".to_vec())),
+                (true, b"m") => (b"k".to_vec(), None),
+                (true, _) => (b"k".to_vec(), Some(from.to_vec())),
+            };
             if let Some(d) = dead {
-                match from_window(d, Table::Sub, (&from, end), order, &mut visit) {
+                match from_window(d, Table::Sub, (&start, end.as_deref()), order, &mut visit) {
                     FromWindow::Served => return found,
                     FromWindow::Missed => {}
-                    FromWindow::From(hi) => from = hi,
+                    FromWindow::Rest(k) if reverse => end = Some(k),
+                    FromWindow::Rest(k) => start = k,
                 }
             }
             let unseen = Cell::new(0);
             let counted = Counted(&bottom, if dead.is_some() { &fills } else { &unseen });
-            scan(
-                &[top, &counted],
-                Table::Sub,
-                (&from, end),
-                order,
-                dead,
-                &mut visit,
-            )
-            .unwrap();
+            let layers: [&dyn Layer; 2] = [top, &counted];
+            let bounds = (&start[..], end.as_deref());
+            scan(&layers, Table::Sub, bounds, order, dead, &mut visit).unwrap();
             found
         };
         let mut pops = 0;
         for round in 0..3000 {
-            let from = match rand(8) {
-                0 => key(rand(5_000)),
+            let from = match rand(16) {
+                0 | 1 => key(rand(5_000)),
+                2 => b"m".to_vec(),
                 _ => b"k".to_vec(),
             };
             // Now and then a pop of many, past a window's end.
@@ -815,8 +897,10 @@ mod tests {
             } else {
                 1
             };
-            let plain = first(&top, None, &from, n);
-            let windowed = first(&top, Some(&dead), &from, n);
+            // Runs of pops from one end, then the other.
+            let reverse = (round / 50) % 2 == 1;
+            let plain = first(&top, None, &from, n, reverse);
+            let windowed = first(&top, Some(&dead), &from, n, reverse);
             assert_eq!(windowed, plain, "round {round}");
             // Now and then a scan that leaves what it found (its rows
             // are still live for the next one).

@@ -1843,12 +1843,15 @@ impl KvRead for WriteCtx<'_> {
     ) -> Result<(), StoreError> {
         let dead = &self.state.dead;
         let rest;
-        let start = match merge::from_window(dead, table, (start, end), order, visit) {
+        let (start, end) = match merge::from_window(dead, table, (start, end), order, visit) {
             merge::FromWindow::Served => return Ok(()),
-            merge::FromWindow::Missed => start,
-            merge::FromWindow::From(key) => {
+            merge::FromWindow::Missed => (start, end),
+            merge::FromWindow::Rest(key) => {
                 rest = key;
-                &rest
+                match order.reverse {
+                    true => (start, Some(&rest[..])),
+                    false => (&rest[..], end),
+                }
             }
         };
         let top =
