@@ -51,10 +51,10 @@ pub struct DeadRanges {
 /// Each ZPOPMIN merged all the layers again to find the first live score
 /// row: a seek in each buffer's ordered set and in the redb table, then
 /// the table rows the buffers deleted (the members popped before) to step
-/// over, about half of a pop's instructions. A scan that pops from the
-/// front (`Order::window`) reads [`WINDOW`] rows ahead instead and keeps
-/// them here; the pops after it take their rows from the window until it
-/// runs out. It stays exact because every write of the shard goes through
+/// over, about half of a pop's instructions. A scan that pops from either
+/// end of its range (`Order::window`) reads [`WINDOW`] rows ahead instead
+/// and keeps them here; the pops after it take their rows from the window
+/// until it runs out. It stays exact because every write of the shard goes through
 /// [`DeadRanges::touch`] (a row written in it drops it) or
 /// [`DeadRanges::deleted`] (a row deleted leaves it), and a cleared table
 /// drops it ([`DeadRanges::cleared`]).
