@@ -1105,6 +1105,20 @@ fn cleared(ranges: &[KeyRange], key: &[u8]) -> bool {
     ranges.iter().any(|(s, e)| in_range(key, s, e.as_deref()))
 }
 
+/// A row the overlay holds no entry for, as the transaction sees it:
+/// absent where a range it deleted covers it, else as `base` holds it.
+fn read_under(
+    base: &ReadCtx,
+    ranges: &[KeyRange],
+    table: Table,
+    key: &[u8],
+) -> Result<Option<Vec<u8>>, StoreError> {
+    match cleared(ranges, key) {
+        true => Ok(None),
+        false => base.get(table, key),
+    }
+}
+
 impl Overlay {
     /// What the transaction says of a row: `Some(entry)` if it decided it,
     /// `None` if the layers below do.
@@ -1580,11 +1594,7 @@ impl<'t> WriteCtx<'t> {
                 (old, Some(before))
             }
             Slot::Free(place) => {
-                let old = if cleared(&ranges[t], key) {
-                    None
-                } else {
-                    self.base.get(table, key)?
-                };
+                let old = read_under(self.base, &ranges[t], table, key)?;
                 if old.as_deref() == Some(value) {
                     (old, None)
                 } else {
@@ -1724,11 +1734,7 @@ impl<'t> WriteCtx<'t> {
                 (out, undo.then_some(Some(old)))
             }
             Slot::Free(place) => {
-                let old = if cleared(&ranges[t], key) {
-                    None
-                } else {
-                    self.base.get(Table::Meta, key)?
-                };
+                let old = read_under(self.base, &ranges[t], Table::Meta, key)?;
                 let (new, out) = f(old.as_deref());
                 let Some(new) = new else { return Ok(out) };
                 place.insert(key, Some(new));
