@@ -40,8 +40,7 @@ pub trait Layer {
 pub struct DeadRanges {
     /// Per table: start -> end (exclusive); disjoint, not touching.
     tables: [std::collections::BTreeMap<Vec<u8>, Vec<u8>>; 6],
-    /// Per table: the rows a pop from the front read ahead (see
-    /// [`Window`]).
+    /// Per table: the rows a pop read ahead (see [`Window`]).
     windows: [Option<Window>; 6],
 }
 
@@ -54,8 +53,8 @@ pub struct DeadRanges {
 /// over, about half of a pop's instructions. A scan that pops from either
 /// end of its range (`Order::window`) reads [`WINDOW`] rows ahead instead
 /// and keeps them here; the pops after it take their rows from the window
-/// until it runs out. It stays exact because every write of the shard goes through
-/// [`DeadRanges::touch`] (a row written in it drops it) or
+/// until it runs out. It stays exact because every write of the shard
+/// goes through [`DeadRanges::touch`] (a row written in it drops it) or
 /// [`DeadRanges::deleted`] (a row deleted leaves it), and a cleared table
 /// drops it ([`DeadRanges::cleared`]).
 #[derive(Debug, Clone)]
@@ -72,7 +71,7 @@ impl Window {
     }
 }
 
-/// Rows a pop from the front reads ahead into a [`Window`].
+/// Rows a pop reads ahead into a [`Window`].
 const WINDOW: usize = 64;
 
 /// Intervals kept per table at most: past it the table's are forgotten.
@@ -145,10 +144,7 @@ impl DeadRanges {
         if !w.covers(key) {
             return;
         }
-        // A pop takes the window's first row.
-        if w.rows.front().is_some_and(|(k, _)| k.as_slice() == key) {
-            w.rows.pop_front();
-        } else if let Ok(i) = w.rows.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
+        if let Ok(i) = w.rows.binary_search_by(|(k, _)| k.as_slice().cmp(key)) {
             w.rows.remove(i);
         }
     }
@@ -274,7 +270,7 @@ impl Order {
 }
 
 /// What [`from_window`] did for a scan.
-#[derive(Debug, PartialEq)]
+#[derive(Debug)]
 pub enum FromWindow {
     /// Everything: the visitor stopped, or the range has no more rows.
     Served,
