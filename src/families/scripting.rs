@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::command::args::is;
 use crate::command::flag;
+use crate::command::table::CommandSpec;
 use crate::command::{self, Args};
 use crate::net::atomic::Atomic;
 use crate::net::session::{Action, Session, ANY_SHARD};
@@ -247,8 +248,8 @@ impl Host for LocalHost<'_, '_> {
         crate::acl::check::allows(&self.session, argv)
     }
 
-    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
-        let action = script_action(&mut self.session, argv, resp3, &self.run);
+    fn call(&mut self, spec: &'static CommandSpec, argv: Vec<Bytes>, resp3: bool) -> Reply {
+        let action = script_action(&mut self.session, spec, argv, resp3, &self.run);
         let out = match action.into_shard_op() {
             // Each command counts its own changes, as alone.
             Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => self.w.counting(f),
@@ -315,14 +316,18 @@ struct ScriptHost<'a> {
     failure: Option<CoordError>,
 }
 
-/// The action of a command a script calls, built as a client's command
-/// would be, in the script's session; the call is counted (commandstats)
-/// and a write marks the script as having written (UNKILLABLE).
-fn script_action(session: &mut Session, argv: Vec<Bytes>, resp3: bool, run: &KillHandle) -> Action {
+/// The action of a command a script calls (`spec`, found by the VM), built
+/// as a client's command would be, in the script's session; the call is
+/// counted (commandstats) and a write marks the script as having written
+/// (UNKILLABLE).
+fn script_action(
+    session: &mut Session,
+    spec: &'static CommandSpec,
+    argv: Vec<Bytes>,
+    resp3: bool,
+    run: &KillHandle,
+) -> Action {
     let args = Args::new(argv);
-    let Some(spec) = command::lookup(args.get(0)) else {
-        return Reply::err("Unknown Redis command called from script").into();
-    };
     let counted = command::call_spec(spec, &args).unwrap_or(spec);
     if let Some(r) = crate::acl::check::script_refusal(session, counted, &args) {
         return r.into();
@@ -384,11 +389,11 @@ impl Host for ScriptHost<'_> {
         crate::acl::check::allows(&self.session, argv)
     }
 
-    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
+    fn call(&mut self, spec: &'static CommandSpec, argv: Vec<Bytes>, resp3: bool) -> Reply {
         if self.failure.is_some() {
             return Reply::err("storage failure earlier in this script");
         }
-        let action = script_action(&mut self.session, argv, resp3, &self.run);
+        let action = script_action(&mut self.session, spec, argv, resp3, &self.run);
         match self.at.run(action) {
             Ok(r) => r,
             Err(e) => {

@@ -125,6 +125,7 @@ mod tests {
     use bytes::Bytes;
 
     use super::Engines;
+    use crate::command::table::CommandSpec;
     use crate::protocol::reply::Reply;
     use crate::scripting::Host;
 
@@ -132,7 +133,7 @@ mod tests {
     struct NoCommands;
 
     impl Host for NoCommands {
-        fn call(&mut self, _argv: Vec<Bytes>, _resp3: bool) -> Reply {
+        fn call(&mut self, _: &'static CommandSpec, _: Vec<Bytes>, _: bool) -> Reply {
             Reply::Nil
         }
     }

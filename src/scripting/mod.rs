@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::command::table::CommandSpec;
 use crate::protocol::reply::Reply;
 
 pub use engines::{Engines, MemoryStats};
@@ -62,7 +63,10 @@ pub trait Host {
     /// exists, arity, not flagged `noscript` (unless
     /// [`Host::allows_noscript`]), and no write command in a read-only
     /// script. Must not call back into the [`ScriptVm`].
-    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply;
+    ///
+    /// `spec` is the command `argv[0]` names (for a container such as
+    /// CONFIG, the container itself), as the VM found it for those checks.
+    fn call(&mut self, spec: &'static CommandSpec, argv: Vec<Bytes>, resp3: bool) -> Reply;
 
     /// Whether scripts may call commands flagged `noscript` (DEBUG
     /// SET-DISABLE-DENY-SCRIPTS); by default they may not.

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::{Host, ScriptVm};
 
 const BAD_NAME: &str = "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
+use crate::command::table::CommandSpec;
 use crate::protocol::reply::Reply;
 
 /// Answers a few string commands from a map, like a tiny Redis.
@@ -19,7 +20,7 @@ struct FakeHost {
 }
 
 impl Host for FakeHost {
-    fn call(&mut self, argv: Vec<Bytes>, resp3: bool) -> Reply {
+    fn call(&mut self, _spec: &'static CommandSpec, argv: Vec<Bytes>, resp3: bool) -> Reply {
         self.calls.push(argv.clone());
         let name = argv[0].to_ascii_lowercase();
         match name.as_slice() {

@@ -23,6 +23,7 @@ use super::convert::{self, as_number, fmt_g, reply_to_lua};
 use super::registry::Registry;
 use super::{sha1::sha1_hex, shebang, Host, KillHandle, KillState, ScriptFlags};
 use crate::command::flag;
+use crate::command::table::{self, CommandSpec, LastLookup};
 use crate::protocol::reply::Reply;
 
 /// Chunk name of the engine's own Lua code: its frames are skipped when an
@@ -285,6 +286,9 @@ pub(crate) struct RunState {
     pub(crate) error: Option<(String, String, i64)>,
     /// Functions registered so far by the library being loaded.
     pub(crate) loading: Option<Vec<super::functions::Registered>>,
+    /// The command scripts called last: a script calling one command over
+    /// and over finds it with one comparison.
+    last: LastLookup,
 }
 
 /// Clears the host pointer and the running flag however `run` ends.
@@ -839,43 +843,49 @@ fn command_args(args: &MultiValue) -> Result<Vec<Bytes>, String> {
 
 /// The command-table row a script call names (a subcommand's row for
 /// container commands), or Redis's error when there is none.
-fn command_spec(argv: &[Bytes]) -> Option<&'static crate::command::table::CommandSpec> {
-    use crate::command::table;
-    let spec = table::lookup(&argv[0])?;
+/// The command `argv` calls and the spec its checks go by: for a
+/// container (CONFIG, OBJECT...) the subcommand's.
+fn command_spec(
+    last: &mut LastLookup,
+    argv: &[Bytes],
+) -> Option<(&'static CommandSpec, &'static CommandSpec)> {
+    let spec = last.find(&argv[0])?;
     if argv.len() >= 2 && table::is_container(spec) {
-        return table::subcommand_of(spec, &argv[1].to_ascii_lowercase());
+        return Some((
+            spec,
+            table::subcommand_of(spec, &argv[1].to_ascii_lowercase())?,
+        ));
     }
-    Some(spec)
+    Some((spec, spec))
 }
 
 /// Runs one `redis.call`/`redis.pcall`: checks as Redis does, then asks the
 /// host. An error comes back as its reply text.
 fn script_call(run: &Mutex<RunState>, args: &MultiValue) -> Result<(Reply, bool), String> {
     let argv = command_args(args)?;
-    let spec = command_spec(&argv)
+    let mut st = run.lock();
+    let (command, spec) = command_spec(&mut st.last, &argv)
         .ok_or_else(|| "ERR Unknown Redis command called from script".to_owned())?;
     if !spec.arity_ok(argv.len()) {
         return Err("ERR Wrong number of args calling Redis command from script".to_owned());
     }
-    let (ptr, resp3) = {
-        let st = run.lock();
-        // Read-only scripts refuse what may replicate (PUBLISH, PFCOUNT's
-        // cached cardinality) like writes, as Redis does.
-        if st.ro && (spec.has(flag::WRITE) || spec.may_replicate()) {
-            return Err("ERR Write commands are not allowed from read-only scripts.".to_owned());
-        }
-        match &st.host {
-            Some(h) => (h.0, st.resp3),
-            None => return Err("ERR redis.call is not available here".to_owned()),
-        }
+    // Read-only scripts refuse what may replicate (PUBLISH, PFCOUNT's
+    // cached cardinality) like writes, as Redis does.
+    if st.ro && (spec.has(flag::WRITE) || spec.may_replicate()) {
+        return Err("ERR Write commands are not allowed from read-only scripts.".to_owned());
+    }
+    let Some(HostPtr(ptr)) = st.host else {
+        return Err("ERR redis.call is not available here".to_owned());
     };
+    let resp3 = st.resp3;
+    drop(st);
     // SAFETY: see HostPtr; the RunState lock is released so the host may
     // take as long as it needs.
     let host = unsafe { &mut *ptr };
     if spec.has(flag::NOSCRIPT) && !host.allows_noscript() {
         return Err("ERR This Redis command is not allowed from script".to_owned());
     }
-    let reply = host.call(argv, resp3);
+    let reply = host.call(command, argv, resp3);
     Ok((reply, resp3))
 }
 
@@ -1022,10 +1032,12 @@ fn redis_table(lua: &Lua, run: &Arc<Mutex<RunState>>) -> mlua::Result<Table> {
         "acl_check_cmd",
         lua.create_function(move |_, args: MultiValue| {
             let argv = command_args(&args).map_err(raise)?;
-            if command_spec(&argv).is_none() {
+            let mut st = r.lock();
+            if command_spec(&mut st.last, &argv).is_none() {
                 return Err(raise("ERR Invalid command passed to redis.acl_check_cmd()"));
             }
-            let ptr = r.lock().host.as_ref().map(|h| h.0);
+            let ptr = st.host.as_ref().map(|h| h.0);
+            drop(st);
             Ok(match ptr {
                 // SAFETY: see HostPtr.
                 Some(p) => unsafe { (*p).acl_check(&argv) },
