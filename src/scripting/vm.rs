@@ -841,8 +841,6 @@ fn command_args(args: &MultiValue) -> Result<Vec<Bytes>, String> {
         .collect()
 }
 
-/// The command-table row a script call names (a subcommand's row for
-/// container commands), or Redis's error when there is none.
 /// The command `argv` calls and the spec its checks go by: for a
 /// container (CONFIG, OBJECT...) the subcommand's.
 fn command_spec(
