@@ -56,7 +56,26 @@ impl Allocator {
     fn rounded(size: usize, align: usize) -> usize {
         (size + align - 1) & !(align - 1)
     }
+
+    /// A new block for `layout`: from `plain` (given the size rounded up
+    /// to the alignment) where that gives the alignment, else from
+    /// `aligned` (given the size and the alignment).
+    #[inline]
+    unsafe fn block(layout: std::alloc::Layout, plain: PlainFn, aligned: AlignedFn) -> *mut u8 {
+        let (size, align) = (layout.size(), layout.align());
+        if align <= PLAIN_ALIGN {
+            plain(Allocator::rounded(size, align)).cast()
+        } else {
+            aligned(size, align).cast()
+        }
+    }
 }
+
+/// mimalloc's `mi_malloc` or `mi_zalloc`.
+type PlainFn = unsafe extern "C" fn(usize) -> *mut std::ffi::c_void;
+
+/// mimalloc's `mi_malloc_aligned` or `mi_zalloc_aligned`.
+type AlignedFn = unsafe extern "C" fn(usize, usize) -> *mut std::ffi::c_void;
 
 // SAFETY: a layout aligned to `PLAIN_ALIGN` or less is served by the plain
 // API with a size that is a multiple of its alignment, which mimalloc
@@ -65,22 +84,14 @@ impl Allocator {
 unsafe impl std::alloc::GlobalAlloc for Allocator {
     #[inline]
     unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        if align <= PLAIN_ALIGN {
-            libmimalloc_sys::mi_malloc(Allocator::rounded(size, align)).cast()
-        } else {
-            libmimalloc_sys::mi_malloc_aligned(size, align).cast()
-        }
+        use libmimalloc_sys::{mi_malloc, mi_malloc_aligned};
+        Allocator::block(layout, mi_malloc, mi_malloc_aligned)
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
-        let (size, align) = (layout.size(), layout.align());
-        if align <= PLAIN_ALIGN {
-            libmimalloc_sys::mi_zalloc(Allocator::rounded(size, align)).cast()
-        } else {
-            libmimalloc_sys::mi_zalloc_aligned(size, align).cast()
-        }
+        use libmimalloc_sys::{mi_zalloc, mi_zalloc_aligned};
+        Allocator::block(layout, mi_zalloc, mi_zalloc_aligned)
     }
 
     #[inline]
