@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use bytes::Bytes;
 
 use super::{Host, ScriptVm};
+use crate::command::table::CommandSpec;
 
 const BAD_NAME: &str = "Library names can only contain letters, numbers, or underscores(_) and must be at least one character long";
-use crate::command::table::CommandSpec;
 use crate::protocol::reply::Reply;
 
 /// Answers a few string commands from a map, like a tiny Redis.

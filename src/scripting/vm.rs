@@ -855,7 +855,8 @@ impl mlua::FromLuaMulti for CallArgs {
     /// argument a `Value` first (a registry reference for a string), then
     /// reads the string back through it under mlua's lock: that was 4% of
     /// an EVALSHA calling one command. (This hook is hidden in mlua's
-    /// docs; the version is pinned, and a change to it fails to build.)
+    /// docs; Cargo.lock holds the version, and a change to the hook fails
+    /// to build.)
     unsafe fn from_stack_multi(
         n: std::ffi::c_int,
         lua: &mlua::state::RawLua,
@@ -864,6 +865,9 @@ impl mlua::FromLuaMulti for CallArgs {
         if n == 0 {
             return Ok(CallArgs(Err(NO_ARGS.to_owned())));
         }
+        // SAFETY: mlua calls this with the `n` arguments on top of the
+        // stack of `state`; a string's bytes are copied while it is there,
+        // and nothing is pushed or popped.
         let state = lua.state();
         let argv = (-n..0)
             .map(|i| match ffi::lua_type(state, i) {
