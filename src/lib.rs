@@ -64,7 +64,10 @@ impl Allocator {
     unsafe fn block(layout: std::alloc::Layout, plain: PlainFn, aligned: AlignedFn) -> *mut u8 {
         let (size, align) = (layout.size(), layout.align());
         if align <= PLAIN_ALIGN {
-            plain(Allocator::rounded(size, align)).cast()
+            let p: *mut u8 = plain(Allocator::rounded(size, align)).cast();
+            // Every test run checks the promise on every block it makes.
+            debug_assert!((p as usize).is_multiple_of(align));
+            p
         } else {
             aligned(size, align).cast()
         }
@@ -103,7 +106,10 @@ unsafe impl std::alloc::GlobalAlloc for Allocator {
     unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
         let align = layout.align();
         if align <= PLAIN_ALIGN {
-            libmimalloc_sys::mi_realloc(ptr.cast(), Allocator::rounded(new_size, align)).cast()
+            let p: *mut u8 =
+                libmimalloc_sys::mi_realloc(ptr.cast(), Allocator::rounded(new_size, align)).cast();
+            debug_assert!((p as usize).is_multiple_of(align));
+            p
         } else {
             libmimalloc_sys::mi_realloc_aligned(ptr.cast(), new_size, align).cast()
         }
