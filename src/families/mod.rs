@@ -445,10 +445,11 @@ impl Session {
         let (db, name) = (self.db, key.clone());
         let server = self.server.clone();
         let (shard, slot) = self.shard_and_slot(key);
+        let spot = server.access.spot(db, key);
         Action::Write {
             shard,
             f: Box::new(move |w| {
-                server.access.touch(db, &name, w.now_ms());
+                server.access.touch_at(spot, w.now_ms());
                 settle(f(
                     w,
                     Key {

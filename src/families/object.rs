@@ -29,6 +29,10 @@ const SLOTS_LOG2: u32 = 20;
 /// Redis's counter for a new key (LFU_INIT_VAL).
 const LFU_INIT: u64 = 5;
 
+/// A key's slot in the [`AccessClock`] and its tag there.
+#[derive(Debug, Clone, Copy)]
+pub struct Spot(usize, u64);
+
 /// Last access time and LFU counter per key, approximately (see the
 /// module comment).
 pub struct AccessClock {
@@ -89,8 +93,26 @@ impl AccessClock {
     /// not change is not written, so that hot keys read by several threads
     /// do not bounce its cache line between them.
     pub fn touch(&self, db: u8, key: &[u8], now_ms: u64) {
+        self.touch_spot(Self::locate(db, key), now_ms);
+    }
+
+    /// Where a key's access is recorded, with its cache line asked for
+    /// now: the table is too large to stay cached, and a command that
+    /// runs later (in its shard's batch) then finds the line there
+    /// instead of stalling on it (`touch_spot`).
+    pub fn spot(&self, db: u8, key: &[u8]) -> Spot {
+        let spot = Self::locate(db, key);
+        crate::util::prefetch(&self.slots[spot.0]);
+        Spot(spot.0, spot.1)
+    }
+
+    /// [`AccessClock::touch`] at a spot found by [`AccessClock::spot`].
+    pub fn touch_at(&self, spot: Spot, now_ms: u64) {
+        self.touch_spot((spot.0, spot.1), now_ms);
+    }
+
+    fn touch_spot(&self, (i, tag): (usize, u64), now_ms: u64) {
         let now = now_ms / 1000;
-        let (i, tag) = Self::locate(db, key);
         let old = self.slots[i].load(Ordering::Relaxed);
         let counter = match unpack(old, tag) {
             Some((c, at)) => grow(decay(c, now.saturating_sub(at))),
