@@ -578,6 +578,15 @@ impl Session {
                     .collect();
                 let f = f.clone();
                 pending.push(locked.send(id, move |w| {
+                    // `f` runs once per key (each key's events take their
+                    // own place), and nearly every write begins with its
+                    // key's meta row: all of them are warmed first, so
+                    // their cache misses overlap (see `ReadCtx::warm`).
+                    let metas: Vec<Vec<u8>> = mine
+                        .iter()
+                        .map(|(_, name, slot)| crate::storage::encoding::meta_key(db, *slot, name))
+                        .collect();
+                    w.warm(crate::storage::Table::Meta, &metas);
                     let mut total = 0;
                     for (at, name, slot) in &mine {
                         w.message_place = (place, *at);

@@ -566,9 +566,7 @@ pub fn mset(s: &mut Session, a: Args) -> Action {
         move |w, ks| {
             // Each key's meta row key is built once: warmed, then written.
             let meta_keys: Vec<Vec<u8>> = ks.iter().map(|k| k.meta_key()).collect();
-            for m in &meta_keys {
-                w.warm(Table::Meta, m);
-            }
+            w.warm(Table::Meta, &meta_keys);
             for (k, m) in ks.iter().zip(&meta_keys) {
                 put_string_at(w, *k, m, &lookup[k.name], 0)?;
             }

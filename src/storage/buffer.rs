@@ -416,15 +416,22 @@ impl Buffer {
         covered.then_some(None)
     }
 
-    /// Loads the row of `key`, if this buffer holds one, into the cache,
-    /// and says whether it does: see [`ReadCtx::warm`](super::ReadCtx::warm).
-    pub fn warm(&self, table: Table, key: &[u8]) -> bool {
+    /// Loads the rows of `keys` this buffer holds into the cache, and
+    /// keeps in `keys` only those it does not hold: see
+    /// [`ReadCtx::warm`](super::ReadCtx::warm). One lock for them all: its
+    /// atomic between two lookups would keep their misses from overlapping.
+    pub fn warm(&self, table: Table, keys: &mut Vec<&[u8]>) {
         let t = self.tables.read_recursive();
-        let row = t.rows[table as usize].get(key);
-        if let Some(v) = row {
-            std::hint::black_box(v.value.as_deref().and_then(|v| v.first()));
-        }
-        row.is_some()
+        let rows = &t.rows[table as usize];
+        keys.retain(|key| {
+            let row = rows.get(*key);
+            if let Some(v) = row {
+                // The entry spans more than one cache line: a lookup reads
+                // the sequence as well as the value.
+                std::hint::black_box((v.seq, v.value.as_deref().and_then(|v| v.first())));
+            }
+            row.is_none()
+        });
     }
 
     /// The ranges a reader at `s` sees deleted.

@@ -360,16 +360,18 @@ impl ReadCtx {
         Ok(n.max(0) as u64)
     }
 
-    /// Loads the buffered row of `key` into the cache without reading it
-    /// out. A command about to look up several rows (MSET) warms them all
-    /// first: each lookup is a cache miss into a large map, and made back
-    /// to back the misses overlap instead of coming one at a time between
-    /// the writes.
-    pub fn warm(&self, table: Table, key: &[u8]) {
+    /// Loads the buffered rows of `keys` into the cache without reading
+    /// them out. A command about to look up several rows (MSET) warms them
+    /// all first: each lookup is a cache miss into a large map, and made
+    /// back to back the misses overlap instead of coming one at a time
+    /// between the writes.
+    pub fn warm(&self, table: Table, keys: &[Vec<u8>]) {
+        let mut left: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
         for b in &self.layers {
-            if b.warm(table, key) {
+            if left.is_empty() {
                 return;
             }
+            b.warm(table, &mut left);
         }
     }
 
@@ -1566,8 +1568,8 @@ impl<'t> WriteCtx<'t> {
     }
 
     /// See [`ReadCtx::warm`].
-    pub fn warm(&self, table: Table, key: &[u8]) {
-        self.base.warm(table, key);
+    pub fn warm(&self, table: Table, keys: &[Vec<u8>]) {
+        self.base.warm(table, keys);
     }
 
     /// Writes a row and returns the value it replaced. A row that already
