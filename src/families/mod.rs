@@ -568,14 +568,18 @@ impl Session {
             let mut pending = Vec::with_capacity(uniq.len());
             // Each key's events take its place among the arguments.
             let place = locked.reserve_place();
-            for id in uniq {
-                let mine: Vec<(u64, Bytes, u16)> = keys
-                    .iter()
-                    .zip(ids.iter().zip(&slots))
-                    .enumerate()
-                    .filter(|(_, (_, (&i, _)))| i == id)
-                    .map(|(at, (k, (_, &slot)))| (at as u64, k.clone(), slot))
-                    .collect();
+            // Each shard's keys, with their places, moved rather than
+            // cloned: a key is a slice of the connection's read buffer,
+            // whose shared count every clone and drop changes, and the
+            // shards drop theirs on other threads.
+            let mut parts: Vec<Vec<(u64, Bytes, u16)>> = vec![Vec::new(); uniq.len()];
+            for (at, (k, (id, &slot))) in keys.into_iter().zip(ids.iter().zip(&slots)).enumerate() {
+                let part = uniq
+                    .binary_search(id)
+                    .expect("every key's shard is in uniq");
+                parts[part].push((at as u64, k, slot));
+            }
+            for (id, mine) in uniq.into_iter().zip(parts) {
                 let f = f.clone();
                 pending.push(locked.send(id, move |w| {
                     // `f` runs once per key (each key's events take their

@@ -543,24 +543,42 @@ pub fn mget(s: &mut Session, a: Args) -> Action {
 
 /// Splits MSET-style arguments into keys and values, or the arity error.
 fn pairs(a: &Args) -> Result<(Vec<Bytes>, Vec<Bytes>), Reply> {
-    let rest = a.from(1);
-    if !rest.len().is_multiple_of(2) {
-        return Err(Reply::err(format!(
+    if let Some(r) = unpaired(a) {
+        return Err(r);
+    }
+    Ok(a.from(1)
+        .chunks(2)
+        .map(|p| (p[0].clone(), p[1].clone()))
+        .unzip())
+}
+
+/// The arity error of MSET-style arguments whose count is odd.
+fn unpaired(a: &Args) -> Option<Reply> {
+    (!a.from(1).len().is_multiple_of(2)).then(|| {
+        Reply::err(format!(
             "wrong number of arguments for '{}' command",
             a.name_lower()
-        )));
-    }
-    Ok(rest.chunks(2).map(|p| (p[0].clone(), p[1].clone())).unzip())
+        ))
+    })
 }
 
 /// MSET key value [key value ...]
 pub fn mset(s: &mut Session, a: Args) -> Action {
-    let (keys, values) = match pairs(&a) {
-        Ok(p) => p,
-        Err(r) => return r.into(),
-    };
-    // Later pairs win, as in Redis: the map keeps the last value of each key.
-    let lookup: ValueMap = keys.iter().cloned().zip(values).collect();
+    if let Some(r) = unpaired(&a) {
+        return r.into();
+    }
+    // The arguments are moved, not cloned: each clone and drop of a slice
+    // of the read buffer changes a count its connection's thread shares.
+    // Later pairs win, as in Redis: the map keeps the last value of each
+    // key; `keys` keeps every key in order, repeats included.
+    let n = a.len() / 2;
+    let mut keys = Vec::with_capacity(n);
+    let mut lookup = ValueMap::with_capacity_and_hasher(n, Default::default());
+    let mut rest = a.into_vec().into_iter().skip(1);
+    while let (Some(k), Some(v)) = (rest.next(), rest.next()) {
+        keys.push(k.clone());
+        lookup.insert(k, v);
+    }
     s.write_each_shard(
         keys,
         move |w, ks| {
