@@ -469,10 +469,9 @@ impl Session {
         keys: Vec<Bytes>,
         f: impl FnOnce(&[&dyn KvRead], &[Key]) -> OpResult + Send + 'static,
     ) -> Action {
-        let now = crate::shard::now_ms();
-        for k in &keys {
-            self.server.access.touch(self.db, k, now);
-        }
+        self.server
+            .access
+            .touch_all(self.db, &keys, crate::shard::now_ms());
         self.read_many_untouched(keys, f)
     }
 
@@ -539,10 +538,9 @@ impl Session {
         // Each key's slot is hashed once, here: the keys given to `f` carry it.
         let (ids, slots): (Vec<usize>, Vec<u16>) =
             keys.iter().map(|k| shards.shard_and_slot(k)).unzip();
-        let now = crate::shard::now_ms();
-        for k in &keys {
-            self.server.access.touch(db, k, now);
-        }
+        self.server
+            .access
+            .touch_all(db, &keys, crate::shard::now_ms());
         if ids.windows(2).all(|w| w[0] == w[1]) {
             return Action::Write {
                 shard: ids[0],

@@ -106,6 +106,16 @@ impl AccessClock {
         Spot(spot.0, spot.1)
     }
 
+    /// [`AccessClock::touch`] of several keys: every slot's line is asked
+    /// for first, so that their misses overlap (MSET's ten keys touched
+    /// one after the other were 7% of its time at pipeline 16).
+    pub fn touch_all(&self, db: u8, keys: &[bytes::Bytes], now_ms: u64) {
+        let spots: Vec<Spot> = keys.iter().map(|k| self.spot(db, k)).collect();
+        for spot in spots {
+            self.touch_at(spot, now_ms);
+        }
+    }
+
     /// [`AccessClock::touch`] at a spot found by [`AccessClock::spot`].
     pub fn touch_at(&self, spot: Spot, now_ms: u64) {
         self.touch_spot((spot.0, spot.1), now_ms);
