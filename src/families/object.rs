@@ -67,23 +67,18 @@ fn pack(tag: u64, counter: u64, secs: u64) -> u64 {
 }
 
 impl AccessClock {
-    fn locate(db: u8, key: &[u8]) -> (usize, u64) {
+    fn locate(db: u8, key: &[u8]) -> Spot {
         // A fixed seed is enough: keys that share a slot only share an
         // approximate access time, as Redis's sampling approximates too.
         use std::hash::BuildHasher;
         let h = foldhash::fast::FixedState::with_seed(0x63_61_69_72_6e).hash_one((db, key));
-        ((h & ((1 << SLOTS_LOG2) - 1)) as usize, (h >> 40) | 1)
-    }
-
-    /// Slot `i`'s (counter, seconds) if it holds `tag`.
-    fn read_slot(&self, i: usize, tag: u64) -> Option<(u64, u64)> {
-        unpack(self.slots[i].load(Ordering::Relaxed), tag)
+        Spot((h & ((1 << SLOTS_LOG2) - 1)) as usize, (h >> 40) | 1)
     }
 
     /// The key's slot's (counter, seconds) if the slot belongs to it.
     fn read(&self, db: u8, key: &[u8]) -> Option<(u64, u64)> {
-        let (i, tag) = Self::locate(db, key);
-        self.read_slot(i, tag)
+        let Spot(i, tag) = Self::locate(db, key);
+        unpack(self.slots[i].load(Ordering::Relaxed), tag)
     }
 
     /// Records an access at `now_ms` (the command's clock, so that a read
@@ -93,17 +88,17 @@ impl AccessClock {
     /// not change is not written, so that hot keys read by several threads
     /// do not bounce its cache line between them.
     pub fn touch(&self, db: u8, key: &[u8], now_ms: u64) {
-        self.touch_spot(Self::locate(db, key), now_ms);
+        self.touch_at(Self::locate(db, key), now_ms);
     }
 
     /// Where a key's access is recorded, with its cache line asked for
     /// now: the table is too large to stay cached, and a command that
     /// runs later (in its shard's batch) then finds the line there
-    /// instead of stalling on it (`touch_spot`).
+    /// instead of stalling on it (`touch_at`).
     pub fn spot(&self, db: u8, key: &[u8]) -> Spot {
         let spot = Self::locate(db, key);
         crate::util::prefetch(&self.slots[spot.0]);
-        Spot(spot.0, spot.1)
+        spot
     }
 
     /// [`AccessClock::touch`] of several keys: every slot's line is asked
@@ -117,11 +112,7 @@ impl AccessClock {
     }
 
     /// [`AccessClock::touch`] at a spot found by [`AccessClock::spot`].
-    pub fn touch_at(&self, spot: Spot, now_ms: u64) {
-        self.touch_spot((spot.0, spot.1), now_ms);
-    }
-
-    fn touch_spot(&self, (i, tag): (usize, u64), now_ms: u64) {
+    pub fn touch_at(&self, Spot(i, tag): Spot, now_ms: u64) {
         let now = now_ms / 1000;
         let old = self.slots[i].load(Ordering::Relaxed);
         let counter = match unpack(old, tag) {
@@ -137,7 +128,7 @@ impl AccessClock {
     /// Sets a key's idle time or frequency (RESTORE IDLETIME / FREQ).
     pub fn set(&self, db: u8, key: &[u8], idle_secs: Option<u64>, freq: Option<u64>) {
         let now = now_secs();
-        let (i, tag) = Self::locate(db, key);
+        let Spot(i, tag) = Self::locate(db, key);
         let at = now.saturating_sub(idle_secs.unwrap_or(0));
         let counter = freq.unwrap_or(LFU_INIT).min(255);
         self.slots[i].store(pack(tag, counter, at), Ordering::Relaxed);
