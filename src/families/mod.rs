@@ -550,6 +550,7 @@ impl Session {
                         .zip(&slots)
                         .map(|(name, &slot)| Key { db, slot, name })
                         .collect();
+                    warm_metas(w, ks.iter().copied());
                     settle(f(w, &ks).map(combine))
                 }),
             };
@@ -581,14 +582,15 @@ impl Session {
                 let f = f.clone();
                 pending.push(locked.send(id, move |w| {
                     // `f` runs once per key (each key's events take their
-                    // own place), and nearly every write begins with its
-                    // key's meta row: all of them are warmed first, so
-                    // their cache misses overlap (see `ReadCtx::warm`).
-                    let metas: Vec<Vec<u8>> = mine
-                        .iter()
-                        .map(|(_, name, slot)| crate::storage::encoding::meta_key(db, *slot, name))
-                        .collect();
-                    w.warm(crate::storage::Table::Meta, &metas);
+                    // own place): the keys are warmed together first.
+                    warm_metas(
+                        w,
+                        mine.iter().map(|(_, name, slot)| Key {
+                            db,
+                            slot: *slot,
+                            name,
+                        }),
+                    );
                     let mut total = 0;
                     for (at, name, slot) in &mine {
                         w.message_place = (place, *at);
@@ -618,6 +620,14 @@ impl Session {
             }
         })
     }
+}
+
+/// Loads the meta rows of `keys` into the cache before a write of each
+/// (see `ReadCtx::warm`): nearly every write begins with its key's meta
+/// row, and looked up together their cache misses overlap.
+fn warm_metas<'k>(w: &WriteCtx, keys: impl Iterator<Item = Key<'k>>) {
+    let metas: Vec<Vec<u8>> = keys.map(|k| k.meta_key()).collect();
+    w.warm(crate::storage::Table::Meta, &metas);
 }
 
 /// The shape of SINTERSTORE, ZUNIONSTORE, ZRANGESTORE and BITOP: `load`

@@ -9,7 +9,7 @@ use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::shard::now_ms;
 use crate::storage::keyspace::{self, Key};
-use crate::storage::{KeyType, KvRead, Meta, Table, WriteCtx};
+use crate::storage::{KeyType, KvRead, Meta, WriteCtx};
 use crate::util::{lcs as lcs_algo, num};
 
 /// Largest string Redis lets SETRANGE/APPEND build (proto-max-bulk-len).
@@ -582,11 +582,9 @@ pub fn mset(s: &mut Session, a: Args) -> Action {
     s.write_each_shard(
         keys,
         move |w, ks| {
-            // Each key's meta row key is built once: warmed, then written.
-            let meta_keys: Vec<Vec<u8>> = ks.iter().map(|k| k.meta_key()).collect();
-            w.warm(Table::Meta, &meta_keys);
-            for (k, m) in ks.iter().zip(&meta_keys) {
-                put_string_at(w, *k, m, &lookup[k.name], 0)?;
+            // The meta rows were warmed by `write_each_shard`.
+            for k in ks {
+                put_string_at(w, *k, &k.meta_key(), &lookup[k.name], 0)?;
             }
             w.count_changes(ks.len() as u64);
             Ok(0)
