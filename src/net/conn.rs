@@ -1,12 +1,12 @@
 //! One connection: read, split into commands, dispatch, reply in order with
 //! one write per batch of pipelined requests.
 //!
-//! Ordering: a client's writes to one shard are sent to that shard's actor
+//! Ordering: a client's writes to one shard are queued on that shard
 //! without waiting, so a pipeline shares group commits. Before anything runs
 //! on a different shard, the client waits for its writes in flight, so
 //! another client can never see a later write of this client before an
 //! earlier one. A read on the shard that has this client's writes in flight
-//! goes through the actor (behind those writes) instead of a snapshot.
+//! is queued on the shard (behind those writes) instead of a snapshot.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -178,7 +178,7 @@ fn in_order<T>(
 enum Inflight {
     /// Nothing in flight.
     None,
-    /// Writes queued on one shard's actor.
+    /// Writes queued on one shard.
     Shard(usize),
     /// Commands queued with the coordinator (which runs them in order).
     Coordinator,
@@ -188,8 +188,8 @@ enum Inflight {
 ///
 /// # Squashing
 /// Consecutive writes of one pipelined batch are collected before they are
-/// sent. If they all go to one shard they are queued on its actor one by one
-/// (and share its group commit). If they span shards, they go to the
+/// sent. If they all go to one shard they run at once if it is free, and
+/// are otherwise queued on it (and share its group commit). If they span shards, they go to the
 /// coordinator as one group that commits on all its shards at once: the
 /// client's writes then become visible together, so no one can see a later
 /// one before an earlier one, and the client need not wait for each shard in
@@ -264,7 +264,9 @@ impl Outbox {
                 Ok(replies) => replies.into_iter().map(Slot::Ready).collect(),
                 Err(writes) => {
                     self.inflight = Inflight::Shard(first);
-                    writes.into_iter().map(|f| self.submit(first, f)).collect()
+                    let slots = writes.into_iter().map(|f| self.enqueue(first, f)).collect();
+                    self.server.shards.kick(first);
+                    slots
                 }
             };
             in_order(slots.into_iter().zip(tos), ready, |slot, to| {
@@ -331,8 +333,9 @@ impl Outbox {
             }
             Err(fs) => {
                 for (f, tx) in fs.into_iter().zip(txs) {
-                    shards.submit_with(shard, f, tx);
+                    shards.enqueue_with(shard, f, tx);
                 }
+                shards.kick(shard);
             }
         }
         self.inflight = Inflight::Shard(shard);
@@ -361,10 +364,10 @@ impl Outbox {
         Err(shards.coordinator().submit(ids, blind, plan))
     }
 
-    /// Queues `f` on the actor of shard `id`, where this client's writes
-    /// are in flight, guarded if scripts of the client are (see
-    /// [`Behind`]).
-    fn submit(&self, id: usize, f: WriteFn) -> Slot {
+    /// Queues `f` on shard `id`, where this client's writes are in
+    /// flight, guarded if scripts of the client are (see [`Behind`]); the
+    /// caller kicks the shard (`ShardSet::kick`) once it has queued all.
+    fn enqueue(&self, id: usize, f: WriteFn) -> Slot {
         let shards = &self.server.shards;
         match &self.behind {
             Some(behind) => {
@@ -374,9 +377,9 @@ impl Outbox {
                     "beside a script's shard"
                 );
                 let (f, retry) = behind.guard(id, f, None);
-                Slot::Waiting(shards.submit(id, f), Some(retry))
+                Slot::Waiting(shards.enqueue(id, f), Some(retry))
             }
-            None => Slot::Waiting(shards.submit(id, f), None),
+            None => Slot::Waiting(shards.enqueue(id, f), None),
         }
     }
 
@@ -544,7 +547,7 @@ impl Drop for Busy<'_> {
 
 /// At most this many busy connections (`Server::busy_clients`), a
 /// pipeline's scripts run on the connection's thread in batches of their
-/// own; with more, they go to the shard's actor, whose batches gather
+/// own; with more, they are queued on the shard, whose next batch gathers
 /// many clients' scripts under one commit. EVALSHA -c 50 -P 16 took 15%
 /// fewer requests a second when every client ran its own (batches of two
 /// or so, at each change of shard), and 1.5-1.9x more at -c 4.
@@ -1104,7 +1107,8 @@ async fn execute(
         Action::Read { shard, f } => {
             outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {
-                let slot = outbox.submit(shard, super::session::read_in_write(f));
+                let slot = outbox.enqueue(shard, super::session::read_in_write(f));
+                server.shards.kick(shard);
                 outbox.push_slot(slot, to);
             } else {
                 if outbox.inflight != Inflight::None {

@@ -1,15 +1,17 @@
-//! The shard actor: mailbox -> batch -> one write transaction -> commit ->
+//! The shard actor: queue -> batch -> one write transaction -> commit ->
 //! replies; plus the reaper tick, the durability timer and the coordinator
 //! protocol (see the parent module).
 //!
 //! The shard's state lives in a [`ShardCore`] behind a mutex that the actor
 //! takes for each message. A client thread may take it too, when it is
-//! free, and run its own writes there ([`ShardCore::run_here`]): an idle
-//! shard then costs a write no hand-off to the actor's thread and back,
-//! two thread wake-ups that cost more than the write itself on a small
-//! machine. Writes still apply one batch at a time, in the order the core
-//! is taken; the actor remains the path for everything else (a busy shard,
-//! `always` group commits, coordinators, timers).
+//! free, and run the queued writes and its own there
+//! ([`ShardCore::run_here`]), and runs what others queue meanwhile as it
+//! gives the core back ([`Taken`]): a write then costs no hand-off to the
+//! actor's thread and back, two thread wake-ups that cost more than the
+//! write itself on a small machine. Writes still apply one batch at a
+//! time, in the order they were queued; the actor remains the path for
+//! everything else (`always` group commits, coordinators, timers, a core
+//! held by a thread that leaves its queue to the actor).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -40,14 +42,132 @@ pub struct Submit {
     pub reply: tokio::sync::oneshot::Sender<Reply>,
 }
 
-impl Message for Submit {
-    type Result = ();
+/// The writes waiting for a shard's next batch, oldest first, outside
+/// its core so that a client can queue one while another thread holds
+/// the core. Whoever takes the core next runs them, before anything of
+/// its own: a client thread that found it free (`ShardSet::kick`), the
+/// coordinator's round, or the actor, which is woken only when no one
+/// else could take them. So a queued write never waits for the actor's
+/// thread to wake while another client is running writes here, and
+/// writes still apply in the order they were queued.
+#[derive(Default)]
+pub struct Queue {
+    writes: Vec<Submit>,
+    /// A thread holds the core as a [`Taken`], and will run what is queued
+    /// (or wake the actor for it) when it gives the core back.
+    held: bool,
+    /// A `Drain` is in the actor's mailbox, not yet handled: the writes
+    /// queued meanwhile need no other.
+    woken: bool,
+    /// The shard has shut down: no write queued now will run.
+    closed: bool,
 }
 
-/// Commit whatever is queued (sent to itself once per mailbox drain).
-struct Flush;
+impl Queue {
+    /// Queues a write, or hands it back once the shard has shut down (to
+    /// be dropped outside the lock: its client reads the closed channel).
+    pub(super) fn push(&mut self, write: Submit) -> Option<Submit> {
+        if self.closed {
+            return Some(write);
+        }
+        self.writes.push(write);
+        None
+    }
 
-impl Message for Flush {
+    /// Whether the actor must be woken for what is queued: there is
+    /// something and no `Drain` is on its way (one is, from now on).
+    pub(super) fn needs_wake(&mut self) -> bool {
+        !self.writes.is_empty() && !std::mem::replace(&mut self.woken, true)
+    }
+
+    /// Whether a thread holding the core as a [`Taken`] will see to what
+    /// is queued now.
+    pub(super) fn held(&self) -> bool {
+        self.held
+    }
+}
+
+/// How many batches of others' writes a thread giving the core back runs
+/// before it leaves the rest to the actor (see [`Taken`]).
+const HANDOVER_BATCHES: usize = 4;
+
+/// A shard's core, taken by a thread that sees to the writes queued while
+/// it held it: while it is held (`Queue::held`), a client queueing a write
+/// leaves it there rather than waking the actor, and giving the core back
+/// runs them, `HANDOVER_BATCHES` batches at most, or wakes the actor for
+/// them where this thread may not run writes (`ShardCore::runs_here`). At
+/// pipeline 1, two clients' writes meeting on a shard cost the actor's
+/// thread a wake-up each (a quarter to a half of them under EVALSHA -c 50)
+/// when a queued write always woke it.
+pub struct Taken<'a> {
+    core: std::mem::ManuallyDrop<parking_lot::MutexGuard<'a, ShardCore>>,
+    /// Taken by the shard's actor, which may run any write.
+    actor: bool,
+}
+
+impl<'a> Taken<'a> {
+    /// Holds a core just locked: by its actor (`actor`), or by a client's
+    /// thread.
+    pub fn new(core: parking_lot::MutexGuard<'a, ShardCore>, actor: bool) -> Taken<'a> {
+        core.shared.queue.lock().held = true;
+        Taken {
+            core: std::mem::ManuallyDrop::new(core),
+            actor,
+        }
+    }
+
+    /// Whether this thread may run the queued writes now.
+    fn may_run(&self) -> bool {
+        use std::sync::atomic::Ordering::Acquire;
+        self.actor || (self.core.runs_here() && self.core.shared.mailed.load(Acquire) == 0)
+    }
+}
+
+impl std::ops::Deref for Taken<'_> {
+    type Target = ShardCore;
+
+    fn deref(&self) -> &ShardCore {
+        &self.core
+    }
+}
+
+impl std::ops::DerefMut for Taken<'_> {
+    fn deref_mut(&mut self) -> &mut ShardCore {
+        &mut self.core
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let mut batches = 0;
+        loop {
+            let may_run = batches < HANDOVER_BATCHES && self.may_run();
+            let mut queue = self.core.shared.queue.lock();
+            if queue.writes.is_empty() || !may_run {
+                queue.held = false;
+                let wake = queue.needs_wake();
+                drop(queue);
+                let shared = wake.then(|| self.core.shared.clone());
+                // SAFETY: the guard is dropped once, here, and not used
+                // after: this is the end of `drop`.
+                unsafe { std::mem::ManuallyDrop::drop(&mut self.core) };
+                if let Some(shared) = shared {
+                    shared.send_drain();
+                }
+                return;
+            }
+            drop(queue);
+            self.core.flush();
+            batches += 1;
+        }
+    }
+}
+
+/// Run what is queued (see [`Queue`]): mailed by a client that queued a
+/// write while the core was taken, or not for a client thread to run.
+pub struct Drain;
+
+impl Message for Drain {
     type Result = ();
 }
 
@@ -87,28 +207,28 @@ impl Message for Lock {
 /// The actor: the shard's mailbox and timers, over its core.
 pub struct ShardActor {
     core: Arc<parking_lot::Mutex<ShardCore>>,
-    flush_scheduled: bool,
 }
 
 impl ShardActor {
     /// The actor of a shard's core.
     pub fn new(core: Arc<parking_lot::Mutex<ShardCore>>) -> ShardActor {
-        ShardActor {
-            core,
-            flush_scheduled: false,
-        }
+        ShardActor { core }
+    }
+
+    /// Its core, taken by the actor (see [`Taken`]).
+    fn take(&self) -> Taken<'_> {
+        Taken::new(self.core.lock(), true)
     }
 }
 
-/// A shard's mutable state: its counters, the queue of writes for the next
-/// batch and its durability bookkeeping. Whoever holds it (the actor, or a
+/// A shard's mutable state: its counters and its durability bookkeeping
+/// (the writes for its next batch wait in `ShardShared::queue`). Whoever holds it (the actor, or a
 /// client thread in [`ShardCore::run_here`]) is the shard's one writer.
 pub struct ShardCore {
     shared: Arc<ShardShared>,
     state: ShardState,
     durability: Arc<crate::config::DurabilityCell>,
     max_batch: usize,
-    queue: Vec<Submit>,
     /// Set once the shard has shut down: no write runs after its last sync.
     closed: bool,
     /// Commits made with Durability::None since the last durable one.
@@ -138,7 +258,6 @@ impl ShardCore {
             state,
             durability,
             max_batch,
-            queue: Vec::new(),
             closed: false,
             unsynced: false,
             last_round: 0,
@@ -182,19 +301,19 @@ impl ShardCore {
     }
 
     /// Runs a client's writes here, on the caller's thread, in one batch
-    /// after whatever the actor has queued (their clients get their replies
-    /// as from the actor), and returns their replies in order; or hands the
-    /// writes back, untouched, when the shard should take them through its
-    /// mailbox instead (see [`ShardCore::runs_here`]).
+    /// after whatever is queued (their clients get their replies as from
+    /// the actor), and returns their replies in order; or hands the writes
+    /// back, untouched, when the shard should take them through its actor
+    /// instead (see [`ShardCore::runs_here`]).
     pub fn run_here(&mut self, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
         if !self.runs_here() {
             return Err(writes);
         }
-        // The writes the actor has queued go first, in the same batch. The
-        // caller's own are told apart by having no channel: their replies
-        // come back here, without one channel each (at pipeline 1 the
-        // channel and the queue's growth were ~10% of a batch's own work).
-        let queued = std::mem::take(&mut self.queue);
+        // The queued writes go first, in the same batch. The caller's own
+        // are told apart by having no channel: their replies come back
+        // here, without one channel each (at pipeline 1 the channel and
+        // the queue's growth were ~10% of a batch's own work).
+        let queued = self.take_queued();
         let n = queued.len() + writes.len();
         let batch = queued
             .into_iter()
@@ -211,16 +330,26 @@ impl ShardCore {
         Ok(replies)
     }
 
-    /// Applies the queued ops in one transaction, commits, replies.
-    fn flush(&mut self) {
-        if self.queue.is_empty() {
-            return;
-        }
-        let batch = std::mem::take(&mut self.queue);
-        let n = batch.len();
-        for (reply, tx) in self.run_batch(batch.into_iter().map(|s| (s.f, s.reply)), n) {
-            // The client may have gone; its write stands regardless.
-            let _ = tx.send(reply);
+    /// The writes queued so far (see [`Queue`]), taken out.
+    fn take_queued(&self) -> Vec<Submit> {
+        std::mem::take(&mut self.shared.queue.lock().writes)
+    }
+
+    /// Applies the queued writes, `max_batch` to a transaction, commits,
+    /// replies. Writes queued meanwhile are their queuers' to run, or the
+    /// actor's: a thread running this never works for others forever.
+    pub(super) fn flush(&mut self) {
+        let mut queued = self.take_queued().into_iter();
+        loop {
+            let batch: Vec<Submit> = queued.by_ref().take(self.max_batch).collect();
+            if batch.is_empty() {
+                return;
+            }
+            let n = batch.len();
+            for (reply, tx) in self.run_batch(batch.into_iter().map(|s| (s.f, s.reply)), n) {
+                // The client may have gone; its write stands regardless.
+                let _ = tx.send(reply);
+            }
         }
     }
 
@@ -465,7 +594,7 @@ impl ShardCore {
     /// thread; not while the write buffers are past half their cap, where
     /// commits are slowed down by sleeping (see `Store::commit`); not once
     /// the shard has shut down.
-    fn runs_here(&self) -> bool {
+    pub(super) fn runs_here(&self) -> bool {
         let calm = self.shared.store().is_ok_and(|s| s.calm());
         !self.closed && self.durability.get() != Durability::Always && calm
     }
@@ -669,7 +798,7 @@ fn round_aborted() -> StoreError {
 /// until this thread runs them, between polls of the plans' futures; a
 /// blind plan sends them all when it is called, so one pass runs it.
 pub(super) fn run_round_here(
-    cores: &mut [parking_lot::MutexGuard<'_, ShardCore>],
+    cores: &mut [Taken<'_>],
     locked: Arc<super::coordinator::Locked>,
     plans: Vec<super::coordinator::Plan>,
     round: super::coordinator::CommitRound,
@@ -733,7 +862,7 @@ pub(super) fn run_round_here(
         }
     }
     drop(futs);
-    let rollback = |cores: &mut [parking_lot::MutexGuard<'_, ShardCore>], why: Reply| {
+    let rollback = |cores: &mut [Taken<'_>], why: Reply| {
         for core in cores.iter_mut() {
             core.reload_state();
         }
@@ -868,9 +997,9 @@ impl ShardCore {
         }
     }
 
-    /// A message counted in `mailed` has left the mailbox: its writes are
-    /// in the queue (or, for a `Lock`, the core is held until they commit),
-    /// so a connection running writes here can no longer overtake them.
+    /// A `Lock` counted in `mailed` has left the mailbox: the core is held
+    /// until its round commits, so a connection running writes here can no
+    /// longer overtake it.
     fn taken_from_mailbox(&self) {
         use std::sync::atomic::Ordering::AcqRel;
         self.shared.mailed.fetch_sub(1, AcqRel);
@@ -879,6 +1008,13 @@ impl ShardCore {
     /// Commits what is queued, makes it durable and takes no more writes.
     fn shut_down(&mut self) {
         self.flush();
+        let left = {
+            let mut queue = self.shared.queue.lock();
+            queue.closed = true;
+            std::mem::take(&mut queue.writes)
+        };
+        // Queued after the last batch: their clients read a closed channel.
+        drop(left);
         self.kept_base = None;
         if self.unsynced {
             if let Err(e) = self.sync() {
@@ -895,38 +1031,20 @@ impl Actor for ShardActor {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Clients may flood the mailbox; never let it push back on them.
         ctx.set_mailbox_capacity(1 << 24);
-        ctx.run_interval(REAPER_INTERVAL, |act, _| act.core.lock().reap_tick());
-        ctx.run_interval(Duration::from_millis(100), |act, _| {
-            act.core.lock().sync_tick()
-        });
+        ctx.run_interval(REAPER_INTERVAL, |act, _| act.take().reap_tick());
+        ctx.run_interval(Duration::from_millis(100), |act, _| act.take().sync_tick());
     }
 }
 
-impl Handler<Submit> for ShardActor {
+impl Handler<Drain> for ShardActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Submit, ctx: &mut Self::Context) {
-        let mut core = self.core.lock();
-        core.queue.push(msg);
-        core.taken_from_mailbox();
-        if core.queue.len() >= core.max_batch {
-            core.flush();
-        } else if !self.flush_scheduled {
-            // actix runs notified messages after it has drained the mailbox,
-            // so this Flush commits everything that arrived meanwhile (a
-            // client thread running its writes here may commit them first).
-            self.flush_scheduled = true;
-            ctx.notify(Flush);
-        }
-    }
-}
-
-impl Handler<Flush> for ShardActor {
-    type Result = ();
-
-    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
-        self.flush_scheduled = false;
-        self.core.lock().flush();
+    fn handle(&mut self, _: Drain, _: &mut Self::Context) {
+        let mut core = self.take();
+        // Writes queued from here on need a Drain of their own, unless
+        // this batch takes them (then that Drain finds nothing).
+        core.shared.queue.lock().woken = false;
+        core.flush();
     }
 }
 
@@ -934,7 +1052,7 @@ impl Handler<Lock> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Lock, _: &mut Self::Context) {
-        let mut core = self.core.lock();
+        let mut core = self.take();
         core.taken_from_mailbox();
         core.serve_lock(msg);
     }
@@ -944,7 +1062,7 @@ impl Handler<Reopen> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Reopen, _: &mut Self::Context) {
-        let mut core = self.core.lock();
+        let mut core = self.take();
         let r = core.reopen();
         if let Err(e) = &r {
             tracing::error!(shard = core.shared.id, error = %e, "DEBUG RELOAD cannot reopen the shard");
@@ -957,7 +1075,7 @@ impl Handler<Shutdown> for ShardActor {
     type Result = ();
 
     fn handle(&mut self, msg: Shutdown, ctx: &mut Self::Context) {
-        self.core.lock().shut_down();
+        self.take().shut_down();
         ctx.stop();
         let _ = msg.done.send(());
     }

@@ -2,16 +2,19 @@
 //! only writer of `<dir>/shard-<i>.redb`.
 //!
 //! # Group commit
-//! Connections send write ops into the actor's mailbox. The actor queues
-//! them and, once the mailbox is drained (or `max_batch` ops are queued),
-//! applies the whole batch in one redb write transaction, commits it under the
-//! durability policy, and only then replies to every op. Many clients' writes
-//! share one commit and one fsync.
+//! Connections queue write ops on the shard (`actor::Queue`). Whoever
+//! takes the shard's core next applies everything queued as one batch, in
+//! one write transaction (`max_batch` ops at most), commits it under the
+//! durability policy, and only then replies to every op. Many clients'
+//! writes share one commit and one fsync.
 //!
-//! Under `everysec` and `no`, a connection whose shard is idle runs its
-//! writes itself, as one batch, holding the shard's core (see `actor`):
-//! the actor's thread is not woken for them. Only the thread differs; the
-//! batch, its commit and the order of batches are the same.
+//! Under `everysec` and `no`, that is usually a connection's thread: one
+//! that finds the core free runs the queue and its own writes itself, and
+//! one that gives the core back runs what was queued while it held it (see
+//! `actor::Taken`). The actor's thread is woken only for writes no client
+//! thread may run: under `always` (the fsync must not hold a client
+//! thread), or while the core is taken otherwise. Only the thread differs;
+//! the batch, its commit and the order of batches are the same.
 //!
 //! # Reads
 //! Reads do not visit the actor: a connection opens a redb read transaction
@@ -157,11 +160,15 @@ pub struct ShardShared {
     /// share it until the next commit, so a read-mostly load opens one redb
     /// read transaction per commit instead of one per request.
     snapshot_cache: parking_lot::Mutex<Option<(u64, Arc<ReadCtx>)>>,
-    /// Messages that carry writes (`Submit`, a coordinator's `Lock`) sent
-    /// to the actor and not yet taken from its mailbox: a connection runs
-    /// its writes itself only while there are none, so that they never
-    /// overtake writes sent earlier (see `ShardSet::run_here`).
+    /// Coordinators' `Lock`s sent to the actor and not yet taken from its
+    /// mailbox: a connection runs its writes itself only while there are
+    /// none, so that they never overtake a round that asked for the shard
+    /// earlier (see `ShardSet::run_here`).
     pub mailed: std::sync::atomic::AtomicUsize,
+    /// The writes waiting for the shard's next batch.
+    pub(super) queue: parking_lot::Mutex<actor::Queue>,
+    /// The shard's actor, set once it has started.
+    pub(super) actor: std::sync::OnceLock<actix::Addr<actor::ShardActor>>,
     /// Per database: keys, keys with an expiry, their mean expiry time.
     counts: [[AtomicI64; 3]; DATABASES],
 }
@@ -191,7 +198,24 @@ impl ShardShared {
             watches: Arc::default(),
             snapshot_cache: parking_lot::Mutex::new(None),
             mailed: Default::default(),
+            queue: Default::default(),
+            actor: Default::default(),
             counts: std::array::from_fn(|_| Default::default()),
+        }
+    }
+
+    /// Wakes the actor for the writes queued (see `actor::Queue`), unless
+    /// a `Drain` is on its way already.
+    pub(super) fn wake_actor(&self) {
+        if self.queue.lock().needs_wake() {
+            self.send_drain();
+        }
+    }
+
+    /// Mails the actor a `Drain`, which `Queue::needs_wake` said it needs.
+    pub(super) fn send_drain(&self) {
+        if let Some(actor) = self.actor.get() {
+            actor.do_send(actor::Drain);
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::actor::{ShardActor, ShardCore, Shutdown, Submit};
+use super::actor::{ShardActor, ShardCore, Shutdown, Submit, Taken};
 use super::{ShardShared, WriteFn};
 use crate::cluster;
 use crate::config::{Config, Durability};
@@ -295,6 +295,9 @@ impl ShardSet {
             })
             .map_err(dir_err(&dir))?;
         let (addrs, system) = rx.recv().expect("actix system started");
+        for (shard, addr) in shared.iter().zip(&addrs) {
+            let _ = shard.actor.set(addr.clone());
+        }
         tracing::info!(shards = n, dir = %cfg.dir.display(), durability = cfg.durability.name(), "shards open");
         Ok(Arc::new_cyclic(|me| ShardSet {
             switches,
@@ -358,8 +361,8 @@ impl ShardSet {
         &self.shared
     }
 
-    /// Sends a message that carries writes (`Submit`, `Lock`) to shard
-    /// `id`'s actor, counted in its `mailed` until the actor takes it.
+    /// Sends a coordinator's `Lock` to shard `id`'s actor, counted in its
+    /// `mailed` until the actor takes it.
     pub(super) fn mail<M>(&self, id: usize, msg: M)
     where
         M: Message<Result = ()> + Send + 'static,
@@ -376,25 +379,66 @@ impl ShardSet {
         &self.coordinator
     }
 
-    /// Queues a write on a shard; the receiver yields its reply after commit.
+    /// Queues a write on a shard and sees it run (see [`ShardSet::kick`]);
+    /// the receiver yields its reply after commit.
     pub fn submit(&self, id: usize, f: WriteFn) -> tokio::sync::oneshot::Receiver<Reply> {
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        self.submit_with(id, f, tx);
+        let rx = self.enqueue(id, f);
+        self.kick(id);
         rx
     }
 
     /// [`ShardSet::submit`], replying through a channel the caller made
     /// (whose receiver already holds the reply's place in its queue).
     pub fn submit_with(&self, id: usize, f: WriteFn, reply: tokio::sync::oneshot::Sender<Reply>) {
-        self.mail(id, Submit { f, reply });
+        self.enqueue_with(id, f, reply);
+        self.kick(id);
+    }
+
+    /// Queues a write on a shard without running anything: a caller
+    /// queueing several calls [`ShardSet::kick`] once after the last, so
+    /// that they run as one batch.
+    pub fn enqueue(&self, id: usize, f: WriteFn) -> tokio::sync::oneshot::Receiver<Reply> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.enqueue_with(id, f, tx);
+        rx
+    }
+
+    /// [`ShardSet::enqueue`], replying through a channel the caller made.
+    pub fn enqueue_with(&self, id: usize, f: WriteFn, reply: tokio::sync::oneshot::Sender<Reply>) {
+        let refused = self.shared[id].queue.lock().push(Submit { f, reply });
+        drop(refused);
+    }
+
+    /// Sees the writes queued on shard `id` run: by the thread holding
+    /// the core, when it gives the core back (see `actor::Taken`); else
+    /// here and now, with the core taken, if a client thread may run
+    /// writes (see [`ShardSet::run_here`]); else by the actor, woken if no
+    /// `Drain` is on its way.
+    pub fn kick(&self, id: usize) {
+        use std::sync::atomic::Ordering::Acquire;
+        let shared = &self.shared[id];
+        if shared.queue.lock().held() {
+            return;
+        }
+        if shared.mailed.load(Acquire) == 0 {
+            if let Some(core) = self.cores[id].try_lock() {
+                let mut core = Taken::new(core, false);
+                if core.runs_here() {
+                    core.flush();
+                }
+                // Giving it back wakes the actor for what is left.
+                return;
+            }
+        }
+        shared.wake_actor();
     }
 
     /// Runs a client's writes to shard `id` on the calling thread if the
-    /// shard is free (see `ShardCore::run_here`), returning their replies;
-    /// otherwise hands the writes back, for [`ShardSet::submit`]. Free
-    /// means its core is not held and no write waits in its mailbox: writes
-    /// sent to the actor earlier, by any client, are applied first, as the
-    /// mailbox alone would order them. (Without this, a client that was
+    /// shard is free (see `ShardCore::run_here`), after whatever is queued
+    /// there, returning their replies; otherwise hands the writes back,
+    /// for [`ShardSet::submit`]. Free means its core is not held and no
+    /// coordinator's round waits in its mailbox. Writes queued earlier, by
+    /// any client, are applied first. (Without that, a client that was
     /// seen blocked in XREADGROUP could have its first read overtaken by
     /// the XADD meant to wake it, and lose the entry to a later reader.)
     pub fn run_here(&self, id: usize, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
@@ -403,7 +447,7 @@ impl ShardSet {
             return Err(writes);
         }
         match self.cores[id].try_lock() {
-            Some(mut core) => core.run_here(writes),
+            Some(core) => Taken::new(core, false).run_here(writes),
             None => Err(writes),
         }
     }
@@ -430,10 +474,10 @@ impl ShardSet {
     /// Runs a round of blind plans, in order, on the calling thread (a
     /// client's, or the coordinator task's) if every shard they name is
     /// free, returning their replies; otherwise hands them back. Free
-    /// means, as for [`ShardSet::run_here`], no write waiting in any of
-    /// their mailboxes and every core taken here (with try-lock, in
-    /// ascending order), and, for a client (`client`), the coordinator
-    /// quiet.
+    /// means, as for [`ShardSet::run_here`], no coordinator's round
+    /// waiting in any of their mailboxes and every core taken here (with
+    /// try-lock, in ascending order), and, for a client (`client`), the
+    /// coordinator quiet. Writes queued on those shards commit first.
     ///
     /// The round's id is taken with the cores held and before the
     /// mailboxes (and the coordinator) are checked again: a round of the
@@ -464,7 +508,7 @@ impl ShardSet {
         let mut cores = Vec::with_capacity(ids.len());
         for &id in &ids {
             match self.cores[id].try_lock() {
-                Some(core) if core.takes_round_here() => cores.push(core),
+                Some(core) if core.takes_round_here() => cores.push(Taken::new(core, false)),
                 _ => return Err(plans),
             }
         }
@@ -948,6 +992,74 @@ mod tests {
             };
             let rx = set.submit(0, writes.pop().unwrap());
             assert_eq!(rx.await.unwrap(), Reply::Ok);
+            set.shutdown().await;
+        });
+    }
+
+    /// A write queued while a thread holds the core as a `Taken` waits for
+    /// that thread, which runs it as it gives the core back (under
+    /// `always`, wakes the actor for it instead); one queued while the core
+    /// is locked otherwise wakes the actor, which runs it once the lock is
+    /// free; after shutdown a queued write gets a closed channel. Queued
+    /// writes keep their order, and run before the next thread's own.
+    #[test]
+    fn queued_writes_are_run_by_whoever_gives_the_core_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open_set(dir.path(), Durability::Everysec);
+            let held = Taken::new(set.cores[0].lock(), false);
+            let mut first = set.submit(0, put_key(b"a"));
+            let mut second = set.submit(0, Box::new(|_| Ok(Reply::Int(2))));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(first.try_recv().is_err(), "waits for the holder");
+            drop(held);
+            // Run by the dropping thread itself: ready without awaiting.
+            assert_eq!(first.try_recv().unwrap(), Reply::Ok);
+            assert_eq!(second.try_recv().unwrap(), Reply::Int(2));
+            assert!(!set.shard(0).queue.lock().held());
+
+            // A plain lock (no `Taken`): the actor is woken and waits for it.
+            let locked = set.cores[0].lock();
+            let mut queued = set.submit(0, put_key(b"b"));
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            assert!(queued.try_recv().is_err());
+            drop(locked);
+            assert_eq!(queued.await.unwrap(), Reply::Ok);
+
+            // Queued writes (here not kicked yet) go before the next
+            // client's own, in one batch.
+            let order = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let log = |n: i64| -> WriteFn {
+                let order = order.clone();
+                Box::new(move |_| {
+                    order.lock().push(n);
+                    Ok(Reply::Int(n))
+                })
+            };
+            let earlier = set.enqueue(0, log(1));
+            // The actor may still be giving the core back after the last write.
+            while set.cores[0].is_locked() {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+            let own = set
+                .run_here(0, vec![log(2)])
+                .unwrap_or_else(|_| panic!("the core is free"));
+            assert_eq!(own, vec![Reply::Int(2)]);
+            assert_eq!(earlier.await.unwrap(), Reply::Int(1));
+            assert_eq!(*order.lock(), vec![1, 2]);
+            set.shutdown().await;
+            assert!(set.submit(0, put_key(b"c")).await.is_err());
+        });
+        let dir = tempfile::tempdir().unwrap();
+        rt.block_on(async {
+            let set = open_set(dir.path(), Durability::Always);
+            let held = Taken::new(set.cores[0].lock(), false);
+            let queued = set.submit(0, put_key(b"a"));
+            drop(held);
+            assert_eq!(queued.await.unwrap(), Reply::Ok);
+            let snap = set.shard(0).snapshot().unwrap();
+            assert_eq!(snap.get(Table::Meta, b"a").unwrap(), Some(b"v".to_vec()));
             set.shutdown().await;
         });
     }
