@@ -189,11 +189,11 @@ enum Inflight {
 /// # Squashing
 /// Consecutive writes of one pipelined batch are collected before they are
 /// sent. If they all go to one shard they run at once if it is free, and
-/// are otherwise queued on it (and share its group commit). If they span shards, they go to the
-/// coordinator as one group that commits on all its shards at once: the
-/// client's writes then become visible together, so no one can see a later
-/// one before an earlier one, and the client need not wait for each shard in
-/// turn. A group also locks the shard of this client's earlier writes still
+/// are otherwise queued on it (and share its group commit). If they span
+/// shards, they go to the coordinator as one group that commits on all its
+/// shards at once: the client's writes then become visible together, so no
+/// one can see a later one before an earlier one, and the client need not
+/// wait for each shard in turn. A group also locks the shard of this client's earlier writes still
 /// in flight, so those commit first.
 ///
 /// A reply that is ready at once (MULTI's `+OK`, `+QUEUED`, an error) does

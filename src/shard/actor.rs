@@ -141,24 +141,29 @@ impl Drop for Taken<'_> {
     fn drop(&mut self) {
         let mut batches = 0;
         loop {
-            let may_run = batches < HANDOVER_BATCHES && self.may_run();
             let mut queue = self.core.shared.queue.lock();
-            if queue.writes.is_empty() || !may_run {
-                queue.held = false;
-                let wake = queue.needs_wake();
+            if !queue.writes.is_empty() && batches < HANDOVER_BATCHES {
                 drop(queue);
-                let shared = wake.then(|| self.core.shared.clone());
-                // SAFETY: the guard is dropped once, here, and not used
-                // after: this is the end of `drop`.
-                unsafe { std::mem::ManuallyDrop::drop(&mut self.core) };
-                if let Some(shared) = shared {
-                    shared.send_drain();
+                // Asked only with something queued: it reads the store's
+                // buffered bytes, shared lines the threads would trade.
+                if self.may_run() {
+                    self.core.flush();
+                    batches += 1;
+                    continue;
                 }
-                return;
+                queue = self.core.shared.queue.lock();
             }
+            queue.held = false;
+            let wake = queue.needs_wake();
             drop(queue);
-            self.core.flush();
-            batches += 1;
+            let shared = wake.then(|| self.core.shared.clone());
+            // SAFETY: the guard is dropped once, here, and not used after:
+            // this is the end of `drop`.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.core) };
+            if let Some(shared) = shared {
+                shared.send_drain();
+            }
+            return;
         }
     }
 }
@@ -222,8 +227,9 @@ impl ShardActor {
 }
 
 /// A shard's mutable state: its counters and its durability bookkeeping
-/// (the writes for its next batch wait in `ShardShared::queue`). Whoever holds it (the actor, or a
-/// client thread in [`ShardCore::run_here`]) is the shard's one writer.
+/// (the writes for its next batch wait in `ShardShared::queue`). Whoever
+/// holds it (the actor, or a client thread in [`ShardCore::run_here`]) is
+/// the shard's one writer.
 pub struct ShardCore {
     shared: Arc<ShardShared>,
     state: ShardState,
