@@ -1064,6 +1064,82 @@ mod tests {
         });
     }
 
+    /// Clients queueing writes, running them on their own threads and
+    /// holding the core in turn, on several threads at once: no write is
+    /// left in the queue unrun, every write runs exactly once, each
+    /// client's in the order it sent them, and every reply arrives.
+    #[test]
+    fn writes_from_many_threads_run_once_in_each_clients_order() {
+        const CLIENTS: usize = 6;
+        const WRITES: usize = 2000;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(4)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let set = open_set(dir.path(), Durability::Everysec);
+            let log = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for client in 0..CLIENTS {
+                let (set, log) = (set.clone(), log.clone());
+                tasks.push(tokio::spawn(async move {
+                    let write = |n: usize| -> WriteFn {
+                        let log = log.clone();
+                        Box::new(move |_| {
+                            log.lock().push((client, n));
+                            Ok(Reply::Int(n as i64))
+                        })
+                    };
+                    let mut n = 0;
+                    while n < WRITES {
+                        // Alternately: queued without waiting (three at a
+                        // time), or run here when the core is free.
+                        if n % 2 == 0 {
+                            let rxs: Vec<_> =
+                                (n..n + 3).map(|i| set.enqueue(0, write(i))).collect();
+                            set.kick(0);
+                            for (i, rx) in (n..).zip(rxs) {
+                                assert_eq!(rx.await.unwrap(), Reply::Int(i as i64));
+                            }
+                            n += 3;
+                        } else {
+                            match set.run_here(0, vec![write(n)]) {
+                                Ok(replies) => assert_eq!(replies, vec![Reply::Int(n as i64)]),
+                                Err(mut back) => {
+                                    let rx = set.submit(0, back.pop().unwrap());
+                                    assert_eq!(rx.await.unwrap(), Reply::Int(n as i64));
+                                }
+                            }
+                            n += 1;
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                    n
+                }));
+            }
+            let mut sent = Vec::new();
+            for t in tasks {
+                // A write left in the queue with no one to run it would
+                // hang its client.
+                let done = tokio::time::timeout(std::time::Duration::from_secs(30), t);
+                sent.push(done.await.expect("every write runs").unwrap());
+            }
+            let log = std::mem::take(&mut *log.lock());
+            assert_eq!(log.len(), sent.iter().sum::<usize>());
+            for (client, &n) in sent.iter().enumerate() {
+                let mine: Vec<usize> = log
+                    .iter()
+                    .filter(|(c, _)| *c == client)
+                    .map(|(_, i)| *i)
+                    .collect();
+                assert_eq!(mine, (0..n).collect::<Vec<_>>(), "client {client}");
+            }
+            set.shutdown().await;
+        });
+    }
+
     /// A blind plan over free shards runs on the caller's thread: it
     /// commits on every shard, with its record in the coordination log;
     /// a held core, or `always`, hands it back for the coordinator.
