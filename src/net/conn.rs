@@ -213,6 +213,10 @@ struct Outbox {
     squash: Vec<(usize, WriteFn, ReplyTo)>,
     /// Scripts collected but not sent yet (never together with `squash`).
     scripts: Option<Scripts>,
+    /// A shard where this client queued scripts without kicking it
+    /// (`ShardSet::kick`): `drain` does, before it waits for a reply, so
+    /// a pipeline's scripts run as one batch rather than one each.
+    unkicked: Option<usize>,
     /// Replies ready among the collected writes.
     squash_ready: Vec<Ready>,
     server: Arc<Server>,
@@ -411,6 +415,9 @@ impl Outbox {
     /// Waits for every reply in flight and encodes them.
     async fn drain(&mut self) {
         self.flush_squash();
+        if let Some(id) = self.unkicked.take() {
+            self.server.shards.kick(id);
+        }
         while let Some((slot, to)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
@@ -609,6 +616,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
         scripts: None,
+        unkicked: None,
         squash_ready: Vec::new(),
         server: server.clone(),
         resp3: false,
@@ -1094,12 +1102,13 @@ async fn execute(
             }
             if let Some((f, fell_back, slow)) = queue {
                 // Behind this client's writes on the shard, or the shard
-                // was busy: queued on its actor.
+                // was busy: queued there, with the pipeline's next ones.
                 let behind = outbox.behind.get_or_insert_with(|| Behind {
                     fell_back: Arc::default(),
                 });
                 let (f, retry) = behind.guard(shard, f, Some(fell_back.clone()));
-                let rx = server.shards.submit(shard, f);
+                let rx = server.shards.enqueue(shard, f);
+                outbox.unkicked = Some(shard);
                 outbox.push_slot(Slot::Script(rx, fell_back, slow, Some(retry)), to);
                 outbox.inflight = Inflight::Shard(shard);
             }
