@@ -321,6 +321,10 @@ impl ShardCore {
         // the queue's growth were ~10% of a batch's own work).
         let queued = self.take_queued();
         let n = queued.len() + writes.len();
+        if n == 0 {
+            // A kick whose queue another thread took first: no empty batch.
+            return Ok(Vec::new());
+        }
         let batch = queued
             .into_iter()
             .map(|s| (s.f, Some(s.reply)))

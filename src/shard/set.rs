@@ -415,22 +415,16 @@ impl ShardSet {
     /// writes (see [`ShardSet::run_here`]); else by the actor, woken if no
     /// `Drain` is on its way.
     pub fn kick(&self, id: usize) {
-        use std::sync::atomic::Ordering::Acquire;
         let shared = &self.shared[id];
         if shared.queue.lock().held() {
             return;
         }
-        if shared.mailed.load(Acquire) == 0 {
-            if let Some(core) = self.cores[id].try_lock() {
-                let mut core = Taken::new(core, false);
-                if core.runs_here() {
-                    core.flush();
-                }
-                // Giving it back wakes the actor for what is left.
-                return;
-            }
+        // No writes of its own: the queue alone runs. Where it may not, a
+        // core taken here wakes the actor as it is given back, and this
+        // second wake finds a `Drain` on its way.
+        if self.run_here(id, Vec::new()).is_err() {
+            shared.wake_actor();
         }
-        shared.wake_actor();
     }
 
     /// Runs a client's writes to shard `id` on the calling thread if the
