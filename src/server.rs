@@ -192,6 +192,9 @@ pub struct Server {
     pub idle_timeout: AtomicU64,
     /// The shards.
     pub shards: Arc<ShardSet>,
+    /// Where reads run: on their connection's thread, or on threads of
+    /// their own while they wait for the disk.
+    pub disk_reads: crate::shard::disk_reads::DiskReads,
     /// Connected clients by id.
     pub clients: DashMap<u64, Arc<ClientEntry>>,
     /// Next client id.
@@ -318,6 +321,7 @@ impl Server {
             idle_timeout: AtomicU64::new(idle_timeout_of(&runtime)),
             runtime: parking_lot::RwLock::new(runtime),
             shards,
+            disk_reads: Default::default(),
             clients: DashMap::new(),
             next_client_id: AtomicU64::new(1),
             stats: ServerStats::default(),

@@ -20,6 +20,7 @@
 
 mod common;
 
+use cairn::shard::disk_reads::Pin;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{ErrorKind, Read, Write};
@@ -1450,6 +1451,26 @@ fn start_cluster_node() -> common::TestServer {
 
 #[test]
 fn compat_transcripts() {
+    replay_transcripts(Pin::Auto);
+}
+
+/// The same transcripts with every read of a snapshot run on a blocking
+/// thread, as reads run while they wait for the disk
+/// (`shard::disk_reads`): replies, their order and lazy expiry must not
+/// change.
+#[test]
+fn compat_transcripts_with_reads_moved() {
+    replay_transcripts(Pin::Moved);
+}
+
+/// Replays the case files (those `CAIRN_COMPAT_ONLY` names, or all) on
+/// servers started here, or on those the environment names, with reads
+/// pinned to `reads` on the servers started here.
+fn replay_transcripts(reads: Pin) {
+    let pinned = |s: common::TestServer| {
+        s.server().disk_reads.pin(reads);
+        s
+    };
     let dir = compat_dir();
     let mut names = case_names(&dir);
     if let Ok(only) = std::env::var("CAIRN_COMPAT_ONLY") {
@@ -1494,7 +1515,7 @@ fn compat_transcripts() {
                     continue;
                 }
                 (None, None) => {
-                    let n = start_cluster_node();
+                    let n = pinned(start_cluster_node());
                     let a = SocketAddr::from(([127, 0, 0, 1], n.port));
                     node = Some(n);
                     a
@@ -1503,12 +1524,14 @@ fn compat_transcripts() {
         } else if let Some(a) = plain_addr {
             a
         } else if kind == Some(Kind::Debug) {
-            let n = start_debug_server();
+            let n = pinned(start_debug_server());
             let a = SocketAddr::from(([127, 0, 0, 1], n.port));
             node = Some(n);
             a
         } else {
-            let port = plain.get_or_insert_with(common::TestServer::start).port;
+            let port = plain
+                .get_or_insert_with(|| pinned(common::TestServer::start()))
+                .port;
             SocketAddr::from(([127, 0, 0, 1], port))
         };
         let checked = run_file(name, &dir, addr, &mut failures);

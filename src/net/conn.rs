@@ -49,7 +49,14 @@ enum Slot {
         crate::net::session::SlowScript,
         Option<Retry>,
     ),
+    /// A read of a shard's snapshot run on a blocking thread (see
+    /// `shard::disk_reads`): its reply and the keys it found expired.
+    Read(tokio::sync::oneshot::Receiver<ReadDone>, usize),
 }
+
+/// What a read of a snapshot gives: its reply, and the keys it found
+/// expired, to be deleted before the reply goes out.
+type ReadDone = (Reply, Vec<(u8, Vec<u8>)>);
 
 /// Where a command queued behind a script hands its work back, and the
 /// shard it runs on.
@@ -217,6 +224,11 @@ struct Outbox {
     /// (`ShardSet::kick`): `drain` does, before it waits for a reply, so
     /// a pipeline's scripts run as one batch rather than one each.
     unkicked: Option<usize>,
+    /// Reads of this client running on blocking threads (`Slot::Read`):
+    /// anything but another read waits for them first, so that the keys
+    /// they found expired are deleted before any later write of the
+    /// client, as when reads run here.
+    moved_reads: bool,
     /// Replies ready among the collected writes.
     squash_ready: Vec<Ready>,
     server: Arc<Server>,
@@ -387,6 +399,19 @@ impl Outbox {
         }
     }
 
+    /// The slot of a read's reply `r` from shard `shard`: ready, unless it
+    /// found keys expired. Those are deleted first, as in Redis: whoever
+    /// sees the reply sees them deleted.
+    fn after_read(&mut self, shard: usize, r: Reply, expired: Vec<(u8, Vec<u8>)>) -> Slot {
+        let shards = &self.server.shards;
+        if expired.is_empty() || shards.shard(shard).pause.writes_paused() {
+            return Slot::Ready(r);
+        }
+        let rx = shards.submit(shard, crate::shard::expire_found(expired, r));
+        self.inflight = Inflight::Shard(shard);
+        Slot::Waiting(rx, None)
+    }
+
     /// Queues a reply slot after any collected writes.
     fn push_slot(&mut self, slot: Slot, to: ReplyTo) {
         self.flush_squash();
@@ -430,6 +455,16 @@ impl Outbox {
                         r
                     }
                 }
+                Slot::Read(rx, shard) => {
+                    let (r, expired) = rx
+                        .await
+                        .unwrap_or_else(|_| (Reply::err("the read failed"), Vec::new()));
+                    match self.after_read(shard, r, expired) {
+                        Slot::Waiting(rx, retry) => received(&self.server, rx, retry).await,
+                        Slot::Ready(r) => r,
+                        _ => unreachable!("after_read gives a reply or a write's"),
+                    }
+                }
                 Slot::Group(rx, flags, ready) => {
                     self.take_pushes(true);
                     let got = received(&self.server, rx, None).await;
@@ -457,6 +492,7 @@ impl Outbox {
         }
         self.inflight = Inflight::None;
         self.behind = None;
+        self.moved_reads = false;
         // A reply may follow at once (the command that waited for this
         // drain): invalidations stay behind it.
         self.take_pushes(true);
@@ -612,6 +648,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut outbox = Outbox {
         slots: VecDeque::new(),
         inflight: Inflight::None,
+        moved_reads: false,
         behind: None,
         out: BytesMut::with_capacity(16 * 1024),
         squash: Vec::new(),
@@ -1015,7 +1052,9 @@ async fn execute(
             // Not grouped with writes queued behind a script on another
             // shard: those may yet have to wait for it (see `Behind`).
             outbox.flush_scripts();
-            if outbox.behind.is_some() && outbox.inflight != Inflight::Shard(shard) {
+            if outbox.moved_reads
+                || (outbox.behind.is_some() && outbox.inflight != Inflight::Shard(shard))
+            {
                 outbox.drain().await;
             }
             outbox.squash.push((shard, f, to));
@@ -1026,7 +1065,9 @@ async fn execute(
         Action::Plan { ids, blind, plan } => {
             // Earlier writes are sent first, so the plan runs after them.
             outbox.flush_squash();
-            if !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator) {
+            if outbox.moved_reads
+                || !matches!(outbox.inflight, Inflight::None | Inflight::Coordinator)
+            {
                 outbox.drain().await;
             }
             match outbox.run_or_submit(ids, blind, plan) {
@@ -1045,8 +1086,9 @@ async fn execute(
             if outbox.scripts.as_ref().is_none_or(|s| s.shard != shard) {
                 outbox.flush_squash();
             }
-            if !matches!(outbox.inflight, Inflight::None)
-                && outbox.inflight != Inflight::Shard(shard)
+            if outbox.moved_reads
+                || (!matches!(outbox.inflight, Inflight::None)
+                    && outbox.inflight != Inflight::Shard(shard))
             {
                 outbox.drain().await;
             }
@@ -1123,21 +1165,24 @@ async fn execute(
                 if outbox.inflight != Inflight::None {
                     outbox.drain().await;
                 }
-                let sh = server.shards.shard(shard);
-                let (r, expired) = match sh.current_snapshot().await {
-                    Ok(view) => (f(&view).unwrap_or_else(Reply::err), view.take_expired()),
-                    Err(e) => (Reply::err(e), Vec::new()),
-                };
-                if expired.is_empty() || sh.pause.writes_paused() {
-                    outbox.push_ready(r, to);
-                } else {
-                    // The keys found expired go before the reply does, as
-                    // in Redis: whoever sees the reply sees them deleted.
-                    let rx = server
-                        .shards
-                        .submit(shard, crate::shard::expire_found(expired, r));
-                    outbox.push_slot(Slot::Waiting(rx, None), to);
-                    outbox.inflight = Inflight::Shard(shard);
+                let reads = &server.disk_reads;
+                match server.shards.shard(shard).current_snapshot().await {
+                    Ok(view) if reads.moved() => {
+                        let rx = reads
+                            .run(move || (f(&view).unwrap_or_else(Reply::err), view.take_expired()))
+                            .await;
+                        outbox.push_slot(Slot::Read(rx, shard), to);
+                        outbox.moved_reads = true;
+                    }
+                    Ok(view) => {
+                        let r = f(&view).unwrap_or_else(Reply::err);
+                        reads.ran_here();
+                        match outbox.after_read(shard, r, view.take_expired()) {
+                            Slot::Ready(r) => outbox.push_ready(r, to),
+                            slot => outbox.push_slot(slot, to),
+                        }
+                    }
+                    Err(e) => outbox.push_ready(Reply::err(e), to),
                 }
             }
         }

@@ -36,6 +36,7 @@
 pub mod actor;
 pub mod blocking;
 pub mod coordinator;
+pub mod disk_reads;
 pub mod intent;
 pub mod pause;
 pub mod set;
