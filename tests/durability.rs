@@ -862,6 +862,60 @@ fn large_values_go_through_the_value_log() {
     drop(tmp);
 }
 
+// Pins: a SET replacing a value the value log holds reads only its
+// pointer row's head (type and expiry), in the buffers and in the tables:
+// the old key's expiry, counts and lazy expiry are settled as before, and
+// a new value equal to the old one's head (an empty string, no expiry)
+// still replaces it.
+#[test]
+fn replacing_a_large_value_settles_its_expiry_without_reading_it() {
+    let srv = TestServer::start_with(|cfg| {
+        cfg.redis
+            .insert("enable-debug-command".into(), "local".into());
+    });
+    let mut c = srv.client();
+    // Only the SET may find "soon" expired.
+    common::ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    let big = "b".repeat(700);
+    let keyspace = |c: &mut Connection| -> String {
+        let text: String = redis::cmd("INFO").arg("keyspace").query(c).unwrap();
+        text.lines()
+            .find(|l| l.starts_with("db0:"))
+            .unwrap_or("")
+            .to_string()
+    };
+    for in_tables in [false, true] {
+        common::ok(&mut c, &["FLUSHALL"]);
+        common::ok(&mut c, &["SET", "ttl", &big, "EX", "1000"]);
+        common::ok(&mut c, &["SET", "empty", &big]);
+        common::ok(&mut c, &["SET", "soon", &big, "PX", "50"]);
+        if in_tables {
+            let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+            drained(&mut c);
+        }
+        std::thread::sleep(Duration::from_millis(80));
+        let expired = common::expired_keys(&mut c);
+        common::ok(&mut c, &["SET", "ttl", "small"]);
+        common::ok(&mut c, &["SET", "empty", ""]);
+        common::ok(&mut c, &["SET", "soon", &big]);
+        assert_eq!(int(&mut c, &["TTL", "ttl"]), -1);
+        assert_eq!(int(&mut c, &["TTL", "soon"]), -1);
+        assert_eq!(get(&mut c, "ttl"), Some("small".into()));
+        assert_eq!(
+            get(&mut c, "empty"),
+            Some(String::new()),
+            "in tables: {in_tables}"
+        );
+        assert_eq!(get(&mut c, "soon"), Some(big.clone()));
+        assert_eq!(
+            common::expired_keys(&mut c),
+            expired + 1,
+            "in tables: {in_tables}"
+        );
+        assert_eq!(keyspace(&mut c), "db0:keys=3,expires=0,avg_ttl=0");
+    }
+}
+
 // Pins: large values (appended to the value log at commit, pointed at
 // from the write buffers) survive SIGKILLs under `always`: three rounds on
 // one data directory, each SETting values of 600+ bytes over a few hundred

@@ -148,8 +148,10 @@ pub fn store(w: &mut WriteCtx, key: Key, old: Option<&Meta>, new: &Meta) -> Resu
 
 /// Stores `new` as the key's metadata whatever it held before (SET, MSET):
 /// one tree walk writes the row and yields the old one, which is then
-/// settled as [`store`] would. Returns the old metadata if it was live.
-pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<Option<Meta>, StoreError> {
+/// settled as [`store`] would. Of an old string whose value the value log
+/// holds, only the head is read (see `WriteCtx::swap`): its value is never
+/// needed here.
+pub fn replace(w: &mut WriteCtx, key: Key, new: &Meta) -> Result<(), StoreError> {
     replace_at(w, key, &key.meta_key(), new)
 }
 
@@ -160,13 +162,12 @@ pub fn replace_at(
     key: Key,
     meta_key: &[u8],
     new: &Meta,
-) -> Result<Option<Meta>, StoreError> {
+) -> Result<(), StoreError> {
     let old = w
         .swap(Table::Meta, meta_key, &new.encode())?
         .map(|raw| Meta::decode(&raw))
         .transpose()?;
-    let now = w.now_ms();
-    let expired = old.as_ref().is_some_and(|m| m.is_expired(now));
+    let expired = old.as_ref().is_some_and(|m| m.is_expired(w.now_ms()));
     if expired {
         lazily_expired(w, key);
     }
@@ -175,7 +176,7 @@ pub fn replace_at(
         // The expired key counted as present; the new one is still new.
         w.notify(notify::NEW, "new", key.db, key.name);
     }
-    Ok(old.filter(|m| !m.is_expired(now)))
+    Ok(())
 }
 
 /// Everything besides the `meta` row itself that replacing `old` by `new`

@@ -757,7 +757,8 @@ impl Core {
         let txn = self.begin_durable()?;
         let mut w = TableWriter::new(&txn);
         let moved = values.collect(n, |key, here| {
-            Ok(w.stored(Table::Meta, key)?.as_deref() == Some(here))
+            Ok(w.stored(Table::Meta, key)?
+                .is_some_and(|stored| super::vlog::same_place(&stored, here)))
         })?;
         for (key, to) in &moved {
             w.put_stored(Table::Meta, key, to)?;
@@ -1222,11 +1223,17 @@ mod tests {
         settle(&store);
         let before = store.snapshot(0).unwrap();
         {
-            // In the tables: a pointer for each large row, the small one as it is.
+            // In the tables: a pointer for each large row, carrying the
+            // row's head; the small one as it is.
             let txn = store.db().begin_read().unwrap();
             let meta = txn.open_table(Table::Meta.def()).unwrap();
             let stored = meta.get(&b"k3"[..]).unwrap().unwrap().value().to_vec();
-            assert_eq!((stored.len(), stored[0]), (17, 0x0F));
+            assert_eq!(
+                (stored.len(), stored[0]),
+                (super::super::vlog::POINTER_LEN, 0x0E)
+            );
+            let head = super::super::vlog::pointed_head(&stored).unwrap();
+            assert_eq!(head[..], big_row(0)[..super::super::vlog::HEAD_LEN]);
             assert_eq!(meta.get(&b"small"[..]).unwrap().unwrap().value(), b"s");
         }
         for round in 1..=40u8 {

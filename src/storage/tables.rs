@@ -211,10 +211,11 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
         let version = existing.map(|v| u32::from_be_bytes(v.try_into().unwrap_or_default()));
         match version {
             Some(FORMAT_VERSION) => {}
-            // Version 1 is version 2 without pointer rows: nothing to
-            // change but the number, which keeps builds that cannot read
-            // pointer rows off the file.
-            None | Some(1) => {
+            // Version 1 is version 2 without pointer rows, and version 2
+            // is version 3 without pointer rows that carry their row's
+            // head: nothing to change but the number, which keeps builds
+            // that cannot read the newer rows off the file.
+            None | Some(1) | Some(2) => {
                 sys.insert(&b"format"[..], &FORMAT_VERSION.to_be_bytes()[..])?;
             }
             Some(_) => {
@@ -227,8 +228,9 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
 }
 
 /// On-disk format version of this build: 2 since `meta` rows may point
-/// into the value log (`vlog`).
-pub const FORMAT_VERSION: u32 = 2;
+/// into the value log (`vlog`), 3 since pointer rows carry their row's
+/// head.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// A read-only view of a shard at one point: its write buffers (newest
 /// first) at sequence `seq`, merged over a redb snapshot of its tables.
@@ -373,6 +375,23 @@ impl ReadCtx {
             }
             b.warm(table, &mut left);
         }
+    }
+
+    /// A `meta` row about to be replaced: the row, or, where the value
+    /// log holds it and its pointer row carries its head, that head alone
+    /// (`true`), which `Meta::decode` reads as the key's type and expiry
+    /// with an empty value. Replacing a row needs no more, and reading the
+    /// value would cost a read of the log (a disk read, once data outgrows
+    /// memory).
+    fn meta_to_replace(&self, key: &[u8]) -> Result<Option<(Vec<u8>, bool)>, StoreError> {
+        let Some(mut row) = self.stored(Table::Meta, key)? else {
+            return Ok(None);
+        };
+        if let Some(head) = super::vlog::pointed_head(&row) {
+            return Ok(Some((head.to_vec(), true)));
+        }
+        self.values.resolve_in_place(Table::Meta, &mut row)?;
+        Ok(Some((row, false)))
     }
 
     /// A row as its layer holds it: a pointer row is not resolved (see
@@ -1577,6 +1596,11 @@ impl<'t> WriteCtx<'t> {
     /// field) is not written again: it costs no log record, buffer row or
     /// table write, and still counts as changed for WATCH and tracking,
     /// whose callers decide (see [`WriteCtx::quietly`]).
+    ///
+    /// Of a `meta` row whose value the value log holds, what comes back
+    /// may be the head alone, an empty string with the key's type and
+    /// expiry (see `ReadCtx::meta_to_replace`): only for settling what
+    /// the old row implied, never for its value.
     pub fn swap(
         &mut self,
         table: Table,
@@ -1596,8 +1620,16 @@ impl<'t> WriteCtx<'t> {
                 (old, Some(before))
             }
             Slot::Free(place) => {
-                let old = read_under(self.base, &ranges[t], table, key)?;
-                if old.as_deref() == Some(value) {
+                let (old, head_only) = match table {
+                    Table::Meta if !cleared(&ranges[t], key) => {
+                        match self.base.meta_to_replace(key)? {
+                            Some((row, head_only)) => (Some(row), head_only),
+                            None => (None, false),
+                        }
+                    }
+                    _ => (read_under(self.base, &ranges[t], table, key)?, false),
+                };
+                if !head_only && old.as_deref() == Some(value) {
                     (old, None)
                 } else {
                     place.insert(key, Some(value.to_vec()));

@@ -55,13 +55,26 @@ pub const MIN_VALUE: usize = 512;
 /// Collection works a file at a time, so this bounds its pause.
 const FILE_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 64 << 20 };
 
-/// First byte of a pointer row: a type code no `meta` row has (the low four
-/// bits of a row's first byte are its type, 1-6).
+/// First byte of a pointer row of format 2: a type code no `meta` row has
+/// (the low four bits of a row's first byte are its type, 1-6).
 const TAG: u8 = 0x0F;
 
-/// A pointer row: tag, file u32, offset u64 (of the row, after its record
-/// header), length u32.
-pub const POINTER_LEN: usize = 17;
+/// A pointer row of format 2: tag, file u32, offset u64 (of the row, after
+/// its record header), length u32. Still read; no longer written.
+const OLD_POINTER_LEN: usize = 17;
+
+/// First byte of a pointer row that carries its row's head: another type
+/// code no `meta` row has.
+const TAG_HEAD: u8 = 0x0E;
+
+/// Bytes of a `meta` row's head: its type byte and expiry (what
+/// `Meta::peek_header` reads).
+pub const HEAD_LEN: usize = 9;
+
+/// A pointer row: tag, the row's head, file u32, offset u64, length u32.
+/// The head lets a write that replaces the row (SET) settle the old key's
+/// expiry and counts without reading its value from the log.
+pub const POINTER_LEN: usize = 1 + HEAD_LEN + 16;
 
 /// A record: key length u32, row length u32, key, row.
 const HEADER: u64 = 8;
@@ -70,34 +83,50 @@ const HEADER: u64 = 8;
 /// u64 and dead bytes u64.
 const REGISTRY: &[u8] = b"vlog/";
 
-/// Where a separated row lies.
+/// Where a separated row lies, and its head (unknown for a pointer row
+/// of format 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Pointer {
     file: u32,
     offset: u64,
     len: u32,
+    head: Option<[u8; HEAD_LEN]>,
 }
 
 impl Pointer {
     fn encode(self) -> [u8; POINTER_LEN] {
         let mut out = [0; POINTER_LEN];
-        out[0] = TAG;
-        out[1..5].copy_from_slice(&self.file.to_be_bytes());
-        out[5..13].copy_from_slice(&self.offset.to_be_bytes());
-        out[13..17].copy_from_slice(&self.len.to_be_bytes());
+        out[0] = TAG_HEAD;
+        let rest = &mut out[1..];
+        rest[..HEAD_LEN].copy_from_slice(&self.head.unwrap_or_default());
+        let rest = &mut rest[HEAD_LEN..];
+        rest[..4].copy_from_slice(&self.file.to_be_bytes());
+        rest[4..12].copy_from_slice(&self.offset.to_be_bytes());
+        rest[12..].copy_from_slice(&self.len.to_be_bytes());
         out
     }
 
     /// The pointer a stored `meta` value is, if it is one.
     fn decode(row: &[u8]) -> Option<Pointer> {
-        if row.len() != POINTER_LEN || row[0] != TAG {
-            return None;
-        }
+        let (head, rest) = match (row.first(), row.len()) {
+            (Some(&TAG_HEAD), POINTER_LEN) => (
+                Some(row[1..1 + HEAD_LEN].try_into().ok()?),
+                &row[1 + HEAD_LEN..],
+            ),
+            (Some(&TAG), OLD_POINTER_LEN) => (None, &row[1..]),
+            _ => return None,
+        };
         Some(Pointer {
-            file: u32::from_be_bytes(row[1..5].try_into().ok()?),
-            offset: u64::from_be_bytes(row[5..13].try_into().ok()?),
-            len: u32::from_be_bytes(row[13..17].try_into().ok()?),
+            file: u32::from_be_bytes(rest[..4].try_into().ok()?),
+            offset: u64::from_be_bytes(rest[4..12].try_into().ok()?),
+            len: u32::from_be_bytes(rest[12..16].try_into().ok()?),
+            head,
         })
+    }
+
+    /// Where its row lies, whatever the format of the pointer row.
+    fn place(self) -> (u32, u64, u32) {
+        (self.file, self.offset, self.len)
     }
 
     /// Bytes its record takes in the file.
@@ -233,6 +262,27 @@ fn put_record(out: &mut Vec<u8>, file: u32, end: u64, key: &[u8], row: &[u8]) ->
         file,
         offset: start + HEADER + key.len() as u64,
         len: row.len() as u32,
+        head: head_of_row(row),
+    }
+}
+
+/// The head of a `meta` row (see [`HEAD_LEN`]).
+fn head_of_row(row: &[u8]) -> Option<[u8; HEAD_LEN]> {
+    row.get(..HEAD_LEN)?.try_into().ok()
+}
+
+/// The head of the row a stored `meta` value points at, where the pointer
+/// row carries it: all a write that replaces the row needs of it.
+pub fn pointed_head(stored: &[u8]) -> Option<[u8; HEAD_LEN]> {
+    Pointer::decode(stored)?.head
+}
+
+/// Whether the stored `meta` value `stored` points where the pointer row
+/// `here` does (either may be of format 2).
+pub fn same_place(stored: &[u8], here: &[u8]) -> bool {
+    match (Pointer::decode(stored), Pointer::decode(here)) {
+        (Some(a), Some(b)) => a.place() == b.place(),
+        _ => false,
     }
 }
 
@@ -719,7 +769,8 @@ impl ValueLog {
     }
 
     /// Appends the records of file `n` that `live` says a row still points
-    /// at (it is given the key and the pointer row as stored) to the end of
+    /// at (it is given the key and a pointer row to the record, to compare
+    /// with [`same_place`]) to the end of
     /// the log, and returns each one's key and new pointer row, for the
     /// caller to put in the table; the file is deleted once the
     /// transaction commits.
@@ -756,6 +807,7 @@ impl ValueLog {
                 file: n,
                 offset: offset + HEADER + klen as u64,
                 len: rlen,
+                head: head_of_row(&row),
             };
             offset = here.offset + rlen as u64;
             if live(&key, &here.encode())? {
@@ -825,4 +877,39 @@ fn parse_name(stem: &str, name: &str) -> Option<u32> {
         .strip_suffix(".vlog")?
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pointer_rows_of_both_formats_are_read_and_only_the_new_carry_the_head() {
+        let row = [[0x01u8].as_slice(), &7u64.to_be_bytes(), &[b'v'; 600]].concat();
+        let mut out = Vec::new();
+        let p = put_record(&mut out, 3, 100, b"key", &row);
+        let new = p.encode();
+        assert_eq!((new.len(), new[0]), (POINTER_LEN, TAG_HEAD));
+        assert_eq!(Pointer::decode(&new), Some(p));
+        assert_eq!(pointed_head(&new).unwrap()[..], row[..HEAD_LEN]);
+
+        // Format 2's row for the same record: tag, file, offset, length.
+        let old = [
+            [TAG].as_slice(),
+            &3u32.to_be_bytes(),
+            &p.offset.to_be_bytes(),
+            &(row.len() as u32).to_be_bytes(),
+        ]
+        .concat();
+        let decoded = Pointer::decode(&old).unwrap();
+        assert_eq!((decoded.place(), decoded.head), (p.place(), None));
+        assert_eq!(pointed_head(&old), None, "its value must be read");
+        assert!(same_place(&old, &new) && same_place(&new, &old));
+
+        // A record elsewhere, and rows that are no pointers.
+        let other = put_record(&mut out, 3, 100, b"key2", &row).encode();
+        assert!(!same_place(&new, &other));
+        assert_eq!(Pointer::decode(&row), None);
+        assert_eq!(Pointer::decode(&new[..POINTER_LEN - 1]), None);
+    }
 }
