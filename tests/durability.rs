@@ -863,7 +863,8 @@ fn large_values_go_through_the_value_log() {
 }
 
 // Pins: a SET replacing a value the value log holds reads only its
-// pointer row's head (type and expiry), in the buffers and in the tables:
+// pointer row's head (type and expiry), as TYPE, EXISTS and TTL do, in
+// the buffers and in the tables:
 // the old key's expiry, counts and lazy expiry are settled as before, and
 // a new value equal to the old one's head (an empty string, no expiry)
 // still replaces it.
@@ -893,6 +894,12 @@ fn replacing_a_large_value_settles_its_expiry_without_reading_it() {
             let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
             drained(&mut c);
         }
+        // TYPE, EXISTS and TTL read the pointer row's head alone.
+        let ttl = int(&mut c, &["TTL", "ttl"]);
+        assert!((990..=1000).contains(&ttl), "{ttl}");
+        assert_eq!(int(&mut c, &["EXISTS", "ttl", "empty"]), 2);
+        let t: String = redis::cmd("TYPE").arg("empty").query(&mut c).unwrap();
+        assert_eq!(t, "string");
         std::thread::sleep(Duration::from_millis(80));
         let expired = common::expired_keys(&mut c);
         common::ok(&mut c, &["SET", "ttl", "small"]);

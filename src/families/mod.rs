@@ -326,6 +326,10 @@ impl KvRead for Counted<'_> {
         self.inner.get(table, key)
     }
 
+    fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_head(key)
+    }
+
     fn scan_few(
         &self,
         table: crate::storage::Table,

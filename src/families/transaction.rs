@@ -20,7 +20,7 @@ use crate::protocol::Reply;
 use crate::server::Server;
 use crate::shard::watch::Watch;
 use crate::storage::keyspace::Key;
-use crate::storage::{KvRead, Meta, Table, WriteCtx};
+use crate::storage::{KvRead, Meta, WriteCtx};
 
 /// Redis's reply to EXEC after a command was refused while queueing.
 const EXECABORT: &str = "EXECABORT Transaction discarded because of previous errors.";
@@ -83,7 +83,7 @@ pub fn watch(s: &mut Session, a: Args) -> Action {
         Box::new(move |w: &mut WriteCtx| {
             for watch in list {
                 let key = Key::new(watch.db, &watch.key).meta_key();
-                let expire_ms = match w.get(Table::Meta, &key)? {
+                let expire_ms = match w.get_head(&key)? {
                     Some(raw) => Meta::peek_header(&raw)?.1,
                     None => 0,
                 };

@@ -171,6 +171,11 @@ impl KvRead for Remote<'_> {
         self.at.step(self.shard, move |w| w.get(table, &key))
     }
 
+    fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = key.to_vec();
+        self.at.step(self.shard, move |w| w.get_head(&key))
+    }
+
     // The shard's rows come a chunk at a time anyway: the first chunk's
     // size is passed over.
     fn scan_few(

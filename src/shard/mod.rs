@@ -405,6 +405,10 @@ impl crate::storage::KvRead for ReadView {
         self.snap.get(table, key)
     }
 
+    fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.snap.get_head(key)
+    }
+
     fn scan_few(
         &self,
         table: crate::storage::Table,

@@ -64,7 +64,7 @@ pub fn peek(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
 
 /// Type and expiry of a live key without decoding its value.
 pub fn lookup_header(r: &dyn KvRead, key: Key) -> Result<Option<(KeyType, u64)>, StoreError> {
-    let Some(raw) = r.get(Table::Meta, &key.meta_key())? else {
+    let Some(raw) = r.get_head(&key.meta_key())? else {
         r.note_lookup(false);
         r.note_miss(key.db, key.name);
         return Ok(None);

@@ -114,6 +114,13 @@ pub trait KvRead {
     fn now_ms(&self) -> u64;
     /// One row.
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
+    /// A `meta` row, or, where the value log holds it and its pointer row
+    /// carries its head, that head alone (type byte and expiry, all
+    /// `Meta::peek_header` reads): TYPE, EXISTS and TTL need no read of
+    /// the log. Views that cannot tell read the whole row.
+    fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.get(Table::Meta, key)
+    }
     /// Rows with keys in `[start, end)` (end `None` = to the table's end), in
     /// key order or reversed; `visit` returns false to stop.
     fn scan(
@@ -377,13 +384,13 @@ impl ReadCtx {
         }
     }
 
-    /// A `meta` row about to be replaced: the row, or, where the value
-    /// log holds it and its pointer row carries its head, that head alone
-    /// (`true`), which `Meta::decode` reads as the key's type and expiry
-    /// with an empty value. Replacing a row needs no more, and reading the
+    /// A `meta` row, or, where the value log holds it and its pointer row
+    /// carries its head, that head alone (`true`), which `Meta::decode`
+    /// reads as the key's type and expiry with an empty value. Replacing a
+    /// row, or telling its type or expiry, needs no more, and reading the
     /// value would cost a read of the log (a disk read, once data outgrows
     /// memory).
-    fn meta_to_replace(&self, key: &[u8]) -> Result<Option<(Vec<u8>, bool)>, StoreError> {
+    fn meta_or_head(&self, key: &[u8]) -> Result<Option<(Vec<u8>, bool)>, StoreError> {
         let Some(mut row) = self.stored(Table::Meta, key)? else {
             return Ok(None);
         };
@@ -513,6 +520,10 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
 impl KvRead for ReadCtx {
     fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.meta_or_head(key)?.map(|(row, _)| row))
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
@@ -1599,7 +1610,7 @@ impl<'t> WriteCtx<'t> {
     ///
     /// Of a `meta` row whose value the value log holds, what comes back
     /// may be the head alone, an empty string with the key's type and
-    /// expiry (see `ReadCtx::meta_to_replace`): only for settling what
+    /// expiry (see `ReadCtx::meta_or_head`): only for settling what
     /// the old row implied, never for its value.
     pub fn swap(
         &mut self,
@@ -1622,7 +1633,7 @@ impl<'t> WriteCtx<'t> {
             Slot::Free(place) => {
                 let (old, head_only) = match table {
                     Table::Meta if !cleared(&ranges[t], key) => {
-                        match self.base.meta_to_replace(key)? {
+                        match self.base.meta_or_head(key)? {
                             Some((row, head_only)) => (Some(row), head_only),
                             None => (None, false),
                         }
@@ -1865,6 +1876,15 @@ impl<'t> WriteCtx<'t> {
 impl KvRead for WriteCtx<'_> {
     fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        // The transaction's own rows are whole (pointers are made at
+        // commit).
+        match self.overlay.get(Table::Meta, key) {
+            Some(e) => Ok(e),
+            None => self.base.get_head(key),
+        }
     }
 
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
