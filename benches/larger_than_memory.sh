@@ -10,7 +10,7 @@
 # Usage (root, cgroup v1 mounted at /sys/fs/cgroup/memory; build first with
 # `cargo build --release`):
 #   benches/larger_than_memory.sh      # CI-sized: 400,000 keys in 192 MiB, 16 MiB caches and buffers
-#   KEYS=4000000 MEM_MB=1024 CACHE_MB=64 BUFFER_MB=64 benches/larger_than_memory.sh   # the size
+#   KEYS=4000000 MEM_MB=1024 CACHE_MB=64 BUFFER_MB=32 benches/larger_than_memory.sh   # the size, config.toml's caches
 # Knobs: KEYS [400000], VALUE [1024], MEM_MB [192], CACHE_MB [16] and
 #        BUFFER_MB [16] (cache_mb and write_buffer_mb per shard), CLIENTS [50],
 #        GETS (GET requests, default KEYS/4), DURABILITY [everysec], PORT [7393],
