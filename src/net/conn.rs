@@ -399,17 +399,21 @@ impl Outbox {
         }
     }
 
-    /// The slot of a read's reply `r` from shard `shard`: ready, unless it
-    /// found keys expired. Those are deleted first, as in Redis: whoever
-    /// sees the reply sees them deleted.
-    fn after_read(&mut self, shard: usize, r: Reply, expired: Vec<(u8, Vec<u8>)>) -> Slot {
+    /// A read's reply `r` from shard `shard`, ready; or, if the read
+    /// found keys expired, where it comes once they are deleted, as in
+    /// Redis: whoever sees the reply sees them deleted.
+    fn after_read(
+        &mut self,
+        shard: usize,
+        r: Reply,
+        expired: Vec<(u8, Vec<u8>)>,
+    ) -> Result<Reply, tokio::sync::oneshot::Receiver<Reply>> {
         let shards = &self.server.shards;
         if expired.is_empty() || shards.shard(shard).pause.writes_paused() {
-            return Slot::Ready(r);
+            return Ok(r);
         }
-        let rx = shards.submit(shard, crate::shard::expire_found(expired, r));
         self.inflight = Inflight::Shard(shard);
-        Slot::Waiting(rx, None)
+        Err(shards.submit(shard, crate::shard::expire_found(expired, r)))
     }
 
     /// Queues a reply slot after any collected writes.
@@ -460,9 +464,8 @@ impl Outbox {
                         .await
                         .unwrap_or_else(|_| (Reply::err("the read failed"), Vec::new()));
                     match self.after_read(shard, r, expired) {
-                        Slot::Waiting(rx, retry) => received(&self.server, rx, retry).await,
-                        Slot::Ready(r) => r,
-                        _ => unreachable!("after_read gives a reply or a write's"),
+                        Ok(r) => r,
+                        Err(rx) => received(&self.server, rx, None).await,
                     }
                 }
                 Slot::Group(rx, flags, ready) => {
@@ -1178,8 +1181,8 @@ async fn execute(
                         let r = f(&view).unwrap_or_else(Reply::err);
                         reads.ran_here();
                         match outbox.after_read(shard, r, view.take_expired()) {
-                            Slot::Ready(r) => outbox.push_ready(r, to),
-                            slot => outbox.push_slot(slot, to),
+                            Ok(r) => outbox.push_ready(r, to),
+                            Err(rx) => outbox.push_slot(Slot::Waiting(rx, None), to),
                         }
                     }
                     Err(e) => outbox.push_ready(Reply::err(e), to),
