@@ -13,7 +13,10 @@ use common::{field, info_cairn, TestServer};
 use redis::Value;
 
 fn moved_server() -> TestServer {
-    let s = TestServer::start();
+    let s = TestServer::start_with(|cfg| {
+        cfg.redis
+            .insert("enable-debug-command".into(), "local".into());
+    });
     s.server().disk_reads.pin(Pin::Moved);
     s
 }
@@ -105,4 +108,27 @@ fn many_clients_reading_at_once_each_get_their_own_replies() {
     for t in threads {
         t.join().unwrap();
     }
+}
+
+#[test]
+fn a_moved_read_of_several_shards_expires_what_it_found() {
+    let s = moved_server();
+    let mut c = s.client();
+    // Keys on both shards, one of them about to expire.
+    let on = |shard: usize| {
+        (0..)
+            .map(|i| format!("k{i}"))
+            .find(|k| common::shard_of(k, 2) == shard)
+            .unwrap()
+    };
+    let (a, b) = (on(0), on(1));
+    common::ok(&mut c, &["DEBUG", "SET-ACTIVE-EXPIRE", "0"]);
+    common::ok(&mut c, &["SET", &a, "1"]);
+    common::ok(&mut c, &["SET", &b, "2", "PX", "20"]);
+    std::thread::sleep(Duration::from_millis(50));
+    let got: Vec<Option<String>> = redis::cmd("MGET").arg(&a).arg(&b).query(&mut c).unwrap();
+    assert_eq!(got, vec![Some("1".to_string()), None]);
+    assert_eq!(common::expired_keys(&mut c), 1);
+    assert_eq!(common::int(&mut c, &["DBSIZE"]), 1);
+    assert!(field(&info_cairn(&mut c), "reads_moved") >= 1);
 }

@@ -49,7 +49,7 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
             .submit(ids, blind, plan)
             .await
             .unwrap_or_else(|_| Reply::err("shard unavailable")),
-        Action::ReadMany { ids, f } => super::read_now(shards, &ids, f).await,
+        Action::ReadMany { ids, f } => super::read_now(shards, &ids, f, None).await,
         Action::Script { slow, .. } => Box::pin(run(shards, slow())).await,
         Action::Silent | Action::Close(None) => Reply::Nil,
     }

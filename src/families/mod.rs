@@ -188,13 +188,16 @@ pub async fn on_views<T>(
     Ok(f(&readers, &ks))
 }
 
-/// Runs a multi-shard read on fresh consistent snapshots of its shards.
-/// The keys it finds expired are deleted before the reply goes out, as
-/// for a read of one shard (`net::conn`), in the order it found them.
+/// Runs a multi-shard read on fresh consistent snapshots of its shards,
+/// on the read threads while reads wait for the disk (`reads`, see
+/// `shard::disk_reads`). The keys it finds expired are deleted before the
+/// reply goes out, as for a read of one shard (`net::conn`), in the order
+/// it found them.
 pub async fn read_now(
     shards: &ShardSet,
     ids: &[usize],
     f: crate::net::session::ReadManyFn,
+    reads: Option<&crate::shard::disk_reads::DiskReads>,
 ) -> Reply {
     let snaps = match shards.snapshots(ids).await {
         Ok(snaps) => snaps,
@@ -202,16 +205,29 @@ pub async fn read_now(
     };
     let found = crate::shard::Found::default();
     let now = crate::shard::now_ms();
-    let reply = {
-        let views: Vec<_> = ids
-            .iter()
-            .zip(snaps)
-            .map(|(&shard, snap)| {
-                crate::shard::ReadView::new(Arc::new(snap), now, shard, Some(found.clone()))
-            })
-            .collect();
+    let views: Vec<_> = ids
+        .iter()
+        .zip(snaps)
+        .map(|(&shard, snap)| {
+            crate::shard::ReadView::new(Arc::new(snap), now, shard, Some(found.clone()))
+        })
+        .collect();
+    let read = move || {
         let readers: Vec<&dyn KvRead> = views.iter().map(|v| v as &dyn KvRead).collect();
         f(&readers)
+    };
+    let reply = match reads {
+        Some(reads) if reads.moved() => reads
+            .run(read)
+            .await
+            .await
+            .unwrap_or_else(|_| crate::shard::disk_reads::failed()),
+        Some(reads) => {
+            let reply = read();
+            reads.ran_here();
+            reply
+        }
+        None => read(),
     };
     let mut found = std::mem::take(&mut *found.lock());
     while !found.is_empty() {

@@ -462,7 +462,7 @@ impl Outbox {
                 Slot::Read(rx, shard) => {
                     let (r, expired) = rx
                         .await
-                        .unwrap_or_else(|_| (Reply::err("the read failed"), Vec::new()));
+                        .unwrap_or_else(|_| (crate::shard::disk_reads::failed(), Vec::new()));
                     match self.after_read(shard, r, expired) {
                         Ok(r) => r,
                         Err(rx) => received(&self.server, rx, None).await,
@@ -1191,7 +1191,8 @@ async fn execute(
         }
         Action::ReadMany { ids, f } => {
             outbox.drain().await;
-            let r = crate::families::read_now(&server.shards, &ids, f).await;
+            let r =
+                crate::families::read_now(&server.shards, &ids, f, Some(&server.disk_reads)).await;
             outbox.push_ready(r, to);
         }
         Action::Job(job) => {

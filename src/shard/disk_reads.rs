@@ -268,6 +268,11 @@ impl DiskReads {
     }
 }
 
+/// The reply of a moved read whose thread failed it (it panicked).
+pub fn failed() -> crate::protocol::Reply {
+    crate::protocol::Reply::err("the read failed")
+}
+
 impl Inner {
     /// Counts a moved read that read `blocks`, and brings reads back when
     /// a whole window of them hardly read the disk.
