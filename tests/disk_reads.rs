@@ -1,4 +1,4 @@
-//! Reads run on blocking threads (`shard::disk_reads`), as they do while
+//! Reads run on the read threads (`shard::disk_reads`), as they do while
 //! they wait for the disk: a client's replies keep their order, it reads
 //! its own writes, and lazy expiry deletes a key before the reply that
 //! found it expired goes out. (The compatibility transcripts are replayed
@@ -88,7 +88,7 @@ fn many_clients_reading_at_once_each_get_their_own_replies() {
     for i in 0..200 {
         common::ok(&mut c, &["SET", &format!("key:{i}"), &format!("value:{i}")]);
     }
-    // More clients, and more reads each, than the blocking threads.
+    // More clients, and more reads each, than the read threads.
     let threads: Vec<_> = (0..8)
         .map(|t| {
             let port = s.port;

@@ -49,7 +49,7 @@ enum Slot {
         crate::net::session::SlowScript,
         Option<Retry>,
     ),
-    /// A read of a shard's snapshot run on a blocking thread (see
+    /// A read of a shard's snapshot run on a read thread (see
     /// `shard::disk_reads`): its reply and the keys it found expired.
     Read(tokio::sync::oneshot::Receiver<ReadDone>, usize),
 }
@@ -224,7 +224,7 @@ struct Outbox {
     /// (`ShardSet::kick`): `drain` does, before it waits for a reply, so
     /// a pipeline's scripts run as one batch rather than one each.
     unkicked: Option<usize>,
-    /// Reads of this client running on blocking threads (`Slot::Read`):
+    /// Reads of this client running on the read threads (`Slot::Read`):
     /// anything but another read waits for them first, so that the keys
     /// they found expired are deleted before any later write of the
     /// client, as when reads run here.

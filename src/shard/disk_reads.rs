@@ -121,7 +121,7 @@ impl Drop for DiskReads {
 }
 
 struct Inner {
-    /// Whether reads run on the blocking threads now.
+    /// Whether reads run on the read threads now.
     moved: AtomicBool,
     /// `Pin` as a number: 0 chosen by the counts, 1 always moved, 2 never.
     pin: AtomicU8,
@@ -142,7 +142,7 @@ struct Inner {
 pub enum Pin {
     /// Chosen by the disk counts.
     Auto,
-    /// Always on the blocking threads.
+    /// Always on the read threads.
     Moved,
     /// Always on the connection's thread.
     Here,
@@ -188,7 +188,7 @@ impl DiskReads {
         }
     }
 
-    /// Reads run on the blocking threads since the server started.
+    /// Reads run on the read threads since the server started.
     pub fn moved_total(&self) -> u64 {
         self.inner.total.load(Ordering::Relaxed)
     }
@@ -204,7 +204,7 @@ impl DiskReads {
     }
 
     /// Counts a read run on the connection's thread, and moves reads to the
-    /// blocking threads when this thread's last [`WINDOW`] reads read from
+    /// read threads when this thread's last [`WINDOW`] reads read from
     /// the disk.
     pub fn ran_here(&self) {
         let epoch = self.inner.epoch.load(Ordering::Relaxed);

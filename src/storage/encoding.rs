@@ -197,6 +197,10 @@ pub fn score_from_bytes(raw: [u8; 8]) -> f64 {
 /// by 2^63 elements either way.
 pub const LIST_INITIAL_INDEX: u64 = u64::MAX / 2;
 
+/// Bytes of a metadata row's head: its type byte and expiry u64, what
+/// [`Meta::peek_header`] reads (a value log pointer row carries them).
+pub const HEAD_LEN: usize = 9;
+
 /// The decoded metadata row of a key.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Meta {
@@ -271,7 +275,7 @@ impl Meta {
             MetaBody::String(v) => v.len(),
             MetaBody::Collection { extra, .. } => 16 + extra.len(),
         };
-        let mut out = Vec::with_capacity(9 + body);
+        let mut out = Vec::with_capacity(HEAD_LEN + body);
         self.encode_into(&mut out);
         out
     }
@@ -301,13 +305,9 @@ impl Meta {
 
     /// Parses a row written by [`Meta::encode`].
     pub fn decode(raw: &[u8]) -> Result<Meta, CorruptRow> {
-        if raw.len() < 9 {
-            return Err(CorruptRow("metadata row shorter than its header"));
-        }
-        let ktype = KeyType::from_code(raw[0] & 0x0F).ok_or(CorruptRow("unknown type code"))?;
-        let expire_ms = read_u64(&raw[1..9]);
+        let (ktype, expire_ms) = Meta::peek_header(raw)?;
         let body = if ktype == KeyType::String {
-            MetaBody::String(raw[9..].to_vec())
+            MetaBody::String(raw[HEAD_LEN..].to_vec())
         } else {
             if raw.len() < 25 {
                 return Err(CorruptRow("collection metadata row too short"));
@@ -329,11 +329,11 @@ impl Meta {
     /// Reads only the header (type and expiry) of a row, without copying the
     /// value: what TYPE, TTL and EXISTS need.
     pub fn peek_header(raw: &[u8]) -> Result<(KeyType, u64), CorruptRow> {
-        if raw.len() < 9 {
+        if raw.len() < HEAD_LEN {
             return Err(CorruptRow("metadata row shorter than its header"));
         }
         let ktype = KeyType::from_code(raw[0] & 0x0F).ok_or(CorruptRow("unknown type code"))?;
-        Ok((ktype, read_u64(&raw[1..9])))
+        Ok((ktype, read_u64(&raw[1..HEAD_LEN])))
     }
 }
 

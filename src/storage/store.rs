@@ -1233,7 +1233,7 @@ mod tests {
                 (super::super::vlog::POINTER_LEN, 0x0E)
             );
             let head = super::super::vlog::pointed_head(&stored).unwrap();
-            assert_eq!(head[..], big_row(0)[..super::super::vlog::HEAD_LEN]);
+            assert_eq!(head[..], big_row(0)[..super::super::encoding::HEAD_LEN]);
             assert_eq!(meta.get(&b"small"[..]).unwrap().unwrap().value(), b"s");
         }
         for round in 1..=40u8 {

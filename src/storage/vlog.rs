@@ -41,7 +41,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::encoding::CorruptRow;
+use super::encoding::{CorruptRow, HEAD_LEN};
 use super::tables::{io_err, RowOp, StoreError, Table};
 use crate::storage::buffer::Change;
 use crate::storage::KeyType;
@@ -67,10 +67,6 @@ const OLD_POINTER_LEN: usize = 17;
 /// code no `meta` row has.
 const TAG_HEAD: u8 = 0x0E;
 
-/// Bytes of a `meta` row's head: its type byte and expiry (what
-/// `Meta::peek_header` reads).
-pub const HEAD_LEN: usize = 9;
-
 /// A pointer row: tag, the row's head, file u32, offset u64, length u32.
 /// The head lets a write that replaces the row (SET) settle the old key's
 /// expiry and counts without reading its value from the log.
@@ -94,7 +90,11 @@ struct Pointer {
 }
 
 impl Pointer {
+    /// A pointer row of this build. Only pointers made from their rows
+    /// are encoded (`put_record`, whose rows are at least [`MIN_VALUE`]
+    /// long), never one read from a format 2 row, which has no head.
     fn encode(self) -> [u8; POINTER_LEN] {
+        debug_assert!(self.head.is_some(), "a pointer made from its row");
         let mut out = [0; POINTER_LEN];
         out[0] = TAG_HEAD;
         let rest = &mut out[1..];
