@@ -262,6 +262,63 @@ fn pipelined_inline_and_multibulk() {
     exchange(&mut s, b"GET slow\r\n", b"$5\r\nvalue\r\n");
 }
 
+// Pins: a pipeline longer than the server parses ahead, of reads and writes
+// on keys of both shards with SELECTs among them, reads each write made
+// before it, in its own database, and a later pipeline sees what another
+// client wrote in between. (The server parses requests ahead of the one
+// running, warms what they will read, and lets a pipeline's reads share a
+// snapshot while their shard commits nothing.)
+#[test]
+fn long_pipelines_read_their_own_writes_in_order() {
+    let srv = TestServer::start();
+    let (a, b) = keys_on_both_shards("piped");
+    let bulk = |v: &str| format!("${}\r\n{v}\r\n", v.len()).into_bytes();
+    let mut s = srv.tcp();
+    let mut req = Vec::new();
+    let mut expected = Vec::new();
+    for i in 0..60 {
+        let key = if i % 2 == 0 {
+            a.as_bytes()
+        } else {
+            b.as_bytes()
+        };
+        if i == 30 {
+            req.extend_from_slice(&multibulk(&[b"SELECT", b"1"]));
+            expected.extend_from_slice(b"+OK\r\n");
+        }
+        // Each key was last set two rounds ago, in the same database.
+        req.extend_from_slice(&multibulk(&[b"GET", key]));
+        if i < 2 || i == 30 || i == 31 {
+            expected.extend_from_slice(b"$-1\r\n");
+        } else {
+            expected.extend_from_slice(&bulk(&format!("v{}", i - 2)));
+        }
+        let value = format!("v{i}");
+        req.extend_from_slice(&multibulk(&[b"SET", key, value.as_bytes()]));
+        expected.extend_from_slice(b"+OK\r\n");
+        req.extend_from_slice(&multibulk(&[b"EXISTS", key]));
+        expected.extend_from_slice(b":1\r\n");
+    }
+    exchange(&mut s, &req, &expected);
+    let mut other = srv.tcp();
+    exchange(&mut other, &multibulk(&[b"SELECT", b"1"]), b"+OK\r\n");
+    exchange(
+        &mut other,
+        &multibulk(&[b"SET", a.as_bytes(), b"other"]),
+        b"+OK\r\n",
+    );
+    let mut req = multibulk(&[b"GET", a.as_bytes()]);
+    req.extend_from_slice(&multibulk(&[b"GET", b.as_bytes()]));
+    req.extend_from_slice(&multibulk(&[b"GET", a.as_bytes()]));
+    exchange(&mut s, &req, b"$5\r\nother\r\n$3\r\nv59\r\n$5\r\nother\r\n");
+    exchange(&mut s, &multibulk(&[b"SELECT", b"0"]), b"+OK\r\n");
+    exchange(
+        &mut s,
+        &multibulk(&[b"GET", a.as_bytes()]),
+        b"$3\r\nv28\r\n",
+    );
+}
+
 // Pins: a client that disconnects in the middle of a command leaves nothing
 // behind, and the server keeps serving other clients.
 #[test]

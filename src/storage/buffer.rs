@@ -574,6 +574,21 @@ impl Buffer {
     }
 }
 
+/// Loads the rows of `keys` that `layers` (newest first) hold into the
+/// cache without reading them out: each lookup is a cache miss into a
+/// large map, and made back to back the misses overlap instead of coming
+/// one at a time between the work that needs them. A key stops at the
+/// newest layer holding it, as a read would.
+pub fn warm_layers(layers: &[Arc<Buffer>], table: Table, keys: &[Vec<u8>]) {
+    let mut left: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+    for b in layers {
+        if left.is_empty() {
+            return;
+        }
+        b.warm(table, &mut left);
+    }
+}
+
 /// Rows [`Ordered`] looks up together.
 const LOOKUP_BATCH: usize = 16;
 

@@ -324,6 +324,15 @@ impl Store {
         self.core.filter.lock().as_ref().map_or(0, |f| f.bytes())
     }
 
+    /// Loads the buffered rows of `keys` into the cache (see
+    /// [`super::buffer::warm_layers`]) through the store's current
+    /// buffers, which every view reads: a connection warms the rows its
+    /// pipeline's next requests will look up, whichever view then reads
+    /// them.
+    pub fn warm(&self, table: Table, keys: &[Vec<u8>]) {
+        super::buffer::warm_layers(&self.core.view.lock(), table, keys);
+    }
+
     /// A snapshot of the shard as of its last commit.
     pub fn snapshot(self: &Arc<Self>, now_ms: u64) -> Result<ReadCtx, StoreError> {
         self.view(now_ms, true)

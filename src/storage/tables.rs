@@ -375,13 +375,7 @@ impl ReadCtx {
     /// back to back the misses overlap instead of coming one at a time
     /// between the writes.
     pub fn warm(&self, table: Table, keys: &[Vec<u8>]) {
-        let mut left: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
-        for b in &self.layers {
-            if left.is_empty() {
-                return;
-            }
-            b.warm(table, &mut left);
-        }
+        super::buffer::warm_layers(&self.layers, table, keys);
     }
 
     /// A `meta` row, or, where the value log holds it and its pointer row
