@@ -330,7 +330,10 @@ impl Store {
     /// pipeline's next requests will look up, whichever view then reads
     /// them.
     pub fn warm(&self, table: Table, keys: &[Vec<u8>]) {
-        super::buffer::warm_layers(&self.core.view.lock(), table, keys);
+        // A copy of the list: the lookups miss the cache, and holding the
+        // view lock through them would hold up the shard's next batch.
+        let layers = self.core.view.lock().clone();
+        super::buffer::warm_layers(&layers, table, keys);
     }
 
     /// A snapshot of the shard as of its last commit.
