@@ -335,13 +335,14 @@ pub fn cairn_section(srv: &crate::server::Server, out: &mut String) {
     let stores: Vec<_> = shards.iter().filter_map(|sh| sh.store().ok()).collect();
     let buffered: usize = stores.iter().map(|st| st.buffered_bytes()).sum();
     let filters: usize = stores.iter().map(|st| st.key_filter_bytes()).sum();
+    let row_cache: usize = stores.iter().map(|st| st.row_cache_bytes()).sum();
     let (value_log, value_log_dead) = stores
         .iter()
         .map(|st| st.value_log_usage())
         .fold((0, 0), |(b, d), (sb, sd)| (b + sb, d + sd));
     let _ = write!(
         out,
-        "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\ncoordinated_commits_here:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\nkey_filter_bytes:{filters}\r\nvalue_log_bytes:{value_log}\r\nvalue_log_dead_bytes:{value_log_dead}\r\nreads_moved_now:{}\r\nreads_moved:{}\r\n",
+        "# Cairn\r\nshards:{}\r\ndurability:{}\r\ndisk_bytes:{}\r\nbatches:{batches}\r\nbatch_ops:{ops}\r\navg_batch_size:{avg:.2}\r\nmax_batch_size:{}\r\ncommits:{}\r\nfsyncs:{}\r\ncoordinated_commits:{}\r\ncoordinated_commits_here:{}\r\nreaper_ticks:{}\r\nreaper_expired_keys:{}\r\ngc_rows_deleted:{}\r\ngc_versions_collected:{}\r\nsub_rows:{sub_rows}\r\nzscore_rows:{zscore_rows}\r\ngc_pending:{gc_pending}\r\nwrite_buffer_bytes:{buffered}\r\nkey_filter_bytes:{filters}\r\nrow_cache_bytes:{row_cache}\r\nvalue_log_bytes:{value_log}\r\nvalue_log_dead_bytes:{value_log_dead}\r\nreads_moved_now:{}\r\nreads_moved:{}\r\n",
         shards.len(),
         srv.shards.durability().name(),
         super::memory::disk_bytes(srv),

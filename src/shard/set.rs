@@ -716,6 +716,7 @@ fn redo(
                 Ok(())
             };
             apply().map_err(open_err(path))?;
+            db.tables_changed();
             last[*shard] = record.txid;
             redone += 1;
         }

@@ -9,6 +9,7 @@ pub mod filter;
 pub mod journal;
 pub mod keyspace;
 pub mod merge;
+mod rowcache;
 mod rowmap;
 pub mod rowops;
 pub mod store;

@@ -27,6 +27,7 @@ use redb::{Database, ReadableDatabase};
 
 use super::buffer::{Buffer, Change};
 use super::filter::KeyFilter;
+use super::rowcache::RowCache;
 use super::tables::{
     init_file, io_err, read_sys_prefix, read_sys_u64, ReadCtx, RowOp, StoreError, Table,
     TableWriter,
@@ -114,6 +115,10 @@ struct Core {
     readable: parking_lot::Mutex<Arc<Files>>,
     /// The value log's bytes and dead bytes as of the last commit (INFO).
     value_usage: (AtomicU64, AtomicU64),
+    /// `meta` rows of the tables read again and again (see `rowcache`):
+    /// its epoch moves, under the view lock, after each commit of the
+    /// tables, and readers take it there with their snapshot.
+    rows: Arc<RowCache>,
     /// Makes every write-out fail (tests of what a failing disk does).
     #[cfg(test)]
     fail_write_outs: std::sync::atomic::AtomicBool,
@@ -254,6 +259,7 @@ impl Store {
             catalog,
             readable: parking_lot::Mutex::new(readable),
             value_usage: (AtomicU64::new(bytes), AtomicU64::new(dead)),
+            rows: Arc::new(RowCache::new(super::rowcache::CACHE_BYTES)),
             #[cfg(test)]
             fail_write_outs: Default::default(),
         });
@@ -301,6 +307,13 @@ impl Store {
         &self.core.db
     }
 
+    /// To be called after a write of the tables straight through
+    /// [`Store::db`] (the coordination log's redo at start): rows read
+    /// before it are no longer served from the row cache.
+    pub fn tables_changed(&self) {
+        self.core.tables_changed();
+    }
+
     /// Has the background writer build the key filter from the tables,
     /// after which reads of rows the tables lack skip them. Called once
     /// nothing else writes the file directly any more (the coordination
@@ -317,6 +330,11 @@ impl Store {
     pub fn value_log_usage(&self) -> (u64, u64) {
         let (bytes, dead) = &self.core.value_usage;
         (bytes.load(Ordering::Relaxed), dead.load(Ordering::Relaxed))
+    }
+
+    /// Bytes of rows the row cache holds (INFO).
+    pub fn row_cache_bytes(&self) -> usize {
+        self.core.rows.bytes()
     }
 
     /// Memory the key filter takes (INFO).
@@ -387,6 +405,7 @@ impl Store {
         let layers = view.clone();
         let filter = self.core.filter.lock().clone();
         let values = self.core.readable.lock().clone();
+        let epoch = self.core.rows.epoch();
         let txn = self.core.db.begin_read()?;
         let mut pins = self.core.pins.lock();
         let seq = self.core.published.load(Ordering::Acquire);
@@ -400,7 +419,8 @@ impl Store {
         });
         Ok(ReadCtx::layered(txn, layers, seq, pin, now_ms)
             .with_filter(filter)
-            .with_values(values))
+            .with_values(values)
+            .with_rows(self.core.rows.clone(), epoch))
     }
 
     /// Commits a batch's changes: appends them to the log (fsynced if
@@ -734,12 +754,22 @@ impl Core {
     ) -> Result<(), StoreError> {
         self.publish_values();
         txn.commit()?;
+        // Before the buffer written out leaves the view, and before the
+        // files a collection emptied leave the readers' (see `rowcache`).
+        self.tables_changed();
         values.committed();
         self.publish_values();
         let (bytes, dead) = values.usage();
         self.value_usage.0.store(bytes, Ordering::Relaxed);
         self.value_usage.1.store(dead, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Ends the row cache's epoch, under the view lock, where readers take
+    /// it with their snapshot: the tables have just changed.
+    fn tables_changed(&self) {
+        let _view = self.view.lock();
+        self.rows.next_epoch();
     }
 
     /// Hands readers the value log's files, if they changed: under the
@@ -1015,6 +1045,38 @@ mod tests {
         wait_for("the writer is stuck", || {
             store.core.frozen_bytes.load(Ordering::Acquire) == 0
         });
+    }
+
+    /// A row the tables hold is served from the row cache only to readers
+    /// of the state it was read in: once the background writer has put a
+    /// newer row in, new snapshots read that, and a snapshot from before,
+    /// whose buffer never showed it the newer row, still reads its own.
+    #[test]
+    fn the_row_cache_serves_only_the_state_it_was_read_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("shard-0.redb"), 1 << 20);
+        store.commit(put("a", "1"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!(store.row_cache_bytes(), 0);
+        assert_eq!(get(&store, "a").as_deref(), Some("1"));
+        assert!(store.row_cache_bytes() > 0, "read from the tables, kept");
+        let before = store.snapshot(0).unwrap();
+        assert_eq!(get(&store, "a").as_deref(), Some("1"));
+        store.commit(put("a", "2"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!(get(&store, "a").as_deref(), Some("2"));
+        assert_eq!(get(&store, "a").as_deref(), Some("2"));
+        assert_eq!(before.get(Table::Meta, b"a").unwrap(), Some(b"1".to_vec()));
+        store
+            .commit(vec![RowOp::Del(Table::Meta, b"a".to_vec())], false)
+            .unwrap();
+        assert_eq!(get(&store, "a"), None, "the buffer's deletion first");
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!(get(&store, "a"), None);
+        assert_eq!(before.get(Table::Meta, b"a").unwrap(), Some(b"1".to_vec()));
     }
 
     /// With the key filter built, every row the tables hold is still read

@@ -254,6 +254,9 @@ pub struct ReadCtx {
     filter: Option<Arc<KeyFilter>>,
     /// The value log files `txn`'s pointer rows point into.
     values: Arc<Files>,
+    /// The shard's cache of `meta` rows, and the epoch this view's
+    /// snapshot belongs to (see `rowcache`).
+    rows: Option<(Arc<super::rowcache::RowCache>, u64)>,
     /// Keeps the versions this view reads, and the store open: whoever
     /// closes it (DEBUG RELOAD) waits until no snapshot holds it.
     _pin: Option<Pin>,
@@ -307,6 +310,7 @@ impl ReadCtx {
             now_ms,
             filter: None,
             values: Default::default(),
+            rows: None,
             _pin: pin,
         }
     }
@@ -328,6 +332,13 @@ impl ReadCtx {
     /// point into (taken with the snapshot: see `Store::view`).
     pub(crate) fn with_values(mut self, values: Arc<Files>) -> ReadCtx {
         self.values = values;
+        self
+    }
+
+    /// This view with the shard's row cache, as of `epoch` (taken with the
+    /// snapshot: see `Store::view`).
+    pub(crate) fn with_rows(mut self, rows: Arc<super::rowcache::RowCache>, epoch: u64) -> ReadCtx {
+        self.rows = Some((rows, epoch));
         self
     }
 
@@ -410,7 +421,17 @@ impl ReadCtx {
         {
             return Ok(None);
         }
-        Ok(self.table(table)?.get(key)?.map(|v| v.value().to_vec()))
+        let cache = self.rows.as_ref().filter(|_| table == Table::Meta);
+        if let Some((rows, epoch)) = cache {
+            if let Some(row) = rows.get(*epoch, key) {
+                return Ok(Some(row));
+            }
+        }
+        let row = self.table(table)?.get(key)?.map(|v| v.value().to_vec());
+        if let (Some((rows, epoch)), Some(row)) = (cache, &row) {
+            rows.put(*epoch, key, row);
+        }
+        Ok(row)
     }
 
     fn table(
