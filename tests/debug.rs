@@ -512,15 +512,51 @@ fn reload_under_load_loses_nothing() {
             })
         })
         .collect();
+    // A pipeline of reads and writes on both shards: its reads share a
+    // snapshot per shard while the batch runs, and none of them may hold
+    // up the reopen (which waits for every snapshot of the old files).
+    let piped = {
+        let stop = stop.clone();
+        let (a, b) = common::waiting::keys_on_both_shards("piped");
+        std::thread::spawn(move || {
+            let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+                .unwrap()
+                .get_connection()
+                .unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (got_a, got_b, _, _, again_a): (Option<u64>, Option<u64>, (), (), u64) =
+                    redis::pipe()
+                        .get(&a)
+                        .get(&b)
+                        .set(&a, n)
+                        .set(&b, n)
+                        .get(&a)
+                        .query(&mut c)
+                        .unwrap();
+                let before = n.checked_sub(1);
+                assert_eq!((got_a, got_b, again_a), (before, before, n));
+                n += 1;
+            }
+            n
+        })
+    };
     let mut c = s.client();
     for _ in 0..5 {
         std::thread::sleep(Duration::from_millis(60));
+        let began = Instant::now();
         ok(&mut c, &["DEBUG", "RELOAD"]);
+        assert!(
+            began.elapsed() < Duration::from_secs(5),
+            "the reopen waited on readers"
+        );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let piped = piped.join().unwrap();
     let written: Vec<u64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
-    // Each worker's keys and its counter.
-    let total: u64 = written.iter().map(|n| n + 1).sum();
+    // Each worker's keys and its counter, and the pipelines' two keys.
+    assert!(piped > 0, "the pipelines made no progress");
+    let total: u64 = written.iter().map(|n| n + 1).sum::<u64>() + 2;
     assert_eq!(int(&mut c, &["DBSIZE"]) as u64, total);
     for (w, &n) in written.iter().enumerate() {
         assert!(n > 0, "worker {w} made no progress");

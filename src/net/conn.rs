@@ -448,6 +448,10 @@ impl Outbox {
 
     /// Waits for every reply in flight and encodes them.
     async fn drain(&mut self) {
+        // No snapshot is kept through a wait: DEBUG RELOAD waits for every
+        // snapshot of the old files to go before the shards take the
+        // writes waited for.
+        self.views.clear();
         self.flush_squash();
         if let Some(id) = self.unkicked.take() {
             self.server.shards.kick(id);
@@ -720,7 +724,6 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         }
         // The batch ends: subscribers its PUBLISHes fed may write now.
         outbox.ended = None;
-        outbox.views.clear();
         session.wakes.wake();
         outbox.drain().await;
         outbox.release_held();
@@ -1283,13 +1286,11 @@ async fn execute(
             outbox.push_ready(r, to);
         }
         Action::Job(job) => {
-            outbox.views.clear();
             outbox.drain().await;
             let r = job.await;
             outbox.push_ready(r, to);
         }
         Action::Block(job) => {
-            outbox.views.clear();
             let wait_began = Instant::now();
             let Some(r) = wait_blocked(session, outbox, stream, buf, job).await else {
                 return true;

@@ -371,6 +371,10 @@ impl ShardShared {
                 return Ok(ReadView::new(snap.clone(), now_ms(), self.id, None));
             }
         }
+        // The new snapshot may wait for the commit lock, and DEBUG RELOAD
+        // holds it while it waits for every snapshot of the old file to
+        // go: none is kept through the wait.
+        views.clear();
         let view = self.current_snapshot().await?;
         if views.0.len() <= self.id {
             views.0.resize_with(self.id + 1, || None);
@@ -398,9 +402,12 @@ impl ShardShared {
 
 /// The snapshots a connection has read during its current batch of
 /// requests, by shard, each with the shard's commit count when it was
-/// taken (see [`ShardShared::batch_snapshot`]). Emptied when the batch
-/// ends and before anything that may wait long, so that an idle client
-/// never pins a snapshot (and the pages and buffers it holds).
+/// taken (see [`ShardShared::batch_snapshot`]). Emptied whenever the
+/// connection waits (for its writes' replies, which it does at the end of
+/// every batch and before any other wait), so that an idle client never
+/// pins a snapshot (and the pages and buffers it holds), and DEBUG
+/// RELOAD, which waits for the old files' snapshots to go, never waits
+/// on a client that waits on it.
 #[derive(Default)]
 pub struct BatchViews(Vec<Option<(u64, Arc<ReadCtx>)>>);
 
