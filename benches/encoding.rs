@@ -44,6 +44,7 @@ fn shard_apply(c: &mut Criterion) {
         Limits {
             cap: 64 << 20,
             filter_rows: cairn::storage::store::FILTER_MIN_ROWS,
+            row_cache: 8 << 20,
         },
     )
     .unwrap();

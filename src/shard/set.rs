@@ -224,6 +224,9 @@ impl ShardSet {
             limits: crate::storage::store::Limits {
                 cap: cfg.write_buffer_mb * 1024 * 1024,
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
+                // An eighth of the page cache's budget: 8 MiB at the
+                // default 64, the `meta` rows of ~100k small keys.
+                row_cache: cfg.cache_mb * 1024 * 1024 / 8,
             },
             before_rotate: None,
             log: None,
@@ -759,6 +762,7 @@ mod tests {
             limits: crate::storage::store::Limits {
                 cap: 1 << 20,
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
+                row_cache: 1 << 20,
             },
             before_rotate: None,
             log: None,

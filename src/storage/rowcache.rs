@@ -25,9 +25,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::collections::HashMap;
 
-/// Bytes of rows the cache holds at most, per shard.
-pub const CACHE_BYTES: usize = 8 << 20;
-
 /// Independent locks, so readers on several threads rarely meet.
 const STRIPES: usize = 64;
 

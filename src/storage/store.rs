@@ -57,6 +57,8 @@ pub struct Limits {
     /// Rows the key filter is sized for at least ([`FILTER_MIN_ROWS`];
     /// tests make it small to see it rebuilt).
     pub filter_rows: usize,
+    /// Bytes of `meta` rows the row cache holds at most (see `rowcache`).
+    pub row_cache: usize,
 }
 
 impl Limits {
@@ -259,7 +261,7 @@ impl Store {
             catalog,
             readable: parking_lot::Mutex::new(readable),
             value_usage: (AtomicU64::new(bytes), AtomicU64::new(dead)),
-            rows: Arc::new(RowCache::new(super::rowcache::CACHE_BYTES)),
+            rows: Arc::new(RowCache::new(limits.row_cache)),
             #[cfg(test)]
             fail_write_outs: Default::default(),
         });
@@ -970,6 +972,7 @@ mod tests {
         let limits = Limits {
             cap,
             filter_rows: 1 << 16,
+            row_cache: 1 << 20,
         };
         Store::open(path, |p| Ok(Database::builder().create(p)?), limits).unwrap()
     }
