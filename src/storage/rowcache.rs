@@ -20,10 +20,9 @@
 //! only where a value lies, and until the epoch moves they can read both
 //! places. A reader of an older epoch neither reads nor fills the cache.
 
+use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
-
-use std::collections::HashMap;
 
 /// Independent locks, so readers on several threads rarely meet.
 const STRIPES: usize = 64;
