@@ -1,12 +1,13 @@
-//! A cache of `meta` rows as the tables hold them, in front of redb.
+//! A cache of `meta` and `sub` rows as the tables hold them, in front of
+//! redb.
 //!
 //! A point read that no write buffer answers descends redb's B-tree: a few
 //! pages, each found in redb's page cache through a reference count and an
 //! access mark that every thread reading the shard writes, so the lines
 //! bounce between cores (a SET of a key the tables hold spent about a fifth
-//! of its time there at pipeline 16). Keys read again and again (a
-//! read-mostly load, a SET that rewrites the same value) are served from a
-//! hash map here instead.
+//! of its time there at pipeline 16). Rows read again and again (a
+//! read-mostly load, a SET or HSET that rewrites the value already there)
+//! are served from a hash map here instead.
 //!
 //! What keeps it right is an epoch. The background writer, the only writer
 //! of the tables, moves it on, under the view lock, after each of its
@@ -23,6 +24,8 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::tables::Table;
 
 /// Independent locks, so readers on several threads rarely meet.
 const STRIPES: usize = 64;
@@ -43,12 +46,34 @@ pub struct RowCache {
     hasher: foldhash::fast::FixedState,
 }
 
-/// One lock's part of the rows, all of epoch `epoch`.
+/// One table's cached rows, by key.
+type Rows = HashMap<Box<[u8]>, Box<[u8]>, foldhash::fast::FixedState>;
+
+/// One lock's part of the rows, all of epoch `epoch`: per cached table
+/// (see [`cached`]), its rows by key.
 #[derive(Default)]
 struct Stripe {
     epoch: u64,
-    rows: HashMap<Box<[u8]>, Box<[u8]>, foldhash::fast::FixedState>,
+    rows: [Rows; 2],
     bytes: usize,
+}
+
+impl Stripe {
+    fn clear(&mut self) {
+        self.rows.iter_mut().for_each(HashMap::clear);
+        self.bytes = 0;
+    }
+}
+
+/// The tables whose rows are cached, and where in a [`Stripe`]: the ones
+/// read a row at a time (a key's `meta` row, a member's or field's `sub`
+/// row); the others are scanned.
+fn cached(table: Table) -> Option<usize> {
+    match table {
+        Table::Meta => Some(0),
+        Table::Sub => Some(1),
+        _ => None,
+    }
 }
 
 impl RowCache {
@@ -78,9 +103,10 @@ impl RowCache {
         &self.stripes[(h >> 58) as usize % STRIPES]
     }
 
-    /// The row `key` the tables held in `epoch`, if cached and `epoch` is
-    /// still the current one.
-    pub fn get(&self, epoch: u64, key: &[u8]) -> Option<Vec<u8>> {
+    /// The row `key` of `table` the tables held in `epoch`, if cached and
+    /// `epoch` is still the current one.
+    pub fn get(&self, epoch: u64, table: Table, key: &[u8]) -> Option<Vec<u8>> {
+        let t = cached(table)?;
         if epoch != self.epoch() {
             return None;
         }
@@ -88,12 +114,15 @@ impl RowCache {
         if stripe.epoch != epoch {
             return None;
         }
-        stripe.rows.get(key).map(|v| v.to_vec())
+        stripe.rows[t].get(key).map(|v| v.to_vec())
     }
 
     /// Remembers the row `key` a reader of `epoch` found in the tables.
     /// A full stripe starts over: the rows read most come back first.
-    pub fn put(&self, epoch: u64, key: &[u8], row: &[u8]) {
+    pub fn put(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
+        let Some(t) = cached(table) else {
+            return;
+        };
         if row.len() > MAX_ROW || epoch != self.epoch() {
             return;
         }
@@ -106,15 +135,13 @@ impl RowCache {
             if stripe.epoch > epoch {
                 return;
             }
-            stripe.rows.clear();
-            stripe.bytes = 0;
+            stripe.clear();
             stripe.epoch = epoch;
         }
         if stripe.bytes + cost > self.stripe_bytes {
-            stripe.rows.clear();
-            stripe.bytes = 0;
+            stripe.clear();
         }
-        if stripe.rows.insert(key.into(), row.into()).is_none() {
+        if stripe.rows[t].insert(key.into(), row.into()).is_none() {
             stripe.bytes += cost;
         }
     }
@@ -129,22 +156,36 @@ impl RowCache {
 mod tests {
     use super::*;
 
+    const M: Table = Table::Meta;
+
+    #[test]
+    fn tables_are_apart_and_scanned_ones_stay_out() {
+        let c = RowCache::new(1 << 20);
+        let e = c.epoch();
+        c.put(e, Table::Meta, b"k", b"meta");
+        c.put(e, Table::Sub, b"k", b"sub");
+        c.put(e, Table::Ttl, b"k", b"ttl");
+        assert_eq!(c.get(e, Table::Meta, b"k").as_deref(), Some(&b"meta"[..]));
+        assert_eq!(c.get(e, Table::Sub, b"k").as_deref(), Some(&b"sub"[..]));
+        assert_eq!(c.get(e, Table::Ttl, b"k"), None);
+    }
+
     #[test]
     fn rows_serve_their_epoch_only() {
         let c = RowCache::new(1 << 20);
         let e = c.epoch();
-        assert_eq!(c.get(e, b"k"), None);
-        c.put(e, b"k", b"v1");
-        assert_eq!(c.get(e, b"k").as_deref(), Some(&b"v1"[..]));
+        assert_eq!(c.get(e, M, b"k"), None);
+        c.put(e, M, b"k", b"v1");
+        assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v1"[..]));
         c.next_epoch();
         // The old epoch's readers and the new one's see nothing cached.
-        assert_eq!(c.get(e, b"k"), None);
-        assert_eq!(c.get(e + 1, b"k"), None);
+        assert_eq!(c.get(e, M, b"k"), None);
+        assert_eq!(c.get(e + 1, M, b"k"), None);
         // A late put of the old epoch is refused.
-        c.put(e, b"k", b"v1");
-        assert_eq!(c.get(e + 1, b"k"), None);
-        c.put(e + 1, b"k", b"v2");
-        assert_eq!(c.get(e + 1, b"k").as_deref(), Some(&b"v2"[..]));
+        c.put(e, M, b"k", b"v1");
+        assert_eq!(c.get(e + 1, M, b"k"), None);
+        c.put(e + 1, M, b"k", b"v2");
+        assert_eq!(c.get(e + 1, M, b"k").as_deref(), Some(&b"v2"[..]));
     }
 
     #[test]
@@ -152,14 +193,14 @@ mod tests {
         let c = RowCache::new(STRIPES * 200);
         let e = c.epoch();
         for i in 0..1000u32 {
-            c.put(e, &i.to_be_bytes(), b"value");
+            c.put(e, M, &i.to_be_bytes(), b"value");
             assert!(c.bytes() <= STRIPES * 200);
         }
         assert_eq!(
-            c.get(e, &999u32.to_be_bytes()).as_deref(),
+            c.get(e, M, &999u32.to_be_bytes()).as_deref(),
             Some(&b"value"[..])
         );
-        c.put(e, b"long", &[0; MAX_ROW + 1]);
-        assert_eq!(c.get(e, b"long"), None);
+        c.put(e, M, b"long", &[0; MAX_ROW + 1]);
+        assert_eq!(c.get(e, M, b"long"), None);
     }
 }

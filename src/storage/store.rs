@@ -57,7 +57,7 @@ pub struct Limits {
     /// Rows the key filter is sized for at least ([`FILTER_MIN_ROWS`];
     /// tests make it small to see it rebuilt).
     pub filter_rows: usize,
-    /// Bytes of `meta` rows the row cache holds at most (see `rowcache`).
+    /// Bytes of rows the row cache holds at most (see `rowcache`).
     pub row_cache: usize,
 }
 
@@ -117,7 +117,7 @@ struct Core {
     readable: parking_lot::Mutex<Arc<Files>>,
     /// The value log's bytes and dead bytes as of the last commit (INFO).
     value_usage: (AtomicU64, AtomicU64),
-    /// `meta` rows of the tables read again and again (see `rowcache`):
+    /// Rows of the tables read again and again (see `rowcache`):
     /// its epoch moves, under the view lock, after each commit of the
     /// tables, and readers take it there with their snapshot.
     rows: Arc<RowCache>,
@@ -1080,6 +1080,17 @@ mod tests {
         settle(&store);
         assert_eq!(get(&store, "a"), None);
         assert_eq!(before.get(Table::Meta, b"a").unwrap(), Some(b"1".to_vec()));
+        // A member's row the same way.
+        let member = |v: &str| vec![RowOp::Put(Table::Sub, b"m".to_vec(), v.into())];
+        let read = || store.snapshot(0).unwrap().get(Table::Sub, b"m").unwrap();
+        store.commit(member("x"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!((read(), read()), (Some(b"x".to_vec()), Some(b"x".to_vec())));
+        store.commit(member("y"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!((read(), read()), (Some(b"y".to_vec()), Some(b"y".to_vec())));
     }
 
     /// With the key filter built, every row the tables hold is still read

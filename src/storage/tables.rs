@@ -254,7 +254,7 @@ pub struct ReadCtx {
     filter: Option<Arc<KeyFilter>>,
     /// The value log files `txn`'s pointer rows point into.
     values: Arc<Files>,
-    /// The shard's cache of `meta` rows, and the epoch this view's
+    /// The shard's cache of rows, and the epoch this view's
     /// snapshot belongs to (see `rowcache`).
     rows: Option<(Arc<super::rowcache::RowCache>, u64)>,
     /// Keeps the versions this view reads, and the store open: whoever
@@ -421,15 +421,14 @@ impl ReadCtx {
         {
             return Ok(None);
         }
-        let cache = self.rows.as_ref().filter(|_| table == Table::Meta);
-        if let Some((rows, epoch)) = cache {
-            if let Some(row) = rows.get(*epoch, key) {
+        if let Some((rows, epoch)) = &self.rows {
+            if let Some(row) = rows.get(*epoch, table, key) {
                 return Ok(Some(row));
             }
         }
         let row = self.table(table)?.get(key)?.map(|v| v.value().to_vec());
-        if let (Some((rows, epoch)), Some(row)) = (cache, &row) {
-            rows.put(*epoch, key, row);
+        if let (Some((rows, epoch)), Some(row)) = (&self.rows, &row) {
+            rows.put(*epoch, table, key, row);
         }
         Ok(row)
     }
