@@ -485,6 +485,25 @@ fn inside_multi_debug_runs_in_the_transaction() {
     assert_eq!(String::from_utf8_lossy(&got), String::from_utf8_lossy(want));
 }
 
+/// Runs `round` on a connection of its own, numbering the rounds from 0,
+/// until `stop` is set; returns how many ran.
+fn rounds_until(
+    port: u16,
+    stop: &std::sync::atomic::AtomicBool,
+    mut round: impl FnMut(&mut redis::Connection, u64),
+) -> u64 {
+    let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let mut n = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        round(&mut c, n);
+        n += 1;
+    }
+    n
+}
+
 #[test]
 fn reload_under_load_loses_nothing() {
     let s = with_debug("yes");
@@ -496,19 +515,12 @@ fn reload_under_load_loses_nothing() {
         .map(|w| {
             let stop = stop.clone();
             std::thread::spawn(move || {
-                let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                    .unwrap()
-                    .get_connection()
-                    .unwrap();
-                let mut n = 0u64;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                rounds_until(port, &stop, |c, n| {
                     let key = format!("w{w}:{n}");
-                    ok(&mut c, &["SET", &key, &n.to_string()]);
-                    assert_eq!(q(&mut c, &["GET", &key]), bulk(&n.to_string()));
-                    int(&mut c, &["INCR", &format!("count{w}")]);
-                    n += 1;
-                }
-                n
+                    ok(c, &["SET", &key, &n.to_string()]);
+                    assert_eq!(q(c, &["GET", &key]), bulk(&n.to_string()));
+                    int(c, &["INCR", &format!("count{w}")]);
+                })
             })
         })
         .collect();
@@ -519,12 +531,7 @@ fn reload_under_load_loses_nothing() {
         let stop = stop.clone();
         let (a, b) = common::waiting::keys_on_both_shards("piped");
         std::thread::spawn(move || {
-            let mut c = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
-                .unwrap()
-                .get_connection()
-                .unwrap();
-            let mut n = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            rounds_until(port, &stop, |c, n| {
                 let (got_a, got_b, _, _, again_a): (Option<u64>, Option<u64>, (), (), u64) =
                     redis::pipe()
                         .get(&a)
@@ -532,13 +539,11 @@ fn reload_under_load_loses_nothing() {
                         .set(&a, n)
                         .set(&b, n)
                         .get(&a)
-                        .query(&mut c)
+                        .query(c)
                         .unwrap();
                 let before = n.checked_sub(1);
                 assert_eq!((got_a, got_b, again_a), (before, before, n));
-                n += 1;
-            }
-            n
+            })
         })
     };
     let mut c = s.client();
