@@ -697,7 +697,7 @@ fn redo(
     redo: &[u64],
 ) -> Result<super::intent::IntentLog, OpenError> {
     use super::intent::COORD_ROW;
-    use crate::storage::tables::{apply_row_ops, read_sys_u64};
+    use crate::storage::tables::read_sys_u64;
     let mut last = Vec::with_capacity(dbs.len());
     for (path, db) in dbs {
         last.push(read_sys_u64(db.db(), COORD_ROW).map_err(open_err(path))?);
@@ -712,14 +712,7 @@ fn redo(
             if last[*shard] >= record.txid {
                 continue;
             }
-            let apply = || -> Result<(), StoreError> {
-                let txn = db.db().begin_write()?;
-                apply_row_ops(&txn, ops)?;
-                txn.commit()?;
-                Ok(())
-            };
-            apply().map_err(open_err(path))?;
-            db.tables_changed();
+            db.apply_to_tables(ops).map_err(open_err(path))?;
             last[*shard] = record.txid;
             redone += 1;
         }

@@ -146,7 +146,7 @@ impl RowCache {
         }
     }
 
-    /// Bytes of rows held (INFO memory's view of it).
+    /// Bytes of rows held (INFO cairn's `row_cache_bytes`).
     pub fn bytes(&self) -> usize {
         self.stripes.iter().map(|s| s.lock().bytes).sum()
     }

@@ -309,11 +309,15 @@ impl Store {
         &self.core.db
     }
 
-    /// To be called after a write of the tables straight through
-    /// [`Store::db`] (the coordination log's redo at start): rows read
-    /// before it are no longer served from the row cache.
-    pub fn tables_changed(&self) {
+    /// Applies `ops` to the tables in a transaction of their own, outside
+    /// the write path (the coordination log's redo at start), and ends the
+    /// row cache's epoch, as every commit of the tables does.
+    pub fn apply_to_tables(&self, ops: &[RowOp]) -> Result<(), StoreError> {
+        let txn = self.core.db.begin_write()?;
+        super::tables::apply_row_ops(&txn, ops)?;
+        txn.commit()?;
         self.core.tables_changed();
+        Ok(())
     }
 
     /// Has the background writer build the key filter from the tables,
