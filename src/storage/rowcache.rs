@@ -9,17 +9,31 @@
 //! read-mostly load, a SET or HSET that rewrites the value already there)
 //! are served from a hash map here instead.
 //!
-//! What keeps it right is an epoch. The background writer, the only writer
-//! of the tables, moves it on, under the view lock, after each of its
-//! commits; a reader takes it with its redb snapshot, under the same lock,
-//! and uses the cache only while the epoch is the same. Readers of one
-//! epoch may hold redb snapshots on either side of the commit that ends it,
-//! and they agree on every row they read from the tables: a write-out
-//! changes only the rows of the buffer it writes, which stays in the view
-//! until after the epoch has moved, so those readers find such rows in
-//! that buffer and never ask the tables; a value log collection changes
-//! only where a value lies, and until the epoch moves they can read both
-//! places. A reader of an older epoch neither reads nor fills the cache.
+//! What keeps it right is an epoch, which the background writer (the only
+//! writer of the tables) moves on after each of its commits and readers
+//! take with their redb snapshot, under the store's view lock. Each row
+//! cached carries the epoch it is known to be the tables' row since, and a
+//! reader uses it only if that is not after its own epoch: a row stays
+//! cached across a commit only if the commit left it as it was.
+//!
+//! A commit moves the epoch twice. First to an odd number, after which no
+//! reader may add a row (a reader that read the tables before the commit
+//! could add a row the commit has just replaced); then, with the commit's
+//! changed rows known, every cached one is rewritten to its new row (or
+//! dropped) marked with the next even epoch, which no reader older than
+//! the commit takes; then, under the view lock, the epoch becomes that even
+//! number and readers of it may add rows again. Rows the commit did not
+//! touch keep their mark and serve old and new readers alike, so a
+//! write-out does not empty the cache: the rows a load keeps rewriting (a
+//! counter, a hash field) are read from here after the writer has taken
+//! them out of the buffers, not from the B-tree. A commit whose changed
+//! rows are not known one by one (a range deleted, values moved by the
+//! value log's collection) empties the cache instead.
+//!
+//! A reader whose snapshot began before the commit still finds a buffer
+//! holding every row the commit wrote (it leaves the view only after the
+//! epoch has moved), or reads the tables as they were: rows marked after
+//! its epoch are not for it.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -40,20 +54,30 @@ const ROW_OVERHEAD: usize = 64;
 
 /// See the module doc.
 pub struct RowCache {
+    /// Even: readers of this epoch may add rows. Odd: the tables are
+    /// changing, and nobody may.
     epoch: AtomicU64,
+    /// Held through a change, so that two never interleave (the writer
+    /// makes them, but the coordination log's redo at start does too).
+    changing: parking_lot::Mutex<()>,
     stripes: Box<[parking_lot::Mutex<Stripe>]>,
     stripe_bytes: usize,
     hasher: foldhash::fast::FixedState,
 }
 
-/// One table's cached rows, by key.
-type Rows = HashMap<Box<[u8]>, Box<[u8]>, foldhash::fast::FixedState>;
+/// A cached row and the epoch since which the tables have held it.
+struct Cached {
+    since: u64,
+    row: Box<[u8]>,
+}
 
-/// One lock's part of the rows, all of epoch `epoch`: per cached table
-/// (see [`cached`]), its rows by key.
+/// One table's cached rows, by key.
+type Rows = HashMap<Box<[u8]>, Cached, foldhash::fast::FixedState>;
+
+/// One lock's part of the rows: per cached table (see [`cached`]), its
+/// rows by key.
 #[derive(Default)]
 struct Stripe {
-    epoch: u64,
     rows: [Rows; 2],
     bytes: usize,
 }
@@ -63,6 +87,11 @@ impl Stripe {
         self.rows.iter_mut().for_each(HashMap::clear);
         self.bytes = 0;
     }
+}
+
+/// What caching `row` under `key` costs.
+fn cost(key: &[u8], row: &[u8]) -> usize {
+    key.len() + row.len() + ROW_OVERHEAD
 }
 
 /// The tables whose rows are cached, and where in a [`Stripe`]: the ones
@@ -76,15 +105,29 @@ fn cached(table: Table) -> Option<usize> {
     }
 }
 
+/// A commit of the tables under way (see the module doc): rows it changed
+/// are rewritten in the cache until [`RowCache::end_change`].
+#[must_use = "the epoch stays odd, and the cache unfilled, until end_change"]
+pub struct Change<'a> {
+    next: u64,
+    _alone: parking_lot::MutexGuard<'a, ()>,
+}
+
 impl RowCache {
     /// A cache of at most `bytes` of rows.
     pub fn new(bytes: usize) -> RowCache {
         RowCache {
             epoch: AtomicU64::new(0),
+            changing: Default::default(),
             stripes: (0..STRIPES).map(|_| Default::default()).collect(),
             stripe_bytes: bytes / STRIPES,
             hasher: foldhash::fast::FixedState::with_seed(0x726f_7773),
         }
+    }
+
+    /// Whether rows of `table` are cached.
+    pub fn caches(table: Table) -> bool {
+        cached(table).is_some()
     }
 
     /// The current epoch: taken by a reader with its snapshot.
@@ -92,58 +135,99 @@ impl RowCache {
         self.epoch.load(Ordering::Acquire)
     }
 
-    /// Ends the epoch: the tables have changed (called under the view
-    /// lock, after the commit).
-    pub fn next_epoch(&self) {
-        self.epoch.fetch_add(1, Ordering::AcqRel);
-    }
-
     fn stripe(&self, key: &[u8]) -> &parking_lot::Mutex<Stripe> {
         let h = self.hasher.hash_one(key);
         &self.stripes[(h >> 58) as usize % STRIPES]
     }
 
-    /// The row `key` of `table` the tables held in `epoch`, if cached and
-    /// `epoch` is still the current one.
+    /// The row `key` of `table` the tables held in `epoch`, if cached.
     pub fn get(&self, epoch: u64, table: Table, key: &[u8]) -> Option<Vec<u8>> {
         let t = cached(table)?;
-        if epoch != self.epoch() {
-            return None;
-        }
         let stripe = self.stripe(key).lock();
-        if stripe.epoch != epoch {
-            return None;
-        }
-        stripe.rows[t].get(key).map(|v| v.to_vec())
+        let c = stripe.rows[t].get(key)?;
+        (c.since <= epoch).then(|| c.row.to_vec())
     }
 
-    /// Remembers the row `key` a reader of `epoch` found in the tables.
-    /// A full stripe starts over: the rows read most come back first.
+    /// Remembers the row `key` a reader of `epoch` found in the tables,
+    /// if the tables have not changed since. A full stripe starts over:
+    /// the rows read most come back first.
     pub fn put(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
         let Some(t) = cached(table) else {
             return;
         };
-        if row.len() > MAX_ROW || epoch != self.epoch() {
+        if row.len() > MAX_ROW || !epoch.is_multiple_of(2) {
             return;
         }
-        let cost = key.len() + row.len() + ROW_OVERHEAD;
         let mut stripe = self.stripe(key).lock();
-        if stripe.epoch != epoch {
-            // Only a reader that saw the epoch move gets here with a newer
-            // one; an older one found it current above, then lost a race
-            // with the move, and its row may be stale.
-            if stripe.epoch > epoch {
-                return;
+        // Read under the stripe's lock, which a change takes after making
+        // the epoch odd: either this row goes in first and the change
+        // rewrites it, or this sees the epoch moved and stays out.
+        if self.epoch.load(Ordering::Acquire) != epoch {
+            return;
+        }
+        let added = cost(key, row);
+        if stripe.bytes + added > self.stripe_bytes {
+            stripe.clear();
+        }
+        let row = Cached {
+            since: epoch,
+            row: row.into(),
+        };
+        if let Some(old) = stripe.rows[t].insert(key.into(), row) {
+            stripe.bytes -= cost(key, &old.row);
+        }
+        stripe.bytes += added;
+    }
+
+    /// Starts a change of the tables: from now until
+    /// [`end_change`](Self::end_change), no reader adds a row.
+    pub fn begin_change(&self) -> Change<'_> {
+        let alone = self.changing.lock();
+        let odd = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        Change {
+            next: odd + 1,
+            _alone: alone,
+        }
+    }
+
+    /// Notes that the change made `key`'s row in `table` `row` (`None`:
+    /// removed, or stored in another form than the one written): a cached
+    /// row is replaced, for readers of the change's epoch on, or dropped.
+    pub fn rewrite(&self, change: &Change, table: Table, key: &[u8], row: Option<&[u8]>) {
+        let Some(t) = cached(table) else {
+            return;
+        };
+        let mut stripe = self.stripe(key).lock();
+        let Some(c) = stripe.rows[t].get_mut(key) else {
+            return;
+        };
+        let old = cost(key, &c.row);
+        match row.filter(|r| r.len() <= MAX_ROW) {
+            Some(row) => {
+                if *c.row != *row {
+                    c.row = row.into();
+                }
+                c.since = change.next;
+                let new = cost(key, row);
+                stripe.bytes = stripe.bytes + new - old;
             }
-            stripe.clear();
-            stripe.epoch = epoch;
+            None => {
+                stripe.rows[t].remove(key);
+                stripe.bytes -= old;
+            }
         }
-        if stripe.bytes + cost > self.stripe_bytes {
-            stripe.clear();
-        }
-        if stripe.rows[t].insert(key.into(), row.into()).is_none() {
-            stripe.bytes += cost;
-        }
+    }
+
+    /// Forgets every row: the change's rows are not known one by one.
+    pub fn clear(&self, _change: &Change) {
+        self.stripes.iter().for_each(|s| s.lock().clear());
+    }
+
+    /// Ends a change (under the view lock, where readers take the epoch
+    /// with their snapshot): readers from now on read the changed tables
+    /// and may add rows again.
+    pub fn end_change(&self, change: Change<'_>) {
+        self.epoch.store(change.next, Ordering::Release);
     }
 
     /// Bytes of rows held (INFO cairn's `row_cache_bytes`).
@@ -171,21 +255,68 @@ mod tests {
     }
 
     #[test]
-    fn rows_serve_their_epoch_only() {
+    fn a_change_rewrites_its_rows_for_its_readers_and_keeps_the_others() {
         let c = RowCache::new(1 << 20);
         let e = c.epoch();
-        assert_eq!(c.get(e, M, b"k"), None);
-        c.put(e, M, b"k", b"v1");
-        assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v1"[..]));
-        c.next_epoch();
-        // The old epoch's readers and the new one's see nothing cached.
-        assert_eq!(c.get(e, M, b"k"), None);
-        assert_eq!(c.get(e + 1, M, b"k"), None);
-        // A late put of the old epoch is refused.
-        c.put(e, M, b"k", b"v1");
-        assert_eq!(c.get(e + 1, M, b"k"), None);
-        c.put(e + 1, M, b"k", b"v2");
-        assert_eq!(c.get(e + 1, M, b"k").as_deref(), Some(&b"v2"[..]));
+        c.put(e, M, b"changed", b"v1");
+        c.put(e, M, b"kept", b"k1");
+        c.put(e, M, b"deleted", b"d1");
+        let change = c.begin_change();
+        // While the tables change, nobody adds a row: a reader of the old
+        // epoch may have read one the change is replacing.
+        c.put(e, M, b"late", b"old");
+        c.put(c.epoch(), M, b"late", b"old");
+        c.rewrite(&change, M, b"changed", Some(b"v2"));
+        c.rewrite(&change, M, b"deleted", None);
+        c.rewrite(&change, M, b"never cached", Some(b"x"));
+        // Readers of the old epoch keep what the old tables held.
+        assert_eq!(c.get(e, M, b"changed"), None);
+        assert_eq!(c.get(e, M, b"kept").as_deref(), Some(&b"k1"[..]));
+        c.end_change(change);
+        let n = c.epoch();
+        assert!(n > e && n.is_multiple_of(2));
+        assert_eq!(c.get(n, M, b"changed").as_deref(), Some(&b"v2"[..]));
+        assert_eq!(c.get(n, M, b"kept").as_deref(), Some(&b"k1"[..]));
+        assert_eq!(c.get(n, M, b"deleted"), None);
+        assert_eq!(c.get(n, M, b"late"), None);
+        assert_eq!(c.get(n, M, b"never cached"), None);
+        assert_eq!(c.get(e, M, b"changed"), None, "not the old tables' row");
+        // A late put of the old epoch is refused; the new one's are kept.
+        c.put(e, M, b"late", b"old");
+        assert_eq!(c.get(n, M, b"late"), None);
+        c.put(n, M, b"late", b"new");
+        assert_eq!(c.get(n, M, b"late").as_deref(), Some(&b"new"[..]));
+        assert_eq!(c.get(e, M, b"late"), None);
+    }
+
+    #[test]
+    fn a_change_of_unknown_rows_forgets_them_all() {
+        let c = RowCache::new(1 << 20);
+        let e = c.epoch();
+        c.put(e, M, b"a", b"1");
+        c.put(e, Table::Sub, b"b", b"2");
+        let change = c.begin_change();
+        c.clear(&change);
+        c.end_change(change);
+        assert_eq!(c.bytes(), 0);
+        assert_eq!(c.get(c.epoch(), M, b"a"), None);
+        assert_eq!(c.get(c.epoch(), Table::Sub, b"b"), None);
+    }
+
+    #[test]
+    fn the_byte_count_follows_rewrites() {
+        let c = RowCache::new(1 << 20);
+        let e = c.epoch();
+        c.put(e, M, b"k", b"short");
+        let one = c.bytes();
+        c.put(e, M, b"k", b"short");
+        assert_eq!(c.bytes(), one, "a row put again is counted once");
+        let change = c.begin_change();
+        c.rewrite(&change, M, b"k", Some(b"a longer row"));
+        assert_eq!(c.bytes(), one + 7);
+        c.rewrite(&change, M, b"k", Some(&[0; MAX_ROW + 1]));
+        assert_eq!(c.bytes(), 0, "a row grown too long is dropped");
+        c.end_change(change);
     }
 
     #[test]

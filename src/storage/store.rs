@@ -316,7 +316,7 @@ impl Store {
         let txn = self.core.db.begin_write()?;
         super::tables::apply_row_ops(&txn, ops)?;
         txn.commit()?;
-        self.core.tables_changed();
+        self.core.tables_changed(None);
         Ok(())
     }
 
@@ -745,24 +745,26 @@ impl Core {
         w.apply(Change::Row(Table::Sys, wal::SEQ_ROW, Some(&seq)))?;
         w.prepare_values()?;
         drop(w);
-        self.commit_with_values(txn, values)?;
+        self.commit_with_values(txn, values, Some(buf))?;
         values.written_through(buf.last_seq());
         Ok(())
     }
 
-    /// Commits a write transaction whose value log appends are prepared.
-    /// Readers are given the files it points into before it commits, and
-    /// lose those it emptied only after.
+    /// Commits a write transaction whose value log appends are prepared,
+    /// which wrote the rows of `written` (a buffer written out) or others
+    /// (`None`). Readers are given the files it points into before it
+    /// commits, and lose those it emptied only after.
     fn commit_with_values(
         &self,
         txn: redb::WriteTransaction,
         values: &mut ValueLog,
+        written: Option<&Buffer>,
     ) -> Result<(), StoreError> {
         self.publish_values();
         txn.commit()?;
         // Before the buffer written out leaves the view, and before the
         // files a collection emptied leave the readers' (see `rowcache`).
-        self.tables_changed();
+        self.tables_changed(written);
         values.committed();
         self.publish_values();
         let (bytes, dead) = values.usage();
@@ -771,11 +773,37 @@ impl Core {
         Ok(())
     }
 
-    /// Ends the row cache's epoch, under the view lock, where readers take
-    /// it with their snapshot: the tables have just changed.
-    fn tables_changed(&self) {
+    /// Tells the row cache that the tables have just changed: the rows of
+    /// `written` (a buffer written out; each one's newest version is what
+    /// the tables now hold, unless it went to the value log), or rows not
+    /// known one by one (`None`). The new epoch is published under the
+    /// view lock, where readers take it with their snapshot.
+    fn tables_changed(&self, written: Option<&Buffer>) {
+        let change = self.rows.begin_change();
+        match written {
+            // Only rows already cached are rewritten: none, none to look for.
+            Some(_) if self.rows.bytes() == 0 => {}
+            Some(buf) => {
+                let _ = buf.for_each_table::<std::convert::Infallible>(&mut |t, changes| {
+                    if !RowCache::caches(t) {
+                        return Ok(());
+                    }
+                    for c in changes {
+                        match c {
+                            Change::Row(t, k, row) => {
+                                let row = row.filter(|r| !vlog::separates(t, r));
+                                self.rows.rewrite(&change, t, k, row);
+                            }
+                            Change::Range(..) => self.rows.clear(&change),
+                        }
+                    }
+                    Ok(())
+                });
+            }
+            None => self.rows.clear(&change),
+        }
         let _view = self.view.lock();
-        self.rows.next_epoch();
+        self.rows.end_change(change);
     }
 
     /// Hands readers the value log's files, if they changed: under the
@@ -813,7 +841,7 @@ impl Core {
         }
         values.prepare(|change| w.apply(change))?;
         drop(w);
-        self.commit_with_values(txn, values)?;
+        self.commit_with_values(txn, values, None)?;
         tracing::debug!(shard = %self.stem, file = n, moved = moved.len(), "collected a value log file");
         Ok(())
     }
@@ -1095,6 +1123,55 @@ mod tests {
         store.freeze_now().unwrap();
         settle(&store);
         assert_eq!((read(), read()), (Some(b"y".to_vec()), Some(b"y".to_vec())));
+    }
+
+    /// A write-out rewrites the cached rows it changed rather than
+    /// emptying the cache: a row rewritten is cached in its new form (a
+    /// long value as the pointer the tables hold) for new snapshots and
+    /// never for older ones, a deleted one is dropped, and rows the
+    /// write-out did not touch stay.
+    #[test]
+    fn a_write_out_rewrites_the_cached_rows_it_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("shard-0.redb"), 1 << 20);
+        for k in ["a", "b", "c", "d"] {
+            store.commit(put(k, "1"), false).unwrap();
+        }
+        store.freeze_now().unwrap();
+        settle(&store);
+        for k in ["a", "b", "c", "d"] {
+            assert_eq!(get(&store, k).as_deref(), Some("1"));
+        }
+        let rows = &store.core.rows;
+        let old_epoch = rows.epoch();
+        let before = store.snapshot(0).unwrap();
+        // A string row long enough for the value log: type byte first.
+        let long = format!("\u{1}{}", "v".repeat(600));
+        store.commit(put("a", "22"), false).unwrap();
+        store.commit(put("b", &long), false).unwrap();
+        let del = vec![RowOp::Del(Table::Meta, b"c".to_vec())];
+        store.commit(del, false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        let cached = |epoch, k: &str| rows.get(epoch, Table::Meta, k.as_bytes());
+        let epoch = rows.epoch();
+        assert_eq!(cached(epoch, "a"), Some(b"22".to_vec()));
+        let pointer = cached(epoch, "b").expect("b's new row");
+        assert!(pointer.len() < 100, "the pointer, not the value");
+        assert_eq!(cached(epoch, "c"), None);
+        assert_eq!(cached(epoch, "d"), Some(b"1".to_vec()));
+        // The old snapshot's epoch gets only what its tables hold.
+        assert_eq!(cached(old_epoch, "a"), None);
+        assert_eq!(cached(old_epoch, "b"), None);
+        assert_eq!(cached(old_epoch, "d"), Some(b"1".to_vec()));
+        assert_eq!(get(&store, "a").as_deref(), Some("22"));
+        assert_eq!(get(&store, "b").as_deref(), Some(long.as_str()));
+        assert_eq!(get(&store, "c"), None);
+        assert_eq!(get(&store, "d").as_deref(), Some("1"));
+        for k in ["a", "b", "c", "d"] {
+            let old = before.get(Table::Meta, k.as_bytes()).unwrap();
+            assert_eq!(old, Some(b"1".to_vec()), "{k} as the old snapshot saw it");
+        }
     }
 
     /// With the key filter built, every row the tables hold is still read

@@ -135,8 +135,9 @@ impl Pointer {
     }
 }
 
-/// Whether a row of `table` goes to the value log.
-fn separates(table: Table, row: &[u8]) -> bool {
+/// Whether a row of `table` goes to the value log (the tables then hold
+/// a pointer to it instead).
+pub(crate) fn separates(table: Table, row: &[u8]) -> bool {
     table == Table::Meta && row.len() >= MIN_VALUE && row[0] & 0x0F == KeyType::String as u8
 }
 
