@@ -42,11 +42,14 @@ const SHORT: usize = 22;
 /// the row's entry: reading it, or dropping it once no reader can see
 /// it, then costs no cache miss on an allocation of its own, as a `Vec`
 /// did on every read and every rewrite of a row.
+/// The row cache keeps its rows the same way.
 #[derive(Debug, Clone)]
-enum Stored {
+pub(crate) enum Stored {
     /// Deleted.
     Gone,
+    /// A value of up to [`SHORT`] bytes, and its length.
     Short(u8, [u8; SHORT]),
+    /// A longer value.
     Long(Box<[u8]>),
 }
 
@@ -57,16 +60,24 @@ impl Stored {
     fn new(e: Entry) -> Stored {
         match e {
             None => Stored::Gone,
-            Some(v) if v.len() <= SHORT => {
-                let mut bytes = [0; SHORT];
-                bytes[..v.len()].copy_from_slice(&v);
-                Stored::Short(v.len() as u8, bytes)
-            }
+            Some(v) if v.len() <= SHORT => Stored::of(&v),
             Some(v) => Stored::Long(v.into_boxed_slice()),
         }
     }
 
-    fn as_deref(&self) -> Option<&[u8]> {
+    /// A copy of the value `v`.
+    pub(crate) fn of(v: &[u8]) -> Stored {
+        if v.len() <= SHORT {
+            let mut bytes = [0; SHORT];
+            bytes[..v.len()].copy_from_slice(v);
+            Stored::Short(v.len() as u8, bytes)
+        } else {
+            Stored::Long(v.into())
+        }
+    }
+
+    /// The value, `None` if deleted.
+    pub(crate) fn as_deref(&self) -> Option<&[u8]> {
         match self {
             Stored::Gone => None,
             Stored::Short(len, bytes) => Some(&bytes[..*len as usize]),
@@ -185,9 +196,12 @@ const INLINE: usize = 30;
 /// cache miss on a separate allocation: under GET at pipeline 16 on
 /// 100,000 keys, that comparison was 10% of the server's time. A longer
 /// key is shared by the map and the set.
+/// The row cache keys its rows the same way.
 #[derive(Clone, Debug)]
-enum RowKey {
+pub(crate) enum RowKey {
+    /// A key of up to [`INLINE`] bytes, and its length.
     Inline(u8, [u8; INLINE]),
+    /// A longer key.
     Shared(Arc<[u8]>),
 }
 
@@ -196,7 +210,8 @@ enum RowKey {
 const _: () = assert!(std::mem::size_of::<RowKey>() == 32);
 
 impl RowKey {
-    fn new(key: &[u8]) -> RowKey {
+    /// A copy of `key`.
+    pub(crate) fn new(key: &[u8]) -> RowKey {
         match <[u8; INLINE]>::try_from(key) {
             Ok(whole) => RowKey::Inline(INLINE as u8, whole),
             Err(_) if key.len() < INLINE => {
@@ -208,7 +223,8 @@ impl RowKey {
         }
     }
 
-    fn as_slice(&self) -> &[u8] {
+    /// The key's bytes.
+    pub(crate) fn as_slice(&self) -> &[u8] {
         match self {
             RowKey::Inline(len, bytes) => &bytes[..*len as usize],
             RowKey::Shared(key) => key,
