@@ -53,6 +53,10 @@ const MAX_ROW: usize = 512;
 /// two allocations), for the byte count.
 const ROW_OVERHEAD: usize = 64;
 
+/// Words of a stripe's doorkeeper (see [`Stripe::seen_before`]): 16,384
+/// bits, 2 KiB, a megabit a shard.
+const SEEN_WORDS: usize = 256;
+
 /// See the module doc.
 pub struct RowCache {
     /// Even: readers of this epoch may add rows. Odd: the tables are
@@ -87,17 +91,52 @@ impl Cached {
 type Rows = HashMap<RowKey, Cached, foldhash::fast::FixedState>;
 
 /// One lock's part of the rows: per cached table (see [`cached`]), its
-/// rows by key.
-#[derive(Default)]
+/// rows by key, and the doorkeeper of rows read once.
 struct Stripe {
     rows: [Rows; 2],
     bytes: usize,
+    seen: Box<[u64; SEEN_WORDS]>,
+    /// Bits set in `seen` since it was last emptied.
+    seen_count: usize,
+}
+
+impl Default for Stripe {
+    fn default() -> Stripe {
+        Stripe {
+            rows: Default::default(),
+            bytes: 0,
+            seen: Box::new([0; SEEN_WORDS]),
+            seen_count: 0,
+        }
+    }
 }
 
 impl Stripe {
     fn clear(&mut self) {
         self.rows.iter_mut().for_each(HashMap::clear);
         self.bytes = 0;
+    }
+
+    /// Whether a row hashing to `h` was offered before; notes that it is
+    /// now. A row is cached the second time a reader brings it from the
+    /// tables, not the first: a pop reads each element it takes once,
+    /// just before deleting it, and caching those (LPOP at pipeline 16:
+    /// `put` was 3% of the samples) also pushed out the rows read again
+    /// and again. Emptied once half full, so a bit stands for rows read
+    /// lately, not ever.
+    fn seen_before(&mut self, h: u64) -> bool {
+        let i = h as usize % (SEEN_WORDS * 64);
+        let (word, bit) = (&mut self.seen[i / 64], 1u64 << (i % 64));
+        if *word & bit != 0 {
+            return true;
+        }
+        *word |= bit;
+        self.seen_count += 1;
+        if self.seen_count >= SEEN_WORDS * 32 {
+            self.seen.fill(0);
+            self.seen_count = 0;
+        }
+        false
     }
 }
 
@@ -147,22 +186,25 @@ impl RowCache {
         self.epoch.load(Ordering::Acquire)
     }
 
-    fn stripe(&self, key: &[u8]) -> &parking_lot::Mutex<Stripe> {
+    /// The stripe holding `key`, and the key's hash (whose top bits chose
+    /// the stripe, and whose low bits are its doorkeeper bit).
+    fn stripe(&self, key: &[u8]) -> (&parking_lot::Mutex<Stripe>, u64) {
         let h = self.hasher.hash_one(key);
-        &self.stripes[(h >> 58) as usize % STRIPES]
+        (&self.stripes[(h >> 58) as usize % STRIPES], h)
     }
 
     /// The row `key` of `table` the tables held in `epoch`, if cached.
     pub fn get(&self, epoch: u64, table: Table, key: &[u8]) -> Option<Vec<u8>> {
         let t = cached(table)?;
-        let stripe = self.stripe(key).lock();
+        let stripe = self.stripe(key).0.lock();
         let c = stripe.rows[t].get(key)?;
         (c.since <= epoch).then(|| c.row().to_vec())
     }
 
     /// Remembers the row `key` a reader of `epoch` found in the tables,
-    /// if the tables have not changed since. A full stripe starts over:
-    /// the rows read most come back first.
+    /// if the tables have not changed since and this is not the first
+    /// time lately that it was offered. A full stripe starts over: the
+    /// rows read most come back first.
     pub fn put(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
         let Some(t) = cached(table) else {
             return;
@@ -170,11 +212,12 @@ impl RowCache {
         if row.len() > MAX_ROW || !epoch.is_multiple_of(2) {
             return;
         }
-        let mut stripe = self.stripe(key).lock();
+        let (stripe, h) = self.stripe(key);
+        let mut stripe = stripe.lock();
         // Read under the stripe's lock, which a change takes after making
         // the epoch odd: either this row goes in first and the change
         // rewrites it, or this sees the epoch moved and stays out.
-        if self.epoch.load(Ordering::Acquire) != epoch {
+        if self.epoch.load(Ordering::Acquire) != epoch || !stripe.seen_before(h) {
             return;
         }
         let added = cost(key, row);
@@ -209,7 +252,7 @@ impl RowCache {
         let Some(t) = cached(table) else {
             return;
         };
-        let mut stripe = self.stripe(key).lock();
+        let mut stripe = self.stripe(key).0.lock();
         let Some(c) = stripe.rows[t].get_mut(key) else {
             return;
         };
@@ -254,13 +297,29 @@ mod tests {
 
     const M: Table = Table::Meta;
 
+    /// Offers a row twice: the doorkeeper lets it in the second time.
+    fn fill(c: &RowCache, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
+        c.put(epoch, table, key, row);
+        c.put(epoch, table, key, row);
+    }
+
+    #[test]
+    fn a_row_is_cached_the_second_time_it_is_offered() {
+        let c = RowCache::new(1 << 20);
+        let e = c.epoch();
+        c.put(e, M, b"k", b"v");
+        assert_eq!(c.get(e, M, b"k"), None);
+        c.put(e, M, b"k", b"v");
+        assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v"[..]));
+    }
+
     #[test]
     fn tables_are_apart_and_scanned_ones_stay_out() {
         let c = RowCache::new(1 << 20);
         let e = c.epoch();
-        c.put(e, Table::Meta, b"k", b"meta");
-        c.put(e, Table::Sub, b"k", b"sub");
-        c.put(e, Table::Ttl, b"k", b"ttl");
+        fill(&c, e, Table::Meta, b"k", b"meta");
+        fill(&c, e, Table::Sub, b"k", b"sub");
+        fill(&c, e, Table::Ttl, b"k", b"ttl");
         assert_eq!(c.get(e, Table::Meta, b"k").as_deref(), Some(&b"meta"[..]));
         assert_eq!(c.get(e, Table::Sub, b"k").as_deref(), Some(&b"sub"[..]));
         assert_eq!(c.get(e, Table::Ttl, b"k"), None);
@@ -270,14 +329,14 @@ mod tests {
     fn a_change_rewrites_its_rows_for_its_readers_and_keeps_the_others() {
         let c = RowCache::new(1 << 20);
         let e = c.epoch();
-        c.put(e, M, b"changed", b"v1");
-        c.put(e, M, b"kept", b"k1");
-        c.put(e, M, b"deleted", b"d1");
+        fill(&c, e, M, b"changed", b"v1");
+        fill(&c, e, M, b"kept", b"k1");
+        fill(&c, e, M, b"deleted", b"d1");
         let change = c.begin_change();
         // While the tables change, nobody adds a row: a reader of the old
         // epoch may have read one the change is replacing.
-        c.put(e, M, b"late", b"old");
-        c.put(c.epoch(), M, b"late", b"old");
+        fill(&c, e, M, b"late", b"old");
+        fill(&c, c.epoch(), M, b"late", b"old");
         c.rewrite(&change, M, b"changed", Some(b"v2"));
         c.rewrite(&change, M, b"deleted", None);
         c.rewrite(&change, M, b"never cached", Some(b"x"));
@@ -294,9 +353,9 @@ mod tests {
         assert_eq!(c.get(n, M, b"never cached"), None);
         assert_eq!(c.get(e, M, b"changed"), None, "not the old tables' row");
         // A late put of the old epoch is refused; the new one's are kept.
-        c.put(e, M, b"late", b"old");
+        fill(&c, e, M, b"late", b"old");
         assert_eq!(c.get(n, M, b"late"), None);
-        c.put(n, M, b"late", b"new");
+        fill(&c, n, M, b"late", b"new");
         assert_eq!(c.get(n, M, b"late").as_deref(), Some(&b"new"[..]));
         assert_eq!(c.get(e, M, b"late"), None);
     }
@@ -305,8 +364,8 @@ mod tests {
     fn a_change_of_unknown_rows_forgets_them_all() {
         let c = RowCache::new(1 << 20);
         let e = c.epoch();
-        c.put(e, M, b"a", b"1");
-        c.put(e, Table::Sub, b"b", b"2");
+        fill(&c, e, M, b"a", b"1");
+        fill(&c, e, Table::Sub, b"b", b"2");
         let change = c.begin_change();
         c.clear(&change);
         c.end_change(change);
@@ -319,9 +378,9 @@ mod tests {
     fn the_byte_count_follows_rewrites() {
         let c = RowCache::new(1 << 20);
         let e = c.epoch();
-        c.put(e, M, b"k", b"short");
+        fill(&c, e, M, b"k", b"short");
         let one = c.bytes();
-        c.put(e, M, b"k", b"short");
+        fill(&c, e, M, b"k", b"short");
         assert_eq!(c.bytes(), one, "a row put again is counted once");
         let change = c.begin_change();
         c.rewrite(&change, M, b"k", Some(b"a longer row"));
@@ -336,14 +395,14 @@ mod tests {
         let c = RowCache::new(STRIPES * 200);
         let e = c.epoch();
         for i in 0..1000u32 {
-            c.put(e, M, &i.to_be_bytes(), b"value");
+            fill(&c, e, M, &i.to_be_bytes(), b"value");
             assert!(c.bytes() <= STRIPES * 200);
         }
         assert_eq!(
             c.get(e, M, &999u32.to_be_bytes()).as_deref(),
             Some(&b"value"[..])
         );
-        c.put(e, M, b"long", &[0; MAX_ROW + 1]);
+        fill(&c, e, M, b"long", &[0; MAX_ROW + 1]);
         assert_eq!(c.get(e, M, b"long"), None);
     }
 }
