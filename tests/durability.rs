@@ -770,6 +770,66 @@ fn bgrewriteaof_moves_the_logs_into_the_tables() {
     drop(tmp);
 }
 
+// Pins: pops read a list's elements ahead from the tables (see
+// `ListEdit::pop`) and still return each element once, in order, from
+// both ends, with pushes in between, across write-outs and a restart.
+#[test]
+fn list_pops_read_ahead_from_the_tables() {
+    let srv = TestServer::start();
+    let path = srv.path.clone();
+    let mut c = srv.client();
+    let elements: Vec<String> = (0..300).map(|i| format!("e{i}")).collect();
+    let _: i64 = redis::cmd("RPUSH")
+        .arg("l")
+        .arg(&elements)
+        .query(&mut c)
+        .unwrap();
+    let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    drained(&mut c);
+    let pop = |c: &mut Connection, side: &str| -> Option<String> {
+        redis::cmd(side).arg("l").query(c).unwrap()
+    };
+    for i in 0..100 {
+        assert_eq!(pop(&mut c, "LPOP"), Some(format!("e{i}")));
+        assert_eq!(pop(&mut c, "RPOP"), Some(format!("e{}", 299 - i)));
+        if i % 30 == 0 {
+            // A pushed element is popped from the buffer, over the tables.
+            let _: i64 = redis::cmd("LPUSH")
+                .arg("l")
+                .arg("new")
+                .query(&mut c)
+                .unwrap();
+            assert_eq!(pop(&mut c, "LPOP"), Some("new".into()));
+        }
+        if i == 50 {
+            let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+            drained(&mut c);
+        }
+    }
+    let _: Value = redis::cmd("BGREWRITEAOF").query(&mut c).unwrap();
+    drained(&mut c);
+    let left: Vec<String> = redis::cmd("LRANGE")
+        .arg("l")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(left, elements[100..200].to_vec());
+    drop(c);
+    let tmp = srv.stop();
+    let srv = TestServer::start_in(path, |_| {});
+    let mut c = srv.client();
+    let popped: Vec<String> = redis::cmd("LPOP").arg("l").arg(60).query(&mut c).unwrap();
+    assert_eq!(popped, elements[100..160].to_vec());
+    let popped: Vec<String> = redis::cmd("RPOP").arg("l").arg(60).query(&mut c).unwrap();
+    let rest: Vec<String> = elements[160..200].iter().rev().cloned().collect();
+    assert_eq!(popped, rest);
+    assert_eq!(int(&mut c, &["EXISTS", "l"]), 0);
+    drop(c);
+    drop(srv.stop());
+    drop(tmp);
+}
+
 /// Waits until BGREWRITEAOF's buffers are in the tables.
 fn drained(c: &mut Connection) {
     let deadline = Instant::now() + Duration::from_secs(10);

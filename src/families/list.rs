@@ -31,6 +31,11 @@ fn elem_key(prefix: &[u8], index: u64) -> Vec<u8> {
     encoding::sub_key(prefix, &index.to_be_bytes())
 }
 
+/// Elements a pop reads ahead from the tables (see `ListEdit::pop`):
+/// measured under LPOP at pipeline 16, one B-tree descent per element
+/// read was ~10% of the server's samples.
+const READ_AHEAD: u64 = 32;
+
 /// A list seen by a reader.
 struct ListView {
     prefix: Vec<u8>,
@@ -131,6 +136,18 @@ impl ListEdit {
             return Ok(None);
         }
         let idx = if left { self.head } else { self.tail - 1 };
+        // Pops take the elements one after another: every READ_AHEAD-th
+        // index, the next ones the tables hold are read with one cursor.
+        let window = if left {
+            (idx % READ_AHEAD == 0).then(|| (idx, idx.saturating_add(READ_AHEAD)))
+        } else {
+            ((idx + 1) % READ_AHEAD == 0).then(|| ((idx + 1).saturating_sub(READ_AHEAD), idx + 1))
+        };
+        if let Some((from, to)) = window {
+            let (from, to) = (from.max(self.head), to.min(self.tail));
+            let prefix = &self.e.prefix;
+            w.cache_ahead(Table::Sub, &elem_key(prefix, from), &elem_key(prefix, to))?;
+        }
         let v = w
             .take(Table::Sub, &elem_key(&self.e.prefix, idx))?
             .unwrap_or_default();

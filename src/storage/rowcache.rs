@@ -206,6 +206,17 @@ impl RowCache {
     /// time lately that it was offered. A full stripe starts over: the
     /// rows read most come back first.
     pub fn put(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
+        self.insert(epoch, table, key, row, false);
+    }
+
+    /// [`put`](Self::put) of a row read ahead of its reader (see
+    /// `ReadCtx::cache_ahead`): it goes in the first time, being about to
+    /// be read.
+    pub fn put_ahead(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
+        self.insert(epoch, table, key, row, true);
+    }
+
+    fn insert(&self, epoch: u64, table: Table, key: &[u8], row: &[u8], ahead: bool) {
         let Some(t) = cached(table) else {
             return;
         };
@@ -217,7 +228,7 @@ impl RowCache {
         // Read under the stripe's lock, which a change takes after making
         // the epoch odd: either this row goes in first and the change
         // rewrites it, or this sees the epoch moved and stays out.
-        if self.epoch.load(Ordering::Acquire) != epoch || !stripe.seen_before(h) {
+        if self.epoch.load(Ordering::Acquire) != epoch || !(ahead || stripe.seen_before(h)) {
             return;
         }
         let added = cost(key, row);
@@ -310,6 +321,14 @@ mod tests {
         c.put(e, M, b"k", b"v");
         assert_eq!(c.get(e, M, b"k"), None);
         c.put(e, M, b"k", b"v");
+        assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v"[..]));
+    }
+
+    #[test]
+    fn a_row_read_ahead_is_cached_at_once() {
+        let c = RowCache::new(1 << 20);
+        let e = c.epoch();
+        c.put_ahead(e, M, b"k", b"v");
         assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v"[..]));
     }
 

@@ -445,6 +445,32 @@ impl ReadCtx {
         Ok(slot.get_or_init(|| opened))
     }
 
+    /// Puts the rows the tables hold from `from` up to `to` (exclusive)
+    /// of `table` into the row cache, with one cursor, where a caller is
+    /// about to read them one at a time (a list's pops): each such read
+    /// of a row the buffers lack would otherwise descend the B-tree on its
+    /// own. Rows the buffers hold newer versions of are cached all the
+    /// same: the cache holds the tables' rows, and reads ask the buffers
+    /// first.
+    pub(crate) fn cache_ahead(
+        &self,
+        table: Table,
+        from: &[u8],
+        to: &[u8],
+    ) -> Result<(), StoreError> {
+        let Some((rows, epoch)) = &self.rows else {
+            return Ok(());
+        };
+        if !super::rowcache::RowCache::caches(table) {
+            return Ok(());
+        }
+        for row in self.table(table)?.range::<&[u8]>(from..to)? {
+            let (k, v) = row?;
+            rows.put_ahead(*epoch, table, k.value(), v.value());
+        }
+        Ok(())
+    }
+
     /// Scans with `top` (a write transaction's own changes) over this
     /// view's layers.
     fn scan_under(
@@ -1756,6 +1782,11 @@ impl<'t> WriteCtx<'t> {
         self.changed(table, key, true);
         self.set(table, key, None);
         Ok(())
+    }
+
+    /// [`ReadCtx::cache_ahead`] of the state this transaction began on.
+    pub fn cache_ahead(&self, table: Table, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
+        self.base.cache_ahead(table, from, to)
     }
 
     /// Removes a row and returns its value (a pop: read the element, then
