@@ -77,6 +77,14 @@ impl Args {
         &self.argv[i]
     }
 
+    /// Moves argument `i` out, leaving an empty one. A command that keeps
+    /// an argument (a key, a value) for its write takes it rather than
+    /// cloning it: each clone and drop of a slice of the read buffer is an
+    /// atomic operation on a count the whole buffer shares.
+    pub fn take(&mut self, i: usize) -> Bytes {
+        std::mem::take(&mut self.argv[i])
+    }
+
     /// Arguments from `i` on.
     pub fn from(&self, i: usize) -> &[Bytes] {
         &self.argv[i.min(self.argv.len())..]

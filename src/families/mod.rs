@@ -400,6 +400,16 @@ impl Session {
         key: &Bytes,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
+        self.read_with(key.clone(), Lookup::Touch, f)
+    }
+
+    /// [`Session::read`] of a key the command hands over (see
+    /// [`crate::command::Args::take`]).
+    pub fn read_owned(
+        &self,
+        key: Bytes,
+        f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
+    ) -> Action {
         self.read_with(key, Lookup::Touch, f)
     }
 
@@ -410,7 +420,7 @@ impl Session {
         key: &Bytes,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        self.read_with(key, Lookup::NoTouch, f)
+        self.read_with(key.clone(), Lookup::NoTouch, f)
     }
 
     /// A read that neither touches the key nor reports a miss as
@@ -420,18 +430,18 @@ impl Session {
         key: &Bytes,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        self.read_with(key, Lookup::Unnoticed, f)
+        self.read_with(key.clone(), Lookup::Unnoticed, f)
     }
 
     fn read_with(
         &self,
-        key: &Bytes,
+        name: Bytes,
         lookup: Lookup,
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        let (db, name) = (self.db, key.clone());
+        let db = self.db;
         let server = self.server.clone();
-        let (shard, slot) = self.shard_and_slot(key);
+        let (shard, slot) = self.shard_and_slot(&name);
         Action::Read {
             shard,
             f: Box::new(move |r| {
@@ -462,10 +472,20 @@ impl Session {
         key: &Bytes,
         f: impl FnOnce(&mut WriteCtx, Key) -> OpResult + Send + 'static,
     ) -> Action {
-        let (db, name) = (self.db, key.clone());
+        self.write_owned(key.clone(), f)
+    }
+
+    /// [`Session::write`] of a key the command hands over (see
+    /// [`crate::command::Args::take`]).
+    pub fn write_owned(
+        &self,
+        name: Bytes,
+        f: impl FnOnce(&mut WriteCtx, Key) -> OpResult + Send + 'static,
+    ) -> Action {
+        let db = self.db;
         let server = self.server.clone();
-        let (shard, slot) = self.shard_and_slot(key);
-        let spot = server.access.spot(db, key);
+        let (shard, slot) = self.shard_and_slot(&name);
+        let spot = server.access.spot(db, &name);
         Action::Write {
             shard,
             f: Box::new(move |w| {

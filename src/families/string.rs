@@ -130,29 +130,29 @@ fn expire_at(value: &[u8], ms: bool, absolute: bool, name: &str) -> Result<u64, 
 }
 
 /// GET key
-pub fn get(s: &mut Session, a: Args) -> Action {
-    s.read(a.get(1), |r, k| Ok(Reply::opt_bulk(read_string(r, k)?)))
+pub fn get(s: &mut Session, mut a: Args) -> Action {
+    s.read_owned(a.take(1), |r, k| Ok(Reply::opt_bulk(read_string(r, k)?)))
 }
 
 /// SET key value [NX|XX] [GET] [EX|PX|EXAT|PXAT|KEEPTTL]
-pub fn set(s: &mut Session, a: Args) -> Action {
+pub fn set(s: &mut Session, mut a: Args) -> Action {
     let opts = match parse_opts(&a, 3, OptsFor::Set, "set") {
         Ok(o) => o,
         Err(r) => return r.into(),
     };
-    let value = a.get(2).clone();
+    let (key, value) = (a.take(1), a.take(2));
     if !opts.get && !opts.nx && !opts.xx && opts.expire != ExpireOpt::Keep {
         // The common SET: nothing about the old value matters.
         let expire = match opts.expire {
             ExpireOpt::At(t) => t,
             _ => 0,
         };
-        return s.write(a.get(1), move |w, k| {
+        return s.write_owned(key, move |w, k| {
             put_string(w, k, &value, expire)?;
             Ok(Reply::Ok)
         });
     }
-    s.write(a.get(1), move |w, k| {
+    s.write_owned(key, move |w, k| {
         let old = keyspace::lookup_for_write(w, k)?;
         if opts.get {
             // SET ... GET reads the old value: Redis counts the lookup.
@@ -418,8 +418,8 @@ pub fn setrange(s: &mut Session, a: Args) -> Action {
 }
 
 /// Adds `by` to the integer in a key, keeping its TTL.
-fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
-    s.write(key, move |w, k| {
+fn incr_by(s: &mut Session, key: Bytes, by: i64) -> Action {
+    s.write_owned(key, move |w, k| {
         // The common case, a live integer string that stays in range, is
         // changed in place in one tree walk; everything else (a new or
         // expired key, another type, an error) takes the general path.
@@ -474,28 +474,28 @@ fn incr_by(s: &mut Session, key: &Bytes, by: i64) -> Action {
 }
 
 /// INCR key
-pub fn incr(s: &mut Session, a: Args) -> Action {
-    incr_by(s, a.get(1), 1)
+pub fn incr(s: &mut Session, mut a: Args) -> Action {
+    incr_by(s, a.take(1), 1)
 }
 
 /// DECR key
-pub fn decr(s: &mut Session, a: Args) -> Action {
-    incr_by(s, a.get(1), -1)
+pub fn decr(s: &mut Session, mut a: Args) -> Action {
+    incr_by(s, a.take(1), -1)
 }
 
 /// INCRBY key increment
-pub fn incrby(s: &mut Session, a: Args) -> Action {
+pub fn incrby(s: &mut Session, mut a: Args) -> Action {
     match a.int(2) {
-        Ok(by) => incr_by(s, a.get(1), by),
+        Ok(by) => incr_by(s, a.take(1), by),
         Err(r) => r.into(),
     }
 }
 
 /// DECRBY key decrement
-pub fn decrby(s: &mut Session, a: Args) -> Action {
+pub fn decrby(s: &mut Session, mut a: Args) -> Action {
     match a.int(2) {
         Ok(i64::MIN) => Reply::err("decrement would overflow").into(),
-        Ok(by) => incr_by(s, a.get(1), -by),
+        Ok(by) => incr_by(s, a.take(1), -by),
         Err(r) => r.into(),
     }
 }
