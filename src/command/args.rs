@@ -85,6 +85,12 @@ impl Args {
         std::mem::take(&mut self.argv[i])
     }
 
+    /// Moves the arguments from `i` on out (see [`Args::take`]), leaving
+    /// the first `i`.
+    pub fn split_off(&mut self, i: usize) -> Vec<Bytes> {
+        self.argv.split_off(i.min(self.argv.len()))
+    }
+
     /// Arguments from `i` on.
     pub fn from(&self, i: usize) -> &[Bytes] {
         &self.argv[i.min(self.argv.len())..]

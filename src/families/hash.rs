@@ -39,13 +39,13 @@ fn note_written(h: &mut Edit, longest: usize, limits: &Limits) {
     }
 }
 
-fn hset_generic(s: &mut Session, a: Args, reply_ok: bool) -> Action {
+fn hset_generic(s: &mut Session, mut a: Args, reply_ok: bool) -> Action {
     let pairs = match field_pairs(&a, 2) {
         Ok(p) => p,
         Err(r) => return r.into(),
     };
     let limits = s.server.encoding_limits();
-    s.write(a.get(1), move |w, k| {
+    s.write_owned(a.take(1), move |w, k| {
         let mut h = Edit::load_or_create(w, k, HASH)?;
         let mut added = 0;
         for (f, v) in &pairs {

@@ -262,9 +262,9 @@ fn clamp(start: i64, end: i64, len: i64) -> Option<(u64, u64)> {
     Some((s as u64, e as u64))
 }
 
-fn push(s: &mut Session, a: Args, left: bool, only_existing: bool) -> Action {
-    let items = a.from(2).to_vec();
-    s.write(a.get(1), move |w, k| {
+fn push(s: &mut Session, mut a: Args, left: bool, only_existing: bool) -> Action {
+    let items = a.split_off(2);
+    s.write_owned(a.take(1), move |w, k| {
         let mut l = if only_existing {
             match ListEdit::load(w, k)? {
                 Some(l) => l,

@@ -34,10 +34,10 @@ fn bulk_set(items: impl IntoIterator<Item = Vec<u8>>) -> Reply {
 }
 
 /// SADD key member [member ...]
-pub fn sadd(s: &mut Session, a: Args) -> Action {
-    let ms = a.from(2).to_vec();
+pub fn sadd(s: &mut Session, mut a: Args) -> Action {
+    let ms = a.split_off(2);
     let limit = s.server.encoding_limits().set_intset_entries;
-    s.write(a.get(1), move |w, k| {
+    s.write_owned(a.take(1), move |w, k| {
         // Members already there are rewritten as they were: only an added
         // member modifies the key (WATCH).
         w.quietly(
