@@ -784,7 +784,10 @@ impl Core {
             // Only rows already cached are rewritten: none, none to look for.
             Some(_) if self.rows.bytes() == 0 => {}
             Some(buf) => {
-                let _ = buf.for_each_table::<std::convert::Infallible>(&mut |t, changes| {
+                // A deleted range (a table's ranges come before its rows)
+                // ends the pass: the rows it removed are not known one by
+                // one, so the cache starts over.
+                let rewritten = buf.for_each_table(&mut |t, changes| {
                     if !RowCache::caches(t) {
                         return Ok(());
                     }
@@ -794,11 +797,14 @@ impl Core {
                                 let row = row.filter(|r| !vlog::separates(t, r));
                                 self.rows.rewrite(&change, t, k, row);
                             }
-                            Change::Range(..) => self.rows.clear(&change),
+                            Change::Range(..) => return Err(()),
                         }
                     }
                     Ok(())
                 });
+                if rewritten.is_err() {
+                    self.rows.clear(&change);
+                }
             }
             None => self.rows.clear(&change),
         }
@@ -1175,6 +1181,16 @@ mod tests {
             let old = before.get(Table::Meta, k.as_bytes()).unwrap();
             assert_eq!(old, Some(b"1".to_vec()), "{k} as the old snapshot saw it");
         }
+        // A deleted range (FLUSHALL) empties the cache.
+        get(&store, "d");
+        assert!(store.row_cache_bytes() > 0);
+        store
+            .commit(vec![RowOp::Clear(Table::Meta)], false)
+            .unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert_eq!(store.row_cache_bytes(), 0);
+        assert_eq!(get(&store, "d"), None);
     }
 
     /// With the key filter built, every row the tables hold is still read
