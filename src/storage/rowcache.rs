@@ -49,8 +49,8 @@ const STRIPES: usize = 64;
 /// enough, next to its own copy, that the descent does not matter.
 const MAX_ROW: usize = 512;
 
-/// What a cached row costs beyond its key and value (the map's entry and
-/// two allocations), for the byte count.
+/// What a cached row costs beyond its key and value (its 64-byte slot in
+/// the map, which holds short ones), for the byte count.
 const ROW_OVERHEAD: usize = 64;
 
 /// Words of a stripe's doorkeeper (see [`Stripe::seen_before`]): 16,384
