@@ -17,19 +17,19 @@ use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
 use crate::util::glob;
 use std::sync::Arc;
 
-fn del_keys(s: &mut Session, a: Args) -> Action {
+fn del_keys(s: &mut Session, mut a: Args) -> Action {
+    let keys = a.split_off(1);
+    let items = vec![(); keys.len()];
     s.write_each_shard(
-        a.from(1).to_vec(),
-        |w, ks| {
-            let mut n = 0;
-            for k in ks {
-                if keyspace::delete_if_live(w, *k)? {
-                    w.event(notify::GENERIC, "del", *k);
-                    n += 1;
-                }
+        keys,
+        items,
+        |w, k, ()| {
+            if !keyspace::delete_if_live(w, k)? {
+                return Ok(0);
             }
-            w.count_changes(n as u64);
-            Ok(n)
+            w.event(notify::GENERIC, "del", k);
+            w.count_changes(1);
+            Ok(1)
         },
         Reply::Int,
     )
