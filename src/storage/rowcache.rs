@@ -20,7 +20,8 @@
 //! reader may add a row (a reader that read the tables before the commit
 //! could add a row the commit has just replaced); then, with the commit's
 //! changed rows known, every cached one is rewritten to its new row (or
-//! dropped) marked with the next even epoch, which no reader older than
+//! dropped), and one not cached but offered once lately is added, marked
+//! with the next even epoch, which no reader older than
 //! the commit takes; then, under the view lock, the epoch becomes that even
 //! number and readers of it may add rows again. Rows the commit did not
 //! touch keep their mark and serve old and new readers alike, so a
@@ -178,6 +179,26 @@ impl Stripe {
         self.bytes = bytes;
     }
 
+    /// Whether a row hashing to `h` was offered lately (see
+    /// [`Stripe::seen_before`]), without noting anything.
+    fn seen(&self, h: u64) -> bool {
+        let (word, bit) = seen_bit(h);
+        self.seen[word] & bit != 0
+    }
+
+    /// Caches `key`'s row in table slot `t`, making room first if the
+    /// stripe (of `cap` bytes) would overflow.
+    fn add(&mut self, t: usize, key: &[u8], row: Cached, cap: usize) {
+        let added = cost(key, row.row());
+        if self.bytes + added > cap {
+            self.evict(cap);
+        }
+        if let Some(old) = self.rows[t].insert(RowKey::new(key), row) {
+            self.bytes -= cost(key, old.row());
+        }
+        self.bytes += added;
+    }
+
     /// Whether a row hashing to `h` was offered before; notes that it is
     /// now. A row is cached the second time a reader brings it from the
     /// tables, not the first: a pop reads each element it takes once,
@@ -186,8 +207,8 @@ impl Stripe {
     /// and again. Emptied once half full, so a bit stands for rows read
     /// lately, not ever.
     fn seen_before(&mut self, h: u64) -> bool {
-        let i = h as usize % (SEEN_WORDS * 64);
-        let (word, bit) = (&mut self.seen[i / 64], 1u64 << (i % 64));
+        let (word, bit) = seen_bit(h);
+        let word = &mut self.seen[word];
         if *word & bit != 0 {
             return true;
         }
@@ -199,6 +220,12 @@ impl Stripe {
         }
         false
     }
+}
+
+/// The doorkeeper's word and bit for a row hashing to `h`.
+fn seen_bit(h: u64) -> (usize, u64) {
+    let i = h as usize % (SEEN_WORDS * 64);
+    (i / 64, 1 << (i % 64))
 }
 
 /// What caching `row` under `key` costs.
@@ -296,14 +323,7 @@ impl RowCache {
         if self.epoch.load(Ordering::Acquire) != epoch || !(ahead || stripe.seen_before(h)) {
             return;
         }
-        let added = cost(key, row);
-        if stripe.bytes + added > self.stripe_bytes {
-            stripe.evict(self.stripe_bytes);
-        }
-        if let Some(old) = stripe.rows[t].insert(RowKey::new(key), Cached::new(epoch, row)) {
-            stripe.bytes -= cost(key, old.row());
-        }
-        stripe.bytes += added;
+        stripe.add(t, key, Cached::new(epoch, row), self.stripe_bytes);
     }
 
     /// Starts a change of the tables: from now until
@@ -324,8 +344,16 @@ impl RowCache {
         let Some(t) = cached(table) else {
             return;
         };
-        let mut stripe = self.stripe(key).0.lock();
+        let (stripe, h) = self.stripe(key);
+        let mut stripe = stripe.lock();
         let Some(c) = stripe.rows[t].get_mut(key) else {
+            // A row offered once lately and now rewritten (read, then
+            // written back: INCR, HSET of a field) goes in: the first
+            // reads after a write-out would otherwise each miss, and the
+            // second one only offer it again.
+            if let Some(row) = row.filter(|r| r.len() <= MAX_ROW && stripe.seen(h)) {
+                stripe.add(t, key, Cached::new(change.next, row), self.stripe_bytes);
+            }
             return;
         };
         let old = cost(key, c.row());
@@ -439,6 +467,27 @@ mod tests {
         fill(&c, n, M, b"late", b"new");
         assert_eq!(c.get(n, M, b"late").as_deref(), Some(&b"new"[..]));
         assert_eq!(c.get(e, M, b"late"), None);
+    }
+
+    #[test]
+    fn a_change_caches_a_row_offered_once_that_it_rewrote() {
+        let c = RowCache::new(1 << 20);
+        let e = c.epoch();
+        // Read from the tables once (an INCR's read), so not cached yet...
+        c.put(e, M, b"counter", b"1");
+        c.put(e, M, b"counter too long", b"1");
+        assert_eq!(c.get(e, M, b"counter"), None);
+        // ...then written back and written out.
+        let change = c.begin_change();
+        c.rewrite(&change, M, b"counter", Some(b"2"));
+        c.rewrite(&change, M, b"never read", Some(b"x"));
+        c.rewrite(&change, M, b"counter too long", Some(&[0; MAX_ROW + 1]));
+        c.end_change(change);
+        let n = c.epoch();
+        assert_eq!(c.get(n, M, b"counter").as_deref(), Some(&b"2"[..]));
+        assert_eq!(c.get(e, M, b"counter"), None, "not the old tables' row");
+        assert_eq!(c.get(n, M, b"never read"), None);
+        assert_eq!(c.get(n, M, b"counter too long"), None);
     }
 
     #[test]
