@@ -781,7 +781,9 @@ impl Core {
     fn tables_changed(&self, written: Option<&Buffer>) {
         let change = self.rows.begin_change();
         match written {
-            // Only rows already cached are rewritten: none, none to look for.
+            // Nothing cached, nothing to rewrite; rows offered once are
+            // not worth a walk of the whole buffer then (they are offered
+            // again by their next read).
             Some(_) if self.rows.bytes() == 0 => {}
             Some(buf) => {
                 // A deleted range (a table's ranges come before its rows)
