@@ -257,6 +257,12 @@ struct Outbox {
     /// ended, which is when the next one starts (one clock read a command,
     /// not two).
     ended: Option<Instant>,
+    /// Time spent waiting for the replies of earlier commands (in
+    /// `drain`) or running their collected writes and scripts on this
+    /// thread, all told: a command that does either on its way (a read
+    /// behind the pipeline's writes, a write after collected scripts)
+    /// does not count that time as its own (see `families::slowlog`).
+    others: std::time::Duration,
 }
 
 impl Outbox {
@@ -278,7 +284,12 @@ impl Outbox {
             // queued on it for the writes to overtake; else queue them
             // behind those.
             let ran = match self.inflight {
-                Inflight::None => self.server.shards.run_here(first, writes),
+                Inflight::None => {
+                    let began = Instant::now();
+                    let ran = self.server.shards.run_here(first, writes);
+                    self.others += began.elapsed();
+                    ran
+                }
                 _ => Err(writes),
             };
             let slots: Vec<Slot> = match ran {
@@ -343,7 +354,10 @@ impl Outbox {
         );
         let shards = &self.server.shards;
         let (fs, txs): (Vec<_>, Vec<_>) = runs.into_iter().unzip();
-        match shards.run_here(shard, fs) {
+        let began = Instant::now();
+        let ran = shards.run_here(shard, fs);
+        self.others += began.elapsed();
+        match ran {
             Ok(replies) => {
                 for (r, tx) in replies.into_iter().zip(txs) {
                     let _ = tx.send(r);
@@ -456,6 +470,17 @@ impl Outbox {
         if let Some(id) = self.unkicked.take() {
             self.server.shards.kick(id);
         }
+        // Timed only when there is something to wait for: most drains
+        // (the end of a batch of reads) have nothing in flight.
+        let began = (!self.slots.is_empty()).then(Instant::now);
+        self.wait_slots().await;
+        if let Some(began) = began {
+            self.others += began.elapsed();
+        }
+    }
+
+    /// `drain`'s wait: each reply in flight, in order, encoded.
+    async fn wait_slots(&mut self) {
         while let Some((slot, to)) = self.slots.pop_front() {
             let reply = match slot {
                 Slot::Ready(r) => r,
@@ -678,6 +703,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         views: Default::default(),
         parsed_ahead: false,
         ended: None,
+        others: std::time::Duration::ZERO,
     };
     // Woken for pushes alone: their write may wait for the publishers
     // still feeding this client (see `Mailbox`).
@@ -909,6 +935,7 @@ async fn execute(
     // bounce the server's reference count between the cores.
     server.stats.commands.add(1);
     let started = outbox.ended.take().unwrap_or_else(Instant::now);
+    let others_before = outbox.others;
     // SKIP silences this command only; OFF silences until CLIENT REPLY ON,
     // whose own reply is sent.
     let mode_before = session.reply_mode;
@@ -1029,7 +1056,7 @@ async fn execute(
         session.wakes.wake();
         let held = |kind| kind == PauseKind::All || held_by_write_pause(session, checked, &args);
         if !session.bus_link && held(kind) {
-            let wait_began = Instant::now();
+            let (wait_began, others) = (Instant::now(), outbox.others);
             let pause = server.shards.pause.clone();
             let _held = crate::server::Held::new(&server.stats.held);
             if wait_blocked(session, outbox, stream, buf, pause.wait_while(held))
@@ -1038,7 +1065,8 @@ async fn execute(
             {
                 return true;
             }
-            waited += wait_began.elapsed();
+            // Its drain is counted below with the others.
+            waited += wait_began.elapsed().saturating_sub(outbox.others - others);
         }
     }
     if let Some(multi) = &mut session.multi {
@@ -1291,11 +1319,11 @@ async fn execute(
             outbox.push_ready(r, to);
         }
         Action::Block(job) => {
-            let wait_began = Instant::now();
+            let (wait_began, others) = (Instant::now(), outbox.others);
             let Some(r) = wait_blocked(session, outbox, stream, buf, job).await else {
                 return true;
             };
-            waited += wait_began.elapsed();
+            waited += wait_began.elapsed().saturating_sub(outbox.others - others);
             outbox.push_ready(r, to);
         }
         Action::Silent => {}
@@ -1316,7 +1344,7 @@ async fn execute(
     outbox.ended = Some(ended);
     let usec = ended
         .duration_since(started)
-        .saturating_sub(waited)
+        .saturating_sub(waited + (outbox.others - others_before))
         .as_micros() as u64;
     crate::families::slowlog::after_call(session, checked, usec, kept);
     show_transaction(session);
