@@ -24,8 +24,7 @@ fn main() {
         );
         std::process::exit(1);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
+    let runtime = cairn::run::runtime_builder(None)
         .build()
         .expect("tokio runtime");
     if let Some(path) = flags.import.clone() {

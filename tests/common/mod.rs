@@ -67,11 +67,7 @@ impl TestServer {
         tweak(&mut cfg);
         let (tx, rx) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
+            let rt = cairn::run::runtime_builder(Some(2)).build().unwrap();
             rt.block_on(async move {
                 let running = cairn::run::start(cfg).await.expect("server starts");
                 tx.send((running.addr.port(), running.server.clone()))
