@@ -166,11 +166,9 @@ fn slowlog_redaction_and_exec() {
     );
 }
 
-// Pins: a blocking command's wait is not its time (Redis logs the time it
-// ran, not the time it was blocked), and a negative threshold turns the log
-// off.
-#[test]
-fn slowlog_blocked_wait_and_off() {
+/// A server whose slow log takes commands over 100 ms, emptied, and a
+/// client of it.
+fn logging_over_100ms() -> (TestServer, Connection) {
     let srv = TestServer::start();
     let mut c = srv.client();
     ok(
@@ -178,6 +176,15 @@ fn slowlog_blocked_wait_and_off() {
         &["CONFIG", "SET", "slowlog-log-slower-than", "100000"],
     );
     ok(&mut c, &["SLOWLOG", "RESET"]);
+    (srv, c)
+}
+
+// Pins: a blocking command's wait is not its time (Redis logs the time it
+// ran, not the time it was blocked), and a negative threshold turns the log
+// off.
+#[test]
+fn slowlog_blocked_wait_and_off() {
+    let (_srv, mut c) = logging_over_100ms();
     assert_eq!(q(&mut c, &["BLPOP", "nolist", "0.3"]), Value::Nil);
     assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 0);
     ok(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "-1"]);
@@ -194,13 +201,7 @@ fn slowlog_blocked_wait_and_off() {
 // ~300 slow log entries of 10-20 ms in 300k calls).
 #[test]
 fn slowlog_leaves_out_the_wait_for_earlier_commands() {
-    let srv = TestServer::start();
-    let mut c = srv.client();
-    ok(
-        &mut c,
-        &["CONFIG", "SET", "slowlog-log-slower-than", "100000"],
-    );
-    ok(&mut c, &["SLOWLOG", "RESET"]);
+    let (_srv, mut c) = logging_over_100ms();
     // Writes, then spins for 150 ms of the server's clock.
     let slow = "redis.call('SET', KEYS[1], 'x') \
         local t = redis.call('TIME') \
