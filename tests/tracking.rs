@@ -224,6 +224,40 @@ fn resp2_redirection_flush_and_broken_redirect() {
     }
 }
 
+// A REDIRECT target that quits takes nothing after its +OK: a change the
+// quitting client's reader makes right after reading it finds the
+// redirection broken at once (Redis frees a quitting client as soon as
+// its reply is written).
+#[test]
+fn a_target_that_quit_breaks_the_redirection_at_once() {
+    let server = TestServer::start();
+    let mut other = server.client();
+    let mut target = server.tcp();
+    send(&mut target, &["CLIENT", "ID"]);
+    let mut id = String::new();
+    let mut byte = [0u8; 1];
+    while !id.ends_with("\r\n") {
+        target.read_exact(&mut byte).unwrap();
+        id.push(byte[0] as char);
+    }
+    let id = id.trim_start_matches(':').trim_end().to_string();
+    let mut t = server.tcp();
+    send(&mut t, &["CLIENT", "TRACKING", "on", "REDIRECT", &id]);
+    expect(&mut t, "+OK\r\n");
+    for round in 0..20 {
+        let key = format!("q{round}");
+        send(&mut t, &["GET", &key]);
+        expect(&mut t, "$-1\r\n");
+        if round == 19 {
+            send(&mut target, &["QUIT"]);
+            expect(&mut target, "+OK\r\n");
+        }
+        ok(&mut other, &["SET", &key, "1"]);
+    }
+    let list: String = common::text(q(&mut other, &["CLIENT", "LIST"]));
+    assert!(list.contains("flags=tR"), "{list}");
+}
+
 #[test]
 fn the_table_is_bounded_by_tracking_table_max_keys() {
     let server = TestServer::start();

@@ -753,6 +753,18 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         session.wakes.wake();
         outbox.drain().await;
         outbox.release_held();
+        if close {
+            // Leaving (QUIT, a protocol error): what was queued for this
+            // client is in `out`, and from here on it takes nothing more,
+            // before its last reply goes out rather than after. A client
+            // that read QUIT's +OK and then changed a key another client
+            // tracks with this one as its REDIRECT target must find the
+            // redirection broken, as with Redis, which frees a quitting
+            // client as soon as its reply is written (Redis's tracking
+            // test "RESP3 based basic tracking-redir-broken with client
+            // reply off" waited forever when the change came first).
+            session.entry.mailbox.close();
+        }
         let hold =
             pushes_only && outbox.out.len() < PUSH_WRITE_BYTES && session.entry.mailbox.fed();
         if !outbox.out.is_empty() && !hold {
