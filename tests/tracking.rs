@@ -171,19 +171,24 @@ fn bcast_prefixes_see_every_matching_key() {
     assert!(stats.contains("tracking_total_prefixes:2"), "{stats}");
 }
 
+/// The connection's CLIENT ID, as text.
+fn client_id(s: &mut TcpStream) -> String {
+    send(s, &["CLIENT", "ID"]);
+    let mut id = String::new();
+    let mut byte = [0u8; 1];
+    while !id.ends_with("\r\n") {
+        s.read_exact(&mut byte).unwrap();
+        id.push(byte[0] as char);
+    }
+    id.trim_start_matches(':').trim_end().to_string()
+}
+
 #[test]
 fn resp2_redirection_flush_and_broken_redirect() {
     let server = TestServer::start();
     let mut other = server.client();
     let mut sub = server.tcp();
-    send(&mut sub, &["CLIENT", "ID"]);
-    let mut id = String::new();
-    let mut byte = [0u8; 1];
-    while !id.ends_with("\r\n") {
-        sub.read_exact(&mut byte).unwrap();
-        id.push(byte[0] as char);
-    }
-    let id = id.trim_start_matches(':').trim_end().to_string();
+    let id = client_id(&mut sub);
     send(&mut sub, &["SUBSCRIBE", "__redis__:invalidate"]);
     expect(
         &mut sub,
@@ -233,14 +238,7 @@ fn a_target_that_quit_breaks_the_redirection_at_once() {
     let server = TestServer::start();
     let mut other = server.client();
     let mut target = server.tcp();
-    send(&mut target, &["CLIENT", "ID"]);
-    let mut id = String::new();
-    let mut byte = [0u8; 1];
-    while !id.ends_with("\r\n") {
-        target.read_exact(&mut byte).unwrap();
-        id.push(byte[0] as char);
-    }
-    let id = id.trim_start_matches(':').trim_end().to_string();
+    let id = client_id(&mut target);
     let mut t = server.tcp();
     send(&mut t, &["CLIENT", "TRACKING", "on", "REDIRECT", &id]);
     expect(&mut t, "+OK\r\n");
