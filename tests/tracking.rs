@@ -239,19 +239,12 @@ fn a_target_that_quit_breaks_the_redirection_at_once() {
     let mut other = server.client();
     let mut target = server.tcp();
     let id = client_id(&mut target);
-    let mut t = server.tcp();
-    send(&mut t, &["CLIENT", "TRACKING", "on", "REDIRECT", &id]);
-    expect(&mut t, "+OK\r\n");
-    for round in 0..20 {
-        let key = format!("q{round}");
-        send(&mut t, &["GET", &key]);
-        expect(&mut t, "$-1\r\n");
-        if round == 19 {
-            send(&mut target, &["QUIT"]);
-            expect(&mut target, "+OK\r\n");
-        }
-        ok(&mut other, &["SET", &key, "1"]);
-    }
+    let mut t = tracking_client(&server, &["REDIRECT", &id]);
+    send(&mut t, &["GET", "q"]);
+    expect(&mut t, "_\r\n");
+    send(&mut target, &["QUIT"]);
+    expect(&mut target, "+OK\r\n");
+    ok(&mut other, &["SET", "q", "1"]);
     let list: String = common::text(q(&mut other, &["CLIENT", "LIST"]));
     assert!(list.contains("flags=tR"), "{list}");
 }
