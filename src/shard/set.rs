@@ -225,7 +225,7 @@ impl ShardSet {
                 cap: cfg.write_buffer_mb * 1024 * 1024,
                 filter_rows: crate::storage::store::FILTER_MIN_ROWS,
                 // An eighth of the page cache's budget: 8 MiB at the
-                // default 64, the rows of ~100k small keys.
+                // default 64, the rows of ~110k small keys.
                 row_cache: cfg.cache_mb * 1024 * 1024 / 8,
             },
             before_rotate: None,

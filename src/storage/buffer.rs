@@ -76,6 +76,16 @@ impl Stored {
         }
     }
 
+    /// Bytes a value of `len` bytes takes outside the entry (none for a
+    /// short one, which sits in it).
+    pub(crate) fn heap_bytes(len: usize) -> usize {
+        if len <= SHORT {
+            0
+        } else {
+            len
+        }
+    }
+
     /// The value, `None` if deleted.
     pub(crate) fn as_deref(&self) -> Option<&[u8]> {
         match self {
@@ -220,6 +230,16 @@ impl RowKey {
                 RowKey::Inline(key.len() as u8, bytes)
             }
             Err(_) => RowKey::Shared(Arc::from(key)),
+        }
+    }
+
+    /// Bytes a key of `len` bytes takes outside the slot holding it (none
+    /// for an inline one).
+    pub(crate) fn heap_bytes(len: usize) -> usize {
+        if len <= INLINE {
+            0
+        } else {
+            len
         }
     }
 

@@ -50,9 +50,10 @@ const STRIPES: usize = 64;
 /// enough, next to its own copy, that the descent does not matter.
 const MAX_ROW: usize = 512;
 
-/// What a cached row costs beyond its key and value (its 64-byte slot in
-/// the map, which holds short ones), for the byte count.
-const ROW_OVERHEAD: usize = 64;
+/// What every cached row costs in its map (see [`cost`]): a 64-byte slot,
+/// which holds a short key and a short row, and its control byte, at the
+/// map's highest load (7/8).
+const ROW_OVERHEAD: usize = 75;
 
 /// Words of a stripe's doorkeeper (see [`Stripe::seen_before`]): 16,384
 /// bits, 2 KiB, a megabit a shard.
@@ -228,9 +229,12 @@ fn seen_bit(h: u64) -> (usize, u64) {
     (i / 64, 1 << (i % 64))
 }
 
-/// What caching `row` under `key` costs.
+/// What caching `row` under `key` costs: its share of the map, and the
+/// key's and the row's bytes where they do not fit in its slot. Counting
+/// the bytes of short ones as well, as the cache once did, counted them
+/// twice.
 fn cost(key: &[u8], row: &[u8]) -> usize {
-    key.len() + row.len() + ROW_OVERHEAD
+    ROW_OVERHEAD + RowKey::heap_bytes(key.len()) + Stored::heap_bytes(row.len())
 }
 
 /// The tables whose rows are cached, and where in a [`Stripe`]: the ones
@@ -514,7 +518,10 @@ mod tests {
         assert_eq!(c.bytes(), one, "a row put again is counted once");
         let change = c.begin_change();
         c.rewrite(&change, M, b"k", Some(b"a longer row"));
-        assert_eq!(c.bytes(), one + 7);
+        assert_eq!(c.bytes(), one, "a short row sits in the slot");
+        let long = [7; 40];
+        c.rewrite(&change, M, b"k", Some(&long));
+        assert_eq!(c.bytes(), one + 40, "a long one has bytes of its own");
         c.rewrite(&change, M, b"k", Some(&[0; MAX_ROW + 1]));
         assert_eq!(c.bytes(), 0, "a row grown too long is dropped");
         c.end_change(change);
@@ -522,8 +529,8 @@ mod tests {
 
     #[test]
     fn a_full_stripe_keeps_the_rows_read_since_its_last_eviction() {
-        // About 27 rows a stripe, 1,750 in all.
-        let cap = STRIPES * 2000;
+        // 27 rows a stripe, 1,728 in all.
+        let cap = STRIPES * 27 * cost(&[0; 4], b"value");
         let c = RowCache::new(cap);
         let e = c.epoch();
         let key = |i: u32| i.to_be_bytes();
