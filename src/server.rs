@@ -23,6 +23,9 @@ pub struct ClientEntry {
     pub created: Instant,
     /// Mutable details the connection keeps up to date.
     pub info: parking_lot::Mutex<ClientInfo>,
+    /// Commands queued since MULTI, or -1 outside a transaction: kept
+    /// apart from `info` so that queueing a command takes no lock.
+    pub multi: std::sync::atomic::AtomicI64,
     /// Set by CLIENT KILL; the connection closes when it sees it.
     pub kill: tokio::sync::Notify,
     /// Whether CLIENT KILL (or ACL DELUSER) has targeted this client.
@@ -53,9 +56,9 @@ impl ClientEntry {
             created: Instant::now(),
             info: parking_lot::Mutex::new(ClientInfo {
                 resp: 2,
-                multi: -1,
                 ..ClientInfo::default()
             }),
+            multi: std::sync::atomic::AtomicI64::new(-1),
             kill: tokio::sync::Notify::new(),
             killed: AtomicBool::new(false),
             over_limit: AtomicBool::new(false),
@@ -84,8 +87,6 @@ pub struct ClientInfo {
     pub no_evict: bool,
     /// READONLY was sent (cluster mode).
     pub readonly: bool,
-    /// Commands queued since MULTI, or -1 outside a transaction.
-    pub multi: i64,
     /// The client's WATCH flag while it watches keys (CLIENT LIST's `d`).
     pub watch_dirty: Option<Arc<AtomicBool>>,
     /// The ACL user it authenticated as (`None`: default), for CLIENT

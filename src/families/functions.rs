@@ -45,13 +45,12 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
         Err(r) => return r.into(),
     };
     let name = String::from_utf8_lossy(a.get(1)).into_owned();
-    let id = format!("function:{name}");
     let label: Label = Arc::new((name, a.into_vec()));
     let l = label.clone();
     let run = move |vm: &ScriptVm, host: &mut dyn Host| {
         vm.call_function(&l.0, &l.1[3..split], &l.1[split..], ro, host)
     };
-    dispatch(s, id, label, split, run)
+    dispatch(s, true, label, split, run)
 }
 
 /// FUNCTION subcommand [arg ...]

@@ -76,7 +76,6 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
     } else {
         crate::scripting::sha1_hex(a.get(1))
     };
-    let id = sha.clone();
     // The command's arguments, shared by the run, its fallback and what
     // FUNCTION STATS shows.
     let label: Label = Arc::new((sha, a.into_vec()));
@@ -93,7 +92,7 @@ fn eval_generic(s: &mut Session, a: Args, by_sha: bool, ro: bool) -> Action {
             Err(r) => r,
         }
     };
-    dispatch(s, id, label, split, run)
+    dispatch(s, false, label, split, run)
 }
 
 /// The shard every one of `keys` is on, if there is one (and a key).
@@ -140,7 +139,7 @@ impl Caller {
 /// (see `Action::Script`).
 pub fn dispatch(
     s: &Session,
-    id: String,
+    function: bool,
     label: Label,
     split: usize,
     body: impl Fn(&ScriptVm, &mut dyn Host) -> Reply + Clone + Send + 'static,
@@ -149,7 +148,10 @@ pub fn dispatch(
     let declared = &label.1[3..split];
     let caller = Caller::of(s, declared);
     let one = one_shard(&server, declared);
-    let Some(shard) = one.filter(|_| !server.nonlocal_scripts.contains_key(&id)) else {
+    let seen_nonlocal = server
+        .nonlocal_scripts
+        .contains_key(&*nonlocal_id(function, &label.0));
+    let Some(shard) = one.filter(|_| !seen_nonlocal) else {
         return run_script(server, body, caller, label);
     };
     let slow: crate::net::session::SlowScript = {
@@ -169,13 +171,14 @@ pub fn dispatch(
             run: vm.kill_handle(),
             nonlocal: false,
         };
-        let reply = run_labelled(vm, label, |vm| body(vm, &mut host));
+        let reply = run_labelled(vm, label.clone(), |vm| body(vm, &mut host));
         let nonlocal = host.nonlocal;
         let aborted = host.run.take_abort();
         if nonlocal || aborted {
             // Nothing of this attempt may stay.
             w.rollback()?;
             if nonlocal {
+                let id = nonlocal_id(function, &label.0).into_owned();
                 server.nonlocal_scripts.insert(id, ());
                 flag.store(true, Ordering::Release);
             }
@@ -189,6 +192,16 @@ pub fn dispatch(
         f,
         fell_back,
         slow,
+    }
+}
+
+/// How [`Server::nonlocal_scripts`] names a script (by its sha) or a
+/// function (apart from scripts, whatever its name).
+fn nonlocal_id(function: bool, name: &str) -> std::borrow::Cow<'_, str> {
+    if function {
+        format!("function:{name}").into()
+    } else {
+        name.into()
     }
 }
 

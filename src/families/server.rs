@@ -287,7 +287,8 @@ pub(crate) fn client_line(
     if mailbox.subscribed() {
         flags.push('P');
     }
-    if info.multi >= 0 {
+    let multi = e.multi.load(std::sync::atomic::Ordering::Relaxed);
+    if multi >= 0 {
         flags.push('x');
     }
     if e.blocked.load(std::sync::atomic::Ordering::Relaxed) {
@@ -334,7 +335,7 @@ pub(crate) fn client_line(
         mailbox.count(Kind::Channel),
         mailbox.count(Kind::Pattern),
         mailbox.count(Kind::Shard),
-        info.multi,
+        multi,
         if me { s.qbuf } else { 0 },
         omem,
         omem,

@@ -71,7 +71,7 @@ pub fn watch(s: &mut Session, a: Args) -> Action {
             continue;
         }
         let shard = shards.shard_of_key(key);
-        let w = Arc::new(Watch::new(db, key.to_vec(), s.watching.dirty.clone()));
+        let w = Arc::new(Watch::new(db, key.to_vec(), s.watching.flag()));
         s.watching.keys.push((shard, w.clone()));
         match per_shard.iter_mut().find(|(id, _)| *id == shard) {
             Some((_, list)) => list.push(w),
@@ -143,24 +143,24 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
         return Reply::NilArray.into();
     }
     s.in_exec = true;
-    let commands: Vec<(&'static CommandSpec, Action)> = multi
-        .queue
-        .into_iter()
-        .map(|(spec, args)| {
-            // Dispatch refused unknown subcommands while queueing.
-            let counted = command::call_spec(spec, &args).unwrap_or(spec);
-            // The rules may have changed since the command was queued.
-            if let Some(r) = crate::acl::check::exec_refusal(s, counted, &args) {
-                return (counted, Action::Reply(r));
-            }
-            let reads = crate::families::tracking::reads(s, spec, &args);
-            let action = (spec.handler)(s, args);
-            let action = crate::families::tracking::read_in_unit(s, reads, action);
-            (counted, crate::families::tracking::noloop(s, action))
-        })
-        .collect();
+    let mut specs = Vec::with_capacity(multi.queue.len());
+    let mut steps = Vec::with_capacity(multi.queue.len());
+    for (spec, args) in multi.queue {
+        // Dispatch refused unknown subcommands while queueing.
+        let counted = command::call_spec(spec, &args).unwrap_or(spec);
+        specs.push(counted);
+        // The rules may have changed since the command was queued.
+        if let Some(r) = crate::acl::check::exec_refusal(s, counted, &args) {
+            steps.push(Err(Action::Reply(r)));
+            continue;
+        }
+        let reads = crate::families::tracking::reads(s, spec, &args);
+        let action = (spec.handler)(s, args);
+        let action = crate::families::tracking::read_in_unit(s, reads, action);
+        steps.push(crate::families::tracking::noloop(s, action).into_shard_op());
+    }
     s.in_exec = false;
-    run_unit(s.server.clone(), commands, watching)
+    run_unit(s.server.clone(), specs, steps, watching)
 }
 
 /// Counts the calls of a unit's commands and their error replies, as Redis
@@ -174,16 +174,15 @@ fn account(server: &Server, specs: &[&'static CommandSpec], replies: &[Reply]) {
     }
 }
 
-/// Runs `commands` as one atomic unit, first checking `watching` inside
-/// it; the action's reply is EXEC's (an array, or a nil array if a
-/// watched key changed).
-pub fn run_unit(
+/// Runs the `steps` of the commands of `specs` as one atomic unit, first
+/// checking `watching` inside it; the action's reply is EXEC's (an array,
+/// or a nil array if a watched key changed).
+fn run_unit(
     server: Arc<Server>,
-    commands: Vec<(&'static CommandSpec, Action)>,
+    specs: Vec<&'static CommandSpec>,
+    mut steps: Vec<Step>,
     watching: Watching,
 ) -> Action {
-    let (specs, actions): (Vec<_>, Vec<_>) = commands.into_iter().unzip();
-    let mut steps: Vec<Step> = actions.into_iter().map(Action::into_shard_op).collect();
     // A write that may run anywhere joins a shard the unit uses (any one,
     // when it uses none).
     let home = steps
@@ -196,28 +195,26 @@ pub fn run_unit(
             *shard = home;
         }
     }
-    let mut shards = BTreeSet::new();
+    let mut shards = Shards::default();
     let mut one_shard_ops = true;
     for step in &steps {
         match step {
-            Ok((shard, _)) => {
-                shards.insert(*shard);
-            }
+            Ok((shard, _)) => shards.add(*shard),
             Err(Action::Reply(_)) => {}
             Err(Action::ReadMany { ids, .. } | Action::Plan { ids, .. }) => {
-                shards.extend(ids.iter().copied());
+                ids.iter().for_each(|&id| shards.add(id));
                 one_shard_ops = false;
             }
             Err(Action::Script { .. }) => {
                 // Its fallback holds every shard.
-                shards.extend(0..server.shards.len());
+                (0..server.shards.len()).for_each(|id| shards.add(id));
                 one_shard_ops = false;
             }
             Err(_) => one_shard_ops = false,
         }
     }
-    if shards.len() <= 1 && one_shard_ops {
-        let Some(&shard) = shards.iter().next() else {
+    if shards.many.is_none() && one_shard_ops {
+        let Some(shard) = shards.first else {
             // Nothing touches a key: the replies are all there already.
             let replies: Vec<Reply> = steps.into_iter().map(ready).collect();
             account(&server, &specs, &replies);
@@ -243,7 +240,7 @@ pub fn run_unit(
             }),
         };
     }
-    let ids: Vec<usize> = shards.into_iter().collect();
+    let ids = shards.ids();
     if one_shard_ops && watching.keys.is_empty() {
         return spread_unit(server, ids, specs, steps);
     }
@@ -284,6 +281,38 @@ pub fn run_unit(
 
 /// A queued command's action: an op on one shard, or anything else.
 type Step = Result<(usize, crate::shard::WriteFn), Action>;
+
+/// The shards a unit uses, with no allocation while there is one (the
+/// transaction of keys sharing a hash tag, the common case).
+#[derive(Default)]
+struct Shards {
+    first: Option<usize>,
+    /// Every shard, once a second one came.
+    many: Option<BTreeSet<usize>>,
+}
+
+impl Shards {
+    fn add(&mut self, shard: usize) {
+        match (&mut self.many, self.first) {
+            (Some(many), _) => {
+                many.insert(shard);
+            }
+            (None, None) => self.first = Some(shard),
+            (None, Some(first)) if first != shard => {
+                self.many = Some(BTreeSet::from([first, shard]));
+            }
+            (None, Some(_)) => {}
+        }
+    }
+
+    /// The shards in order.
+    fn ids(self) -> Vec<usize> {
+        match self.many {
+            Some(many) => many.into_iter().collect(),
+            None => self.first.into_iter().collect(),
+        }
+    }
+}
 
 /// The reply of a step that is an immediate reply.
 fn ready(step: Step) -> Reply {

@@ -1646,19 +1646,18 @@ fn reject(
 }
 
 /// Keeps what CLIENT LIST shows of the client's transaction current. The
-/// shared entry is locked only when that changed, not on every command.
+/// shared entry's lock is taken only when the watches came or went, not
+/// for every command queued.
 fn show_transaction(session: &mut Session) {
-    let now = (
-        session.multi.as_ref().map_or(-1, |m| m.queue.len() as i64),
-        !session.watching.keys.is_empty(),
-    );
-    if session.shown_transaction == now {
-        return;
+    let queued = session.multi.as_ref().map_or(-1, |m| m.queue.len() as i64);
+    if session.entry.multi.load(Ordering::Relaxed) != queued {
+        session.entry.multi.store(queued, Ordering::Relaxed);
     }
-    session.shown_transaction = now;
-    let mut info = session.entry.info.lock();
-    info.multi = now.0;
-    info.watch_dirty = now.1.then(|| session.watching.dirty.clone());
+    let watching = !session.watching.keys.is_empty();
+    if session.shown_watching != watching {
+        session.shown_watching = watching;
+        session.entry.info.lock().watch_dirty = session.watching.shown_flag();
+    }
 }
 
 /// A command refused while a transaction is being queued makes its EXEC

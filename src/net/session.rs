@@ -222,9 +222,8 @@ pub struct Session {
     /// script calls makes the caller track them, as in Redis (see
     /// `families::tracking::script_keys`).
     pub script_tracks: Option<Vec<bytes::Bytes>>,
-    /// What CLIENT LIST last got told of the transaction: (queued commands
-    /// or -1, whether keys are watched).
-    pub shown_transaction: (i64, bool),
+    /// Whether CLIENT LIST was last told that keys are watched.
+    pub shown_watching: bool,
     /// ASKING was sent: the next command (or the transaction) may use a
     /// slot this node is importing.
     pub asking: bool,
@@ -268,10 +267,13 @@ pub struct Multi {
 
 /// A client's watched keys and its CAS flag. Dropping it unregisters the
 /// keys, so a client that goes away (or is killed) leaves nothing behind.
+///
+/// An empty one holds nothing allocated: EXEC, DISCARD and a script's
+/// session each start a new one, most never watching anything.
 #[derive(Default)]
 pub struct Watching {
-    /// Set by a write to any watched key.
-    pub dirty: Arc<std::sync::atomic::AtomicBool>,
+    /// Set by a write to any watched key; made by the first WATCH.
+    dirty: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// (shard, watch) for every key, in WATCH order.
     pub keys: Vec<(usize, Arc<crate::shard::watch::Watch>)>,
     /// Where the keys are registered.
@@ -281,8 +283,20 @@ pub struct Watching {
 impl Watching {
     /// Whether EXEC must fail: a watched key was modified, or expired.
     pub fn failed(&self, now_ms: u64) -> bool {
-        self.dirty.load(std::sync::atomic::Ordering::Acquire)
+        self.dirty
+            .as_ref()
+            .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
             || self.keys.iter().any(|(_, w)| w.expired_by(now_ms))
+    }
+
+    /// The CAS flag a new watch of this client marks.
+    pub fn flag(&mut self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.dirty.get_or_insert_with(Default::default).clone()
+    }
+
+    /// The CAS flag, while some key is watched (CLIENT LIST's `d`).
+    pub fn shown_flag(&self) -> Option<Arc<std::sync::atomic::AtomicBool>> {
+        self.dirty.clone().filter(|_| !self.keys.is_empty())
     }
 }
 
@@ -331,7 +345,7 @@ impl Session {
             in_exec: false,
             in_script: false,
             script_tracks: None,
-            shown_transaction: (-1, false),
+            shown_watching: false,
             asking: false,
             script_slot: None,
         }
