@@ -388,6 +388,12 @@ impl Server {
         }
     }
 
+    /// Adds time to a command's counted calls: a script's run, timed
+    /// where it ran (`families::slowlog::script_ran`).
+    pub fn add_time(&self, spec: &'static crate::command::CommandSpec, usec: u64) {
+        self.command_stat(spec).counts.add_to(1, usec);
+    }
+
     /// Counts an error reply going to a client: total_error_replies, its
     /// errorstats line, and the failed calls of the command that made it
     /// (`None` for a command refused before it ran).

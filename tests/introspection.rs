@@ -225,6 +225,64 @@ fn slowlog_leaves_out_the_wait_for_earlier_commands() {
     }
 }
 
+/// The time INFO commandstats counts for `cmd` so far, in µs.
+fn command_usec(c: &mut Connection, cmd: &str) -> u64 {
+    let info = match q(c, &["INFO", "commandstats"]) {
+        Value::BulkString(b) => String::from_utf8(b).unwrap(),
+        other => panic!("INFO replied {other:?}"),
+    };
+    let line = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{cmd}:")))
+        .unwrap_or_else(|| panic!("no {cmd} in {info}"));
+    let usec = line.split(',').find_map(|f| f.strip_prefix("usec="));
+    usec.unwrap().parse().unwrap()
+}
+
+// Pins: a script's run is its command's time wherever it ran. Alone, it
+// runs on the connection's thread; pipelined, it is collected with the
+// commands after it and run when they are sent, after its command was
+// timed: it was then neither logged nor counted in INFO commandstats
+// (Redis times the whole script, wherever the client's pipeline is).
+// Logged once either way, and the command after it still not at all.
+#[test]
+fn a_slow_script_is_logged_and_counted_wherever_it_runs() {
+    let (_srv, mut c) = logging_over_100ms();
+    let slow = "redis.call('SET', KEYS[1], 'x') \
+        local t = redis.call('TIME') \
+        local from = t[1] * 1000000 + t[2] \
+        repeat t = redis.call('TIME') until t[1] * 1000000 + t[2] - from > 150000 \
+        return 1";
+    let evals = |c: &mut Connection| -> Vec<i64> {
+        array(q(c, &["SLOWLOG", "GET", "-1"]))
+            .into_iter()
+            .map(array)
+            .filter(|e| argv(e)[0].eq_ignore_ascii_case("eval"))
+            .map(|e| num(&e[2]))
+            .collect()
+    };
+    assert_eq!(q(&mut c, &["EVAL", slow, "1", "k"]), Value::Int(1));
+    let alone = evals(&mut c);
+    assert_eq!(alone.len(), 1, "{alone:?}");
+    assert!(alone[0] >= 150_000, "{alone:?}");
+    assert!(command_usec(&mut c, "eval") >= 150_000);
+    let replies: Vec<Value> = redis::pipe()
+        .cmd("EVAL")
+        .arg(slow)
+        .arg(1)
+        .arg("k")
+        .cmd("GET")
+        .arg("k")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(replies, vec![Value::Int(1), bulk("x")]);
+    let both = evals(&mut c);
+    assert_eq!(both.len(), 2, "{both:?}");
+    assert!(both.iter().all(|&usec| usec >= 150_000), "{both:?}");
+    assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 2, "only the scripts");
+    assert!(command_usec(&mut c, "eval") >= 300_000);
+}
+
 /// The events LATENCY LATEST lists, with their latest and maximum latency.
 fn latest(c: &mut Connection) -> Vec<(String, i64, i64)> {
     array(q(c, &["LATENCY", "LATEST"]))

@@ -104,23 +104,31 @@ fn one_shard(server: &Server, keys: &[Bytes]) -> Option<usize> {
         .then_some(shard)
 }
 
-/// Who runs a script: the calling client and its database, and what the
-/// script's reads make it track.
+/// Who runs a script: the calling client and its database, what the
+/// script's reads make it track, and the command it called.
 #[derive(Clone)]
 pub struct Caller {
     entry: Arc<ClientEntry>,
     db: u8,
     /// See [`Session::script_tracks`].
     tracks: Option<Vec<Bytes>>,
+    /// EVAL, FCALL..., whose time the script's run is.
+    command: &'static CommandSpec,
+    /// Whether the run is reported as its command's (not in EXEC, which
+    /// reports its commands itself).
+    report: bool,
 }
 
 impl Caller {
-    /// The client of `s` running a script that declares `keys`.
-    pub fn of(s: &Session, keys: &[Bytes]) -> Caller {
+    /// The client of `s` running, with `command`, a script that declares
+    /// `keys`.
+    pub fn of(s: &Session, command: &'static CommandSpec, keys: &[Bytes]) -> Caller {
         Caller {
             entry: s.entry.clone(),
             db: s.db,
             tracks: crate::families::tracking::script_keys(s, keys),
+            command,
+            report: !s.in_exec,
         }
     }
 
@@ -146,7 +154,9 @@ pub fn dispatch(
 ) -> Action {
     let server = s.server.clone();
     let declared = &label.1[3..split];
-    let caller = Caller::of(s, declared);
+    // The label holds the command as the client sent it.
+    let command = command::lookup(&label.1[0]).expect("a script's command is known");
+    let caller = Caller::of(s, command, declared);
     let one = one_shard(&server, declared);
     let seen_nonlocal = server
         .nonlocal_scripts
@@ -171,7 +181,9 @@ pub fn dispatch(
             run: vm.kill_handle(),
             nonlocal: false,
         };
-        let reply = run_labelled(vm, label.clone(), |vm| body(vm, &mut host));
+        let reply = run_labelled(&server, &caller, vm, label.clone(), |vm| {
+            body(vm, &mut host)
+        });
         let nonlocal = host.nonlocal;
         let aborted = host.run.take_abort();
         if nonlocal || aborted {
@@ -216,12 +228,24 @@ struct LocalHost<'a, 'w> {
     nonlocal: bool,
 }
 
-/// Runs `body` on `vm`, shown by FUNCTION STATS as `label` meanwhile.
-fn run_labelled(vm: &ScriptVm, label: Label, body: impl FnOnce(&ScriptVm) -> Reply) -> Reply {
+/// Runs `body` on `vm` for `caller`, shown by FUNCTION STATS as `label`
+/// meanwhile, and counts the run as its command's time (see
+/// `families::slowlog`).
+fn run_labelled(
+    server: &Server,
+    caller: &Caller,
+    vm: &ScriptVm,
+    label: Label,
+    body: impl FnOnce(&ScriptVm) -> Reply,
+) -> Reply {
     let handle = vm.kill_handle();
-    handle.set_running(Some((label, std::time::Instant::now())));
+    let began = std::time::Instant::now();
+    handle.set_running(Some((label.clone(), began)));
     let reply = body(vm);
     handle.set_running(None);
+    let took = began.elapsed();
+    let run = (caller.command, label.1.as_slice(), caller.report);
+    crate::families::slowlog::script_ran(server, run, &caller.entry, took);
     reply
 }
 
@@ -262,7 +286,7 @@ impl Host for LocalHost<'_, '_> {
     }
 
     fn call(&mut self, spec: &'static CommandSpec, argv: Vec<Bytes>, resp3: bool) -> Reply {
-        let action = script_action(&mut self.session, spec, argv, resp3, &self.run);
+        let (counted, action) = script_action(&mut self.session, spec, argv, resp3, &self.run);
         let out = match action.into_shard_op() {
             // Each command counts its own changes, as alone.
             Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => self.w.counting(f),
@@ -276,13 +300,19 @@ impl Host for LocalHost<'_, '_> {
                 return Reply::err("script needs other shards");
             }
         };
-        out.unwrap_or_else(|e| {
-            // A storage failure: the attempt is given up too; the plan
-            // form will meet it again and report it.
-            self.nonlocal = true;
-            self.run.kill();
-            Reply::err(e)
-        })
+        match out {
+            Ok(r) => {
+                ran(&self.session.server, counted);
+                r
+            }
+            Err(e) => {
+                // A storage failure: the attempt is given up too; the plan
+                // form will meet it again and report it.
+                self.nonlocal = true;
+                self.run.kill();
+                Reply::err(e)
+            }
+        }
     }
 }
 
@@ -303,7 +333,7 @@ fn run_script(
             run: vm.kill_handle(),
             failure: None,
         };
-        let reply = run_labelled(vm, label, |vm| body(vm, &mut host));
+        let reply = run_labelled(&server, &caller, vm, label, |vm| body(vm, &mut host));
         if let Some(e) = host.failure {
             return Err(e);
         }
@@ -330,27 +360,27 @@ struct ScriptHost<'a> {
 }
 
 /// The action of a command a script calls (`spec`, found by the VM), built
-/// as a client's command would be, in the script's session; the call is
-/// counted (commandstats) and a write marks the script as having written
-/// (UNKILLABLE).
+/// as a client's command would be, in the script's session, and the spec
+/// its call counts as once it has run (`None`: refused, not counted); a
+/// write marks the script as having written (UNKILLABLE).
 fn script_action(
     session: &mut Session,
     spec: &'static CommandSpec,
     argv: Vec<Bytes>,
     resp3: bool,
     run: &KillHandle,
-) -> Action {
+) -> (Option<&'static CommandSpec>, Action) {
     let args = Args::new(argv);
     let counted = command::call_spec(spec, &args).unwrap_or(spec);
     if let Some(r) = crate::acl::check::script_refusal(session, counted, &args) {
-        return r.into();
+        return (None, r.into());
     }
     let server = session.server.clone();
     if let Some(cluster) = &server.cluster {
         let refused =
             crate::cluster::routing::check_in_script(&server, cluster, (counted, args.all()));
         if let Some(r) = refused {
-            return r.into();
+            return (None, r.into());
         }
         // One slot per script unless it may cross them.
         if let Some(allowed) = &mut session.script_slot {
@@ -360,10 +390,10 @@ fn script_action(
                 .map(|&i| crate::cluster::key_slot(args.get(i)));
             match (*allowed, used) {
                 (Some(a), Some(u)) if a != u => {
-                    return Reply::err(
+                    let r = Reply::err(
                         "Script attempted to access keys that do not hash to the same slot",
-                    )
-                    .into();
+                    );
+                    return (None, r.into());
                 }
                 (None, Some(u)) => *allowed = Some(u),
                 _ => {}
@@ -384,9 +414,16 @@ fn script_action(
         monitors.feed(counted, session.db, "lua", args.all());
     }
     crate::families::slowlog::script_call(&server, counted, args.all());
-    let action = (spec.handler)(session, args);
-    server.record_call(counted, 0);
-    action
+    (Some(counted), (spec.handler)(session, args))
+}
+
+/// Counts a call a script made (`counted`, from [`script_action`]) that
+/// has run. It is not timed alone (two clock reads a call were 1.5% of an
+/// EVALSHA's time): its time is the script's.
+fn ran(server: &Server, counted: Option<&'static CommandSpec>) {
+    if let Some(spec) = counted {
+        server.record_call(spec, 0);
+    }
 }
 
 impl Host for ScriptHost<'_> {
@@ -406,9 +443,12 @@ impl Host for ScriptHost<'_> {
         if self.failure.is_some() {
             return Reply::err("storage failure earlier in this script");
         }
-        let action = script_action(&mut self.session, spec, argv, resp3, &self.run);
+        let (counted, action) = script_action(&mut self.session, spec, argv, resp3, &self.run);
         match self.at.run(action) {
-            Ok(r) => r,
+            Ok(r) => {
+                ran(&self.session.server, counted);
+                r
+            }
             Err(e) => {
                 let r = Reply::err(&e);
                 self.failure = Some(e);

@@ -19,8 +19,20 @@
 //! was: under EVALSHA at pipeline 16 a script waiting for the one before
 //! it on the other shard counted that wait, 160 µs a call in INFO
 //! commandstats against 5.5 µs of its own, and the slow log took ~300
-//! entries of 10-20 ms in 300k calls.) A script collected with others
-//! thus counts only its collection, like a queued write.
+//! entries of 10-20 ms in 300k calls.)
+//!
+//! A script's run is timed where it runs, whichever thread and batch that
+//! is ([`script_ran`]): it is added to its command's time in INFO
+//! commandstats, and a run past the thresholds is logged, and sampled by
+//! the latency monitor, as its command, as Redis times the whole script.
+//! The connection leaves every script run on its task out of the command
+//! it is timing ([`script_time_here`]), its own included, so no run
+//! counts twice; what it counts of a script command is the rest (its
+//! dispatch and queueing), and it logs none that dispatched a run
+//! ([`logged_by_its_run`]). A script run by EXEC is EXEC's commands'
+//! time, logged with them. The commands a script calls are counted in
+//! INFO commandstats, but not timed alone (their time is the script's),
+//! and logged only with a threshold of 0.
 //!
 //! # Cost
 //! The log sits behind one mutex taken only to add an entry or answer
@@ -263,10 +275,74 @@ fn log_exec(log: &SlowLog, commands: &ExecCommands, usec: u64, client: &ClientEn
     }
 }
 
+tokio::task_local! {
+    /// Time a connection's task has spent running scripts (its client's,
+    /// or others' it found queued on a shard it took), all told. Kept per
+    /// task, not per thread: the task moves between threads as it waits.
+    static SCRIPT_TIME: std::cell::Cell<std::time::Duration>;
+}
+
+/// Runs a connection's task, `serve`, keeping its [`script_time_here`].
+pub async fn counting_scripts<F: std::future::Future>(serve: F) -> F::Output {
+    SCRIPT_TIME
+        .scope(std::cell::Cell::new(std::time::Duration::ZERO), serve)
+        .await
+}
+
+/// Time the calling connection's task has spent running scripts so far
+/// (zero outside one): a connection timing a command leaves out what
+/// this grew by meanwhile, which [`script_ran`] counted for the scripts'
+/// own commands.
+pub fn script_time_here() -> std::time::Duration {
+    SCRIPT_TIME
+        .try_with(std::cell::Cell::get)
+        .unwrap_or_default()
+}
+
+/// Whether the run `action` dispatches for command `checked` is a
+/// script's, which logs the command when it has run ([`script_ran`]).
+pub fn logged_by_its_run(checked: &CommandSpec, action: &Action) -> bool {
+    matches!(action, Action::Script { .. } | Action::Plan { .. })
+        && matches!(
+            checked.name,
+            "eval" | "evalsha" | "eval_ro" | "evalsha_ro" | "fcall" | "fcall_ro"
+        )
+}
+
+/// A script run by command `spec` (`argv`) for `client` took `took`: its
+/// command's time in INFO commandstats grows by it, and past the
+/// thresholds it is logged and sampled as its command would be (see the
+/// module doc); in EXEC (`!report`), where the transaction logs its
+/// commands, only the connection is told.
+pub fn script_ran(
+    server: &crate::server::Server,
+    (spec, argv, report): (&'static CommandSpec, &[Bytes], bool),
+    client: &ClientEntry,
+    took: std::time::Duration,
+) {
+    // Outside a connection's task (a shard's thread, a plan's blocking
+    // thread) no command is being timed around the run.
+    let _ = SCRIPT_TIME.try_with(|t| t.set(t.get() + took));
+    if !report {
+        return;
+    }
+    let usec = took.as_micros() as u64;
+    server.add_time(spec, usec);
+    let ms = usec / 1000;
+    if ms >= latency_threshold(&server.latency) {
+        server.latency.observe(super::latency::COMMAND, ms);
+    }
+    let log = &server.slowlog;
+    if log.wants(usec) && !spec.has(flag::SKIP_SLOWLOG) {
+        let name = client.info.lock().name.clone();
+        log.push_as(usec, argv, spec, client.addr.clone(), name);
+    }
+}
+
 /// A command a script runs: logged as Redis logs it, from the script's
-/// own client (`?:0`, no name). cairn runs it inside the script's unit and
-/// does not time it alone, so it counts 0 µs: it is logged only with a
-/// threshold of 0.
+/// own client (`?:0`, no name). Keeping its arguments until it has run
+/// would cost every call a copy, so it is logged before it runs, with 0
+/// µs: only with a threshold of 0.
 pub fn script_call(server: &crate::server::Server, spec: &'static CommandSpec, argv: &[Bytes]) {
     let log = &server.slowlog;
     if log.wants(0) && !spec.has(flag::SKIP_SLOWLOG) {
