@@ -388,8 +388,8 @@ impl Server {
         }
     }
 
-    /// Adds time to a command's counted calls: a script's run, timed
-    /// where it ran (`families::slowlog::script_ran`).
+    /// Adds time to a command's counted calls: a script's or a
+    /// transaction's run, timed where it ran (see `families::slowlog`).
     pub fn add_time(&self, spec: &'static crate::command::CommandSpec, usec: u64) {
         self.command_stat(spec).counts.add_to(1, usec);
     }

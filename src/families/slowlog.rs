@@ -26,11 +26,12 @@
 //! commandstats, and a run past the thresholds is logged, and sampled by
 //! the latency monitor, as its command, as Redis times the whole script.
 //! The connection leaves every script run on its task out of the command
-//! it is timing ([`script_time_here`]), its own included, so no run
-//! counts twice; what it counts of a script command is the rest (its
-//! dispatch and queueing), and it logs none that dispatched a run
-//! ([`logged_by_its_run`]). A script run by EXEC is EXEC's commands'
-//! time, logged with them. The commands a script calls are counted in
+//! it is timing ([`run_time_here`]), its own included, so no run counts
+//! twice; what it counts of a script command is the rest (its dispatch
+//! and queueing), and it logs none that dispatched a run
+//! ([`logged_by_its_run`]). EXEC is timed the same way: its unit's run is
+//! added to its time and logged as its commands (a script among them
+//! with them). The commands a script calls are counted in
 //! INFO commandstats, but not timed alone (their time is the script's),
 //! and logged only with a threshold of 0.
 //!
@@ -276,27 +277,35 @@ fn log_exec(log: &SlowLog, commands: &ExecCommands, usec: u64, client: &ClientEn
 }
 
 tokio::task_local! {
-    /// Time a connection's task has spent running scripts (its client's,
-    /// or others' it found queued on a shard it took), all told. Kept per
-    /// task, not per thread: the task moves between threads as it waits.
-    static SCRIPT_TIME: std::cell::Cell<std::time::Duration>;
+    /// Time a connection's task has spent on runs that time themselves
+    /// (scripts and transactions: its client's, or others' it found
+    /// queued on a shard it took), all told. Kept per task, not per
+    /// thread: the task moves between threads as it waits.
+    static RUN_TIME: std::cell::Cell<std::time::Duration>;
 }
 
-/// Runs a connection's task, `serve`, keeping its [`script_time_here`].
-pub async fn counting_scripts<F: std::future::Future>(serve: F) -> F::Output {
-    SCRIPT_TIME
+/// Runs a connection's task, `serve`, keeping its [`run_time_here`].
+pub async fn counting_runs<F: std::future::Future>(serve: F) -> F::Output {
+    RUN_TIME
         .scope(std::cell::Cell::new(std::time::Duration::ZERO), serve)
         .await
 }
 
-/// Time the calling connection's task has spent running scripts so far
-/// (zero outside one): a connection timing a command leaves out what
-/// this grew by meanwhile, which [`script_ran`] counted for the scripts'
-/// own commands.
-pub fn script_time_here() -> std::time::Duration {
-    SCRIPT_TIME
-        .try_with(std::cell::Cell::get)
-        .unwrap_or_default()
+/// Time the calling connection's task has spent on runs that time
+/// themselves so far (zero outside one): a connection timing a command
+/// leaves out what this grew by meanwhile, which the runs counted for
+/// their own commands ([`timed_itself`]).
+pub fn run_time_here() -> std::time::Duration {
+    RUN_TIME.try_with(std::cell::Cell::get).unwrap_or_default()
+}
+
+/// A script or transaction that took `took` counted it for its own
+/// command: the connection whose task ran it, if one did, leaves it out
+/// of the command it is timing.
+pub fn timed_itself(took: std::time::Duration) {
+    // Outside a connection's task (a shard's thread, a plan's blocking
+    // thread, the coordinator) no command is being timed around the run.
+    let _ = RUN_TIME.try_with(|t| t.set(t.get() + took));
 }
 
 /// Whether the run `action` dispatches for command `checked` is a
@@ -312,20 +321,18 @@ pub fn logged_by_its_run(checked: &CommandSpec, action: &Action) -> bool {
 /// A script run by command `spec` (`argv`) for `client` took `took`: its
 /// command's time in INFO commandstats grows by it, and past the
 /// thresholds it is logged and sampled as its command would be (see the
-/// module doc); in EXEC (`!report`), where the transaction logs its
-/// commands, only the connection is told.
+/// module doc); not in EXEC (`!report`), which times its commands, the
+/// script's with them.
 pub fn script_ran(
     server: &crate::server::Server,
     (spec, argv, report): (&'static CommandSpec, &[Bytes], bool),
     client: &ClientEntry,
     took: std::time::Duration,
 ) {
-    // Outside a connection's task (a shard's thread, a plan's blocking
-    // thread) no command is being timed around the run.
-    let _ = SCRIPT_TIME.try_with(|t| t.set(t.get() + took));
     if !report {
         return;
     }
+    timed_itself(took);
     let usec = took.as_micros() as u64;
     server.add_time(spec, usec);
     let ms = usec / 1000;

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use super::session::{Action, ReplyMode, Session};
 use crate::command::flag;
 use crate::command::{self, Args};
-use crate::families::slowlog::script_time_here;
+use crate::families::slowlog::run_time_here;
 use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
 use crate::server::{ClientEntry, Server};
@@ -286,9 +286,9 @@ impl Outbox {
             // behind those.
             let ran = match self.inflight {
                 Inflight::None => {
-                    let began = (Instant::now(), script_time_here());
+                    let began = (Instant::now(), run_time_here());
                     let ran = self.server.shards.run_here(first, writes);
-                    self.others += besides_scripts(began);
+                    self.others += besides_runs(began);
                     ran
                 }
                 _ => Err(writes),
@@ -355,9 +355,9 @@ impl Outbox {
         );
         let shards = &self.server.shards;
         let (fs, txs): (Vec<_>, Vec<_>) = runs.into_iter().unzip();
-        let began = (Instant::now(), script_time_here());
+        let began = (Instant::now(), run_time_here());
         let ran = shards.run_here(shard, fs);
-        self.others += besides_scripts(began);
+        self.others += besides_runs(began);
         match ran {
             Ok(replies) => {
                 for (r, tx) in replies.into_iter().zip(txs) {
@@ -473,10 +473,10 @@ impl Outbox {
         }
         // Timed only when there is something to wait for: most drains
         // (the end of a batch of reads) have nothing in flight.
-        let began = (!self.slots.is_empty()).then(|| (Instant::now(), script_time_here()));
+        let began = (!self.slots.is_empty()).then(|| (Instant::now(), run_time_here()));
         self.wait_slots().await;
         if let Some(began) = began {
-            self.others += besides_scripts(began);
+            self.others += besides_runs(began);
         }
     }
 
@@ -672,7 +672,7 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     }
     server.clients.insert(id, entry.clone());
     let mut session = Session::new(server.clone(), entry.clone());
-    crate::families::slowlog::counting_scripts(serve(&mut session, &mut stream)).await;
+    crate::families::slowlog::counting_runs(serve(&mut session, &mut stream)).await;
     entry.mailbox.close();
     server.pubsub.tracking.disable(id);
     server.pubsub.monitors.remove(id);
@@ -948,7 +948,7 @@ async fn execute(
     // bounce the server's reference count between the cores.
     server.stats.commands.add(1);
     let started = outbox.ended.take().unwrap_or_else(Instant::now);
-    let (others_before, scripts_before) = (outbox.others, script_time_here());
+    let (others_before, runs_before) = (outbox.others, run_time_here());
     // SKIP silences this command only; OFF silences until CLIENT REPLY ON,
     // whose own reply is sent.
     let mode_before = session.reply_mode;
@@ -1069,7 +1069,7 @@ async fn execute(
         session.wakes.wake();
         let held = |kind| kind == PauseKind::All || held_by_write_pause(session, checked, &args);
         if !session.bus_link && held(kind) {
-            let (wait_began, others) = ((Instant::now(), script_time_here()), outbox.others);
+            let (wait_began, others) = ((Instant::now(), run_time_here()), outbox.others);
             let pause = server.shards.pause.clone();
             let _held = crate::server::Held::new(&server.stats.held);
             if wait_blocked(session, outbox, stream, buf, pause.wait_while(held))
@@ -1079,7 +1079,7 @@ async fn execute(
                 return true;
             }
             // Its drain is counted below with the others.
-            waited += besides_scripts(wait_began).saturating_sub(outbox.others - others);
+            waited += besides_runs(wait_began).saturating_sub(outbox.others - others);
         }
     }
     if let Some(multi) = &mut session.multi {
@@ -1135,12 +1135,17 @@ async fn execute(
             Action::Write { .. } | Action::Plan { .. } | Action::Job(_)
         )
     {
-        // Its commands are logged, and it is shown, once they have run.
+        // Its commands are logged, and it is shown, once they have run;
+        // the run is its time, wherever it happens (see
+        // `families::slowlog`).
         let log = crate::families::slowlog::exec_when_run(session, &mut kept);
         let feed = feed.take();
+        let server = server.clone();
         action = after_run(
             action,
             Box::new(move |took| {
+                crate::families::slowlog::timed_itself(took);
+                server.add_time(checked, took.as_micros() as u64);
                 if let Some(log) = log {
                     log(took.as_micros() as u64);
                 }
@@ -1335,11 +1340,11 @@ async fn execute(
             outbox.push_ready(r, to);
         }
         Action::Block(job) => {
-            let (wait_began, others) = ((Instant::now(), script_time_here()), outbox.others);
+            let (wait_began, others) = ((Instant::now(), run_time_here()), outbox.others);
             let Some(r) = wait_blocked(session, outbox, stream, buf, job).await else {
                 return true;
             };
-            waited += besides_scripts(wait_began).saturating_sub(outbox.others - others);
+            waited += besides_runs(wait_began).saturating_sub(outbox.others - others);
             outbox.push_ready(r, to);
         }
         Action::Silent => {}
@@ -1358,10 +1363,10 @@ async fn execute(
     // documented in `families::slowlog`.
     let ended = Instant::now();
     outbox.ended = Some(ended);
-    let scripts = script_time_here().saturating_sub(scripts_before);
+    let runs = run_time_here().saturating_sub(runs_before);
     let usec = ended
         .duration_since(started)
-        .saturating_sub(waited + (outbox.others - others_before) + scripts)
+        .saturating_sub(waited + (outbox.others - others_before) + runs)
         .as_micros() as u64;
     crate::families::slowlog::after_call(session, checked, usec, kept);
     show_transaction(session);
@@ -1560,12 +1565,13 @@ fn after_run(action: Action, then: Box<dyn FnOnce(Duration) + Send>) -> Action {
     }
 }
 
-/// Time since `began` (an instant and the thread's script time then) not
-/// spent running scripts: a script's run is its own command's time,
-/// counted where it ran (see `families::slowlog`).
-fn besides_scripts((at, scripts): (Instant, Duration)) -> Duration {
+/// Time since `began` (an instant and the task's run time then) not
+/// spent on runs that time themselves: a script's or a transaction's run
+/// is its own command's time, counted where it ran (see
+/// `families::slowlog`).
+fn besides_runs((at, runs): (Instant, Duration)) -> Duration {
     at.elapsed()
-        .saturating_sub(script_time_here().saturating_sub(scripts))
+        .saturating_sub(run_time_here().saturating_sub(runs))
 }
 
 /// Makes a command in a slot being migrated away check, in the
