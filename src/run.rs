@@ -140,6 +140,7 @@ impl Running {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
         while !self.server.clients.is_empty() && std::time::Instant::now() < deadline {
             self.server.shutdown.notify_waiters();
+            self.server.wake_clients();
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         self.server.shards.shutdown().await;

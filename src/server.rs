@@ -47,6 +47,21 @@ pub struct ClientEntry {
 }
 
 impl ClientEntry {
+    /// Wakes the connection to close (its `killed` or `over_limit`, or
+    /// the server's `stopping`, says so): through `kill` where it waits
+    /// on a write or a blocked command, through its mailbox where it
+    /// waits for a request (one per-client wake there, rather than two
+    /// more futures a read, one of them on the server's shared `Notify`).
+    pub fn close_soon(&self) {
+        self.kill.notify_one();
+        self.mailbox.wake();
+    }
+
+    /// Whether the client is to close: killed, or past its output limit.
+    pub fn closing(&self) -> bool {
+        self.killed.load(Ordering::Relaxed) || self.over_limit.load(Ordering::Acquire)
+    }
+
     /// A new RESP2 client with nothing queued, subscribed or blocked.
     pub fn new(id: u64, addr: String, laddr: String) -> ClientEntry {
         ClientEntry {
@@ -371,6 +386,14 @@ impl Server {
         crate::families::scripting::abort_for_shutdown(self);
         self.shutdown.notify_waiters();
         self.shutdown.notify_one();
+        self.wake_clients();
+    }
+
+    /// Wakes every connection waiting for a request, to see `stopping`.
+    pub fn wake_clients(&self) {
+        for c in self.clients.iter() {
+            c.mailbox.wake();
+        }
     }
 
     /// The counters of a command or subcommand.

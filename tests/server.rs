@@ -907,16 +907,30 @@ fn client_kill_of_itself_replies_first() {
     }
 }
 
-// Pins: SHUTDOWN closes the client's connection without a reply and stops
-// the server: new connections are refused afterwards.
+// Pins: SHUTDOWN closes the client's connection without a reply, and the
+// connection of a client waiting for its next request, and stops the
+// server: new connections are refused afterwards.
 #[test]
 fn shutdown_stops_the_server() {
     let srv = TestServer::start();
     let port = srv.port;
     let mut c = srv.client();
+    let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    idle.write_all(b"PING\r\n").unwrap();
+    let mut pong = [0u8; 7];
+    idle.read_exact(&mut pong).unwrap();
     ok(&mut c, &["SET", "k", "v"]);
     let r = cmd(&["SHUTDOWN"]).query::<Value>(&mut c);
     assert!(r.is_err(), "SHUTDOWN answered {r:?}");
+    idle.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let closed = match idle.read(&mut pong) {
+        Ok(n) => n == 0,
+        Err(e) => !matches!(
+            e.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+    };
+    assert!(closed, "an idle client's connection stayed open");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         match TcpStream::connect(("127.0.0.1", port)) {

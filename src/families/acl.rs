@@ -172,7 +172,7 @@ fn close_revoked_subscribers(s: &Session, slot: &Arc<UserSlot>, new: &User) {
         };
         if denied {
             e.killed.store(true, std::sync::atomic::Ordering::Relaxed);
-            e.kill.notify_one();
+            e.close_soon();
         }
     }
 }
@@ -216,7 +216,7 @@ fn disconnect_clients_of(s: &mut Session, slot: &Arc<UserSlot>) -> bool {
             me = true;
         } else {
             e.killed.store(true, std::sync::atomic::Ordering::Relaxed);
-            e.kill.notify_one();
+            e.close_soon();
         }
     }
     if me {

@@ -643,7 +643,7 @@ fn client_kill(s: &Session, a: &Args) -> Action {
 
 fn kill(e: &crate::server::ClientEntry) {
     e.killed.store(true, Relaxed);
-    e.kill.notify_one();
+    e.close_soon();
 }
 
 /// COMMAND [COUNT | INFO name... | DOCS name... | GETKEYS cmd args... | LIST]

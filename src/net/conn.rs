@@ -853,10 +853,14 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 }
             },
             // Taken, with whatever else is queued by then, at the top of
-            // the loop.
-            _ = outbox.entry.mailbox.ready() => pushes_only = true,
-            _ = session.entry.kill.notified() => return,
-            _ = server.shutdown.notified() => return,
+            // the loop. The same wake asks a killed client, or every
+            // client at shutdown, to go (`ClientEntry::close_soon`).
+            _ = outbox.entry.mailbox.ready() => {
+                if session.entry.closing() || server.stopping.load(Ordering::Acquire) {
+                    return;
+                }
+                pushes_only = true;
+            }
             _ = idle => return,
         }
     }

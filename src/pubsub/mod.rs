@@ -231,6 +231,12 @@ impl Mailbox {
         queued
     }
 
+    /// Wakes the client's connection waiting for a request without
+    /// queueing anything: it is to close (see `ClientEntry::close_soon`).
+    pub fn wake(&self) {
+        self.ready.notify_one();
+    }
+
     /// Queues `push` without waking the client; the bytes now pending for
     /// it, or `None` when it is gone.
     fn queue(&self, push: Push) -> Option<usize> {
@@ -826,7 +832,7 @@ impl Hub {
             pending,
             "client closed for overcoming of output buffer limits"
         );
-        client.kill.notify_one();
+        client.close_soon();
         true
     }
 
