@@ -264,6 +264,25 @@ fn a_slow_script_is_logged_and_counted_wherever_it_runs() {
     assert!(command_usec(&mut c, "eval") >= 300_000);
 }
 
+// Pins: a script whose first run, inside its declared key's shard, meets a
+// key of the other shard is run again holding every shard; the given-up
+// attempt is not its command's run, so EVAL is logged once.
+#[test]
+fn a_script_run_again_across_shards_is_logged_once() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    ok(&mut c, &["CONFIG", "SET", "slowlog-log-slower-than", "0"]);
+    let (a, b) = common::waiting::keys_on_both_shards("fall:");
+    let script = format!("redis.call('SET', KEYS[1], 'a') return redis.call('SET', '{b}', 'b')");
+    ok(&mut c, &["SLOWLOG", "RESET"]);
+    assert_eq!(q(&mut c, &["EVAL", &script, "1", &a]), Value::Okay);
+    let evals = array(q(&mut c, &["SLOWLOG", "GET", "-1"]))
+        .into_iter()
+        .filter(|e| argv(&array(e.clone()))[0].eq_ignore_ascii_case("eval"))
+        .count();
+    assert_eq!(evals, 1);
+}
+
 // Pins: EXEC's time in INFO commandstats is its transaction's run, as in
 // Redis, though the run happens after EXEC was dispatched (here on a
 // blocking thread holding every shard, a script being among its

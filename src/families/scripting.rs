@@ -132,6 +132,20 @@ impl Caller {
         }
     }
 
+    /// Counts a run of the script of `label` that took `took` as its
+    /// command's time (see `families::slowlog`) if the run `stands`; an
+    /// attempt given up (run again holding every shard, or stopped by
+    /// shutdown) is only left out of the time of the command its thread
+    /// was timing, so the command is not logged twice.
+    fn ran(&self, server: &Server, label: &Label, took: std::time::Duration, stands: bool) {
+        if !stands {
+            crate::families::slowlog::timed_itself(took);
+            return;
+        }
+        let run = (self.command, label.1.as_slice(), self.report);
+        crate::families::slowlog::script_ran(server, run, &self.entry, took);
+    }
+
     /// The session the script's commands run in.
     fn session(&self, server: &Arc<Server>) -> Session {
         let mut s = Session::for_script(server.clone(), self.entry.clone(), self.db);
@@ -181,11 +195,10 @@ pub fn dispatch(
             run: vm.kill_handle(),
             nonlocal: false,
         };
-        let reply = run_labelled(&server, &caller, vm, label.clone(), |vm| {
-            body(vm, &mut host)
-        });
+        let (reply, took) = run_labelled(vm, label.clone(), |vm| body(vm, &mut host));
         let nonlocal = host.nonlocal;
         let aborted = host.run.take_abort();
+        caller.ran(&server, &label, took, !(nonlocal || aborted));
         if nonlocal || aborted {
             // Nothing of this attempt may stay.
             w.rollback()?;
@@ -228,25 +241,19 @@ struct LocalHost<'a, 'w> {
     nonlocal: bool,
 }
 
-/// Runs `body` on `vm` for `caller`, shown by FUNCTION STATS as `label`
-/// meanwhile, and counts the run as its command's time (see
-/// `families::slowlog`).
+/// Runs `body` on `vm`, shown by FUNCTION STATS as `label` meanwhile; its
+/// reply, and how long it ran.
 fn run_labelled(
-    server: &Server,
-    caller: &Caller,
     vm: &ScriptVm,
     label: Label,
     body: impl FnOnce(&ScriptVm) -> Reply,
-) -> Reply {
+) -> (Reply, std::time::Duration) {
     let handle = vm.kill_handle();
     let began = std::time::Instant::now();
-    handle.set_running(Some((label.clone(), began)));
+    handle.set_running(Some((label, began)));
     let reply = body(vm);
     handle.set_running(None);
-    let took = began.elapsed();
-    let run = (caller.command, label.1.as_slice(), caller.report);
-    crate::families::slowlog::script_ran(server, run, &caller.entry, took);
-    reply
+    (reply, began.elapsed())
 }
 
 /// Cluster mode's checks before a script runs (Redis's
@@ -333,12 +340,14 @@ fn run_script(
             run: vm.kill_handle(),
             failure: None,
         };
-        let reply = run_labelled(&server, &caller, vm, label, |vm| body(vm, &mut host));
+        let (reply, took) = run_labelled(vm, label.clone(), |vm| body(vm, &mut host));
+        let aborted = host.run.take_abort();
+        caller.ran(&server, &label, took, host.failure.is_none() && !aborted);
         if let Some(e) = host.failure {
             return Err(e);
         }
         // Stopped by SHUTDOWN NOSAVE: none of it may stay.
-        if host.run.take_abort() {
+        if aborted {
             return Err(CoordError::Store(StoreError::Internal(
                 "script stopped by shutdown".into(),
             )));
