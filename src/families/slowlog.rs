@@ -308,6 +308,21 @@ pub fn timed_itself(took: std::time::Duration) {
     let _ = RUN_TIME.try_with(|t| t.set(t.get() + took));
 }
 
+/// A run of command `spec` (a script or a transaction) that took `took`
+/// is its command's time: added to it in INFO commandstats and left out
+/// of what the connection running it, if one does, is timing. Its
+/// microseconds, for the slow log.
+pub fn run_counted(
+    server: &crate::server::Server,
+    spec: &'static CommandSpec,
+    took: std::time::Duration,
+) -> u64 {
+    timed_itself(took);
+    let usec = took.as_micros() as u64;
+    server.add_time(spec, usec);
+    usec
+}
+
 /// Whether the run `action` dispatches for command `checked` is a
 /// script's, which logs the command when it has run ([`script_ran`]).
 pub fn logged_by_its_run(checked: &CommandSpec, action: &Action) -> bool {
@@ -332,9 +347,7 @@ pub fn script_ran(
     if !report {
         return;
     }
-    timed_itself(took);
-    let usec = took.as_micros() as u64;
-    server.add_time(spec, usec);
+    let usec = run_counted(server, spec, took);
     let ms = usec / 1000;
     if ms >= latency_threshold(&server.latency) {
         server.latency.observe(super::latency::COMMAND, ms);

@@ -1148,10 +1148,9 @@ async fn execute(
         action = after_run(
             action,
             Box::new(move |took| {
-                crate::families::slowlog::timed_itself(took);
-                server.add_time(checked, took.as_micros() as u64);
+                let usec = crate::families::slowlog::run_counted(&server, checked, took);
                 if let Some(log) = log {
-                    log(took.as_micros() as u64);
+                    log(usec);
                 }
                 if let Some(feed) = feed {
                     feed();
