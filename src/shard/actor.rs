@@ -601,9 +601,9 @@ impl ShardCore {
     /// Whether a client's thread may run writes here now: not under
     /// `always`, where waiting for the fsync with other clients' writes
     /// (group commit) is the point and the fsync must not hold a client
-    /// thread; not while the write buffers are past half their cap, where
-    /// commits are slowed down by sleeping (see `Store::commit`); not once
-    /// the shard has shut down.
+    /// thread; not while the write buffers are past three quarters of
+    /// their cap, where commits are slowed down by sleeping (see
+    /// `Store::commit`); not once the shard has shut down.
     pub(super) fn runs_here(&self) -> bool {
         let calm = self.shared.store().is_ok_and(|s| s.calm());
         !self.closed && self.durability.get() != Durability::Always && calm
