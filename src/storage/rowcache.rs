@@ -302,17 +302,6 @@ impl RowCache {
     /// time lately that it was offered. A full stripe first drops the
     /// rows not read lately (see [`Stripe::evict`]).
     pub fn put(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
-        self.insert(epoch, table, key, row, false);
-    }
-
-    /// [`put`](Self::put) of a row read ahead of its reader (see
-    /// `ReadCtx::cache_ahead`): it goes in the first time, being about to
-    /// be read.
-    pub fn put_ahead(&self, epoch: u64, table: Table, key: &[u8], row: &[u8]) {
-        self.insert(epoch, table, key, row, true);
-    }
-
-    fn insert(&self, epoch: u64, table: Table, key: &[u8], row: &[u8], ahead: bool) {
         let Some(t) = cached(table) else {
             return;
         };
@@ -324,7 +313,7 @@ impl RowCache {
         // Read under the stripe's lock, which a change takes after making
         // the epoch odd: either this row goes in first and the change
         // rewrites it, or this sees the epoch moved and stays out.
-        if self.epoch.load(Ordering::Acquire) != epoch || !(ahead || stripe.seen_before(h)) {
+        if self.epoch.load(Ordering::Acquire) != epoch || !stripe.seen_before(h) {
             return;
         }
         stripe.add(t, key, Cached::new(epoch, row), self.stripe_bytes);
@@ -415,14 +404,6 @@ mod tests {
         c.put(e, M, b"k", b"v");
         assert_eq!(c.get(e, M, b"k"), None);
         c.put(e, M, b"k", b"v");
-        assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v"[..]));
-    }
-
-    #[test]
-    fn a_row_read_ahead_is_cached_at_once() {
-        let c = RowCache::new(1 << 20);
-        let e = c.epoch();
-        c.put_ahead(e, M, b"k", b"v");
         assert_eq!(c.get(e, M, b"k").as_deref(), Some(&b"v"[..]));
     }
 

@@ -1647,4 +1647,40 @@ mod tests {
         assert!(!limits.freezes(499, true));
         assert!(limits.freezes(500, true));
     }
+
+    /// Rows read ahead answer the view's reads of their range, under
+    /// what the buffers hold, and rows the range lacks read as absent;
+    /// a window cut short by its byte bound leaves the rest to the tables.
+    #[test]
+    fn rows_read_ahead_answer_reads_of_their_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        let store = open(&path, 64 << 20);
+        let sub = |k: &str, v: &str| vec![RowOp::Put(Table::Sub, k.into(), v.into())];
+        let big = "x".repeat(100 << 10);
+        for k in ["a2", "a3", "a4"] {
+            store.commit(sub(k, &big), false).unwrap();
+        }
+        for (k, v) in [("a1", "1"), ("a6", "6"), ("b", "b")] {
+            store.commit(sub(k, v), false).unwrap();
+        }
+        store.freeze_now().unwrap();
+        settle(&store);
+        store.commit(sub("a1", "new"), false).unwrap();
+        let view = store.snapshot(0).unwrap();
+        view.cache_ahead(Table::Sub, b"a", b"a9").unwrap();
+        let read = |k: &str| {
+            view.get(Table::Sub, k.as_bytes())
+                .unwrap()
+                .map(|v| String::from_utf8(v).unwrap())
+        };
+        assert_eq!(read("a1").as_deref(), Some("new"));
+        for k in ["a2", "a3", "a4"] {
+            assert_eq!(read(k).as_deref(), Some(big.as_str()));
+        }
+        assert_eq!(read("a5"), None);
+        // Past the window's bytes: read from the tables.
+        assert_eq!(read("a6").as_deref(), Some("6"));
+        assert_eq!(read("b").as_deref(), Some("b"));
+    }
 }

@@ -239,6 +239,20 @@ pub fn init_file(db: &Database) -> Result<(), StoreError> {
 /// head.
 pub const FORMAT_VERSION: u32 = 3;
 
+/// Most bytes of rows [`ReadCtx::cache_ahead`] keeps: a list of big
+/// elements is read ahead fewer at a time.
+const READ_AHEAD_BYTES: usize = 256 << 10;
+
+/// Rows of one table a view read ahead (see [`ReadCtx::cache_ahead`]):
+/// all the tables hold from `from` up to `to` (exclusive), in key order.
+struct ReadAhead {
+    table: Table,
+    from: Vec<u8>,
+    to: Vec<u8>,
+    rows: Vec<(Vec<u8>, Vec<u8>)>,
+    bytes: usize,
+}
+
 /// A read-only view of a shard at one point: its write buffers (newest
 /// first) at sequence `seq`, merged over a redb snapshot of its tables.
 /// Tables are opened on first use and kept, so a pipeline of reads on one
@@ -257,6 +271,8 @@ pub struct ReadCtx {
     /// The shard's cache of rows, and the epoch this view's
     /// snapshot belongs to (see `rowcache`).
     rows: Option<(Arc<super::rowcache::RowCache>, u64)>,
+    /// The rows [`ReadCtx::cache_ahead`] read last.
+    ahead: parking_lot::Mutex<Option<ReadAhead>>,
     /// Keeps the versions this view reads, and the store open: whoever
     /// closes it (DEBUG RELOAD) waits until no snapshot holds it.
     _pin: Option<Pin>,
@@ -311,6 +327,7 @@ impl ReadCtx {
             filter: None,
             values: Default::default(),
             rows: None,
+            ahead: Default::default(),
             _pin: pin,
         }
     }
@@ -414,6 +431,9 @@ impl ReadCtx {
                 return Ok(e);
             }
         }
+        if let Some(row) = self.read_ahead(table, key) {
+            return Ok(row);
+        }
         if self
             .filter
             .as_ref()
@@ -445,30 +465,55 @@ impl ReadCtx {
         Ok(slot.get_or_init(|| opened))
     }
 
-    /// Puts the rows the tables hold from `from` up to `to` (exclusive)
-    /// of `table` into the row cache, with one cursor, where a caller is
-    /// about to read them one at a time (a list's pops): each such read
-    /// of a row the buffers lack would otherwise descend the B-tree on its
-    /// own. Rows the buffers hold newer versions of are cached all the
-    /// same: the cache holds the tables' rows, and reads ask the buffers
-    /// first.
+    /// Reads the rows the tables hold from `from` up to `to` (exclusive)
+    /// of `table` with one cursor, where a caller is about to read them
+    /// one at a time (a list's pops): this view then answers those reads
+    /// from what it read, with no descent of the B-tree, key filter probe
+    /// or row cache lookup each. They are the rows of this view's
+    /// snapshot, so they stay right for as long as the view lives; reads
+    /// still ask the buffers first. (They went into the row cache: its
+    /// locked inserts, and the filter's cache miss per read, were 13% of
+    /// RPOP's samples at pipeline 16.)
     pub(crate) fn cache_ahead(
         &self,
         table: Table,
         from: &[u8],
         to: &[u8],
     ) -> Result<(), StoreError> {
-        let Some((rows, epoch)) = &self.rows else {
-            return Ok(());
+        let mut ahead = self.ahead.lock();
+        let mut window = ReadAhead {
+            table,
+            from: from.to_vec(),
+            to: to.to_vec(),
+            rows: Vec::with_capacity(32),
+            bytes: 0,
         };
-        if !super::rowcache::RowCache::caches(table) {
-            return Ok(());
-        }
+        *ahead = None;
         for row in self.table(table)?.range::<&[u8]>(from..to)? {
             let (k, v) = row?;
-            rows.put_ahead(*epoch, table, k.value(), v.value());
+            if window.bytes >= READ_AHEAD_BYTES {
+                // What is read stays; the rest is read as usual.
+                window.to.clear();
+                window.to.extend_from_slice(k.value());
+                break;
+            }
+            window.bytes += k.value().len() + v.value().len();
+            window.rows.push((k.value().to_vec(), v.value().to_vec()));
         }
+        *ahead = Some(window);
         Ok(())
+    }
+
+    /// The tables' row at `key` if the rows read ahead cover it (`None`
+    /// if they do not; `Some(None)` if the tables lack it).
+    fn read_ahead(&self, table: Table, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        let ahead = self.ahead.lock();
+        let w = ahead.as_ref()?;
+        if w.table != table || key < w.from.as_slice() || key >= w.to.as_slice() {
+            return None;
+        }
+        let found = w.rows.binary_search_by(|(k, _)| k.as_slice().cmp(key));
+        Some(found.ok().map(|i| w.rows[i].1.clone()))
     }
 
     /// Scans with `top` (a write transaction's own changes) over this
