@@ -2127,6 +2127,20 @@ mod tests {
         db
     }
 
+    /// Writes `changes` (a row, or `None` to remove it) into the `sub`
+    /// table through `TableWriter::apply_table`, in one transaction.
+    fn apply_sub(db: &Database, changes: &std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>) {
+        let txn = db.begin_write().unwrap();
+        {
+            let mut w = TableWriter::new(&txn);
+            let iter = changes
+                .iter()
+                .map(|(k, v)| Change::Row(Table::Sub, k, v.as_deref()));
+            w.apply_table(Table::Sub, iter).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+
     /// A table's changes applied through `apply_table` (cursor runs for
     /// new rows in one gap, single inserts, replacements, a run cut short
     /// by a stored row, deleted stretches, deletions scattered among rows
@@ -2176,15 +2190,7 @@ mod tests {
                     changes.insert(format!("k{k:05}").into_bytes(), None);
                 }
             }
-            let txn = db.begin_write().unwrap();
-            {
-                let mut w = TableWriter::new(&txn);
-                let iter = changes
-                    .iter()
-                    .map(|(k, v)| Change::Row(Table::Sub, k, v.as_deref()));
-                w.apply_table(Table::Sub, iter).unwrap();
-            }
-            txn.commit().unwrap();
+            apply_sub(&db, &changes);
             for (k, v) in changes {
                 match v {
                     Some(v) => model.insert(k, v),
@@ -2218,20 +2224,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir.path().join("s.redb"));
         let key = |k: u32| format!("k{k:05}").into_bytes();
-        let apply = |changes: &std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>>| {
-            let txn = db.begin_write().unwrap();
-            {
-                let mut w = TableWriter::new(&txn);
-                let iter = changes
-                    .iter()
-                    .map(|(k, v)| Change::Row(Table::Sub, k, v.as_deref()));
-                w.apply_table(Table::Sub, iter).unwrap();
-            }
-            txn.commit().unwrap();
-        };
         let mut model: std::collections::BTreeMap<Vec<u8>, Option<Vec<u8>>> =
             (0..20_000).map(|k| (key(k), Some(b"v".to_vec()))).collect();
-        apply(&model);
+        apply_sub(&db, &model);
         // 300 removals against 20,000 rows (under a thirty-second): every
         // 97th row, and a stretch of 200.
         let mut gone: std::collections::BTreeMap<_, _> =
@@ -2242,7 +2237,7 @@ mod tests {
             (0..700).map(|i| (key(i * 28 + 1), None)).collect();
         many.retain(|k, _| model.get(k).is_some_and(Option::is_some) && !gone.contains_key(k));
         for changes in [gone, many] {
-            apply(&changes);
+            apply_sub(&db, &changes);
             for k in changes.keys() {
                 model.insert(k.clone(), None);
             }
