@@ -250,7 +250,6 @@ struct ReadAhead {
     from: Vec<u8>,
     to: Vec<u8>,
     rows: Vec<(Vec<u8>, Vec<u8>)>,
-    bytes: usize,
 }
 
 /// A read-only view of a shard at one point: its write buffers (newest
@@ -480,27 +479,26 @@ impl ReadCtx {
         from: &[u8],
         to: &[u8],
     ) -> Result<(), StoreError> {
-        let mut ahead = self.ahead.lock();
+        // Read without the lock: the window it replaces holds rows of
+        // the same snapshot, right for any reader meanwhile.
         let mut window = ReadAhead {
             table,
             from: from.to_vec(),
             to: to.to_vec(),
             rows: Vec::with_capacity(32),
-            bytes: 0,
         };
-        *ahead = None;
+        let mut bytes = 0;
         for row in self.table(table)?.range::<&[u8]>(from..to)? {
             let (k, v) = row?;
-            if window.bytes >= READ_AHEAD_BYTES {
+            if bytes >= READ_AHEAD_BYTES {
                 // What is read stays; the rest is read as usual.
-                window.to.clear();
-                window.to.extend_from_slice(k.value());
+                window.to = k.value().to_vec();
                 break;
             }
-            window.bytes += k.value().len() + v.value().len();
+            bytes += k.value().len() + v.value().len();
             window.rows.push((k.value().to_vec(), v.value().to_vec()));
         }
-        *ahead = Some(window);
+        *self.ahead.lock() = Some(window);
         Ok(())
     }
 
@@ -914,14 +912,16 @@ fn delete_range<'a>(
     Ok(())
 }
 
-/// Deletes the rows `run` (ascending keys) from `table`. A stretch of it
-/// with no stored row between its keys that stays (a list's popped head,
-/// a trimmed stream, a deleted collection's rows) goes in one pass over its
-/// range, about a tenth of a removal's descent per row. Finding a stretch
-/// reads the table from its first key to the first stored row that stays;
-/// where stretches keep coming out one row long (members popped from all
-/// over a set), the rest of the run is removed row by row, with a try now
-/// and then (see `Runs`).
+/// Deletes the rows `run` (ascending keys) from `table`. A run that is
+/// many for the table's size is swept in one pass over its span (see
+/// [`sweep`]). Otherwise a stretch of it with no stored row between its
+/// keys that stays (a list's popped head, a trimmed stream, a deleted
+/// collection's rows) goes in one pass over its range, about a tenth of a
+/// removal's descent per row. Finding a stretch reads the table from its
+/// first key to the first stored row that stays; where stretches keep
+/// coming out one row long (members popped from all over a set), the rest
+/// of the run is removed row by row, with a try now and then (see
+/// `Runs`).
 fn delete_run(
     table: &mut OpenTable<'_>,
     values: &mut Option<&mut ValueLog>,
