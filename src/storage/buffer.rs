@@ -614,15 +614,17 @@ impl Buffer {
 /// cache without reading them out: each lookup is a cache miss into a
 /// large map, and made back to back the misses overlap instead of coming
 /// one at a time between the work that needs them. A key stops at the
-/// newest layer holding it, as a read would.
-pub fn warm_layers(layers: &[Arc<Buffer>], table: Table, keys: &[Vec<u8>]) {
+/// newest layer holding it, as a read would. Returns the keys no layer
+/// holds, which a read looks for in the tables.
+pub fn warm_layers<'k>(layers: &[Arc<Buffer>], table: Table, keys: &'k [Vec<u8>]) -> Vec<&'k [u8]> {
     let mut left: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
     for b in layers {
         if left.is_empty() {
-            return;
+            break;
         }
         b.warm(table, &mut left);
     }
+    left
 }
 
 /// Rows [`Ordered`] looks up together.

@@ -297,6 +297,18 @@ impl RowCache {
         Some(c.row().to_vec())
     }
 
+    /// Loads the slot of `key` of `table` into the cache without reading
+    /// the row out (see `buffer::warm_layers`).
+    pub fn warm(&self, table: Table, key: &[u8]) {
+        let Some(t) = cached(table) else {
+            return;
+        };
+        let stripe = self.stripe(key).0.lock();
+        if let Some(c) = stripe.rows[t].get(key) {
+            std::hint::black_box(c.mark);
+        }
+    }
+
     /// Remembers the row `key` a reader of `epoch` found in the tables,
     /// if the tables have not changed since and this is not the first
     /// time lately that it was offered. A full stripe first drops the
