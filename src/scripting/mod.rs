@@ -22,6 +22,7 @@ mod cmsgpack;
 mod convert;
 mod engines;
 mod functions;
+mod rawcall;
 mod registry;
 pub(crate) mod sha1;
 mod shebang;

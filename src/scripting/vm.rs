@@ -306,7 +306,8 @@ impl Drop for HostGuard<'_> {
 }
 
 pub(crate) struct Script {
-    func: Function,
+    /// The compiled chunk, in a registry slot (see `rawcall`).
+    func: mlua::RegistryKey,
     flags: ScriptFlags,
 }
 
@@ -337,8 +338,6 @@ pub struct ScriptVm {
     pub(crate) registry: Arc<Registry>,
     pub(crate) run: Arc<Mutex<RunState>>,
     pub(crate) kill: Arc<KillState>,
-    /// The real global table, where KEYS and ARGV are set per run.
-    globals: Table,
     pub(crate) handler: Function,
     pub(crate) run_script: Function,
     pub(crate) run_function: Function,
@@ -347,6 +346,8 @@ pub struct ScriptVm {
     /// Bytes the state used after its last script or change (INFO reads
     /// it without waiting for a running script).
     lua_bytes: std::sync::atomic::AtomicUsize,
+    /// How scripts are run (see `rawcall`).
+    raw: super::rawcall::RawCall,
 }
 
 impl ScriptVm {
@@ -431,13 +432,14 @@ impl ScriptVm {
             },
         )?;
 
+        let raw = super::rawcall::RawCall::new(&lua, &globals, &run_script, &handler)?;
         Ok(ScriptVm {
+            raw,
             lua,
             inner: Mutex::new(Inner::default()),
             registry,
             run,
             kill,
-            globals,
             handler,
             run_script,
             run_function,
@@ -498,6 +500,10 @@ impl ScriptVm {
         };
         let func = self
             .compile(code, "@user_script")
+            .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
+        let func = self
+            .lua
+            .create_registry_value(func)
             .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
         inner.scripts.insert(sha.to_owned(), Script { func, flags });
         self.note_memory();
@@ -600,49 +606,16 @@ impl ScriptVm {
             return refused;
         }
         let func = &script.func;
-        self.execute(sha, false, ro, host, |h| {
-            self.run_with_keys(func, h, keys, argv)
+        // SAFETY: `inner` is held, so no other thread is in the state, and
+        // this is not a callback; the script was compiled here.
+        self.execute(sha, false, ro, host, |_| unsafe {
+            self.raw.run(&self.lua, func, keys, argv)
         })
     }
 
-    /// Sets the globals KEYS and ARGV to fresh arrays of `keys` and `argv`
-    /// and runs the script `func` under the error handler `handler`, all
-    /// in one protected call into Lua: through mlua's safe API every
-    /// table, string and store is a protected call of its own, and calling
-    /// the script is one more. (Setting the globals in a protected call of
-    /// their own before the script's took 13.5% of an EVALSHA's CPU at
-    /// pipeline 16 in perf, a third of it the protection's set-up.)
-    fn run_with_keys(
-        &self,
-        func: &Function,
-        handler: Function,
-        keys: &[Bytes],
-        argv: &[Bytes],
-    ) -> mlua::Result<(bool, Value)> {
-        let args = (&self.globals, &self.run_script, func, handler);
-        // SAFETY: see `push_array`. The stack holds the globals table (1),
-        // `run_script`, the script and the handler; a name, an array and one
-        // element take three of the LUA_MINSTACK slots a C function is
-        // given, and the call leaves its two results where the three
-        // values it takes were. Errors inside the script are caught by
-        // `run_script`'s xpcall, so only a memory error can unwind through
-        // here, to the protected call around it.
-        unsafe {
-            self.lua.exec_raw(args, |state| {
-                for (name, items) in [(c"KEYS", keys), (c"ARGV", argv)] {
-                    mlua::ffi::lua_pushstring(state, name.as_ptr());
-                    push_array(state, items);
-                    // Raw: the sandbox's globals refuse ordinary stores.
-                    mlua::ffi::lua_rawset(state, 1);
-                }
-                mlua::ffi::lua_remove(state, 1);
-                mlua::ffi::lua_call(state, 2, 2);
-            })
-        }
-    }
-
     /// Two arrays of strings (a function's keys and arguments), made in
-    /// one protected call (see `run_with_keys`).
+    /// one protected call: through mlua's safe API every table and string
+    /// is a protected call of its own.
     pub(crate) fn string_arrays(&self, a: &[Bytes], b: &[Bytes]) -> mlua::Result<(Table, Table)> {
         // SAFETY: see `push_array`; two arrays and one element take three
         // of the LUA_MINSTACK slots a C function is given.
@@ -704,10 +677,10 @@ impl ScriptVm {
 /// Pushes an array of `items` as Lua strings.
 ///
 /// # Safety
-/// `state` is a Lua state inside a protected call (`Lua::exec_raw`), so a
-/// memory error Lua raises here unwinds to that call, with two free stack
-/// slots.
-unsafe fn push_array(state: *mut mlua::ffi::lua_State, items: &[Bytes]) {
+/// `state` is a Lua state inside a protected call (`Lua::exec_raw`, or
+/// `rawcall`'s), so a memory error Lua raises here unwinds to that call,
+/// with two free stack slots.
+pub(super) unsafe fn push_array(state: *mut mlua::ffi::lua_State, items: &[Bytes]) {
     use mlua::ffi;
     ffi::lua_createtable(state, items.len().try_into().unwrap_or(0), 0);
     for (i, item) in (1..).zip(items) {
