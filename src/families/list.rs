@@ -393,7 +393,14 @@ pub fn lrange(s: &mut Session, a: Args) -> Action {
             elem_key(&l.prefix, l.head + s),
             elem_key(&l.prefix, l.head + e + 1),
         );
-        r.scan(Table::Sub, &from, Some(&to), false, &mut |_, v| {
+        // Every row of the range is wanted: each layer reads that many at
+        // first, rather than chunks growing from a few.
+        let order = crate::storage::merge::Order {
+            reverse: false,
+            first: usize::try_from(e - s + 1).unwrap_or(usize::MAX),
+            window: false,
+        };
+        r.scan_few(Table::Sub, (&from, Some(&to)), order, &mut |_, v| {
             out.bulk(v);
             n += 1;
             true

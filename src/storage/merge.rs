@@ -225,10 +225,12 @@ impl Cursor<'_> {
                 (Bound::Included(start), Bound::Excluded(k.as_slice()))
             }
         };
+        // Room for the chunk at once, not grown a few rows at a time.
+        self.rows.reserve(self.chunk);
         self.more = self
             .layer
             .fill(table, bounds, reverse, self.chunk, &mut self.rows)?;
-        self.chunk = (self.chunk * 2).min(4096);
+        self.chunk = (self.chunk * 2).min(MAX_CHUNK);
         Ok(())
     }
 
@@ -242,6 +244,10 @@ impl Cursor<'_> {
 /// Rows a layer reads at first in a scan that did not say how many it
 /// wants; the chunks then double.
 pub const FIRST_CHUNK: usize = 16;
+
+/// The most rows a layer reads at first in a scan that said how many it
+/// wants (the chunks of [`Cursor::refill`] stop growing there too).
+pub const MAX_CHUNK: usize = 4096;
 
 /// In which order a scan goes, and how many rows each layer reads at first
 /// (see [`KvRead::scan_few`](super::KvRead::scan_few)).
@@ -408,7 +414,7 @@ pub fn scan(
     let windowed = dead.filter(|_| order.window);
     let first = match windowed {
         Some(_) => WINDOW,
-        None => order.first.clamp(1, FIRST_CHUNK),
+        None => order.first.clamp(1, MAX_CHUNK),
     };
     let mut cursors: Vec<Cursor> = layers
         .iter()
@@ -648,7 +654,7 @@ mod tests {
     /// Every row a scan finds, with each first chunk size: they all
     /// agree.
     fn all(layers: &[&dyn Layer], start: &str, end: Option<&str>, reverse: bool) -> Vec<String> {
-        let found = [1, 2, FIRST_CHUNK].map(|first| {
+        let found = [1, 2, MAX_CHUNK, FIRST_CHUNK].map(|first| {
             let window = false;
             all_from(
                 layers,
@@ -660,9 +666,10 @@ mod tests {
                 },
             )
         });
-        assert_eq!(found[0], found[2]);
-        assert_eq!(found[1], found[2]);
-        found[2].clone()
+        assert_eq!(found[0], found[3]);
+        assert_eq!(found[1], found[3]);
+        assert_eq!(found[2], found[3]);
+        found[3].clone()
     }
 
     fn all_from(
