@@ -44,7 +44,7 @@ const SHORT: usize = 22;
 /// did on every read and every rewrite of a row.
 /// The row cache keeps its rows the same way.
 #[derive(Debug, Clone)]
-pub(crate) enum Stored {
+pub enum Stored {
     /// Deleted.
     Gone,
     /// A value of up to [`SHORT`] bytes, and its length.
@@ -63,6 +63,11 @@ impl Stored {
             Some(v) if v.len() <= SHORT => Stored::of(&v),
             Some(v) => Stored::Long(v.into_boxed_slice()),
         }
+    }
+
+    /// A copy of a row as a layer holds it (`None`: deleted).
+    pub(crate) fn from_entry(e: Option<&[u8]>) -> Stored {
+        e.map_or(Stored::Gone, Stored::of)
     }
 
     /// A copy of the value `v`.
@@ -522,7 +527,7 @@ impl Buffer {
         reverse: bool,
         s: u64,
         n: usize,
-        out: &mut VecDeque<(Vec<u8>, Entry)>,
+        out: &mut VecDeque<super::merge::Row>,
     ) -> bool {
         let t = self.tables.read_recursive();
         let rows = &t.rows[table as usize];
@@ -530,7 +535,7 @@ impl Buffer {
         let mut take = |k: &RowKey| {
             let visible = rows.get(k).and_then(|v| v.at(s));
             if let Some(e) = visible {
-                out.push_back((k.as_slice().to_vec(), e.to_entry()));
+                out.push_back((k.as_slice().to_vec(), e.clone()));
             }
             visible.is_some()
         };
@@ -732,7 +737,7 @@ mod tests {
             usize::MAX,
             &mut out,
         );
-        out.into()
+        out.into_iter().map(|(k, v)| (k, v.to_entry())).collect()
     }
 
     /// A buffer that follows another starts with room for its rows, and

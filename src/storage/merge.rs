@@ -6,8 +6,14 @@
 use std::collections::VecDeque;
 use std::ops::Bound;
 
-use super::buffer::{in_range, Entry, KeyRange};
+use super::buffer::{in_range, KeyRange, Stored};
 use super::tables::{StoreError, Table};
+
+/// A row a layer read: its key and its value, `Stored::Gone` where the
+/// layer deleted it. A short value sits in the row (see [`Stored`]): a
+/// scan copies every row it reads out of its layer, and an allocation for
+/// each value (and its free) was a tenth of LRANGE's samples.
+pub type Row = (Vec<u8>, Stored);
 
 /// One layer of rows, newest layers first in a merge.
 pub trait Layer {
@@ -19,7 +25,7 @@ pub trait Layer {
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         n: usize,
-        out: &mut VecDeque<(Vec<u8>, Entry)>,
+        out: &mut VecDeque<Row>,
     ) -> Result<bool, StoreError>;
 
     /// The ranges of `table` this layer deleted, hiding older layers.
@@ -194,7 +200,7 @@ pub fn take_n<I: DoubleEndedIterator, E>(
 /// stops after a few rows reads few; a long one reads in large steps).
 struct Cursor<'a> {
     layer: &'a dyn Layer,
-    rows: VecDeque<(Vec<u8>, Entry)>,
+    rows: VecDeque<Row>,
     more: bool,
     chunk: usize,
 }
@@ -544,7 +550,7 @@ pub fn scan(
             .iter()
             .flatten()
             .any(|(s, e)| in_range(&key, s, e.as_deref()));
-        match (entry, hidden) {
+        match (entry.as_deref(), hidden) {
             (Some(value), false) => {
                 if crossed {
                     let mut to = key.clone();
@@ -555,7 +561,7 @@ pub fn scan(
                     note(&run, &to);
                     crossed = false;
                 }
-                if !done && !visit(&key, &value) {
+                if !done && !visit(&key, value) {
                     done = true;
                 }
                 // Rewritten in place: a new copy per row, grown again by
@@ -567,8 +573,8 @@ pub fn scan(
                 }
                 if let Some(w) = &mut ahead {
                     match reverse {
-                        true => w.rows.push_front((key.clone(), value)),
-                        false => w.rows.push_back((key.clone(), value)),
+                        true => w.rows.push_front((key.clone(), value.to_vec())),
+                        false => w.rows.push_back((key.clone(), value.to_vec())),
                     }
                 }
                 if let (Some(d), Some(mut w)) = (dead, ahead.take_if(|w| w.rows.len() >= WINDOW)) {
@@ -617,7 +623,10 @@ mod tests {
     use std::collections::BTreeMap;
 
     /// A plain layer for the tests: rows (with deletions) and ranges.
-    struct Plain(BTreeMap<Vec<u8>, Entry>, Vec<KeyRange>);
+    struct Plain(
+        BTreeMap<Vec<u8>, crate::storage::buffer::Entry>,
+        Vec<KeyRange>,
+    );
 
     impl Layer for Plain {
         fn fill(
@@ -626,10 +635,10 @@ mod tests {
             bounds: (Bound<&[u8]>, Bound<&[u8]>),
             reverse: bool,
             n: usize,
-            out: &mut VecDeque<(Vec<u8>, Entry)>,
+            out: &mut VecDeque<Row>,
         ) -> Result<bool, StoreError> {
             take_n(self.0.range::<[u8], _>(bounds), reverse, n, |(k, v)| {
-                out.push_back((k.clone(), v.clone()));
+                out.push_back((k.clone(), Stored::from_entry(v.as_deref())));
                 Ok(true)
             })
         }
@@ -838,7 +847,7 @@ mod tests {
                 bounds: (Bound<&[u8]>, Bound<&[u8]>),
                 reverse: bool,
                 n: usize,
-                out: &mut VecDeque<(Vec<u8>, Entry)>,
+                out: &mut VecDeque<Row>,
             ) -> Result<bool, StoreError> {
                 self.1.set(self.1.get() + 1);
                 self.0.fill(table, bounds, reverse, n, out)

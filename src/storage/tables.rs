@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::buffer::{in_range, Buffer, Change, Entry, KeyRange};
+use super::buffer::{in_range, Buffer, Change, Entry, KeyRange, Stored};
 use super::encoding::CorruptRow;
 use super::filter::KeyFilter;
 use super::merge::{self, Layer};
@@ -557,13 +557,17 @@ impl Layer for BufferAt<'_> {
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         n: usize,
-        out: &mut VecDeque<(Vec<u8>, Entry)>,
+        out: &mut VecDeque<merge::Row>,
     ) -> Result<bool, StoreError> {
         let from = out.len();
         let more = self.0.fill(table, bounds, reverse, self.1, n, out);
         for (_, row) in out.iter_mut().skip(from) {
-            if let Some(row) = row {
-                self.2.resolve_in_place(table, row)?;
+            let pointed = match row.as_deref() {
+                Some(stored) => self.2.resolve(table, stored)?,
+                None => continue,
+            };
+            if let std::borrow::Cow::Owned(value) = pointed {
+                *row = Stored::of(&value);
             }
         }
         Ok(more)
@@ -585,12 +589,12 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         n: usize,
-        out: &mut VecDeque<(Vec<u8>, Entry)>,
+        out: &mut VecDeque<merge::Row>,
     ) -> Result<bool, StoreError> {
         merge::take_n(self.0.range::<&[u8]>(bounds)?, reverse, n, |item| {
             let (k, v) = item?;
-            let row = self.1.resolve(table, v.value())?.into_owned();
-            out.push_back((k.value().to_vec(), Some(row)));
+            let row = Stored::of(&self.1.resolve(table, v.value())?);
+            out.push_back((k.value().to_vec(), row));
             Ok(true)
         })
     }
@@ -1338,11 +1342,11 @@ impl Layer for Overlay {
         bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         n: usize,
-        out: &mut VecDeque<(Vec<u8>, Entry)>,
+        out: &mut VecDeque<merge::Row>,
     ) -> Result<bool, StoreError> {
         let range = self.rows[table as usize].range(bounds);
         merge::take_n(range, reverse, n, |(k, v)| {
-            out.push_back((k.clone(), v.clone()));
+            out.push_back((k.clone(), Stored::from_entry(v.as_deref())));
             Ok(true)
         })
     }
