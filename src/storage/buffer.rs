@@ -213,7 +213,7 @@ const INLINE: usize = 30;
 /// key is shared by the map and the set.
 /// The row cache keys its rows the same way.
 #[derive(Clone, Debug)]
-pub(crate) enum RowKey {
+pub enum RowKey {
     /// A key of up to [`INLINE`] bytes, and its length.
     Inline(u8, [u8; INLINE]),
     /// A longer key.
@@ -535,7 +535,7 @@ impl Buffer {
         let mut take = |k: &RowKey| {
             let visible = rows.get(k).and_then(|v| v.at(s));
             if let Some(e) = visible {
-                out.push_back((k.as_slice().to_vec(), e.clone()));
+                out.push_back((k.clone(), e.clone()));
             }
             visible.is_some()
         };
@@ -737,7 +737,9 @@ mod tests {
             usize::MAX,
             &mut out,
         );
-        out.into_iter().map(|(k, v)| (k, v.to_entry())).collect()
+        out.into_iter()
+            .map(|(k, v)| (k.as_slice().to_vec(), v.to_entry()))
+            .collect()
     }
 
     /// A buffer that follows another starts with room for its rows, and

@@ -6,14 +6,15 @@
 use std::collections::VecDeque;
 use std::ops::Bound;
 
-use super::buffer::{in_range, KeyRange, Stored};
+use super::buffer::{in_range, KeyRange, RowKey, Stored};
 use super::tables::{StoreError, Table};
 
 /// A row a layer read: its key and its value, `Stored::Gone` where the
-/// layer deleted it. A short value sits in the row (see [`Stored`]): a
-/// scan copies every row it reads out of its layer, and an allocation for
-/// each value (and its free) was a tenth of LRANGE's samples.
-pub type Row = (Vec<u8>, Stored);
+/// layer deleted it. A short key and value sit in the row (see [`RowKey`]
+/// and [`Stored`]): a scan copies every row it reads out of its layer,
+/// and an allocation for each key and value (and their frees) were a
+/// sixth of LRANGE's samples.
+pub type Row = (RowKey, Stored);
 
 /// One layer of rows, newest layers first in a merge.
 pub trait Layer {
@@ -167,7 +168,16 @@ enum Pos {
     /// At a key (inclusive): the scan's start, or past a dead interval.
     At(Vec<u8>),
     /// Just past a key already visited (exclusive).
-    After(Vec<u8>),
+    After(RowKey),
+}
+
+impl Pos {
+    fn key(&self) -> &[u8] {
+        match self {
+            Pos::At(k) => k,
+            Pos::After(k) => k.as_slice(),
+        }
+    }
 }
 
 /// Takes items from the front of `iter`, or from its back if `reverse`,
@@ -226,10 +236,8 @@ impl Cursor<'_> {
         let bounds = match (pos, reverse) {
             (Pos::At(k), false) => (Bound::Included(k.as_slice()), end),
             (Pos::After(k), false) => (Bound::Excluded(k.as_slice()), end),
-            (Pos::At(k) | Pos::After(k), true) if k.is_empty() => (Bound::Included(start), end),
-            (Pos::At(k) | Pos::After(k), true) => {
-                (Bound::Included(start), Bound::Excluded(k.as_slice()))
-            }
+            (_, true) if pos.key().is_empty() => (Bound::Included(start), end),
+            (_, true) => (Bound::Included(start), Bound::Excluded(pos.key())),
         };
         // Room for the chunk at once, not grown a few rows at a time.
         self.rows.reserve(self.chunk);
@@ -549,11 +557,11 @@ pub fn scan(
         let hidden = ranges[..winner]
             .iter()
             .flatten()
-            .any(|(s, e)| in_range(&key, s, e.as_deref()));
+            .any(|(s, e)| in_range(key.as_slice(), s, e.as_deref()));
         match (entry.as_deref(), hidden) {
             (Some(value), false) => {
                 if crossed {
-                    let mut to = key.clone();
+                    let mut to = key.as_slice().to_vec();
                     if reverse {
                         // The run lies above the live row: from just past it.
                         to.push(0);
@@ -561,27 +569,27 @@ pub fn scan(
                     note(&run, &to);
                     crossed = false;
                 }
-                if !done && !visit(&key, value) {
+                if !done && !visit(key.as_slice(), value) {
                     done = true;
                 }
                 // Rewritten in place: a new copy per row, grown again by
                 // the 0, was about a fifth of the samples under LRANGE.
                 run.clear();
-                run.extend_from_slice(&key);
+                run.extend_from_slice(key.as_slice());
                 if !reverse {
                     run.push(0);
                 }
                 if let Some(w) = &mut ahead {
                     match reverse {
-                        true => w.rows.push_front((key.clone(), value.to_vec())),
-                        false => w.rows.push_back((key.clone(), value.to_vec())),
+                        true => w.rows.push_front((key.as_slice().to_vec(), value.to_vec())),
+                        false => w.rows.push_back((key.as_slice().to_vec(), value.to_vec())),
                     }
                 }
                 if let (Some(d), Some(mut w)) = (dead, ahead.take_if(|w| w.rows.len() >= WINDOW)) {
                     // Read far enough ahead: every live row up to this one
                     // (from it, reversed).
                     match reverse {
-                        true => w.lo = key.clone(),
+                        true => w.lo = key.as_slice().to_vec(),
                         false => w.hi = Some(run.clone()),
                     }
                     d.borrow_mut().windows[table as usize] = Some(w);
@@ -596,7 +604,7 @@ pub fn scan(
                 // A known dead interval holding this row: jump past it.
                 let jump = dead.and_then(|d| {
                     let d = d.borrow();
-                    d.find(table, &key)
+                    d.find(table, key.as_slice())
                         .map(|(s, e)| if reverse { s.to_vec() } else { e.to_vec() })
                 });
                 match jump {
@@ -638,7 +646,7 @@ mod tests {
             out: &mut VecDeque<Row>,
         ) -> Result<bool, StoreError> {
             take_n(self.0.range::<[u8], _>(bounds), reverse, n, |(k, v)| {
-                out.push_back((k.clone(), Stored::from_entry(v.as_deref())));
+                out.push_back((RowKey::new(k), Stored::from_entry(v.as_deref())));
                 Ok(true)
             })
         }

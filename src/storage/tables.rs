@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::buffer::{in_range, Buffer, Change, Entry, KeyRange, Stored};
+use super::buffer::{in_range, Buffer, Change, Entry, KeyRange, RowKey, Stored};
 use super::encoding::CorruptRow;
 use super::filter::KeyFilter;
 use super::merge::{self, Layer};
@@ -594,7 +594,7 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
         merge::take_n(self.0.range::<&[u8]>(bounds)?, reverse, n, |item| {
             let (k, v) = item?;
             let row = Stored::of(&self.1.resolve(table, v.value())?);
-            out.push_back((k.value().to_vec(), row));
+            out.push_back((RowKey::new(k.value()), row));
             Ok(true)
         })
     }
@@ -1346,7 +1346,7 @@ impl Layer for Overlay {
     ) -> Result<bool, StoreError> {
         let range = self.rows[table as usize].range(bounds);
         merge::take_n(range, reverse, n, |(k, v)| {
-            out.push_back((k.clone(), Stored::from_entry(v.as_deref())));
+            out.push_back((RowKey::new(k), Stored::from_entry(v.as_deref())));
             Ok(true)
         })
     }
