@@ -450,7 +450,8 @@ impl ScriptVm {
             Err(e) => return Reply::err(e),
         };
         let func = f.func.clone();
-        self.execute(name, true, ro, host, |h| {
+        self.execute(name, true, ro, host, || {
+            let h = self.handler.clone();
             self.run_function.call::<(bool, Value)>((func, h, k, a))
         })
     }

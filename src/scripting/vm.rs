@@ -608,7 +608,7 @@ impl ScriptVm {
         let func = &script.func;
         // SAFETY: `inner` is held, so no other thread is in the state, and
         // this is not a callback; the script was compiled here.
-        self.execute(sha, false, ro, host, |_| unsafe {
+        self.execute(sha, false, ro, host, || unsafe {
             self.raw.run(&self.lua, func, keys, argv)
         })
     }
@@ -635,7 +635,7 @@ impl ScriptVm {
         is_function: bool,
         ro: bool,
         host: &mut dyn Host,
-        call: impl FnOnce(Function) -> mlua::Result<(bool, Value)>,
+        call: impl FnOnce() -> mlua::Result<(bool, Value)>,
     ) -> Reply {
         // SAFETY: the lifetime is erased only to park the pointer in
         // RunState; HostGuard clears it before this function returns, and
@@ -658,7 +658,7 @@ impl ScriptVm {
             run: &self.run,
             kill: &self.kill,
         };
-        let result = call(self.handler.clone());
+        let result = call();
         self.note_memory();
         let mut st = self.run.lock();
         match result {
