@@ -47,18 +47,11 @@ unsafe impl Sync for StatePtr {}
 
 /// What [`enter`] needs, passed to it as a light userdata.
 struct Params<'a> {
-    slots: [c_int; 6],
+    slots: &'a RawCall,
+    func: &'a RegistryKey,
     keys: &'a [Bytes],
     argv: &'a [Bytes],
 }
-
-/// Indexes into [`Params::slots`].
-const GLOBALS: usize = 0;
-const RUN_SCRIPT: usize = 1;
-const HANDLER: usize = 2;
-const KEYS: usize = 3;
-const ARGV: usize = 4;
-const FUNC: usize = 5;
 
 impl RawCall {
     /// The slots of `lua`'s runs: `globals` is the real global table,
@@ -105,14 +98,8 @@ impl RawCall {
         let l = self.state.0;
         let top = ffi::lua_gettop(l);
         let params = Params {
-            slots: [
-                self.globals.id(),
-                self.run_script.id(),
-                self.handler.id(),
-                self.keys_name.id(),
-                self.argv_name.id(),
-                func.id(),
-            ],
+            slots: self,
+            func,
             keys,
             argv,
         };
@@ -179,18 +166,19 @@ fn number(n: f64) -> Value {
 /// memory error can come out of `run_script`'s xpcall) may unwind it.
 unsafe extern "C-unwind" fn enter(l: *mut ffi::lua_State) -> c_int {
     let p = &*(ffi::lua_touserdata(l, 1) as *const Params);
-    let slot = |i: usize| p.slots[i];
+    let push = |slot: &RegistryKey| ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, slot.id());
+    let s = p.slots;
     ffi::lua_settop(l, 0);
-    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, slot(GLOBALS));
-    for (name, items) in [(KEYS, p.keys), (ARGV, p.argv)] {
-        ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, slot(name));
+    push(&s.globals);
+    for (name, items) in [(&s.keys_name, p.keys), (&s.argv_name, p.argv)] {
+        push(name);
         super::vm::push_array(l, items);
         // Raw: the sandbox's globals refuse ordinary stores.
         ffi::lua_rawset(l, 1);
     }
-    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, slot(RUN_SCRIPT));
-    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, slot(FUNC));
-    ffi::lua_rawgeti_(l, ffi::LUA_REGISTRYINDEX, slot(HANDLER));
+    push(&s.run_script);
+    push(p.func);
+    push(&s.handler);
     ffi::lua_call(l, 2, 2);
     2
 }

@@ -500,10 +500,7 @@ impl ScriptVm {
         };
         let func = self
             .compile(code, "@user_script")
-            .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
-        let func = self
-            .lua
-            .create_registry_value(func)
+            .and_then(|f| self.lua.create_registry_value(f).map_err(|e| e.to_string()))
             .map_err(|e| Reply::err(format!("Error compiling script (new function): {e}")))?;
         inner.scripts.insert(sha.to_owned(), Script { func, flags });
         self.note_memory();

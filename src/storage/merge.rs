@@ -18,7 +18,7 @@ pub type Row = (RowKey, Stored);
 
 /// One layer of rows, newest layers first in a merge.
 pub trait Layer {
-    /// Up to `n` rows of `table` within `bounds`, deleted ones as `None`,
+    /// Up to `n` rows of `table` within `bounds`, deleted ones as `Gone`,
     /// appended to `out` in key order (or reversed); false once exhausted.
     fn fill(
         &self,
