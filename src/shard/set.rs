@@ -91,6 +91,9 @@ pub struct StoreOptions {
     /// Where the store publishes the log file it writes, for the other
     /// shards' `before_rotate` to make durable (see `wal::Current`).
     pub log: Option<crate::storage::wal::Current>,
+    /// The store's place in the write-buffer room the shards lend each
+    /// other (see `storage::budget`); set once the shards are open.
+    pub share: Option<crate::storage::budget::Share>,
 }
 
 impl std::fmt::Debug for StoreOptions {
@@ -143,6 +146,9 @@ fn tie(store: &Store, options: &StoreOptions) {
     }
     if let Some(log) = &options.log {
         store.share_log(log.clone());
+    }
+    if let Some(share) = &options.share {
+        store.share_budget(share.clone());
     }
 }
 
@@ -230,6 +236,7 @@ impl ShardSet {
             },
             before_rotate: None,
             log: None,
+            share: None,
         };
         let (dbs, intent) = open_files(&dir, n, &options)?;
         let intent = Arc::new(intent);
@@ -237,10 +244,15 @@ impl ShardSet {
         let hooks = rotation_hooks(&intent, &logs);
         // Each shard's own options, to reopen it with (DEBUG RELOAD).
         let mut own_options = Vec::with_capacity(n);
-        for (((_, store), hook), log) in dbs.iter().zip(hooks).zip(logs) {
+        let budget = Arc::new(crate::storage::budget::Budget::new(n, options.limits.cap));
+        for (me, (((_, store), hook), log)) in dbs.iter().zip(hooks).zip(logs).enumerate() {
             let mut own = options.clone();
             own.before_rotate = Some(hook);
             own.log = Some(log);
+            own.share = Some(crate::storage::budget::Share {
+                budget: budget.clone(),
+                me,
+            });
             tie(store, &own);
             store.build_key_filter();
             own_options.push(own);
@@ -759,6 +771,7 @@ mod tests {
             },
             before_rotate: None,
             log: None,
+            share: None,
         }
     }
 

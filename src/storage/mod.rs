@@ -3,6 +3,7 @@
 //! rules every command relies on (lazy expiry, one `ttl` row per expiring
 //! key, O(1) deletion through `gc` rows). Builds no replies.
 
+pub mod budget;
 pub mod buffer;
 pub mod encoding;
 pub mod filter;

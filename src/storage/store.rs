@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use redb::{Database, ReadableDatabase};
 
+use super::budget::Share;
 use super::buffer::{Buffer, Change};
 use super::filter::KeyFilter;
 use super::rowcache::RowCache;
@@ -62,26 +63,24 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Whether an active buffer of `bytes` is frozen, `writer_busy` or
-    /// not: at a quarter of the cap when the background writer is free to
-    /// take it at once, else at half. A writer behind its writers thus
+    /// Whether an active buffer of `bytes` is frozen under a cap of `cap`
+    /// (see [`Store::cap`]), `writer_busy` or not: at a quarter of the
+    /// cap when the background writer is free to take it at once, else
+    /// at half. A writer behind its writers thus
     /// takes bigger buffers, and a bigger buffer shares each leaf it
     /// rewrites among more rows: random members added to one sorted set
     /// of a million cost the writer about half as much a row (ZADD -c 50
     /// -P 16, 1.5M of them: 54-56k -> 76-80k a second).
-    fn freezes(&self, bytes: usize, writer_busy: bool) -> bool {
-        let at = if writer_busy {
-            self.cap / 2
-        } else {
-            self.cap / 4
-        };
+    fn freezes(cap: usize, bytes: usize, writer_busy: bool) -> bool {
+        let at = if writer_busy { cap / 2 } else { cap / 4 };
         bytes >= at.max(1)
     }
 
-    /// Buffered bytes (active and frozen) past which commits slow down:
-    /// a buffer being written out and half of the next one.
-    fn slow_from(&self) -> usize {
-        self.cap / 4 * 3
+    /// Buffered bytes (active and frozen) past which commits slow down
+    /// under a cap of `cap`: a buffer being written out and half of the
+    /// next one.
+    fn slow_from(cap: usize) -> usize {
+        cap / 4 * 3
     }
 }
 
@@ -123,6 +122,9 @@ struct Core {
     spare: parking_lot::Mutex<Option<Buffer>>,
     /// The value log, the background writer's side (see `vlog`).
     values: parking_lot::Mutex<ValueLog>,
+    /// The shard's place in the room the server's shards lend each other
+    /// (see `budget`), once the shard set has given it one.
+    share: std::sync::OnceLock<Share>,
     /// Its files, as the shard thread's appends and the writer share them.
     catalog: SharedCatalog,
     /// The files as readers resolve pointers in them: replaced only under
@@ -273,6 +275,7 @@ impl Store {
             closing: Default::default(),
             spare: Default::default(),
             values: parking_lot::Mutex::new(values),
+            share: Default::default(),
             catalog,
             readable: parking_lot::Mutex::new(readable),
             value_usage: (AtomicU64::new(bytes), AtomicU64::new(dead)),
@@ -304,6 +307,21 @@ impl Store {
     /// the others is not (see `shard::intent`).
     pub fn before_rotate(&self, hook: BeforeRotate) {
         *self.before_rotate.lock() = Some(hook);
+    }
+
+    /// Makes the shard's cap on buffered bytes the one `share` lends it
+    /// (see `budget`) rather than its own alone.
+    pub fn share_budget(&self, share: Share) {
+        let _ = self.core.share.set(share);
+    }
+
+    /// The most the shard may buffer now: its own cap, or what its share
+    /// of the server's budget allows.
+    fn cap(&self) -> usize {
+        match self.core.share.get() {
+            Some(s) => s.budget.cap_of(s.me),
+            None => self.limits.cap,
+        }
     }
 
     /// Publishes the log file being written in `current` from now on, so
@@ -497,7 +515,8 @@ impl Store {
             core.published.store(seq, Ordering::Release);
         }
         let writer_busy = core.frozen_bytes.load(Ordering::Acquire) > 0;
-        if self.limits.freezes(active.bytes(), writer_busy) || wal.len() >= self.limits.cap as u64 {
+        let cap = self.cap();
+        if Limits::freezes(cap, active.bytes(), writer_busy) || wal.len() >= cap as u64 {
             self.freeze(&mut wal, active)?;
         }
         drop(wal);
@@ -543,7 +562,7 @@ impl Store {
     /// three quarters of the cap, where [`Store::commit`] starts to slow
     /// them down.
     pub fn calm(&self) -> bool {
-        self.pending() <= self.limits.slow_from()
+        self.pending() <= Limits::slow_from(self.cap())
     }
 
     /// Bytes buffered and not yet in the tables (active and frozen).
@@ -564,9 +583,12 @@ impl Store {
     /// writer behind kept the shard slowed below the size of buffer that
     /// would have let it catch up.)
     fn hold_back(&self) {
-        let cap = self.limits.cap;
-        let calm = self.limits.slow_from();
         let now = self.pending();
+        if let Some(s) = self.core.share.get() {
+            s.budget.committed(s.me, now);
+        }
+        let cap = self.cap();
+        let calm = Limits::slow_from(cap);
         if now <= calm {
             return;
         }
@@ -577,7 +599,9 @@ impl Store {
         }
         let (lock, cond) = &self.core.room;
         let mut guard = lock.lock();
-        while self.pending() >= cap {
+        // Another shard's writer may make the room (see `budget`): its
+        // store does not signal this one, so the wait is in short steps.
+        while self.pending() >= self.cap() {
             cond.wait_for(&mut guard, Duration::from_millis(10));
         }
     }
@@ -703,8 +727,13 @@ impl Core {
             }
         }
         // The rows are in the tables: later snapshots read them there.
-        self.view.lock().retain(|b| !Arc::ptr_eq(b, buf));
-        self.frozen_bytes.fetch_sub(buf.bytes(), Ordering::AcqRel);
+        let mut view = self.view.lock();
+        view.retain(|b| !Arc::ptr_eq(b, buf));
+        let frozen = self.frozen_bytes.fetch_sub(buf.bytes(), Ordering::AcqRel) - buf.bytes();
+        if let Some(s) = self.share.get() {
+            s.budget.drained(s.me, frozen + view[0].bytes());
+        }
+        drop(view);
         self.room.1.notify_all();
         if let Err(e) = wal::remove_upto(&self.dir, &self.stem, buf.gen) {
             tracing::error!(shard = %self.stem, error = %e, "cannot delete a shard log file");
@@ -1657,10 +1686,10 @@ mod tests {
             filter_rows: 0,
             row_cache: 0,
         };
-        assert!(!limits.freezes(249, false));
-        assert!(limits.freezes(250, false));
-        assert!(!limits.freezes(499, true));
-        assert!(limits.freezes(500, true));
+        assert!(!Limits::freezes(limits.cap, 249, false));
+        assert!(Limits::freezes(limits.cap, 250, false));
+        assert!(!Limits::freezes(limits.cap, 499, true));
+        assert!(Limits::freezes(limits.cap, 500, true));
     }
 
     /// Rows read ahead answer the view's reads of their range, under
