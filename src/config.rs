@@ -87,7 +87,8 @@ pub struct Config {
     /// redb cache per shard in MiB.
     pub cache_mb: usize,
     /// Write buffers per shard in MiB (rows committed but not yet in the
-    /// redb file); writers slow down as they fill.
+    /// redb file); writers slow down as they fill. A busy shard may borrow
+    /// idle shards' share, up to twice its own (`storage::budget`).
     pub write_buffer_mb: usize,
     /// Ops per write transaction at most.
     pub max_batch: usize,
