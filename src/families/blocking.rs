@@ -15,6 +15,7 @@ use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::net::unblock::Unblocker;
 use crate::protocol::Reply;
+use crate::server::Server;
 use crate::shard::blocking::{serves, Handoff, Stage, Waiter};
 use crate::shard::ShardSet;
 
@@ -32,7 +33,8 @@ fn timeout(arg: &[u8]) -> Result<Option<Duration>, Reply> {
 }
 
 /// Runs an action outside a connection (the attempts of a blocked client).
-pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
+pub(crate) async fn run(server: &Arc<Server>, action: Action) -> Reply {
+    let shards = &server.shards;
     match action {
         Action::Reply(r) | Action::Close(Some(r)) => r,
         Action::Write { shard, f } => shards
@@ -40,7 +42,7 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
             .await
             .unwrap_or_else(|_| Reply::err("shard unavailable")),
         Action::Read { shard, f } => match shards.shard(shard).current_snapshot().await {
-            Ok(view) => f(&view).unwrap_or_else(Reply::err),
+            Ok(view) => f(&view, server).unwrap_or_else(Reply::err),
             Err(e) => Reply::err(e),
         },
         Action::Job(job) | Action::Block(job) => job.await,
@@ -50,7 +52,7 @@ pub(crate) async fn run(shards: &ShardSet, action: Action) -> Reply {
             .await
             .unwrap_or_else(|_| Reply::err("shard unavailable")),
         Action::ReadMany { ids, f } => super::read_now(shards, &ids, f, None).await,
-        Action::Script { slow, .. } => Box::pin(run(shards, slow())).await,
+        Action::Script { slow, .. } => Box::pin(run(server, slow())).await,
         Action::Silent | Action::Close(None) => Reply::Nil,
     }
 }
@@ -102,6 +104,7 @@ pub(crate) fn block(
     let one_shard = ids.windows(2).all(|w| w[0] == w[1]).then(|| ids[0]);
     let mut unblocker = Unblocker::waiting_on(&s.entry, touched);
     let entry = s.entry.clone();
+    let server = s.server.clone();
     Action::Block(Box::pin(async move {
         let attempt = Arc::new(attempt);
         let (tx, mut rx) = tokio::sync::oneshot::channel();
@@ -136,7 +139,7 @@ pub(crate) fn block(
             let try_once = through_stage(attempt(shards.clone(), retry), guard.waiter.clone());
             let reply = {
                 let _trying = Trying::mark(&entry.trying);
-                run(&shards, try_once).await
+                run(&server, try_once).await
             };
             // Once blocked, a key that now holds another type just keeps the
             // client waiting, as in Redis; only the first try reports it.

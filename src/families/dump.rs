@@ -399,7 +399,7 @@ fn migrate_in_cluster(server: Arc<Server>, cluster: Arc<Cluster>, db: u8, m: Mig
             };
         }
         let rest = Migrate { keys: small, ..m };
-        match blocking::run(&server.shards, migrate_keys(server.clone(), db, rest)).await {
+        match blocking::run(&server, migrate_keys(server.clone(), db, rest)).await {
             Reply::Simple("NOKEY") if moved => Reply::Ok,
             r => r,
         }

@@ -634,7 +634,7 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
     }
     let server = s.server.clone();
     Action::Job(Box::pin(async move {
-        let reply = super::blocking::run(&server.shards, flush).await;
+        let reply = super::blocking::run(&server, flush).await;
         if matches!(reply, Reply::Ok) {
             super::persistence::save_after_flushall(&server).await;
         }

@@ -245,7 +245,10 @@ pub async fn read_now(
 
 /// A fresh snapshot of one shard, its failure as a reply: what jobs that
 /// read a shard off its actor (MIGRATE, slot listings and moves) start with.
-pub async fn snapshot_of(shards: &ShardSet, id: usize) -> Result<crate::shard::ReadView, Reply> {
+pub async fn snapshot_of(
+    shards: &ShardSet,
+    id: usize,
+) -> Result<crate::shard::ReadView<'static>, Reply> {
     shards
         .shard(id)
         .current_snapshot()
@@ -440,11 +443,10 @@ impl Session {
         f: impl FnOnce(&dyn KvRead, Key) -> OpResult + Send + 'static,
     ) -> Action {
         let db = self.db;
-        let server = self.server.clone();
         let (shard, slot) = self.shard_and_slot(&name);
         Action::Read {
             shard,
-            f: Box::new(move |r| {
+            f: Box::new(move |r, server| {
                 if lookup == Lookup::Touch {
                     server.access.touch(db, &name, r.now_ms());
                 }
@@ -524,13 +526,12 @@ impl Session {
     ) -> Action {
         let db = self.db;
         let shards = self.server.shards.clone();
-        let server = self.server.clone();
         let ids: Vec<usize> = keys.iter().map(|k| shards.shard_of_key(k)).collect();
         if ids.windows(2).all(|w| w[0] == w[1]) {
             let shard = ids.first().copied().unwrap_or(0);
             return Action::Read {
                 shard,
-                f: Box::new(move |r| {
+                f: Box::new(move |r, server| {
                     let r = Counted {
                         inner: r,
                         stats: &server.stats,
@@ -542,6 +543,7 @@ impl Session {
                 }),
             };
         }
+        let server = self.server.clone();
         let mut uniq = ids.clone();
         uniq.sort_unstable();
         uniq.dedup();

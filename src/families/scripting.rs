@@ -294,7 +294,7 @@ impl Host for LocalHost<'_, '_> {
 
     fn call(&mut self, spec: &'static CommandSpec, argv: Vec<Bytes>, resp3: bool) -> Reply {
         let (counted, action) = script_action(&mut self.session, spec, argv, resp3, &self.run);
-        let out = match action.into_shard_op() {
+        let out = match action.into_shard_op(&self.session.server) {
             // Each command counts its own changes, as alone.
             Ok((shard, f)) if shard == self.shard || shard == ANY_SHARD => self.w.counting(f),
             Err(Action::Reply(r)) => Ok(r),
@@ -453,7 +453,7 @@ impl Host for ScriptHost<'_> {
             return Reply::err("storage failure earlier in this script");
         }
         let (counted, action) = script_action(&mut self.session, spec, argv, resp3, &self.run);
-        match self.at.run(action) {
+        match self.at.run(action, &self.session.server) {
             Ok(r) => {
                 ran(&self.session.server, counted);
                 r

@@ -264,8 +264,8 @@ pub fn read_in_unit(s: &Session, keys: Vec<Bytes>, action: Action) -> Action {
     match action {
         Action::Read { shard, f } => Action::Read {
             shard,
-            f: Box::new(move |r| {
-                let out = f(r)?;
+            f: Box::new(move |r, s| {
+                let out = f(r, s)?;
                 track(Some(r));
                 Ok(out)
             }),

@@ -143,6 +143,7 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
         return Reply::NilArray.into();
     }
     s.in_exec = true;
+    let server = s.server.clone();
     let mut specs = Vec::with_capacity(multi.queue.len());
     let mut steps = Vec::with_capacity(multi.queue.len());
     for (spec, args) in multi.queue {
@@ -157,10 +158,10 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
         let reads = crate::families::tracking::reads(s, spec, &args);
         let action = (spec.handler)(s, args);
         let action = crate::families::tracking::read_in_unit(s, reads, action);
-        steps.push(crate::families::tracking::noloop(s, action).into_shard_op());
+        steps.push(crate::families::tracking::noloop(s, action).into_shard_op(&server));
     }
     s.in_exec = false;
-    run_unit(s.server.clone(), specs, steps, watching)
+    run_unit(server, specs, steps, watching)
 }
 
 /// Counts the calls of a unit's commands and their error replies, as Redis
@@ -271,7 +272,7 @@ fn run_unit(
         }
         let mut replies = Vec::with_capacity(actions.len());
         for a in actions {
-            replies.push(at.run(a)?);
+            replies.push(at.run(a, &server)?);
         }
         drop(watching);
         account(&server, &specs, &replies);

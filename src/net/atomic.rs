@@ -22,6 +22,7 @@
 use std::sync::Arc;
 
 use crate::protocol::Reply;
+use crate::server::Server;
 use crate::shard::coordinator::{CoordError, Locked};
 use crate::shard::now_ms;
 use crate::storage::{KvRead, StoreError, Table};
@@ -57,8 +58,8 @@ impl Atomic {
 
     /// Runs one command's action and returns its reply. A storage failure
     /// is returned as an error: the whole unit must then roll back.
-    pub fn run(&self, action: Action) -> Result<Reply, CoordError> {
-        let action = match action.into_shard_op() {
+    pub fn run(&self, action: Action, server: &Arc<Server>) -> Result<Reply, CoordError> {
+        let action = match action.into_shard_op(server) {
             Ok((shard, f)) => {
                 let shard = if shard == super::session::ANY_SHARD {
                     self.locked.ids()[0]
@@ -99,7 +100,7 @@ impl Atomic {
             // Neither reads nor writes keys (see `Action::Job`).
             Action::Job(job) | Action::Block(job) => Ok(self.rt.block_on(job)),
             // Inside a unit that holds its shards already: the plan form.
-            Action::Script { slow, .. } => self.run(slow()),
+            Action::Script { slow, .. } => self.run(slow(), server),
             Action::Silent | Action::Close(None) => Ok(Reply::Nil),
         }
     }

@@ -489,7 +489,7 @@ impl Outbox {
                 Slot::Script(rx, fell_back, slow, retry) => {
                     let r = received(&self.server, rx, retry).await;
                     if fell_back.load(Ordering::Acquire) {
-                        crate::families::blocking::run(&self.server.shards, slow()).await
+                        crate::families::blocking::run(&self.server, slow()).await
                     } else {
                         r
                     }
@@ -1302,7 +1302,7 @@ async fn execute(
         Action::Read { shard, f } => {
             outbox.flush_squash();
             if outbox.inflight == Inflight::Shard(shard) {
-                let slot = outbox.enqueue(shard, super::session::read_in_write(f));
+                let slot = outbox.enqueue(shard, super::session::read_in_write(f, server.clone()));
                 server.shards.kick(shard);
                 outbox.push_slot(slot, to);
             } else {
@@ -1312,17 +1312,26 @@ async fn execute(
                 let reads = &server.disk_reads;
                 let shared = server.shards.shard(shard);
                 match shared.batch_snapshot(&mut outbox.views).await {
-                    Ok(view) if reads.moved() => {
+                    Ok(snap) if reads.moved() => {
+                        let now = crate::shard::now_ms();
+                        let view = crate::shard::ReadView::new(snap.clone(), now, shard, None);
+                        let server = server.clone();
                         let rx = reads
-                            .run(move || (f(&view).unwrap_or_else(Reply::err), view.take_expired()))
+                            .run(move || {
+                                let r = f(&view, &server).unwrap_or_else(Reply::err);
+                                (r, view.take_expired())
+                            })
                             .await;
                         outbox.push_slot(Slot::Read(rx, shard), to);
                         outbox.moved_reads = true;
                     }
-                    Ok(view) => {
-                        let r = f(&view).unwrap_or_else(Reply::err);
+                    Ok(snap) => {
+                        let view =
+                            crate::shard::ReadView::lent(snap, crate::shard::now_ms(), shard);
+                        let r = f(&view, server).unwrap_or_else(Reply::err);
+                        let expired = view.take_expired();
                         reads.ran_here();
-                        match outbox.after_read(shard, r, view.take_expired()) {
+                        match outbox.after_read(shard, r, expired) {
                             Ok(r) => outbox.push_ready(r, to),
                             Err(rx) => outbox.push_slot(Slot::Waiting(rx, None), to),
                         }
@@ -1599,9 +1608,9 @@ fn while_present(
         },
         Action::Read { shard, f } => Action::Read {
             shard,
-            f: Box::new(move |r| match still_present(r, &keys, &gone, &moving) {
+            f: Box::new(move |r, s| match still_present(r, &keys, &gone, &moving) {
                 Some(reply) => Ok(reply),
-                None => f(r),
+                None => f(r, s),
             }),
         },
         other => other,

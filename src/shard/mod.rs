@@ -342,10 +342,16 @@ impl ShardShared {
     /// letting go): a client that has seen one shard's part of an EXEC or
     /// an MSET can never then see another shard without it. The wait is
     /// async, so no connection thread blocks on a commit.
-    pub async fn current_snapshot(&self) -> Result<ReadView, StoreError> {
+    pub async fn current_snapshot(&self) -> Result<ReadView<'static>, StoreError> {
+        let snap = self.current_snap().await?;
+        Ok(ReadView::new(snap, now_ms(), self.id, None))
+    }
+
+    /// The snapshot [`ShardShared::current_snapshot`] views.
+    async fn current_snap(&self) -> Result<Arc<ReadCtx>, StoreError> {
         loop {
             if let Some(_visible) = self.commit_lock.try_read() {
-                return self.cached_snapshot();
+                return self.cached_snap();
             }
             tokio::task::yield_now().await;
         }
@@ -364,28 +370,48 @@ impl ShardShared {
     /// multi-shard commit: this shard's count moves before that commit's
     /// locks are let go, so a view kept here is of this shard before the
     /// commit, as if read before it began, unless the count has moved.
-    pub async fn batch_snapshot(&self, views: &mut BatchViews) -> Result<ReadView, StoreError> {
+    ///
+    /// The snapshot is lent out of `views`: a read on the connection's
+    /// thread views it there ([`ReadView::lent`]) instead of taking a
+    /// reference of its own, whose count every connection reading the
+    /// shard writes.
+    pub async fn batch_snapshot<'v>(
+        &self,
+        views: &'v mut BatchViews,
+    ) -> Result<&'v Arc<ReadCtx>, StoreError> {
         let generation = self.stats.commits.load(Ordering::Acquire);
-        if let Some(Some((g, snap))) = views.0.get(self.id) {
-            if *g == generation {
-                return Ok(ReadView::new(snap.clone(), now_ms(), self.id, None));
-            }
+        let kept = |views: &BatchViews| matches!(views.0.get(self.id), Some(Some((g, _))) if *g == generation);
+        if !kept(views) {
+            self.renew_batch_snapshot(views, generation).await?;
         }
+        match &views.0[self.id] {
+            Some((_, snap)) => Ok(snap),
+            None => unreachable!("a snapshot was just kept"),
+        }
+    }
+
+    /// Takes the snapshot [`ShardShared::batch_snapshot`] keeps, as of the
+    /// shard's `generation` of commits.
+    async fn renew_batch_snapshot(
+        &self,
+        views: &mut BatchViews,
+        generation: u64,
+    ) -> Result<(), StoreError> {
         // The new snapshot may wait for the commit lock, and DEBUG RELOAD
         // holds it while it waits for every snapshot of the old file to
         // go: none is kept through the wait.
         views.clear();
-        let view = self.current_snapshot().await?;
+        let snap = self.current_snap().await?;
         if views.0.len() <= self.id {
             views.0.resize_with(self.id + 1, || None);
         }
         // The count read before the snapshot: the snapshot holds at least
         // the commits it counts.
-        views.0[self.id] = Some((generation, view.snap.clone()));
-        Ok(view)
+        views.0[self.id] = Some((generation, snap));
+        Ok(())
     }
 
-    fn cached_snapshot(&self) -> Result<ReadView, StoreError> {
+    fn cached_snap(&self) -> Result<Arc<ReadCtx>, StoreError> {
         let generation = self.stats.commits.load(Ordering::Acquire);
         let mut cache = self.snapshot_cache.lock();
         let snap = match &*cache {
@@ -396,7 +422,7 @@ impl ShardShared {
                 snap
             }
         };
-        Ok(ReadView::new(snap, now_ms(), self.id, None))
+        Ok(snap)
     }
 }
 
@@ -420,8 +446,8 @@ impl BatchViews {
 
 /// A shared snapshot with the time lazy expiry is judged against (taken per
 /// request: the snapshot may be older than the clock).
-pub struct ReadView {
-    snap: Arc<ReadCtx>,
+pub struct ReadView<'a> {
+    snap: Snap<'a>,
     now_ms: u64,
     /// The shard it reads.
     shard: usize,
@@ -435,17 +461,47 @@ pub struct ReadView {
 /// shard, in the order found: shared by the views of a multi-shard read.
 pub type Found = Arc<parking_lot::Mutex<Vec<(usize, u8, Vec<u8>)>>>;
 
-impl ReadView {
+/// The snapshot a [`ReadView`] reads: its own reference, or one lent.
+enum Snap<'a> {
+    Shared(Arc<ReadCtx>),
+    Lent(&'a ReadCtx),
+}
+
+impl Snap<'_> {
+    fn get(&self) -> &ReadCtx {
+        match self {
+            Snap::Shared(s) => s,
+            Snap::Lent(s) => s,
+        }
+    }
+}
+
+impl ReadView<'static> {
     /// A view of shard `shard`'s snapshot `snap`, judging expiry at
     /// `now_ms`, that notes the keys it finds expired in `shared` if given,
     /// else for [`ReadView::take_expired`].
-    pub fn new(snap: Arc<ReadCtx>, now_ms: u64, shard: usize, shared: Option<Found>) -> ReadView {
+    pub fn new(snap: Arc<ReadCtx>, now_ms: u64, shard: usize, shared: Option<Found>) -> Self {
         ReadView {
-            snap,
+            snap: Snap::Shared(snap),
             now_ms,
             shard,
             expired: Default::default(),
             shared,
+        }
+    }
+}
+
+impl<'a> ReadView<'a> {
+    /// A view of shard `shard`'s snapshot `snap`, lent by whoever holds
+    /// it (see [`ShardShared::batch_snapshot`]), judging expiry at
+    /// `now_ms`.
+    pub fn lent(snap: &'a ReadCtx, now_ms: u64, shard: usize) -> Self {
+        ReadView {
+            snap: Snap::Lent(snap),
+            now_ms,
+            shard,
+            expired: Default::default(),
+            shared: None,
         }
     }
 
@@ -456,17 +512,17 @@ impl ReadView {
     }
 }
 
-impl crate::storage::KvRead for ReadView {
+impl crate::storage::KvRead for ReadView<'_> {
     fn now_ms(&self) -> u64 {
         self.now_ms
     }
 
     fn get(&self, table: crate::storage::Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.snap.get(table, key)
+        self.snap.get().get(table, key)
     }
 
     fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        self.snap.get_head(key)
+        self.snap.get().get_head(key)
     }
 
     fn scan_few(
@@ -476,7 +532,7 @@ impl crate::storage::KvRead for ReadView {
         order: crate::storage::merge::Order,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        self.snap.scan_few(table, bounds, order, visit)
+        self.snap.get().scan_few(table, bounds, order, visit)
     }
 
     fn note_expired(&self, db: u8, key: &[u8]) {

@@ -202,7 +202,7 @@ fn sleep(s: &Session, secs: f64) -> Action {
     let pause = Duration::from_micros(micros.max(0) as u64);
     let shards = s.server.shards.clone();
     let ids: Vec<usize> = (0..shards.len()).collect();
-    let held = shards.clone();
+    let server = s.server.clone();
     let plan = coordinated(ids.clone(), move |locked| async move {
         let held: Vec<_> = ids
             .iter()
@@ -229,7 +229,7 @@ fn sleep(s: &Session, secs: f64) -> Action {
     // SLOWLOG and LATENCY see it in Redis (a plan queued with the
     // coordinator is timed when queued, like a write).
     Action::Job(Box::pin(async move {
-        crate::families::blocking::run(&held, plan).await
+        crate::families::blocking::run(&server, plan).await
     }))
 }
 

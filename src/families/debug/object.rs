@@ -24,10 +24,9 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
     let (db, name) = (s.db, key.clone());
     let limits = s.server.encoding_limits();
     let compressed = s.server.runtime.read().int("list-compress-depth") != 0;
-    let server = s.server.clone();
     Action::Read {
         shard: s.shard_of(key),
-        f: Box::new(move |r| {
+        f: Box::new(move |r, server| {
             // As in Redis, a key past its expiry that is still stored shows.
             let key = Key::new(db, &name);
             let Some(row) = r.get(Table::Meta, &key.meta_key())? else {
