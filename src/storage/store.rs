@@ -66,11 +66,11 @@ impl Limits {
     /// Whether an active buffer of `bytes` is frozen under a cap of `cap`
     /// (see [`Store::cap`]), `writer_busy` or not: at a quarter of the
     /// cap when the background writer is free to take it at once, else
-    /// at half. A writer behind its writers thus
-    /// takes bigger buffers, and a bigger buffer shares each leaf it
-    /// rewrites among more rows: random members added to one sorted set
-    /// of a million cost the writer about half as much a row (ZADD -c 50
-    /// -P 16, 1.5M of them: 54-56k -> 76-80k a second).
+    /// at half. A writer behind its writers thus takes bigger buffers,
+    /// and a bigger buffer shares each leaf it rewrites among more rows:
+    /// random members added to one sorted set of a million cost the
+    /// writer about half as much a row (ZADD -c 50 -P 16, 1.5M of them:
+    /// 54-56k -> 76-80k a second).
     fn freezes(cap: usize, bytes: usize, writer_busy: bool) -> bool {
         let at = if writer_busy { cap / 2 } else { cap / 4 };
         bytes >= at.max(1)
