@@ -380,14 +380,12 @@ impl ShardShared {
         views: &'v mut BatchViews,
     ) -> Result<&'v Arc<ReadCtx>, StoreError> {
         let generation = self.stats.commits.load(Ordering::Acquire);
-        let kept = |views: &BatchViews| matches!(views.0.get(self.id), Some(Some((g, _))) if *g == generation);
-        if !kept(views) {
+        let kept = matches!(views.0.get(self.id), Some(Some((g, _))) if *g == generation);
+        if !kept {
             self.renew_batch_snapshot(views, generation).await?;
         }
-        match &views.0[self.id] {
-            Some((_, snap)) => Ok(snap),
-            None => unreachable!("a snapshot was just kept"),
-        }
+        let (_, snap) = views.0[self.id].as_ref().expect("a snapshot was just kept");
+        Ok(snap)
     }
 
     /// Takes the snapshot [`ShardShared::batch_snapshot`] keeps, as of the
