@@ -5,22 +5,28 @@
 # second half (taskset), so neither steals the other's CPU. It measures:
 #   * redis-benchmark -c 256 -P 16 --threads 8 over random keys: Redis
 #     (appendfsync everysec) against cairn with 1, 2, 4 and 8 shards;
+#   * EVALSHA of a one-INCR script over random keys, the same way;
+#   * transactions (examples/txbench.rs, MULTI; SET; INCR; EXEC) on keys of
+#     one slot and on keys of two shards, 256 connections at pipeline 16;
 #   * the PUBLISH load tool (examples/pubbench.rs): one subscriber, and
 #     1,000 subscriptions over 50 connections, against Redis and cairn with
 #     1 and 8 shards.
 # Each line also gives the server's CPU time per request.
 #
 # It needs no registry: the binaries come from BIN (default .dev), which
-# holds cairn, pubbench, redis-server, redis-benchmark and, in BIN/lib, the
-# shared libraries Debian's redis binaries link to. Fill it with:
-#   cargo build --release --bin cairn --example pubbench
+# holds cairn, pubbench, txbench, redis-server, redis-benchmark and, in
+# BIN/lib, the shared libraries Debian's redis binaries link to. Fill it with:
+#   cargo build --release --bin cairn --example pubbench --example txbench
 #   mkdir -p .dev/lib && cp target/release/cairn \
-#     target/release/examples/pubbench /usr/bin/redis-server \
-#     /usr/bin/redis-benchmark .dev/
+#     target/release/examples/pubbench target/release/examples/txbench \
+#     /usr/bin/redis-server /usr/bin/redis-benchmark .dev/
+#   strip .dev/cairn .dev/pubbench .dev/txbench
 #   (and the non-libc libraries `ldd /usr/bin/redis-server` names into .dev/lib)
 #
 # Knobs: N (requests per redis-benchmark test, 1000000), SECS (seconds per
-# pubbench case, 5), SHARDS ("1 2 4 8"), TESTS (the redis-benchmark tests).
+# pubbench and txbench case, 5), SHARDS ("1 2 4 8"), TESTS (the
+# redis-benchmark tests), PUB (0 skips pubbench), SCRIPTS (0 skips EVALSHA
+# and the transactions).
 set -u
 BIN=${BIN:-.dev}
 BIN=$(cd "$BIN" && pwd)
@@ -29,6 +35,10 @@ N=${N:-1000000}
 SECS=${SECS:-5}
 SHARDS=${SHARDS:-"1 2 4 8"}
 TESTS=${TESTS:-set,get,incr,lpush,rpop,sadd,hset,zadd,mset}
+PUB=${PUB:-1}
+SCRIPTS=${SCRIPTS:-1}
+INCR_SCRIPT="return redis.call('INCR', KEYS[1])"
+INCR_SHA=$(printf '%s' "$INCR_SCRIPT" | sha1sum | cut -d' ' -f1)
 OUT=${OUT:-/tmp/many_cores}
 mkdir -p "$OUT"
 CORES=$(nproc)
@@ -91,18 +101,42 @@ start_cairn() {
 
 stop() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null; }
 
-# One redis-benchmark run per test, each with the CPU the server spent.
+# One redis-benchmark run (the arguments after the label), with the CPU
+# the server spent.
+bench_one() {
+    local name=$1 label=$2 before after rps
+    shift 2
+    before=$(ticks "$PID")
+    rps=$(on "$LOAD_CPUS" "$BIN/redis-benchmark" -p "$PORT" -c 256 -P 16 \
+        --threads 8 -r 1000000 -n "$N" --csv "$@" 2>/dev/null |
+        awk -F'"' 'NR == 2 {print $4}')
+    after=$(ticks "$PID")
+    awk -v n="$name" -v t="$label" -v r="$rps" -v c=$((after - before)) \
+        -v hz="$TCK" -v req="$N" \
+        'BEGIN {printf "%-10s %-8s %12s rps  %6.2f us/req\n", n, t, r, c * 1e6 / hz / req}' |
+        tee -a "$OUT/table.txt"
+}
+
+# One redis-benchmark run per test.
 bench() {
-    local name=$1 tests=$2 t before after rps
+    local name=$1 tests=$2 t
     for t in ${tests//,/ }; do
-        before=$(ticks "$PID")
-        rps=$(on "$LOAD_CPUS" "$BIN/redis-benchmark" -p "$PORT" -c 256 -P 16 \
-            --threads 8 -r 1000000 -n "$N" -t "$t" --csv 2>/dev/null |
-            awk -F'"' 'NR == 2 {print $4}')
-        after=$(ticks "$PID")
-        awk -v n="$name" -v t="$t" -v r="$rps" -v c=$((after - before)) \
-            -v hz="$TCK" -v req="$N" \
-            'BEGIN {printf "%-10s %-8s %12s rps  %6.2f us/req\n", n, t, r, c * 1e6 / hz / req}' |
+        bench_one "$name" "$t" -t "$t"
+    done
+}
+
+# EVALSHA of the one-INCR script, then the transactions on one slot and on
+# two shards.
+scripts() {
+    local name=$1 keys out
+    [ "$SCRIPTS" = 0 ] && return
+    "$BIN/redis-benchmark" -p "$PORT" -n 1 -c 1 SCRIPT LOAD "$INCR_SCRIPT" \
+        >/dev/null 2>&1
+    bench_one "$name" evalsha EVALSHA "$INCR_SHA" 1 'key:__rand_int__'
+    for keys in one-slot two-shards; do
+        out=$(on "$LOAD_CPUS" "$BIN/txbench" --port "$PORT" --clients 256 \
+            --pipeline 16 --keys "$keys" --seconds "$SECS" --pid "$PID" 2>&1)
+        printf '%-10s tx %-10s %s\n' "$name" "$keys" "$out" |
             tee -a "$OUT/table.txt"
     done
 }
@@ -110,6 +144,7 @@ bench() {
 pub() {
     local name=$1 label=$2 out
     shift 2
+    [ "$PUB" = 0 ] && return
     out=$(on "$LOAD_CPUS" "$BIN/pubbench" --port "$PORT" --seconds "$SECS" \
         --pid "$PID" "$@" 2>&1)
     printf '== %s pubbench %s\n%s\n' "$name" "$label" "$out" >>"$OUT/pub.txt"
@@ -120,6 +155,7 @@ pub() {
 
 start_redis
 bench redis "$TESTS"
+scripts redis
 pub redis a --conns 1 --patterns 0
 pub redis b --conns 50 --patterns 19
 stop
@@ -128,6 +164,7 @@ for s in $SHARDS; do
     start_cairn "$s"
     if [ "$s" = "${SHARDS##* }" ]; then
         bench "cairn-$s" "$TESTS"
+        scripts "cairn-$s"
     else
         bench "cairn-$s" set,get,incr,sadd
     fi
