@@ -695,7 +695,7 @@ impl ShardCore {
         let result = if failed.load(std::sync::atomic::Ordering::SeqCst) {
             finished.and(Err(round_aborted()))
         } else {
-            finished.and_then(|ops| self.commit_part(ops))
+            finished.and_then(|ops| commit_part(&self.shared, ops))
         };
         let publisher = barrier.wait().is_leader();
         drop(visible);
@@ -704,15 +704,6 @@ impl ShardCore {
         }
         self.settle_round(&result, round.txid, signals);
         let _ = done.send(result.map_err(|e| e.to_string()));
-    }
-
-    /// Commits this shard's part of a round, under its commit lock: it is
-    /// counted before the lock goes, so that a reader let in by the
-    /// release opens a new snapshot rather than reusing an older one.
-    fn commit_part(&self, ops: Vec<RowOp>) -> Result<(), StoreError> {
-        self.shared.store()?.commit(ops, false)?;
-        self.shared.committed();
-        Ok(())
     }
 
     /// After a round's commit (or its failure) here.
@@ -731,6 +722,15 @@ impl ShardCore {
             Err(_) => self.reload_state(),
         }
     }
+}
+
+/// Commits a shard's part of a round, under its commit lock: it is
+/// counted before the lock goes, so that a reader let in by the release
+/// opens a new snapshot rather than reusing an older one.
+fn commit_part(shared: &ShardShared, ops: Vec<RowOp>) -> Result<(), StoreError> {
+    shared.store()?.commit(ops, false)?;
+    shared.committed();
+    Ok(())
 }
 
 /// Runs one step of a round in a participant's transaction.
@@ -807,11 +807,15 @@ fn round_aborted() -> StoreError {
 /// round's error if it failed). The steps the plans send wait in `locked`
 /// until this thread runs them, between polls of the plans' futures; a
 /// blind plan sends them all when it is called, so one pass runs it.
+/// From `spread_from` steps in that pass, each shard's part runs on a
+/// thread of the round pool (see [`spread_from`]); the cores stay with
+/// this thread, which waits for them.
 pub(super) fn run_round_here(
     cores: &mut [Taken<'_>],
     locked: Arc<super::coordinator::Locked>,
     plans: Vec<super::coordinator::Plan>,
     round: super::coordinator::CommitRound,
+    spread_from: usize,
 ) -> Vec<Reply> {
     use super::coordinator::CoordError;
     use std::future::Future as _;
@@ -847,16 +851,23 @@ pub(super) fn run_round_here(
     let mut answers: Vec<Option<super::coordinator::PlanResult>> = (0..n).map(|_| None).collect();
     let mut cx = Context::from_waker(Waker::noop());
     let mut step_failed = false;
+    // Decided on the first pass, which holds every blind plan's steps.
+    let mut wide = None;
     loop {
-        let mut ran = false;
-        for (ctx, queue) in ctxs.iter_mut().zip(locked.take_queued()) {
+        let queues = locked.take_queued();
+        let steps: usize = queues.iter().map(Vec::len).sum();
+        let ran = steps > 0;
+        let spread = *wide.get_or_insert(queues.len() > 1 && steps >= spread_from);
+        let failed = per_shard(spread, ctxs.iter_mut().zip(queues), |(ctx, queue)| {
+            let mut failed = false;
             for (f, place, tx) in queue {
-                ran = true;
                 let r = run_step(ctx, f, place);
-                step_failed |= r.is_err();
+                failed |= r.is_err();
                 let _ = tx.send(r);
             }
-        }
+            failed
+        });
+        step_failed |= failed.contains(&true);
         for (fut, answer) in futs.iter_mut().zip(answers.iter_mut()) {
             if let Some(f) = fut {
                 if let Poll::Ready(r) = f.as_mut().poll(&mut cx) {
@@ -878,11 +889,10 @@ pub(super) fn run_round_here(
         }
         all(why)
     };
-    let sealed: Vec<_> = ctxs
-        .into_iter()
-        .zip(&shareds)
-        .map(|(ctx, shared)| seal(shared, ctx, &round))
-        .collect();
+    let spread = wide.unwrap_or(false);
+    let sealed = per_shard(spread, ctxs.into_iter().zip(&shareds), |(ctx, shared)| {
+        seal(shared, ctx, &round)
+    });
     drop(bases);
     let mut replies = Vec::with_capacity(n);
     for answer in answers {
@@ -909,11 +919,11 @@ pub(super) fn run_round_here(
         drop(visible);
         return rollback(cores, Reply::err(CoordError::Commit(e.to_string())));
     }
-    let results: Vec<_> = cores
-        .iter()
-        .zip(parts)
-        .map(|(core, (ops, signals))| (core.commit_part(ops), signals))
-        .collect();
+    let results = per_shard(
+        spread,
+        shareds.iter().zip(parts),
+        |(shared, (ops, signals))| (commit_part(shared, ops), signals),
+    );
     drop(visible);
     let failure = results
         .iter()
@@ -933,6 +943,72 @@ pub(super) fn run_round_here(
         None => replies,
         Some(e) => all(Reply::err(CoordError::Commit(e))),
     }
+}
+
+/// Steps a round run here takes at least before its shards' work is
+/// spread over threads of their own (see [`spread_from`]).
+const SPREAD_STEPS: usize = 256;
+
+/// From how many steps a round run here runs each shard's part (its
+/// steps, its seal, its commit) on a thread of its own. One thread
+/// holding every shard's core runs pipelined writes over random keys one
+/// shard after another, and so bounds them at one core's worth, however
+/// many shards there are: on 16 cores with 8 shards, SET and INCR at
+/// -c 256 -P 16 stopped at 380k and 319k a second with two cores busy;
+/// spread, at 887k and 665k (docs/DESIGN-NOTES.md). Handing a part to a
+/// parked thread and waiting for it costs some microseconds, so only a
+/// round with enough work spreads, and only where there are cores to
+/// spread over (on 2 cores the threads would just take turns): never
+/// there.
+pub(super) fn spread_from() -> usize {
+    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+        0..=2 => usize::MAX,
+        _ => SPREAD_STEPS,
+    }
+}
+
+/// Runs `f` on each item (one per shard), on the round pool's threads if
+/// `spread` (the first on this thread), and returns the outputs in order.
+fn per_shard<T: Send, U: Send>(
+    spread: bool,
+    items: impl Iterator<Item = T>,
+    f: impl Fn(T) -> U + Sync,
+) -> Vec<U> {
+    if !spread {
+        return items.map(f).collect();
+    }
+    let items: Vec<T> = items.collect();
+    let mut out: Vec<Option<U>> = (0..items.len()).map(|_| None).collect();
+    let f = &f;
+    round_pool().in_place_scope(|scope| {
+        let mut pairs = items.into_iter().zip(out.iter_mut());
+        let first = pairs.next();
+        for (item, slot) in pairs {
+            scope.spawn(move |_| *slot = Some(f(item)));
+        }
+        // A panic in any of them (a step's own is caught in `run_step`)
+        // comes back out of the scope, as it would have on this thread.
+        if let Some((item, slot)) = first {
+            *slot = Some(f(item));
+        }
+    });
+    out.into_iter()
+        .map(|u| u.expect("each shard's part ran"))
+        .collect()
+}
+
+/// The threads rounds spread over: one fewer than the cores (the round's
+/// own thread runs a part too), parked between rounds.
+fn round_pool() -> &'static rayon_core::ThreadPool {
+    static POOL: std::sync::OnceLock<rayon_core::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        rayon_core::ThreadPoolBuilder::new()
+            .num_threads(cores.saturating_sub(1).clamp(1, 15))
+            .thread_name(|i| format!("cairn-round-{i}"))
+            .build()
+            .expect("the round pool's threads start")
+    })
 }
 
 /// Tells tracking clients of the keys committed writes changed, and has

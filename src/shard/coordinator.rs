@@ -693,4 +693,35 @@ mod tests {
             set.shutdown().await;
         });
     }
+
+    /// A round run on one thread that spreads its shards' parts over
+    /// threads of their own commits on every shard, or, when a step
+    /// fails on one, on none, as an unspread round does.
+    #[test]
+    fn a_spread_round_commits_on_every_shard_or_on_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open(dir.path());
+            set.spread_rounds_from(0);
+            let ran = |p: Plan| match set.run_plan_here(&[0, 1], p) {
+                Ok(reply) => reply,
+                Err(_) => panic!("the shards were free"),
+            };
+            let fail = ran(plan(b"doomed", |_| {
+                Err(StoreError::Internal("boom".into()))
+            }));
+            assert_eq!(fail, Reply::err("internal error: boom"));
+            assert_eq!(ran(plan(b"kept", |_| Ok(()))), Reply::Ok);
+            let second = |w: &mut WriteCtx| w.put(Table::Meta, b"other", b"w");
+            assert_eq!(ran(plan(b"both", second)), Reply::Ok);
+            let zero = set.shard(0).snapshot().unwrap();
+            let one = set.shard(1).snapshot().unwrap();
+            assert_eq!(zero.get(Table::Meta, b"doomed").unwrap(), None);
+            assert_eq!(zero.get(Table::Meta, b"kept").unwrap(), Some(b"v".to_vec()));
+            assert_eq!(zero.get(Table::Meta, b"both").unwrap(), Some(b"v".to_vec()));
+            assert_eq!(one.get(Table::Meta, b"other").unwrap(), Some(b"w".to_vec()));
+            set.shutdown().await;
+        });
+    }
 }

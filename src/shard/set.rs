@@ -76,6 +76,9 @@ pub struct ShardSet {
     pub pause: Arc<super::pause::Pause>,
     /// DEBUG's server-wide switches (every shard holds them too).
     pub switches: Arc<super::DebugSwitches>,
+    /// Steps from which a round run on one thread spreads its shards'
+    /// parts over threads of their own (see `actor::run_round_here`).
+    spread_from: std::sync::atomic::AtomicUsize,
 }
 
 /// How a shard's storage is opened.
@@ -329,7 +332,16 @@ impl ShardSet {
             intent,
             latency,
             pause,
+            spread_from: std::sync::atomic::AtomicUsize::new(super::actor::spread_from()),
         }))
+    }
+
+    /// Has rounds run on one thread spread their shards' parts over
+    /// threads of their own from `steps` steps on (0: always): tests do
+    /// so on machines whose two cores never would.
+    pub fn spread_rounds_from(&self, steps: usize) {
+        self.spread_from
+            .store(steps, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The durability policy in force.
@@ -534,8 +546,13 @@ impl ShardSet {
             return Err(plans);
         }
         let locked = Arc::new(super::coordinator::Locked::here(self, ids));
+        let spread_from = self.spread_from.load(std::sync::atomic::Ordering::Relaxed);
         Ok(super::actor::run_round_here(
-            &mut cores, locked, plans, round,
+            &mut cores,
+            locked,
+            plans,
+            round,
+            spread_from,
         ))
     }
 
