@@ -857,7 +857,9 @@ pub(super) fn run_round_here(
         let queues = locked.take_queued();
         let steps: usize = queues.iter().map(Vec::len).sum();
         let ran = steps > 0;
-        let spread = *wide.get_or_insert(queues.len() > 1 && steps >= spread_from);
+        // A later pass with nothing to run (a plan still waiting) runs
+        // nothing anywhere.
+        let spread = *wide.get_or_insert(queues.len() > 1 && steps >= spread_from) && ran;
         let failed = per_shard(spread, ctxs.iter_mut().zip(queues), |(ctx, queue)| {
             let mut failed = false;
             for (f, place, tx) in queue {
