@@ -311,7 +311,7 @@ impl Config {
     /// The effective shard count.
     pub fn shard_count(&self) -> usize {
         if self.shards == 0 {
-            std::thread::available_parallelism().map_or(1, |n| n.get())
+            crate::util::cores()
         } else {
             self.shards
         }

@@ -963,7 +963,7 @@ const SPREAD_STEPS: usize = 256;
 /// spread over (on 2 cores the threads would just take turns): never
 /// there.
 pub(super) fn spread_from() -> usize {
-    match std::thread::available_parallelism().map_or(1, |n| n.get()) {
+    match crate::util::cores() {
         0..=2 => usize::MAX,
         _ => SPREAD_STEPS,
     }
@@ -1004,9 +1004,8 @@ fn per_shard<T: Send, U: Send>(
 fn round_pool() -> &'static rayon_core::ThreadPool {
     static POOL: std::sync::OnceLock<rayon_core::ThreadPool> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         rayon_core::ThreadPoolBuilder::new()
-            .num_threads(cores.saturating_sub(1).clamp(1, 15))
+            .num_threads(crate::util::cores().saturating_sub(1).clamp(1, 15))
             .thread_name(|i| format!("cairn-round-{i}"))
             .build()
             .expect("the round pool's threads start")

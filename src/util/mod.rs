@@ -18,6 +18,12 @@ pub fn hex_id() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The cores this process may run on (1 where that cannot be told): the
+/// default shard count, and whether rounds spread over threads.
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// A small deterministic generator for tests (xorshift64): each call
 /// `next(n)` gives a number in `0..n`.
 #[cfg(test)]
