@@ -30,9 +30,11 @@ pub type Entry = Option<Vec<u8>>;
 /// the table's end).
 pub type KeyRange = (Vec<u8>, Option<Vec<u8>>);
 
-/// What a row costs beyond its bytes (hash slot, ordered-set slot, shared
-/// key, versions): counted so the cap bounds real memory, not just payload.
-const ROW_OVERHEAD: usize = 144;
+/// What a row costs beyond its bytes (the map's entry and index slot, the
+/// ordered index's slot, versions): counted so the cap bounds real
+/// memory, not just payload. (144 while a `RowKey` was 32 bytes and the
+/// map held the versions in its own slots.)
+const ROW_OVERHEAD: usize = 184;
 
 /// Longest value a row's entry holds inline ([`Stored::Short`]).
 const SHORT: usize = 22;
@@ -196,15 +198,21 @@ pub fn in_range(key: &[u8], start: &[u8], end: Option<&[u8]>) -> bool {
     key >= start && end.is_none_or(|e| key < e)
 }
 
-/// Longest row key a buffer holds inline (a `RowKey` is then 32 bytes): a
-/// meta row of a key up to 26 bytes long (the row adds a 4-byte namespace
-/// and slot prefix), an element of a list whose key is up to 6 bytes long.
+/// Longest row key a buffer holds inline (a `RowKey` is then 48 bytes): a
+/// meta row of a key up to 42 bytes long (the row adds a 4-byte namespace
+/// and slot prefix), a member or field of 20 bytes of a collection whose
+/// key is up to 10 bytes long (a `sub` row adds 16 bytes to the two).
 /// At 22 bytes, redis-benchmark's `counter:<12 digits>` and its list's
 /// elements were shared keys, and every comparison of a B-tree search a
 /// miss on another allocation: callgrind's simulated last-level misses
 /// under INCR at pipeline 16 went down 6% with 30 bytes, under LPUSH 19%,
-/// and instructions 2-3%.
-const INLINE: usize = 30;
+/// and instructions 2-3%. At 30, the members of redis-benchmark's SADD,
+/// HSET and ZADD (41-42 byte rows) were still shared, and their compares
+/// were `memcmp` at 8.8% of the server's samples under SADD at pipeline
+/// 16; at 46 the three took ~11% less CPU a request (three alternated
+/// rounds), and short keys' commands (INCR, LPUSH) ~3% more, their slots
+/// being larger.
+const INLINE: usize = 46;
 
 /// A row key as a buffer holds it. A short key is kept inside the hash
 /// slot and the ordered set's node, so a probe compares it without a
@@ -220,9 +228,9 @@ pub enum RowKey {
     Shared(Arc<[u8]>),
 }
 
-// Both the hash slot and the ordered set's node hold one: kept at half a
-// cache line.
-const _: () = assert!(std::mem::size_of::<RowKey>() == 32);
+// Both the map's entry and the ordered index's node hold one: kept at
+// three quarters of a cache line.
+const _: () = assert!(std::mem::size_of::<RowKey>() == 48);
 
 impl RowKey {
     /// A copy of `key`.
@@ -301,13 +309,14 @@ impl Ord for RowKey {
 /// `memcmp` for each was most of the insert's comparing.
 #[inline]
 fn padded_cmp(a: &[u8; INLINE], b: &[u8; INLINE]) -> std::cmp::Ordering {
-    // Two big-endian 16-byte words: bytes 0..16, then 14..30 (overlapping
-    // bytes already compared equal change nothing).
+    // Big-endian 16-byte words: bytes 0..16, 16..32, then 30..46
+    // (overlapping bytes already compared equal change nothing).
     let word = |k: &[u8; INLINE], at: usize| {
         u128::from_be_bytes(k[at..at + 16].try_into().expect("16 bytes"))
     };
     word(a, 0)
         .cmp(&word(b, 0))
+        .then_with(|| word(a, 16).cmp(&word(b, 16)))
         .then_with(|| word(a, INLINE - 16).cmp(&word(b, INLINE - 16)))
 }
 

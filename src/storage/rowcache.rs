@@ -50,10 +50,10 @@ const STRIPES: usize = 64;
 /// enough, next to its own copy, that the descent does not matter.
 const MAX_ROW: usize = 512;
 
-/// What every cached row costs in its map (see [`cost`]): a 64-byte slot,
+/// What every cached row costs in its map (see [`cost`]): an 80-byte slot,
 /// which holds a short key and a short row, and its control byte, at the
 /// map's highest load (7/8).
-const ROW_OVERHEAD: usize = 75;
+const ROW_OVERHEAD: usize = 93;
 
 /// Words of a stripe's doorkeeper (see [`Stripe::seen_before`]): 16,384
 /// bits, 2 KiB, a megabit a shard.
@@ -77,7 +77,7 @@ struct Cached {
     /// That epoch, which is even, with the low bit set once a reader has
     /// taken the row since the stripe's last eviction (see
     /// [`Stripe::evict`]): a flag of its own would grow the map's slot
-    /// past 64 bytes.
+    /// past 80 bytes.
     mark: u64,
     row: Stored,
 }
