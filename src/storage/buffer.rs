@@ -700,14 +700,27 @@ pub enum Change<'a> {
 }
 
 fn upsert(t: &mut Tables, table: Table, key: &[u8], value: Entry, seq: u64, keep: u64) -> isize {
+    use indexmap::map::Entry as Slot;
     let i = table as usize;
     let value = Stored::new(value);
-    if let Some(v) = t.rows[i].get_mut(key) {
-        return v.push(seq, value, keep);
-    }
     let delta = (key.len() + value.as_deref().map_or(0, <[u8]>::len) + ROW_OVERHEAD) as isize;
-    let key = RowKey::new(key);
-    let (at, _) = t.rows[i].insert_full(key.clone(), Versions::new(seq, value));
+    // An inline key costs nothing to build, so the map is searched once,
+    // for the row or its place; a longer one is looked up first, as
+    // building it allocates.
+    let slot = if key.len() <= INLINE {
+        t.rows[i].entry(RowKey::new(key))
+    } else if let Some(v) = t.rows[i].get_mut(key) {
+        return v.push(seq, value, keep);
+    } else {
+        t.rows[i].entry(RowKey::new(key))
+    };
+    let (at, key) = match slot {
+        Slot::Occupied(mut row) => return row.get_mut().push(seq, value, keep),
+        Slot::Vacant(place) => {
+            let key = place.key().clone();
+            (place.insert_entry(Versions::new(seq, value)).index(), key)
+        }
+    };
     t.order[i].insert(
         key,
         u32::try_from(at).expect("a buffer holds under 2^32 rows"),
