@@ -215,10 +215,10 @@ pub fn in_range(key: &[u8], start: &[u8], end: Option<&[u8]>) -> bool {
 const INLINE: usize = 46;
 
 /// A row key as a buffer holds it. A short key is kept inside the hash
-/// slot and the ordered set's node, so a probe compares it without a
+/// entry and the ordered index's node, so a probe compares it without a
 /// cache miss on a separate allocation: under GET at pipeline 16 on
 /// 100,000 keys, that comparison was 10% of the server's time. A longer
-/// key is shared by the map and the set.
+/// key is shared by the map and the index.
 /// The row cache keys its rows the same way.
 #[derive(Clone, Debug)]
 pub enum RowKey {
@@ -654,10 +654,11 @@ pub fn warm_layers<'k>(layers: &[Arc<Buffer>], table: Table, keys: &'k [Vec<u8>]
 /// Rows [`Ordered`] looks up together.
 const LOOKUP_BATCH: usize = 16;
 
-/// A table's rows in key order with their newest values, looked up a
-/// batch at a time: each lookup is a cache miss into a large map, and
-/// lookups made back to back wait for their misses together instead of
-/// one at a time between the writer's inserts.
+/// A table's rows in key order with their newest values, fetched from
+/// their positions in the map a batch at a time: where rows arrived out
+/// of key order (random members) each fetch is a cache miss, and fetches
+/// made back to back wait for their misses together instead of one at a
+/// time between the writer's inserts.
 struct Ordered<'a> {
     keys: std::collections::btree_map::Values<'a, RowKey, u32>,
     rows: &'a Rows,
