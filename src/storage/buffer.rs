@@ -34,7 +34,7 @@ pub type KeyRange = (Vec<u8>, Option<Vec<u8>>);
 /// ordered index's slot, versions): counted so the cap bounds real
 /// memory, not just payload. (144 while a `RowKey` was 32 bytes and the
 /// map held the versions in its own slots.)
-const ROW_OVERHEAD: usize = 184;
+const ROW_OVERHEAD: usize = 168;
 
 /// Longest value a row's entry holds inline ([`Stored::Short`]).
 const SHORT: usize = 22;
@@ -119,9 +119,16 @@ struct Versions {
     /// server's time under INCR at pipeline 16).
     prev: Option<(u64, Stored)>,
     /// Versions before `prev` still visible to some snapshot, newest
-    /// first.
-    older: Vec<(u64, Stored)>,
+    /// first; rarely any (a reader must be behind two rewrites), so boxed:
+    /// a pointer, not a vector's three words, in every row's entry. (The
+    /// box is that pointer: clippy's objection to boxing a vector is for
+    /// where the size of the field does not matter.)
+    #[allow(clippy::box_collection)]
+    older: Option<Box<Vec<(u64, Stored)>>>,
 }
+
+// The map's entry (hash, key, versions) is then two cache lines.
+const _: () = assert!(std::mem::size_of::<Versions>() == 72);
 
 /// What a version counts toward the buffer's bytes.
 fn version_size(e: &Stored) -> isize {
@@ -134,7 +141,7 @@ impl Versions {
             seq,
             value,
             prev: None,
-            older: Vec::new(),
+            older: None,
         }
     }
 
@@ -147,7 +154,11 @@ impl Versions {
         if *q <= s {
             return Some(e);
         }
-        self.older.iter().find(|(q, _)| *q <= s).map(|(_, e)| e)
+        self.older
+            .iter()
+            .flat_map(|o| o.iter())
+            .find(|(q, _)| *q <= s)
+            .map(|(_, e)| e)
     }
 
     /// Adds the version of commit `seq`, dropping versions no reader at or
@@ -166,19 +177,23 @@ impl Versions {
             // The usual case: no reader is behind the version replaced,
             // so it is the only older one any reader can still see.
             delta -= before.as_ref().map_or(0, |(_, e)| version_size(e));
-            for (_, e) in self.older.drain(..) {
+            for (_, e) in self.older.take().into_iter().flat_map(|o| *o) {
                 delta -= version_size(&e);
             }
             return delta;
         }
         if let Some(before) = before {
-            self.older.insert(0, before);
+            self.older
+                .get_or_insert_with(Box::default)
+                .insert(0, before);
         }
         // Every version newer than `keep` stays, and the newest at or
         // below it (what a reader at `keep` sees).
-        if let Some(i) = self.older.iter().position(|(q, _)| *q <= keep) {
-            for (_, e) in self.older.drain(i + 1..) {
-                delta -= version_size(&e);
+        if let Some(older) = self.older.as_mut() {
+            if let Some(i) = older.iter().position(|(q, _)| *q <= keep) {
+                for (_, e) in older.drain(i + 1..) {
+                    delta -= version_size(&e);
+                }
             }
         }
         delta
