@@ -100,12 +100,7 @@ impl Encoder {
 
     /// A double: RESP3's `,` line, or RESP2's bulk string.
     pub fn double(&mut self, d: f64, resp3: bool) {
-        let text = format_double(d);
-        if resp3 {
-            line(&mut self.buf, b',', text.as_bytes());
-        } else {
-            bulk(&mut self.buf, text.as_bytes());
-        }
+        double(&mut self.buf, d, resp3);
     }
 
     /// An array header of `len` elements.
@@ -241,14 +236,7 @@ impl Reply {
                     v.encode(out, resp3);
                 }
             }
-            Reply::Double(d) => {
-                let text = format_double(*d);
-                if resp3 {
-                    line(out, b',', text.as_bytes());
-                } else {
-                    bulk(out, text.as_bytes());
-                }
-            }
+            Reply::Double(d) => double(out, *d, resp3),
             Reply::Encoded(bytes) => out.put_slice(bytes),
             Reply::Bool(b) if resp3 => out.put_slice(if *b { b"#t\r\n" } else { b"#f\r\n" }),
             Reply::Bool(b) => out.put_slice(if *b { b":1\r\n" } else { b":0\r\n" }),
@@ -268,6 +256,17 @@ impl Reply {
 /// How Redis 7.0 prints a double in a reply: `%.17g`, with `inf`/`-inf`.
 pub fn format_double(d: f64) -> String {
     crate::util::num::format_double(d)
+}
+
+/// A double as Redis writes it: RESP3's `,` line, or RESP2's bulk string
+/// of its `%.17g` text.
+fn double(out: &mut BytesMut, d: f64, resp3: bool) {
+    let text = format_double(d);
+    if resp3 {
+        line(out, b',', text.as_bytes());
+    } else {
+        bulk(out, text.as_bytes());
+    }
 }
 
 fn line(out: &mut BytesMut, tag: u8, body: &[u8]) {
