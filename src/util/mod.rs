@@ -54,6 +54,20 @@ pub fn prefetch<T>(p: &T) {
     let _ = p;
 }
 
+/// [`prefetch`] of a bare address, which may lie outside any object (a
+/// slot a vector has room for but does not hold yet): a prefetch is a
+/// hint that never faults.
+pub fn prefetch_addr(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as in `prefetch`: nothing is read into the program.
+    unsafe {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// An iterator's items handed on a window behind, with `ahead` called on
 /// each as it enters the window: work whose memory an item will need
 /// (a cache line to prefetch) starts that many items before the item is
