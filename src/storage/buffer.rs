@@ -130,7 +130,10 @@ struct Versions {
 // The map's entry (hash, key, versions) is then two cache lines.
 const _: () = assert!(std::mem::size_of::<Versions>() == 72);
 
-/// Bytes of a map entry: its hash, key and versions.
+/// Bytes of a map entry: its hash, key and versions, as `indexmap` lays
+/// out its entries today (not a promise of its API). Only `upsert`'s
+/// prefetch of the next slot uses it, and a wrong size there would only
+/// ask for the wrong line.
 const ENTRY: usize = 8 + std::mem::size_of::<RowKey>() + std::mem::size_of::<Versions>();
 
 /// What a version counts toward the buffer's bytes.

@@ -42,24 +42,17 @@ pub(crate) fn test_rng(mut seed: u64) -> impl FnMut(u64) -> u64 {
 /// once. A no-op where the architecture has no such instruction here.
 #[inline]
 pub fn prefetch<T>(p: &T) {
+    prefetch_addr((p as *const T).cast::<u8>());
+}
+
+/// [`prefetch`] of a bare address, which may lie outside any object (a
+/// slot a vector has room for but does not hold yet).
+#[inline]
+pub fn prefetch_addr(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing into the program and cannot fault,
     // whatever the address; SSE, where the instruction lives, is part of
     // every x86_64.
-    unsafe {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        _mm_prefetch::<_MM_HINT_T0>((p as *const T).cast::<i8>());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
-/// [`prefetch`] of a bare address, which may lie outside any object (a
-/// slot a vector has room for but does not hold yet): a prefetch is a
-/// hint that never faults.
-pub fn prefetch_addr(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: as in `prefetch`: nothing is read into the program.
     unsafe {
         use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
         _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
