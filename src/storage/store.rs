@@ -852,7 +852,7 @@ impl Core {
                 // A deleted range (a table's ranges come before its rows)
                 // ends the pass: the rows it removed are not known one by
                 // one, so the cache starts over.
-                let rewritten = buf.for_each_table(&mut |t, changes| {
+                let rewritten = buf.for_each_table_as_arrived(&mut |t, changes| {
                     if !RowCache::caches(t) {
                         return Ok(());
                     }
