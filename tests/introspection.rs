@@ -312,6 +312,41 @@ fn a_slow_transaction_is_its_exec_time() {
     assert!(logged[0].1 >= 150_000, "{logged:?}");
 }
 
+// Pins: a write is timed where it runs, in its shard's batch or as a plan
+// across shards, after its command was dispatched: a SUNIONSTORE of two
+// large sets is logged with its arguments and counted in INFO
+// commandstats, on one shard and across two, as Redis logs a slow
+// command. (It had been timed only as it was queued, a few µs, and so was
+// neither logged nor counted.)
+#[test]
+fn a_slow_write_is_logged_and_counted_where_it_runs() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let (a, b) = common::waiting::keys_on_both_shards("big:");
+    let one = ["{w}a", "{w}b"];
+    for key in one.iter().copied().chain([a.as_str(), b.as_str()]) {
+        for chunk in 0..20 {
+            let members: Vec<String> = (0..1000).map(|i| format!("{key}-{chunk}-{i}")).collect();
+            let mut args = vec!["SADD", key];
+            args.extend(members.iter().map(String::as_str));
+            assert_eq!(int(&mut c, &args), 1000);
+        }
+    }
+    ok(
+        &mut c,
+        &["CONFIG", "SET", "slowlog-log-slower-than", "1000"],
+    );
+    ok(&mut c, &["SLOWLOG", "RESET"]);
+    for (dst, x, y) in [("{w}d", one[0], one[1]), ("big:d", a.as_str(), b.as_str())] {
+        assert_eq!(int(&mut c, &["SUNIONSTORE", dst, x, y]), 40_000);
+        let entry = newest(&mut c);
+        assert_eq!(argv(&entry), vec!["SUNIONSTORE", dst, x, y]);
+        assert!(num(&entry[2]) >= 1000, "{entry:?}");
+    }
+    assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 2);
+    assert!(command_usec(&mut c, "sunionstore") >= 2000);
+}
+
 /// The events LATENCY LATEST lists, with their latest and maximum latency.
 fn latest(c: &mut Connection) -> Vec<(String, i64, i64)> {
     array(q(c, &["LATENCY", "LATEST"]))

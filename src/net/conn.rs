@@ -1160,6 +1160,11 @@ async fn execute(
     }
     if crate::families::slowlog::logged_by_its_run(checked, &action) {
         kept = crate::families::slowlog::Kept::Nothing;
+    } else if checked.name != "exec" && matches!(action, Action::Write { .. } | Action::Plan { .. })
+    {
+        // Only queued here: the write reports its run where it happens.
+        let run = crate::families::slowlog::write_run(session, checked, &mut kept);
+        action = timed_run(action, server.clone(), run);
     }
     if matches!(action, Action::Block(_)) {
         if let Some(feed) = feed.take() {
@@ -1535,6 +1540,30 @@ fn while_unfenced(action: Action, fence: Arc<std::sync::atomic::AtomicBool>) -> 
             }),
         },
         other => other,
+    }
+}
+
+/// Makes a write or a plan time its run and report it as its command's
+/// time, wherever it runs (see `families::slowlog::write_ran`).
+fn timed_run(
+    action: Action,
+    server: Arc<Server>,
+    run: crate::families::slowlog::WriteRun,
+) -> Action {
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| {
+                let began = Instant::now();
+                let r = f(w);
+                crate::families::slowlog::write_ran(&server, run, began.elapsed());
+                r
+            }),
+        },
+        other => after_run(
+            other,
+            Box::new(move |took| crate::families::slowlog::write_ran(&server, run, took)),
+        ),
     }
 }
 
