@@ -404,12 +404,29 @@ impl Server {
     }
 
     /// Counts a command call.
-    pub fn record_call(&self, spec: &'static crate::command::CommandSpec, usec: u64) {
+    /// `sampled`: whether the call's time is its latency sample (not for
+    /// a write, which samples its run: [`Server::add_run`]).
+    pub fn record_call(
+        &self,
+        spec: &'static crate::command::CommandSpec,
+        usec: u64,
+        sampled: bool,
+    ) {
         let stat = self.command_stat(spec);
         stat.counts.add_to(0, 1);
         stat.counts.add_to(1, usec.saturating_mul(1000));
-        if self.latency.tracking() {
+        if sampled && self.latency.tracking() {
             stat.latency.record(usec);
+        }
+    }
+
+    /// A write's run, timed where it ran (see `families::slowlog`): its
+    /// command's time, and its latency sample.
+    pub fn add_run(&self, spec: &'static crate::command::CommandSpec, took: std::time::Duration) {
+        self.add_time(spec, took);
+        if self.latency.tracking() {
+            let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+            self.command_stat(spec).latency.record_ns(nanos);
         }
     }
 

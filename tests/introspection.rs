@@ -314,9 +314,9 @@ fn a_slow_transaction_is_its_exec_time() {
 
 // Pins: a write is timed where it runs, in its shard's batch or as a plan
 // across shards, after its command was dispatched: a SUNIONSTORE of two
-// large sets is logged with its arguments and counted in INFO
-// commandstats, on one shard and across two, as Redis logs a slow
-// command. (It had been timed only as it was queued, a few µs, and so was
+// large sets is logged with its arguments, counted in INFO commandstats
+// and sampled in its latency histogram, on one shard and across two, as
+// Redis times a slow command. (It had been timed only as it was queued, a few µs, and so was
 // neither logged nor counted.)
 #[test]
 fn a_slow_write_is_logged_and_counted_where_it_runs() {
@@ -345,6 +345,10 @@ fn a_slow_write_is_logged_and_counted_where_it_runs() {
     }
     assert_eq!(int(&mut c, &["SLOWLOG", "LEN"]), 2);
     assert!(command_usec(&mut c, "sunionstore") >= 2000);
+    // Its latency sample is the run too, taken once a call.
+    let h = histogram(&mut c, &["sunionstore"]);
+    assert_eq!((h[0].0.as_str(), h[0].1), ("sunionstore", 2));
+    assert!(h[0].2[0].0 >= 1000, "{h:?}");
 }
 
 /// The events LATENCY LATEST lists, with their latest and maximum latency.

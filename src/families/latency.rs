@@ -260,7 +260,12 @@ pub struct Histogram {
 impl Histogram {
     /// Records one call of `usec` microseconds.
     pub fn record(&self, usec: u64) {
-        let ns = usec.saturating_mul(1000).clamp(1, MAX_NS);
+        self.record_ns(usec.saturating_mul(1000));
+    }
+
+    /// Records one call of `ns` nanoseconds.
+    pub fn record_ns(&self, ns: u64) {
+        let ns = ns.clamp(1, MAX_NS);
         let counts = self.counts[crate::util::stripe::stripe()]
             .get_or_init(|| (0..COUNTS).map(|_| AtomicU64::new(0)).collect());
         counts[index_of(ns)].fetch_add(1, Relaxed);

@@ -431,7 +431,7 @@ fn script_action(
 /// EVALSHA's time): its time is the script's.
 fn ran(server: &Server, counted: Option<&'static CommandSpec>) {
     if let Some(spec) = counted {
-        server.record_call(spec, 0);
+        server.record_call(spec, 0, true);
     }
 }
 

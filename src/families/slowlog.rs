@@ -220,9 +220,16 @@ pub fn keep(session: &Session, checked: &'static CommandSpec, args: &Args) -> Ke
 /// After a command ran for `usec` µs: counts the call, keeps a latency
 /// sample if it reached the monitor's threshold, and logs it if it
 /// reached the slow log's.
-pub fn after_call(session: &Session, checked: &'static CommandSpec, usec: u64, kept: Kept) {
+/// `sampled`: whether `usec` is the command's latency sample (not for a
+/// write, whose run samples itself: [`write_ran`]).
+pub fn after_call(
+    session: &Session,
+    checked: &'static CommandSpec,
+    (usec, sampled): (u64, bool),
+    kept: Kept,
+) {
     let server = &session.server;
-    server.record_call(checked, usec);
+    server.record_call(checked, usec, sampled);
     let ms = usec / 1000;
     let latency = &server.latency;
     if ms >= latency_threshold(latency) {
@@ -287,7 +294,9 @@ pub fn write_run(session: &Session, checked: &'static CommandSpec, kept: &mut Ke
 /// slow log). A connection whose task ran it leaves it out of the
 /// command it is timing ([`timed_itself`]).
 pub fn write_ran(server: &crate::server::Server, run: WriteRun, took: std::time::Duration) {
-    let usec = run_counted(server, run.spec, took);
+    timed_itself(took);
+    server.add_run(run.spec, took);
+    let usec = took.as_micros() as u64;
     let ms = usec / 1000;
     let latency = &server.latency;
     if ms >= latency_threshold(latency) {

@@ -168,7 +168,7 @@ pub fn exec(s: &mut Session, _a: Args) -> Action {
 /// counts commands run by EXEC.
 fn account(server: &Server, specs: &[&'static CommandSpec], replies: &[Reply]) {
     for (spec, r) in specs.iter().zip(replies) {
-        server.record_call(spec, 0);
+        server.record_call(spec, 0, true);
         if let Reply::Error(text) = r {
             server.record_error(text, Some(spec));
         }

@@ -1158,6 +1158,7 @@ async fn execute(
             }),
         );
     }
+    let mut sampled = true;
     if crate::families::slowlog::logged_by_its_run(checked, &action) {
         kept = crate::families::slowlog::Kept::Nothing;
     } else if checked.name != "exec" && matches!(action, Action::Write { .. } | Action::Plan { .. })
@@ -1165,6 +1166,7 @@ async fn execute(
         // Only queued here: the write reports its run where it happens.
         let run = crate::families::slowlog::write_run(session, checked, &mut kept);
         action = timed_run(action, server.clone(), run);
+        sampled = false;
     }
     if matches!(action, Action::Block(_)) {
         if let Some(feed) = feed.take() {
@@ -1385,7 +1387,7 @@ async fn execute(
         .duration_since(started)
         .saturating_sub(waited + (outbox.others - others_before) + runs)
         .as_micros() as u64;
-    crate::families::slowlog::after_call(session, checked, usec, kept);
+    crate::families::slowlog::after_call(session, checked, (usec, sampled), kept);
     show_transaction(session);
     close
 }
