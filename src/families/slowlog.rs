@@ -357,6 +357,56 @@ tokio::task_local! {
     static RUN_TIME: std::cell::Cell<std::time::Duration>;
 }
 
+thread_local! {
+    /// While a shard runs writes back to back (a batch, a round's steps on
+    /// one shard): when the last of them ended, which is when the next
+    /// one starts, so a write's run reads the clock once, not twice.
+    static RUNS_MARK: std::cell::Cell<Option<std::time::Instant>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// A shard is about to run writes back to back on this thread (see
+/// [`run_began`]); [`runs_end`] when it is done.
+pub fn runs_begin() {
+    RUNS_MARK.set(Some(std::time::Instant::now()));
+}
+
+/// The writes [`runs_begin`] announced have run.
+pub fn runs_end() {
+    RUNS_MARK.set(None);
+}
+
+/// Runs one of the items [`runs_begin`] announced: one that does not time
+/// itself as a write (a script, which times itself, or an expiry's
+/// deletion) moves the mark past its own time, so that the write after
+/// it does not count it.
+pub fn run_item<T>(item: impl FnOnce() -> T) -> T {
+    let before = RUNS_MARK.get();
+    let out = item();
+    if before.is_some() && RUNS_MARK.get() == before {
+        RUNS_MARK.set(Some(std::time::Instant::now()));
+    }
+    out
+}
+
+/// When a write's run begins: where the one before it in the same run of
+/// writes ended, else now. Hand it to [`run_took`] once the write ran.
+pub fn run_began() -> (std::time::Instant, bool) {
+    match RUNS_MARK.take() {
+        Some(at) => (at, true),
+        None => (std::time::Instant::now(), false),
+    }
+}
+
+/// How long a write that began at `began` ([`run_began`]) took.
+pub fn run_took((at, chained): (std::time::Instant, bool)) -> std::time::Duration {
+    let now = std::time::Instant::now();
+    if chained {
+        RUNS_MARK.set(Some(now));
+    }
+    now.duration_since(at)
+}
+
 /// Runs a connection's task, `serve`, keeping its [`run_time_here`].
 pub async fn counting_runs<F: std::future::Future>(serve: F) -> F::Output {
     RUN_TIME
@@ -654,5 +704,31 @@ mod tests {
                 "10"
             ])
         );
+    }
+
+    /// Writes run back to back read the clock once each: a write's run
+    /// starts where the one before it ended, and an item that does not time
+    /// itself as a write (a script, an expiry) is not counted by the write
+    /// after it. Outside such a run a write reads the clock itself.
+    #[test]
+    fn writes_run_back_to_back_share_clock_reads() {
+        use std::time::Duration;
+        let write = |work: Duration| {
+            let began = run_began();
+            std::thread::sleep(work);
+            (began.1, run_took(began))
+        };
+        runs_begin();
+        run_item(|| std::thread::sleep(Duration::from_millis(30)));
+        let (chained, took) = run_item(|| write(Duration::ZERO));
+        assert!(chained);
+        assert!(took < Duration::from_millis(30), "{took:?}");
+        let (chained, took) = run_item(|| write(Duration::from_millis(10)));
+        assert!(chained);
+        assert!(took >= Duration::from_millis(10), "{took:?}");
+        runs_end();
+        let (chained, took) = write(Duration::from_millis(5));
+        assert!(!chained);
+        assert!(took >= Duration::from_millis(5), "{took:?}");
     }
 }

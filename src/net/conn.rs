@@ -1145,18 +1145,15 @@ async fn execute(
         let log = crate::families::slowlog::exec_when_run(session, &mut kept);
         let feed = feed.take();
         let server = server.clone();
-        action = after_run(
-            action,
-            Box::new(move |took| {
-                let usec = crate::families::slowlog::run_counted(&server, checked, took);
-                if let Some(log) = log {
-                    log(usec);
-                }
-                if let Some(feed) = feed {
-                    feed();
-                }
-            }),
-        );
+        action = after_run(action, move |took| {
+            let usec = crate::families::slowlog::run_counted(&server, checked, took);
+            if let Some(log) = log {
+                log(usec);
+            }
+            if let Some(feed) = feed {
+                feed();
+            }
+        });
     }
     let mut sampled = true;
     if crate::families::slowlog::logged_by_its_run(checked, &action) {
@@ -1552,33 +1549,21 @@ fn timed_run(
     server: Arc<Server>,
     run: crate::families::slowlog::WriteRun,
 ) -> Action {
-    match action {
-        Action::Write { shard, f } => Action::Write {
-            shard,
-            f: Box::new(move |w| {
-                let began = Instant::now();
-                let r = f(w);
-                crate::families::slowlog::write_ran(&server, run, began.elapsed());
-                r
-            }),
-        },
-        other => after_run(
-            other,
-            Box::new(move |took| crate::families::slowlog::write_ran(&server, run, took)),
-        ),
-    }
+    after_run(action, move |took| {
+        crate::families::slowlog::write_ran(&server, run, took)
+    })
 }
 
 /// Calls `then` with how long `action` took to run (its writes, its plan
 /// or its job), once it has, before its reply goes out.
-fn after_run(action: Action, then: Box<dyn FnOnce(Duration) + Send>) -> Action {
+fn after_run(action: Action, then: impl FnOnce(Duration) + Send + 'static) -> Action {
     match action {
         Action::Write { shard, f } => Action::Write {
             shard,
             f: Box::new(move |w| {
-                let began = Instant::now();
+                let began = crate::families::slowlog::run_began();
                 let r = f(w);
-                then(began.elapsed());
+                then(crate::families::slowlog::run_took(began));
                 r
             }),
         },

@@ -408,6 +408,7 @@ impl ShardCore {
         let mut ops = Vec::new();
         {
             let mut ctx = shared.transaction(&base, &mut self.state);
+            crate::families::slowlog::runs_begin();
             for (f, reply) in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
@@ -423,7 +424,10 @@ impl ShardCore {
                         Ok(r)
                     })
                 };
-                match std::panic::catch_unwind(AssertUnwindSafe(run)) {
+                let ran = crate::families::slowlog::run_item(|| {
+                    std::panic::catch_unwind(AssertUnwindSafe(run))
+                });
+                match ran {
                     Ok(Ok(r)) => out.push((r, reply)),
                     Ok(Err(e)) => {
                         failure = Some(e);
@@ -435,6 +439,7 @@ impl ShardCore {
                     }
                 }
             }
+            crate::families::slowlog::runs_end();
             signals = ctx.take_wakeups();
             if failure.is_none() {
                 match ctx.finish() {
@@ -862,11 +867,13 @@ pub(super) fn run_round_here(
         let spread = *wide.get_or_insert(queues.len() > 1 && steps >= spread_from) && ran;
         let failed = per_shard(spread, ctxs.iter_mut().zip(queues), |(ctx, queue)| {
             let mut failed = false;
+            crate::families::slowlog::runs_begin();
             for (f, place, tx) in queue {
-                let r = run_step(ctx, f, place);
+                let r = crate::families::slowlog::run_item(|| run_step(ctx, f, place));
                 failed |= r.is_err();
                 let _ = tx.send(r);
             }
+            crate::families::slowlog::runs_end();
             failed
         });
         step_failed |= failed.contains(&true);
