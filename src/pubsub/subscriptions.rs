@@ -150,6 +150,9 @@ impl Subscriptions {
             }
             out.push(confirm(kind, false, Some(name), count(&all, kind)));
         }
+        if !self.client.mailbox.subscribed() {
+            self.client.mailbox.fence_held();
+        }
         out
     }
 
@@ -165,6 +168,7 @@ impl Subscriptions {
             }
             publish_count(&self.client, &all, kind);
         }
+        self.client.mailbox.fence_held();
     }
 }
 
