@@ -405,7 +405,7 @@ impl Server {
 
     /// Counts a command call.
     /// `sampled`: whether the call's time is its latency sample (not for
-    /// a write, which samples its run: [`Server::add_run`]).
+    /// a write, which samples its run: [`Server::sample_run`]).
     pub fn record_call(
         &self,
         spec: &'static crate::command::CommandSpec,
@@ -420,21 +420,22 @@ impl Server {
         }
     }
 
-    /// A write's run, timed where it ran (see `families::slowlog`): its
-    /// command's time, and its latency sample.
-    pub fn add_run(&self, spec: &'static crate::command::CommandSpec, took: std::time::Duration) {
-        self.add_time(spec, took);
+    /// A write's run, timed where it ran (see `families::slowlog`), as
+    /// its command's latency sample.
+    pub fn sample_run(
+        &self,
+        spec: &'static crate::command::CommandSpec,
+        took: std::time::Duration,
+    ) {
         if self.latency.tracking() {
-            let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-            self.command_stat(spec).latency.record_ns(nanos);
+            self.command_stat(spec).latency.record_ns(nanos(took));
         }
     }
 
     /// Adds time to a command's counted calls: a write's, a script's or a
     /// transaction's run, timed where it ran (see `families::slowlog`).
     pub fn add_time(&self, spec: &'static crate::command::CommandSpec, took: std::time::Duration) {
-        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
-        self.command_stat(spec).counts.add_to(1, nanos);
+        self.command_stat(spec).counts.add_to(1, nanos(took));
     }
 
     /// Counts an error reply going to a client: total_error_replies, its
@@ -478,4 +479,9 @@ fn limits_of(rt: &Runtime) -> crate::rdb::object::Limits {
             max_entries: rt.size("stream-node-max-entries"),
         },
     }
+}
+
+/// A duration in whole nanoseconds (saturating: ~584 years).
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

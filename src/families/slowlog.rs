@@ -230,16 +230,7 @@ pub fn after_call(
 ) {
     let server = &session.server;
     server.record_call(checked, usec, sampled);
-    let ms = usec / 1000;
-    let latency = &server.latency;
-    if ms >= latency_threshold(latency) {
-        let event = if checked.has(flag::FAST) {
-            super::latency::FAST_COMMAND
-        } else {
-            super::latency::COMMAND
-        };
-        latency.observe(event, ms);
-    }
+    observe_command(server, checked, usec);
     let log = &server.slowlog;
     match kept {
         Kept::Nothing => {}
@@ -294,19 +285,9 @@ pub fn write_run(session: &Session, checked: &'static CommandSpec, kept: &mut Ke
 /// slow log). A connection whose task ran it leaves it out of the
 /// command it is timing ([`timed_itself`]).
 pub fn write_ran(server: &crate::server::Server, run: WriteRun, took: std::time::Duration) {
-    timed_itself(took);
-    server.add_run(run.spec, took);
-    let usec = took.as_micros() as u64;
-    let ms = usec / 1000;
-    let latency = &server.latency;
-    if ms >= latency_threshold(latency) {
-        let event = if run.spec.has(flag::FAST) {
-            super::latency::FAST_COMMAND
-        } else {
-            super::latency::COMMAND
-        };
-        latency.observe(event, ms);
-    }
+    let usec = run_counted(server, run.spec, took);
+    server.sample_run(run.spec, took);
+    observe_command(server, run.spec, usec);
     let log = &server.slowlog;
     let Some(client) = run.client.filter(|_| log.wants(usec)) else {
         return;
@@ -319,8 +300,35 @@ pub fn write_ran(server: &crate::server::Server, run: WriteRun, took: std::time:
         Kept::Frame(frame) => std::borrow::Cow::Owned(crate::protocol::request::split_frame(frame)),
         Kept::Nothing | Kept::Exec(_) => return,
     };
+    push_for(log, usec, &argv, run.spec, &client);
+}
+
+/// A latency sample of command `spec`, which took `usec` µs, if it
+/// reached the monitor's threshold (a fast command's event is its own).
+fn observe_command(server: &crate::server::Server, spec: &CommandSpec, usec: u64) {
+    let ms = usec / 1000;
+    let latency = &server.latency;
+    if ms >= latency_threshold(latency) {
+        let event = if spec.has(flag::FAST) {
+            super::latency::FAST_COMMAND
+        } else {
+            super::latency::COMMAND
+        };
+        latency.observe(event, ms);
+    }
+}
+
+/// Logs command `spec` (`argv`) of `client`, which ran where the client's
+/// own session is not at hand (a write's batch, a script's run).
+fn push_for(
+    log: &SlowLog,
+    usec: u64,
+    argv: &[Bytes],
+    spec: &'static CommandSpec,
+    client: &ClientEntry,
+) {
     let name = client.info.lock().name.clone();
-    log.push_as(usec, &argv, run.spec, client.addr.clone(), name);
+    log.push_as(usec, argv, spec, client.addr.clone(), name);
 }
 
 /// EXEC's commands, logged once its transaction has run `usec` µs (which
@@ -476,8 +484,7 @@ pub fn script_ran(
     }
     let log = &server.slowlog;
     if log.wants(usec) && !spec.has(flag::SKIP_SLOWLOG) {
-        let name = client.info.lock().name.clone();
-        log.push_as(usec, argv, spec, client.addr.clone(), name);
+        push_for(log, usec, argv, spec, client);
     }
 }
 

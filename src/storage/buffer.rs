@@ -735,27 +735,20 @@ impl Buffer {
             // index, built for the pass and freed with the buffer, was
             // a third of the writer's sorting under LPUSH, besides its
             // allocations. A scan of this buffer meanwhile builds its own.
-            if !in_key_order {
-                let positions = 0..t.rows[i].len() as u32;
-                f(
-                    table,
-                    &mut ranges.chain(ordered(table, &t.rows[i], positions)),
-                )?;
+            let (sorted, order);
+            let positions: Box<dyn Iterator<Item = u32> + '_> = if !in_key_order {
+                Box::new(0..t.rows[i].len() as u32)
             } else if t.order[i].read().is_empty() {
-                let sorted = sorted_from(&t.rows[i], 0);
-                let positions = sorted.iter().map(|(_, at)| *at);
-                f(
-                    table,
-                    &mut ranges.chain(ordered(table, &t.rows[i], positions)),
-                )?;
+                sorted = sorted_from(&t.rows[i], 0);
+                Box::new(sorted.iter().map(|(_, at)| *at))
             } else {
-                let order = t.order(i);
-                let positions = order.values().copied();
-                f(
-                    table,
-                    &mut ranges.chain(ordered(table, &t.rows[i], positions)),
-                )?;
-            }
+                order = t.order(i);
+                Box::new(order.values().copied())
+            };
+            f(
+                table,
+                &mut ranges.chain(ordered(table, &t.rows[i], positions)),
+            )?;
         }
         Ok(())
     }
