@@ -381,7 +381,51 @@ struct Tables {
 /// entries; it indexes the map's first `len()` entries (see [`Tables`]).
 type Order = BTreeMap<RowKey, u32>;
 
+/// Row writes a buffer took and how many of them added a row, with the
+/// two counts as they stood at a mark. Only the shard's committing
+/// thread changes them (under the log's lock), so relaxed atomics do.
+#[derive(Debug, Default)]
+struct Growth {
+    writes: AtomicU64,
+    added: AtomicU64,
+    mark: std::sync::OnceLock<(u64, u64)>,
+}
+
+/// Row writes since the mark below which [`Growth::mostly_rewrites`]
+/// says no: too few to tell a load apart.
+const GROWTH_SAMPLE: u64 = 1024;
+
+impl Growth {
+    fn took(&self, writes: usize, added: usize) {
+        self.writes.fetch_add(writes as u64, Ordering::Relaxed);
+        self.added.fetch_add(added as u64, Ordering::Relaxed);
+    }
+
+    fn mark(&self) {
+        self.mark.get_or_init(|| {
+            (
+                self.writes.load(Ordering::Relaxed),
+                self.added.load(Ordering::Relaxed),
+            )
+        });
+    }
+
+    fn mostly_rewrites(&self) -> bool {
+        let Some(&(writes, added)) = self.mark.get() else {
+            return false;
+        };
+        let writes = self.writes.load(Ordering::Relaxed) - writes;
+        let added = self.added.load(Ordering::Relaxed) - added;
+        writes >= GROWTH_SAMPLE && added * 2 < writes
+    }
+}
+
 impl Tables {
+    /// Rows held, over every table.
+    fn row_count(&self) -> usize {
+        self.rows.iter().map(|r| r.len()).sum()
+    }
+
     /// Table `i`'s ordered index, holding every row of its map. Under the
     /// tables' read lock the map cannot change; the rows it took since the
     /// last ordered read are indexed here first, by whichever reader (or
@@ -444,6 +488,7 @@ type Rows = indexmap::IndexMap<RowKey, Versions, foldhash::fast::RandomState>;
 pub struct Buffer {
     tables: parking_lot::RwLock<Tables>,
     bytes: AtomicUsize,
+    growth: Growth,
     /// The sequence number of the last commit applied.
     last_seq: AtomicU64,
     /// The generation of the shard log holding the commits this buffer
@@ -457,6 +502,7 @@ impl Buffer {
         Buffer {
             tables: Default::default(),
             bytes: AtomicUsize::new(0),
+            growth: Growth::default(),
             last_seq: AtomicU64::new(0),
             gen,
         }
@@ -496,6 +542,7 @@ impl Buffer {
             t.ranges[i].clear();
         }
         self.bytes = AtomicUsize::new(0);
+        self.growth = Growth::default();
         self
     }
 
@@ -518,12 +565,30 @@ impl Buffer {
         self.bytes.load(Ordering::Relaxed)
     }
 
+    /// Starts counting, from now on, how many of the buffer's row writes
+    /// add a row rather than rewrite one it holds (once; later calls keep
+    /// the first mark). See [`Buffer::mostly_rewrites`].
+    pub fn mark_growth(&self) {
+        self.growth.mark();
+    }
+
+    /// Whether fewer than half of the row writes since
+    /// [`Buffer::mark_growth`] added a row: the commits keep rewriting
+    /// rows the buffer holds (counters, a hot set of keys), so it grows
+    /// slowly, and what the writer would put into the tables per write
+    /// shrinks the longer it stays active.
+    pub fn mostly_rewrites(&self) -> bool {
+        self.growth.mostly_rewrites()
+    }
+
     /// Applies the changes of commit `seq`, in order. Versions that no
     /// reader at `keep` or later can see are dropped on the way.
     pub fn apply(&self, seq: u64, ops: Vec<RowOp>, keep: u64) {
         self.last_seq.fetch_max(seq, Ordering::AcqRel);
         let mut t = self.tables.write();
         let mut delta: isize = 0;
+        let held = t.row_count();
+        let writes = ops.len();
         for op in ops {
             match op {
                 RowOp::Put(table, k, v) => {
@@ -540,6 +605,7 @@ impl Buffer {
                 }
             }
         }
+        self.growth.took(writes, t.row_count() - held);
         drop(t);
         if delta >= 0 {
             self.bytes.fetch_add(delta as usize, Ordering::Relaxed);
