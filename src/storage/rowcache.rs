@@ -298,15 +298,18 @@ impl RowCache {
     }
 
     /// Loads the slot of `key` of `table` into the cache without reading
-    /// the row out (see `buffer::warm_layers`).
-    pub fn warm(&self, table: Table, key: &[u8]) {
+    /// the row out (see `buffer::warm_layers`); whether it holds the row,
+    /// for any epoch.
+    pub fn warm(&self, table: Table, key: &[u8]) -> bool {
         let Some(t) = cached(table) else {
-            return;
+            return false;
         };
         let stripe = self.stripe(key).0.lock();
         if let Some(c) = stripe.rows[t].get(key) {
             std::hint::black_box(c.mark);
+            return true;
         }
+        false
     }
 
     /// Remembers the row `key` a reader of `epoch` found in the tables,

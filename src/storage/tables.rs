@@ -270,6 +270,9 @@ pub struct ReadCtx {
     /// The shard's cache of rows, and the epoch this view's
     /// snapshot belongs to (see `rowcache`).
     rows: Option<(Arc<super::rowcache::RowCache>, u64)>,
+    /// Whether a row no buffer holds is looked for in the row cache
+    /// before the key filter is asked (see [`ReadCtx::stored`]).
+    cache_first: bool,
     /// The rows [`ReadCtx::cache_ahead`] read last.
     ahead: parking_lot::Mutex<Option<ReadAhead>>,
     /// Keeps the versions this view reads, and the store open: whoever
@@ -326,6 +329,7 @@ impl ReadCtx {
             filter: None,
             values: Default::default(),
             rows: None,
+            cache_first: false,
             ahead: Default::default(),
             _pin: pin,
         }
@@ -355,6 +359,13 @@ impl ReadCtx {
     /// snapshot: see `Store::view`).
     pub(crate) fn with_rows(mut self, rows: Arc<super::rowcache::RowCache>, epoch: u64) -> ReadCtx {
         self.rows = Some((rows, epoch));
+        self
+    }
+
+    /// This view asking the row cache before the key filter: for readers,
+    /// whose rows are mostly there (see [`ReadCtx::stored`]).
+    pub(crate) fn cache_first(mut self, yes: bool) -> ReadCtx {
+        self.cache_first = yes;
         self
     }
 
@@ -424,6 +435,16 @@ impl ReadCtx {
 
     /// A row as its layer holds it: a pointer row is not resolved (see
     /// `vlog`), for callers that only ask whether it is there.
+    ///
+    /// Past the buffers, the key filter and the row cache are each a
+    /// cache miss or two; which goes first is a bet on the row. A reader's
+    /// rows are mostly there (clients read what they wrote), and one the
+    /// cache holds then needs no filter probe: GET -c 50 -P 16 over
+    /// 100,000 keys spent 7.6% of its samples on the filter, nearly all
+    /// for rows the cache then gave. A write's lookups are often of a row
+    /// about to be made (a new member, field or key), which the filter
+    /// answers alone: SADD of new members took ~9% more CPU a request
+    /// with the cache asked first.
     fn stored(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         for b in &self.layers {
             if let Some(e) = b.get(table, key, self.seq) {
@@ -433,6 +454,15 @@ impl ReadCtx {
         if let Some(row) = self.read_ahead(table, key) {
             return Ok(row);
         }
+        let cached = || match &self.rows {
+            Some((rows, epoch)) => rows.get(*epoch, table, key),
+            None => None,
+        };
+        if self.cache_first {
+            if let Some(row) = cached() {
+                return Ok(Some(row));
+            }
+        }
         if self
             .filter
             .as_ref()
@@ -440,8 +470,8 @@ impl ReadCtx {
         {
             return Ok(None);
         }
-        if let Some((rows, epoch)) = &self.rows {
-            if let Some(row) = rows.get(*epoch, table, key) {
+        if !self.cache_first {
+            if let Some(row) = cached() {
                 return Ok(Some(row));
             }
         }
