@@ -72,9 +72,10 @@ impl Limits {
     /// writer about half as much a row (ZADD -c 50 -P 16, 1.5M of them:
     /// 54-56k -> 76-80k a second).
     ///
-    /// A buffer whose commits `mostly_rewrite` rows it holds (asked only
-    /// from a quarter on) also goes on to half: each write it keeps
-    /// active longer is one row less for the writer. Frozen at a quarter,
+    /// A buffer whose commits mostly rewrite rows it holds
+    /// (`mostly_rewrites`, asked only from a quarter on) also goes on to
+    /// half: each write it keeps active longer is one row less for the
+    /// writer. Frozen at a quarter,
     /// INCR over 100,000 counters (about 10 MB of rows a shard) had the
     /// writer put back half a row per increment. Buffers of new rows
     /// still go at a quarter: grown to half, the two shards' active
@@ -416,9 +417,9 @@ impl Store {
             let view = self.core.view.lock();
             (view.clone(), self.core.filter.lock().clone())
         };
-        // A key no buffer holds is read from the row cache, and then, if
-        // the cache lacks it, after the key filter (a reader's order: see
-        // `ReadCtx::stored`): both are misses of their own into large
+        // A key no buffer holds is looked for in the row cache and, where
+        // the cache lacks it, asked of the key filter (a reader's order:
+        // see `ReadCtx::stored`); both are misses of their own into large
         // tables (a fifth of GET's time at pipeline 16 when the rows were
         // written out).
         let mut left = super::buffer::warm_layers(&layers, table, keys);
