@@ -816,3 +816,153 @@ fn collection_scan_keeps_its_guarantee_under_writes() {
     assert_ne!(next, "0");
     assert_eq!(page.len(), 10);
 }
+
+/// `picks` answers of a one-member random pick (`args`), as counts per
+/// member.
+fn pick_counts(c: &mut Connection, args: &[&str], picks: usize) -> HashMap<String, usize> {
+    let mut pipe = redis::pipe();
+    for _ in 0..picks {
+        pipe.add_command(cmd(args));
+    }
+    let got: Vec<String> = pipe.query(c).unwrap();
+    let mut counts = HashMap::new();
+    for m in got {
+        *counts.entry(m).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// Pearson's chi-square of `counts` over `buckets` equally likely buckets
+/// (`bucket` names a member's); with 9 degrees of freedom, 40 is passed
+/// by chance about once in 100,000 draws, Redis's own test's bound.
+fn chi_square(
+    counts: &HashMap<String, usize>,
+    buckets: usize,
+    bucket: impl Fn(&str) -> usize,
+) -> f64 {
+    let mut per = vec![0usize; buckets];
+    for (m, n) in counts {
+        per[bucket(m)] += n;
+    }
+    let total: usize = per.iter().sum();
+    let expected = total as f64 / buckets as f64;
+    per.iter()
+        .map(|&o| (o as f64 - expected).powi(2) / expected)
+        .sum()
+}
+
+/// Random picks from collections too big to read whole spread over their
+/// members, also where every member shares a long prefix (a pick that
+/// seeks a random key took the first member nearly every time), and a
+/// count gives that many distinct members (it gave one).
+#[test]
+fn random_picks_from_big_collections_are_spread_and_counted() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let names: Vec<String> = (0..1000).map(|i| format!("m{i:04}")).collect();
+    let mut sadd = redis::cmd("SADD");
+    sadd.arg("s");
+    let mut hset = redis::cmd("HSET");
+    hset.arg("h");
+    let mut zadd = redis::cmd("ZADD");
+    zadd.arg("z");
+    for (i, m) in names.iter().enumerate() {
+        sadd.arg(m);
+        hset.arg(m).arg(i);
+        zadd.arg(i).arg(m);
+    }
+    let _: () = sadd.query(&mut c).unwrap();
+    let _: () = hset.query(&mut c).unwrap();
+    let _: () = zadd.query(&mut c).unwrap();
+    // Variable lengths ("v1" .. "v1000") and random hex.
+    let mut vadd = redis::cmd("SADD");
+    vadd.arg("v");
+    for i in 1..=1000 {
+        vadd.arg(format!("v{i}"));
+    }
+    let _: () = vadd.query(&mut c).unwrap();
+    let mut xadd = redis::cmd("SADD");
+    xadd.arg("x");
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..1000 {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        xadd.arg(format!("{:08x}", seed as u32));
+    }
+    let _: () = xadd.query(&mut c).unwrap();
+    let xsize = int(&mut c, &["SCARD", "x"]);
+
+    for (args, size) in [
+        (&["SRANDMEMBER", "s"][..], 1000),
+        (&["HRANDFIELD", "h"][..], 1000),
+        (&["ZRANDMEMBER", "z"][..], 1000),
+    ] {
+        let counts = pick_counts(&mut c, args, 3000);
+        // Uniform picks leave ~950 of 1000 seen; the first drew 1.
+        assert!(counts.len() >= 850, "{args:?}: {} distinct", counts.len());
+        assert!(counts.len() <= size);
+        // The hundreds digit: ten buckets of 100 members.
+        let chi = chi_square(&counts, 10, |m| (m.as_bytes()[2] - b'0') as usize);
+        assert!(chi < 40.0, "{args:?}: chi-square {chi}");
+        let chi = chi_square(&counts, 10, |m| (m.as_bytes()[4] - b'0') as usize);
+        assert!(chi < 40.0, "{args:?}: chi-square of the last digit {chi}");
+    }
+    let counts = pick_counts(&mut c, &["SRANDMEMBER", "v"], 3000);
+    assert!(counts.len() >= 800, "v: {} distinct", counts.len());
+    let counts = pick_counts(&mut c, &["SRANDMEMBER", "x"], 3000);
+    assert!(
+        counts.len() as i64 >= xsize * 7 / 10,
+        "x: {} distinct",
+        counts.len()
+    );
+
+    // Counts: distinct members, exactly as many as asked.
+    for key in ["s", "v", "x"] {
+        let got: Vec<String> = cmd(&["SRANDMEMBER", key, "10"]).query(&mut c).unwrap();
+        assert_eq!(
+            got.iter().collect::<BTreeSet<_>>().len(),
+            10,
+            "{key}: {got:?}"
+        );
+        let got: Vec<String> = cmd(&["SRANDMEMBER", key, "-25"]).query(&mut c).unwrap();
+        assert_eq!(got.len(), 25);
+        let got: Vec<String> = cmd(&["SRANDMEMBER", key, "200"]).query(&mut c).unwrap();
+        assert_eq!(got.iter().collect::<BTreeSet<_>>().len(), 200, "{key}");
+    }
+    let got: Vec<String> = cmd(&["HRANDFIELD", "h", "7"]).query(&mut c).unwrap();
+    assert_eq!(got.iter().collect::<BTreeSet<_>>().len(), 7);
+    let got: Vec<String> = cmd(&["HRANDFIELD", "h", "7", "WITHVALUES"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got.len(), 14);
+    for pair in got.chunks(2) {
+        assert_eq!(
+            pair[0],
+            format!("m{:04}", pair[1].parse::<usize>().unwrap())
+        );
+    }
+    let got: Vec<String> = cmd(&["ZRANDMEMBER", "z", "-9", "WITHSCORES"])
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(got.len(), 18);
+    for pair in got.chunks(2) {
+        assert_eq!(
+            pair[0],
+            format!("m{:04}", pair[1].parse::<usize>().unwrap())
+        );
+    }
+
+    // SPOP takes as many distinct members as asked, and spreads too.
+    let popped: Vec<String> = cmd(&["SPOP", "s", "7"]).query(&mut c).unwrap();
+    assert_eq!(popped.iter().collect::<BTreeSet<_>>().len(), 7);
+    assert_eq!(int(&mut c, &["SCARD", "s"]), 993);
+    for m in &popped {
+        assert_eq!(int(&mut c, &["SISMEMBER", "s", m]), 0);
+    }
+    let counts = pick_counts(&mut c, &["SPOP", "s"], 300);
+    assert_eq!(counts.len(), 300);
+    let hundreds: BTreeSet<u8> = counts.keys().map(|m| m.as_bytes()[2]).collect();
+    assert_eq!(hundreds.len(), 10, "300 pops all from {hundreds:?}");
+    assert_eq!(int(&mut c, &["SCARD", "s"]), 693);
+}

@@ -11,7 +11,6 @@ use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
-use crate::storage::merge::Order;
 use crate::storage::tables::MetaMemo;
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
 
@@ -247,6 +246,13 @@ pub fn scan_members(
     })
 }
 
+mod pick;
+
+/// A count of random members over which [`View::random`] reads the whole
+/// collection rather than drawing them one by one: a draw costs about a
+/// dozen seeks, each worth a few rows of a scan.
+const READ_WHOLE: u64 = 32;
+
 /// A member and its stored value.
 pub type MemberValue = (Vec<u8>, Vec<u8>);
 
@@ -285,57 +291,67 @@ impl View {
         r.get(Table::Sub, &encoding::sub_key(&self.prefix, member))
     }
 
-    /// Up to `count` distinct random members (with values). Small requests
-    /// on big collections seek to random positions (O(log n) each, so the
-    /// pick is random but not exactly uniform: a member after a wide gap in
-    /// key space is likelier); otherwise everything is read and sampled.
+    /// Up to `count` distinct random members (with values), in random
+    /// order. A few from a big collection are drawn one by one (see
+    /// `pick`: a few seeks each); more than a [`READ_WHOLE`]th of it is
+    /// drawn in one pass over its members that keeps each with the chance
+    /// of the draws still owed over the members still ahead (selection
+    /// sampling), so exactly `count` come out, uniformly, holding no more
+    /// than them.
     pub fn random(&self, r: &dyn KvRead, count: usize) -> Result<Vec<MemberValue>, StoreError> {
         use rand::seq::SliceRandom;
         use rand::Rng;
         let mut rng = rand::thread_rng();
-        if count == 0 || self.size == 0 {
+        let count = (count as u64).min(self.size) as usize;
+        if count == 0 {
             return Ok(Vec::new());
         }
-        if (count as u64).saturating_mul(4) >= self.size || self.size < 64 {
-            let mut all = Vec::with_capacity(self.size as usize);
-            self.scan(r, &mut |m, v| {
-                all.push((m.to_vec(), v.to_vec()));
-                true
-            })?;
-            all.shuffle(&mut rng);
-            all.truncate(count);
-            return Ok(all);
-        }
-        let end = encoding::prefix_successor(&self.prefix);
         let n = self.prefix.len();
         let mut picked: Vec<MemberValue> = Vec::with_capacity(count);
-        let mut tries = 0;
-        while picked.len() < count && tries < count * 8 {
-            tries += 1;
-            let mut start = self.prefix.clone();
-            start.extend((0..8).map(|_| rng.gen::<u8>()));
-            let mut hit = None;
-            for (from, to) in [
-                (&start[..], end.as_deref()),
-                (&self.prefix[..], Some(&start[..])),
-            ] {
-                let one = Order {
-                    reverse: false,
-                    first: 1,
-                    window: false,
-                };
-                r.scan_few(Table::Sub, (from, to), one, &mut |k, v| {
-                    hit = Some((k[n..].to_vec(), v.to_vec()));
-                    false
-                })?;
-                if hit.is_some() {
-                    break;
+        if (count as u64).saturating_mul(READ_WHOLE) >= self.size {
+            let mut ahead = self.size;
+            self.scan(r, &mut |m, v| {
+                if rng.gen_range(0..ahead.max(1)) < (count - picked.len()) as u64 {
+                    picked.push((m.to_vec(), v.to_vec()));
                 }
+                ahead = ahead.saturating_sub(1);
+                picked.len() < count
+            })?;
+            picked.shuffle(&mut rng);
+            return Ok(picked);
+        }
+        let mut seen = std::collections::HashSet::with_capacity(count);
+        // Repeats are rare this far under the size; the bound only keeps
+        // a lopsided collection's draws from going on for long.
+        for _ in 0..count * 4 + 16 {
+            if picked.len() == count {
+                return Ok(picked);
             }
-            if let Some(h) = hit {
-                if !picked.iter().any(|(m, _)| *m == h.0) {
-                    picked.push(h);
+            let Some((k, v)) = pick::one(r, &self.prefix, &mut rng)? else {
+                break;
+            };
+            if seen.insert(k[n..].to_vec()) {
+                picked.push((k[n..].to_vec(), v));
+            }
+        }
+        // Short after those draws: the members that follow the last one
+        // drawn (wrapping to the first) make up the rest.
+        let from = picked.last().map_or(self.prefix.clone(), |(m, _)| {
+            encoding::sub_key(&self.prefix, m)
+        });
+        let end = encoding::prefix_successor(&self.prefix);
+        for (start, stop) in [
+            (&from[..], end.as_deref()),
+            (&self.prefix[..], Some(&from[..])),
+        ] {
+            r.scan(Table::Sub, start, stop, false, &mut |k, v| {
+                if seen.insert(k[n..].to_vec()) {
+                    picked.push((k[n..].to_vec(), v.to_vec()));
                 }
+                picked.len() < count
+            })?;
+            if picked.len() == count {
+                break;
             }
         }
         Ok(picked)
@@ -343,8 +359,8 @@ impl View {
 
     /// The reply of SRANDMEMBER/HRANDFIELD/ZRANDMEMBER with a count: a
     /// positive count gives up to that many distinct members, a negative
-    /// one exactly |count| members with repeats (drawn from a random pool
-    /// of at most 1024 distinct members, so a huge count reads no more).
+    /// one exactly |count| members with repeats (drawn one by one, or from
+    /// all the members read once where |count| is a big share of them).
     /// `put` writes one member given its value and says how many elements
     /// of the reply's array it wrote. The reply is encoded as it is drawn:
     /// a negative count's reply follows the count, not the collection, and
@@ -365,13 +381,24 @@ impl View {
             }
             return Ok(out.into_array(len));
         }
-        let pool = self.random(r, count.unsigned_abs().min(self.size).min(1024) as usize)?;
-        if !pool.is_empty() {
-            let mut rng = rand::thread_rng();
-            for _ in 0..count.unsigned_abs() {
-                let (m, v) = &pool[rng.gen_range(0..pool.len())];
-                len += put(&mut out, m, v);
+        let mut rng = rand::thread_rng();
+        let want = count.unsigned_abs();
+        if want.saturating_mul(READ_WHOLE) >= self.size {
+            // Draws with repeats from every member, read once.
+            let all = self.random(r, self.size as usize)?;
+            if !all.is_empty() {
+                for _ in 0..want {
+                    let (m, v) = &all[rng.gen_range(0..all.len())];
+                    len += put(&mut out, m, v);
+                }
             }
+            return Ok(out.into_array(len));
+        }
+        for _ in 0..want {
+            let Some((k, v)) = pick::one(r, &self.prefix, &mut rng)? else {
+                break;
+            };
+            len += put(&mut out, &k[self.prefix.len()..], &v);
         }
         Ok(out.into_array(len))
     }
