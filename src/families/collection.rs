@@ -321,13 +321,14 @@ impl View {
             return Ok(picked);
         }
         let mut seen = std::collections::HashSet::with_capacity(count);
+        let mut picker = pick::Picker::new(r, &self.prefix, self.size);
         // Repeats are rare this far under the size; the bound only keeps
         // a lopsided collection's draws from going on for long.
         for _ in 0..count * 4 + 16 {
             if picked.len() == count {
                 return Ok(picked);
             }
-            let Some((k, v)) = pick::one(r, &self.prefix, &mut rng)? else {
+            let Some((k, v)) = picker.one(&mut rng)? else {
                 break;
             };
             if seen.insert(k[n..].to_vec()) {
@@ -394,8 +395,9 @@ impl View {
             }
             return Ok(out.into_array(len));
         }
+        let mut picker = pick::Picker::new(r, &self.prefix, self.size);
         for _ in 0..want {
-            let Some((k, v)) = pick::one(r, &self.prefix, &mut rng)? else {
+            let Some((k, v)) = picker.one(&mut rng)? else {
                 break;
             };
             len += put(&mut out, &k[self.prefix.len()..], &v);

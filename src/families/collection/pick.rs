@@ -18,6 +18,19 @@
 //! pattern) come out close to uniformly; in a lopsided trie, a member of a
 //! sparse branch is likelier than one of a crowded branch. A pick costs
 //! about two seeks a level.
+//!
+//! Most big collections are denser than that needs: counters, ids and
+//! timestamps fill much of the space their bytes span. The first rows and
+//! the last one give their [`Shape`]: the bytes every member shares, the
+//! range of the bytes after them and the lengths of what follows. Where
+//! the members fill an eighth or more of the keys so shaped, a pick draws
+//! such a key, each equally likely, and looks it up: a member found is an
+//! exactly uniform pick among those the shape covers, for a point read or
+//! a few. One pick in [`WALKS`] walks instead, so that a member outside
+//! the shape (a byte or a length the first and last rows did not show)
+//! can come out too, and widens the shape when it does. A thread keeps
+//! the shapes of the collections it drew from lately, so a pop or a pick
+//! mostly costs its point reads alone.
 
 use rand::Rng;
 
@@ -77,30 +90,236 @@ fn any(mut rows: Vec<Row>, rng: &mut impl Rng) -> Option<Row> {
     Some(rows.swap_remove(i))
 }
 
-/// One random row of `Sub` among those starting with `prefix` (a
-/// collection's), as the module describes; `None` if there are none.
-pub(super) fn one(
+/// The shape of a collection's member keys, as its first rows and its last
+/// show it.
+#[derive(Clone)]
+struct Shape {
+    /// The key bytes every row shares (the collection's prefix and more).
+    shared: Vec<u8>,
+    /// The smallest and largest byte after the shared ones.
+    bytes: (u8, u8),
+    /// The fewest and most bytes after the shared ones.
+    lengths: (usize, usize),
+    /// How many keys are so shaped.
+    keys: f64,
+}
+
+impl Shape {
+    /// The shape of `head` (the first rows) and `tail` (the last).
+    fn of(head: &[Row], tail: &Row) -> Shape {
+        let n = common(&head[0].0, &tail.0);
+        let seen = || head.iter().chain([tail]).map(|(k, _)| &k[n..]);
+        let lo = seen().flat_map(|s| s.iter()).min().copied().unwrap_or(0);
+        let hi = seen().flat_map(|s| s.iter()).max().copied().unwrap_or(255);
+        let short = seen().map(<[u8]>::len).min().unwrap_or(0);
+        let long = seen().map(<[u8]>::len).max().unwrap_or(0);
+        let base = f64::from(hi - lo) + 1.0;
+        Shape {
+            shared: tail.0[..n].to_vec(),
+            bytes: (lo, hi),
+            lengths: (short, long),
+            keys: (short..=long).map(|l| base.powi(l as i32)).sum(),
+        }
+    }
+
+    /// This shape grown to cover `key` (a member a walk found).
+    fn widen(&mut self, key: &[u8]) {
+        let (mut lo, mut hi) = self.bytes;
+        let (mut short, mut long) = self.lengths;
+        let n = common(&self.shared, key);
+        if n < self.shared.len() {
+            // The bytes no longer shared begin every other member's rest.
+            let cut = self.shared.split_off(n);
+            lo = cut.iter().fold(lo, |m, &b| m.min(b));
+            hi = cut.iter().fold(hi, |m, &b| m.max(b));
+            short += cut.len();
+            long += cut.len();
+        }
+        let rest = &key[n..];
+        lo = rest.iter().fold(lo, |m, &b| m.min(b));
+        hi = rest.iter().fold(hi, |m, &b| m.max(b));
+        let base = f64::from(hi - lo) + 1.0;
+        self.bytes = (lo, hi);
+        self.lengths = (short.min(rest.len()), long.max(rest.len()));
+        self.keys = (self.lengths.0..=self.lengths.1)
+            .map(|l| base.powi(l as i32))
+            .sum();
+    }
+
+    /// Whether a key shaped so could be `key`.
+    fn covers(&self, key: &[u8]) -> bool {
+        let Some(rest) = key.strip_prefix(&self.shared[..]) else {
+            return false;
+        };
+        let (lo, hi) = self.bytes;
+        (self.lengths.0..=self.lengths.1).contains(&rest.len())
+            && rest.iter().all(|b| (lo..=hi).contains(b))
+    }
+
+    /// Whether `size` members fill an eighth or more of the keys so shaped.
+    fn dense(&self, size: u64) -> bool {
+        size as f64 * 8.0 >= self.keys
+    }
+
+    /// A key so shaped, each equally likely: its length drawn by how many
+    /// keys have it, then its bytes.
+    fn draw(&self, rng: &mut impl Rng) -> Vec<u8> {
+        let (lo, hi) = self.bytes;
+        let (short, long) = self.lengths;
+        let base = f64::from(hi - lo) + 1.0;
+        let mut n = short;
+        let mut ahead = self.keys;
+        while n < long {
+            // Length n's share of the keys left: n itself or longer.
+            let here = base.powi(n as i32);
+            if rng.gen::<f64>() * ahead < here {
+                break;
+            }
+            ahead -= here;
+            n += 1;
+        }
+        let mut key = self.shared.clone();
+        key.extend((0..n).map(|_| rng.gen_range(lo..=hi)));
+        key
+    }
+}
+
+/// One pick in this many walks although the members are dense, so that
+/// one the shape does not cover (a byte or a length the survey did not
+/// see, or a member added since) can come out, and widen the shape.
+const WALKS: u32 = 32;
+
+/// Draws of a shaped key before a pick walks instead: at an eighth of the
+/// keys so shaped filled, 32 misses in a row come once in ~70.
+const LOOKUPS: usize = 32;
+
+/// Collections whose shapes a thread remembers; past it, it forgets them
+/// all.
+const SHAPES_KEPT: usize = 256;
+
+thread_local! {
+    /// Shapes of the collections this thread drew from lately, by prefix
+    /// (which holds the key's version). SPOP draws on the
+    /// shard's thread, SRANDMEMBER on a connection's: each pop or pick
+    /// spares the two seeks of a survey.
+    static SHAPES: std::cell::RefCell<std::collections::HashMap<Vec<u8>, Shape>> =
+        Default::default();
+}
+
+/// The length of the prefix `a` and `b` share.
+fn common(a: &[u8], b: &[u8]) -> usize {
+    a.iter().zip(b).take_while(|(x, y)| x == y).count()
+}
+
+/// Draws random rows of one collection's `Sub` rows, as the module
+/// describes.
+pub(super) struct Picker<'a> {
+    r: &'a dyn KvRead,
+    prefix: &'a [u8],
+    size: u64,
+    /// The shape the draws go by.
+    shape: Option<Shape>,
+    /// The first rows and the last, once read.
+    survey: Option<(Vec<Row>, Option<Row>)>,
+}
+
+impl<'a> Picker<'a> {
+    /// A picker of the `size` rows of `Sub` under `prefix`.
+    pub(super) fn new(r: &'a dyn KvRead, prefix: &'a [u8], size: u64) -> Picker<'a> {
+        let shape = SHAPES.with(|s| s.borrow().get(prefix).cloned());
+        Picker {
+            r,
+            prefix,
+            size,
+            shape,
+            survey: None,
+        }
+    }
+
+    /// The first rows and the last (none if the first are all).
+    fn survey(&mut self) -> Result<&(Vec<Row>, Option<Row>), StoreError> {
+        if self.survey.is_none() {
+            let end = prefix_successor(self.prefix);
+            let head = rows(self.r, self.prefix, end.as_deref(), FEW)?;
+            let tail = match head.len() < FEW {
+                true => None,
+                false => last(self.r, self.prefix)?,
+            };
+            if let Some(tail) = &tail {
+                // A remembered shape only grows: what walks found outside
+                // the first and last rows' shape stays reachable.
+                let shape = match self.shape.take() {
+                    Some(mut known) => {
+                        known.widen(&head[0].0);
+                        known.widen(&tail.0);
+                        known
+                    }
+                    None => Shape::of(&head, tail),
+                };
+                self.remember(&shape);
+                self.shape = Some(shape);
+            }
+            self.survey = Some((head, tail));
+        }
+        Ok(self.survey.as_ref().expect("just read"))
+    }
+
+    /// Keeps `shape` as this thread's for the collection.
+    fn remember(&self, shape: &Shape) {
+        SHAPES.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() >= SHAPES_KEPT && !s.contains_key(self.prefix) {
+                s.clear();
+            }
+            s.insert(self.prefix.to_vec(), shape.clone());
+        });
+    }
+
+    /// One random row; `None` if there are none.
+    pub(super) fn one(&mut self, rng: &mut impl Rng) -> Result<Option<Row>, StoreError> {
+        if self.shape.is_none() {
+            self.survey()?;
+        }
+        if let Some(shape) = self.shape.as_ref().filter(|s| s.dense(self.size)) {
+            if !rng.gen_ratio(1, WALKS) {
+                for _ in 0..LOOKUPS {
+                    let key = shape.draw(rng);
+                    if let Some(value) = self.r.get(Table::Sub, &key)? {
+                        return Ok(Some((key, value)));
+                    }
+                }
+            }
+        }
+        let r = self.r;
+        let row = match self.survey()? {
+            (head, None) => return Ok(any(head.clone(), rng)),
+            (head, Some(tail)) => walk(r, head.clone(), tail.clone(), rng)?,
+        };
+        if let (Some(shape), Some((key, _))) = (&mut self.shape, &row) {
+            if !shape.covers(key) {
+                // A member the draws could not reach: they can from now.
+                shape.widen(key);
+                let shape = shape.clone();
+                self.remember(&shape);
+            }
+        }
+        Ok(row)
+    }
+}
+
+/// One random row of a branch of more than [`FEW`] rows, `head` its
+/// first ones and `tail` its last, by the walk the module describes.
+fn walk(
     r: &dyn KvRead,
-    prefix: &[u8],
+    mut head: Vec<Row>,
+    mut tail: Row,
     rng: &mut impl Rng,
 ) -> Result<Option<Row>, StoreError> {
-    let end = prefix_successor(prefix);
-    let mut head = rows(r, prefix, end.as_deref(), FEW)?;
-    if head.len() < FEW {
-        return Ok(any(head, rng));
-    }
-    let Some(mut tail) = last(r, prefix)? else {
-        return Ok(None);
-    };
     // Here `head` is the first FEW rows under the branch the walk is in,
     // all of them in it, and `tail` its last row.
     loop {
         let first = &head[0].0;
-        let d = first
-            .iter()
-            .zip(&tail.0)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let d = common(first, &tail.0);
         // The branch holds more than one row, so its first and last
         // differ, and the last goes on past the bytes they share.
         let branch = tail.0[..d].to_vec();
@@ -149,5 +368,51 @@ pub(super) fn one(
         if i32::from(byte) != hi {
             tail = last(r, &child)?.expect("a branch with rows has a last row");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(k: &str) -> Row {
+        (k.as_bytes().to_vec(), Vec::new())
+    }
+
+    #[test]
+    fn a_shape_is_what_the_first_and_last_rows_show() {
+        let head = [row("p:m0003"), row("p:m0007"), row("p:m0012")];
+        let shape = Shape::of(&head, &row("p:m0981"));
+        assert_eq!(shape.shared, b"p:m0");
+        assert_eq!(shape.bytes, (b'0', b'9'));
+        assert_eq!(shape.lengths, (3, 3));
+        assert_eq!(shape.keys, 1000.0);
+        assert!(shape.dense(125) && !shape.dense(124));
+        let mut rng = rand::thread_rng();
+        for _ in 0..1000 {
+            let key = shape.draw(&mut rng);
+            assert!(shape.covers(&key), "{key:?}");
+        }
+        assert!(!shape.covers(b"p:m0a00") && !shape.covers(b"p:m00000"));
+    }
+
+    #[test]
+    fn a_shape_widens_to_what_a_walk_finds() {
+        let mut shape = Shape::of(&[row("p:m0003")], &row("p:m0981"));
+        shape.widen(b"p:m1:");
+        assert_eq!(shape.shared, b"p:m");
+        assert_eq!(shape.bytes, (b'0', b':'));
+        assert_eq!(shape.lengths, (2, 4));
+        assert_eq!(shape.keys, 11f64.powi(2) + 11f64.powi(3) + 11f64.powi(4));
+        assert!(shape.covers(b"p:m1:") && shape.covers(b"p:m0981"));
+        // Draws of each length come as often as its share of the keys.
+        let mut rng = rand::thread_rng();
+        let short = (0..11_000)
+            .filter(|_| shape.draw(&mut rng).len() == 5)
+            .count();
+        assert!(
+            (40..=180).contains(&short),
+            "{short} of 11,000 two bytes long"
+        );
     }
 }
