@@ -23,7 +23,7 @@
 //! timestamps fill much of the space their bytes span. The first rows and
 //! the last one give their [`Shape`]: the bytes every member shares, the
 //! range of the bytes after them and the lengths of what follows. Where
-//! the members fill an eighth or more of the keys so shaped, a pick draws
+//! the members fill a 128th or more of the keys so shaped, a pick draws
 //! such a key, each equally likely, and looks it up: a member found is an
 //! exactly uniform pick among those the shape covers, for a point read or
 //! a few. One pick in [`WALKS`] walks instead, so that a member outside
@@ -156,9 +156,10 @@ impl Shape {
             && rest.iter().all(|b| (lo..=hi).contains(b))
     }
 
-    /// Whether `size` members fill an eighth or more of the keys so shaped.
+    /// Whether `size` members fill a [`SPARSEST`]th or more of the keys so
+    /// shaped.
     fn dense(&self, size: u64) -> bool {
-        size as f64 * 8.0 >= self.keys
+        size as f64 * SPARSEST >= self.keys
     }
 
     /// A key so shaped, each equally likely: its length drawn by how many
@@ -189,9 +190,15 @@ impl Shape {
 /// see, or a member added since) can come out, and widen the shape.
 const WALKS: u32 = 32;
 
-/// Draws of a shaped key before a pick walks instead: at an eighth of the
-/// keys so shaped filled, 32 misses in a row come once in ~70.
-const LOOKUPS: usize = 32;
+/// The fewest members, as a share of the keys shaped like them, for which
+/// a pick draws keys to look up rather than walks: a lookup of a key that
+/// is not there is mostly the key filter's word (~0.4 us in a shard under
+/// SPOP), a walk a dozen merged seeks (~45 us).
+const SPARSEST: f64 = 128.0;
+
+/// Draws of a shaped key before a pick walks instead: at a 128th of the
+/// keys so shaped filled, 1024 misses in a row come once in ~3,000.
+const LOOKUPS: usize = 1024;
 
 /// Collections whose shapes a thread remembers; past it, it forgets them
 /// all.
@@ -387,7 +394,7 @@ mod tests {
         assert_eq!(shape.bytes, (b'0', b'9'));
         assert_eq!(shape.lengths, (3, 3));
         assert_eq!(shape.keys, 1000.0);
-        assert!(shape.dense(125) && !shape.dense(124));
+        assert!(shape.dense(8) && !shape.dense(7));
         let mut rng = rand::thread_rng();
         for _ in 0..1000 {
             let key = shape.draw(&mut rng);
