@@ -932,25 +932,17 @@ fn random_picks_from_big_collections_are_spread_and_counted() {
     }
     let got: Vec<String> = cmd(&["HRANDFIELD", "h", "7"]).query(&mut c).unwrap();
     assert_eq!(got.iter().collect::<BTreeSet<_>>().len(), 7);
-    let got: Vec<String> = cmd(&["HRANDFIELD", "h", "7", "WITHVALUES"])
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(got.len(), 14);
-    for pair in got.chunks(2) {
-        assert_eq!(
-            pair[0],
-            format!("m{:04}", pair[1].parse::<usize>().unwrap())
-        );
-    }
-    let got: Vec<String> = cmd(&["ZRANDMEMBER", "z", "-9", "WITHSCORES"])
-        .query(&mut c)
-        .unwrap();
-    assert_eq!(got.len(), 18);
-    for pair in got.chunks(2) {
-        assert_eq!(
-            pair[0],
-            format!("m{:04}", pair[1].parse::<usize>().unwrap())
-        );
+    // Each member with its own value (m0042 -> 42), a pair at a time.
+    for (args, len) in [
+        (&["HRANDFIELD", "h", "7", "WITHVALUES"][..], 14),
+        (&["ZRANDMEMBER", "z", "-9", "WITHSCORES"][..], 18),
+    ] {
+        let got: Vec<String> = cmd(args).query(&mut c).unwrap();
+        assert_eq!(got.len(), len, "{args:?}");
+        for pair in got.chunks(2) {
+            let n: usize = pair[1].parse().unwrap();
+            assert_eq!(pair[0], format!("m{n:04}"), "{args:?}");
+        }
     }
 
     // SPOP takes as many distinct members as asked, and spreads too.
