@@ -386,7 +386,11 @@ impl View {
         let want = count.unsigned_abs();
         if want.saturating_mul(READ_WHOLE) >= self.size {
             // Draws with repeats from every member, read once.
-            let all = self.random(r, self.size as usize)?;
+            let mut all = Vec::with_capacity(self.size as usize);
+            self.scan(r, &mut |m, v| {
+                all.push((m.to_vec(), v.to_vec()));
+                true
+            })?;
             if !all.is_empty() {
                 for _ in 0..want {
                     let (m, v) = &all[rng.gen_range(0..all.len())];

@@ -50,11 +50,17 @@ const DRAWS: usize = 8;
 /// A row's key and value.
 type Row = (Vec<u8>, Vec<u8>);
 
-/// Up to `n` rows of `Sub` from `from`, below `to`.
-fn rows(r: &dyn KvRead, from: &[u8], to: Option<&[u8]>, n: usize) -> Result<Vec<Row>, StoreError> {
+/// Up to `n` rows of `Sub` from `from`, below `to` (reversed: from the
+/// last one below `to` down).
+fn rows(
+    r: &dyn KvRead,
+    (from, to): (&[u8], Option<&[u8]>),
+    n: usize,
+    reverse: bool,
+) -> Result<Vec<Row>, StoreError> {
     let mut out = Vec::with_capacity(n);
     let order = Order {
-        reverse: false,
+        reverse,
         first: n,
         window: false,
     };
@@ -68,17 +74,7 @@ fn rows(r: &dyn KvRead, from: &[u8], to: Option<&[u8]>, n: usize) -> Result<Vec<
 /// The last row of `Sub` starting with `prefix`.
 fn last(r: &dyn KvRead, prefix: &[u8]) -> Result<Option<Row>, StoreError> {
     let end = prefix_successor(prefix);
-    let mut out = None;
-    let order = Order {
-        reverse: true,
-        first: 1,
-        window: false,
-    };
-    r.scan_few(Table::Sub, (prefix, end.as_deref()), order, &mut |k, v| {
-        out = Some((k.to_vec(), v.to_vec()));
-        false
-    })?;
-    Ok(out)
+    Ok(rows(r, (prefix, end.as_deref()), 1, true)?.pop())
 }
 
 /// One of `rows`, drawn uniformly; `None` if there are none.
@@ -105,21 +101,20 @@ struct Shape {
 }
 
 impl Shape {
-    /// The shape of `head` (the first rows) and `tail` (the last).
+    /// The shape of `head` (the first rows) and `tail` (the last, after
+    /// the first).
     fn of(head: &[Row], tail: &Row) -> Shape {
-        let n = common(&head[0].0, &tail.0);
-        let seen = || head.iter().chain([tail]).map(|(k, _)| &k[n..]);
-        let lo = seen().flat_map(|s| s.iter()).min().copied().unwrap_or(0);
-        let hi = seen().flat_map(|s| s.iter()).max().copied().unwrap_or(255);
-        let short = seen().map(<[u8]>::len).min().unwrap_or(0);
-        let long = seen().map(<[u8]>::len).max().unwrap_or(0);
-        let base = f64::from(hi - lo) + 1.0;
-        Shape {
-            shared: tail.0[..n].to_vec(),
-            bytes: (lo, hi),
-            lengths: (short, long),
-            keys: (short..=long).map(|l| base.powi(l as i32)).sum(),
+        // Grown from the last key alone, the first one's bytes apart.
+        let mut shape = Shape {
+            shared: tail.0.clone(),
+            bytes: (u8::MAX, u8::MIN),
+            lengths: (0, 0),
+            keys: 0.0,
+        };
+        for (key, _) in head {
+            shape.widen(key);
         }
+        shape
     }
 
     /// This shape grown to cover `key` (a member a walk found).
@@ -138,12 +133,16 @@ impl Shape {
         let rest = &key[n..];
         lo = rest.iter().fold(lo, |m, &b| m.min(b));
         hi = rest.iter().fold(hi, |m, &b| m.max(b));
-        let base = f64::from(hi - lo) + 1.0;
         self.bytes = (lo, hi);
         self.lengths = (short.min(rest.len()), long.max(rest.len()));
         self.keys = (self.lengths.0..=self.lengths.1)
-            .map(|l| base.powi(l as i32))
+            .map(|l| self.base().powi(l as i32))
             .sum();
+    }
+
+    /// How many bytes the shape's keys draw from after the shared ones.
+    fn base(&self) -> f64 {
+        f64::from(self.bytes.1 - self.bytes.0) + 1.0
     }
 
     /// Whether a key shaped so could be `key`.
@@ -167,12 +166,11 @@ impl Shape {
     fn draw(&self, rng: &mut impl Rng) -> Vec<u8> {
         let (lo, hi) = self.bytes;
         let (short, long) = self.lengths;
-        let base = f64::from(hi - lo) + 1.0;
         let mut n = short;
         let mut ahead = self.keys;
         while n < long {
             // Length n's share of the keys left: n itself or longer.
-            let here = base.powi(n as i32);
+            let here = self.base().powi(n as i32);
             if rng.gen::<f64>() * ahead < here {
                 break;
             }
@@ -247,7 +245,7 @@ impl<'a> Picker<'a> {
     fn survey(&mut self) -> Result<&(Vec<Row>, Option<Row>), StoreError> {
         if self.survey.is_none() {
             let end = prefix_successor(self.prefix);
-            let head = rows(self.r, self.prefix, end.as_deref(), FEW)?;
+            let head = rows(self.r, (self.prefix, end.as_deref()), FEW, false)?;
             let tail = match head.len() < FEW {
                 true => None,
                 false => last(self.r, self.prefix)?,
@@ -351,7 +349,7 @@ fn walk(
             }
             let mut from = branch.clone();
             from.push(b as u8);
-            let found = rows(r, &from, bound.as_deref(), FEW)?;
+            let found = rows(r, (&from, bound.as_deref()), FEW, false)?;
             // `tail` is at or after `from`: something was found.
             let next = found[0].0[d];
             if i32::from(next) == b || draws >= DRAWS {
