@@ -16,19 +16,26 @@
 //! that puts them into the tables: a reader whose redb snapshot holds a
 //! row finds its bits set). Deleted rows stay in the filter as false
 //! positives until it is rebuilt from a scan of the tables, which the
-//! background writer does once enough new rows have been added (see
-//! [`KeyFilter::wants_rebuild`]), sized for four times the rows it found.
+//! background writer does once enough new rows have been added, or once
+//! reads of deleted rows it still holds have cost more than a rebuild
+//! (see [`KeyFilter::wants_rebuild`]), sized for four times the rows it
+//! found.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::tables::Table;
+use crate::util::stripe::Striped;
 
 /// Bits per row the filter is sized for: about 1% false positives.
 const BITS_PER_ROW: usize = 10;
 
 /// Bits set per row, each in the row's block.
 const PROBES: u32 = 7;
+
+/// Missed reads below which they never ask for a rebuild: each rebuild
+/// allocates a whole filter (see [`KeyFilter::wants_rebuild`]).
+const REBUILD_MIN_MISSES: usize = 4096;
 
 /// One cache line of bits.
 type Block = [AtomicU64; 8];
@@ -44,6 +51,12 @@ pub struct KeyFilter {
     /// Rows added since that set at least one new bit: rows new to the
     /// filter (a rewritten row sets none).
     added: AtomicUsize,
+    /// Rows the filter may hold that were deleted from the tables since
+    /// the build: each reads as present until the next build.
+    removed: AtomicUsize,
+    /// Reads the filter let through that found no row: false positives,
+    /// counted by the readers (a line per thread: they are many).
+    misses: Striped,
 }
 
 impl std::fmt::Debug for KeyFilter {
@@ -53,6 +66,8 @@ impl std::fmt::Debug for KeyFilter {
             .field("capacity", &self.capacity)
             .field("built_with", &self.built_with)
             .field("added", &self.added.load(Ordering::Relaxed))
+            .field("removed", &self.removed.load(Ordering::Relaxed))
+            .field("misses", &self.misses.load())
             .finish()
     }
 }
@@ -73,6 +88,8 @@ impl KeyFilter {
             capacity: n * 512 / BITS_PER_ROW,
             built_with: rows,
             added: AtomicUsize::new(0),
+            removed: AtomicUsize::new(0),
+            misses: Striped::default(),
         }
     }
 
@@ -151,17 +168,50 @@ impl KeyFilter {
             .all(|(word, mask)| word.load(Ordering::Relaxed) & mask == mask)
     }
 
-    /// Whether enough rows were added since the build that a rebuild pays:
-    /// past its capacity (false positives climb over 1%), and never before
-    /// as many rows were added as the build scanned, so that scanning costs
-    /// at most one row read per row added.
+    /// Counts a row of a covered table that the filter may hold deleted
+    /// from the tables (by the background writer, as it deletes it).
+    pub fn removed(&self) {
+        self.removed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a read that [`KeyFilter::may_contain`] let through and the
+    /// tables then answered with no row.
+    pub fn missed(&self) {
+        self.misses.add(1);
+    }
+
+    /// Whether a rebuild now pays for itself.
+    ///
+    /// Rows added: past its capacity (false positives climb over 1%), and
+    /// never before as many rows were added as the build scanned, so that
+    /// scanning costs at most one row read per row added.
+    ///
+    /// Rows deleted: a deleted row reads as present until the next build,
+    /// and each read of one descends the B-tree for nothing (SPOP draws
+    /// members at random, and as it empties a set most draws land on
+    /// members it popped: see `families/collection/pick.rs`). A rebuild
+    /// scans every row the tables hold, about an eighth of a descent
+    /// each, so it is wanted once reads have missed an eighth as many
+    /// times as the filter holds rows, and deleted rows are a sixteenth
+    /// of them at least: enough to be what misses (the filter's own false
+    /// positives, 1% of absent rows, a rebuild would not lessen). Deleted
+    /// rows nobody reads (a list popped down) never ask for one.
     pub fn wants_rebuild(&self) -> bool {
         let added = self.added.load(Ordering::Relaxed);
-        added
+        let held = self.built_with + added;
+        if added
             > self
                 .capacity
                 .saturating_sub(self.built_with)
                 .max(self.built_with)
+        {
+            return true;
+        }
+        let removed = self.removed.load(Ordering::Relaxed);
+        let misses = self.misses.load() as usize;
+        misses >= REBUILD_MIN_MISSES
+            && misses.saturating_mul(8) >= held
+            && removed.saturating_mul(16) >= held
     }
 }
 
@@ -209,6 +259,46 @@ mod tests {
             i += 1;
         }
         assert!(i as usize >= f.capacity - 1);
+    }
+
+    /// Deleted rows ask for a rebuild only once reads miss on them: an
+    /// eighth as many misses as rows held, deleted rows a sixteenth of
+    /// them, and `REBUILD_MIN_MISSES` misses at least.
+    #[test]
+    fn rebuilds_are_wanted_once_reads_miss_on_deleted_rows() {
+        let f = KeyFilter::new(80_000, 1 << 16, 1 << 20);
+        // Deleted rows nobody reads ask for nothing.
+        for _ in 0..40_000 {
+            f.removed();
+        }
+        assert!(!f.wants_rebuild());
+        for _ in 0..9_999 {
+            f.missed();
+        }
+        assert!(!f.wants_rebuild());
+        f.missed();
+        assert!(f.wants_rebuild());
+        // Misses with few deleted rows are the filter's own false
+        // positives, which a rebuild would not lessen.
+        let f = KeyFilter::new(80_000, 1 << 16, 1 << 20);
+        for _ in 0..4_999 {
+            f.removed();
+        }
+        for _ in 0..80_000 {
+            f.missed();
+        }
+        assert!(!f.wants_rebuild());
+        f.removed();
+        assert!(f.wants_rebuild());
+        // A small table asks only from `REBUILD_MIN_MISSES` misses.
+        let small = KeyFilter::new(100, 1 << 16, 1 << 20);
+        (0..10).for_each(|_| small.removed());
+        for _ in 0..REBUILD_MIN_MISSES - 1 {
+            small.missed();
+        }
+        assert!(!small.wants_rebuild());
+        small.missed();
+        assert!(small.wants_rebuild());
     }
 
     /// The size cap holds: a filter for more rows than it has room for

@@ -827,7 +827,15 @@ impl Core {
                 // A row the tables never had (pushed and popped again
                 // while buffered, a queue's usual life) needs no
                 // removal: that would descend the B-tree for nothing.
-                (Some(f), Change::Row(_, k, None)) => f.may_contain(t, k),
+                // One they may have stays in the filter, counted toward
+                // its rebuild.
+                (Some(f), Change::Row(_, k, None)) => {
+                    let held = f.may_contain(t, k);
+                    if held {
+                        f.removed();
+                    }
+                    held
+                }
                 _ => true,
             });
             w.apply_table(t, changes)

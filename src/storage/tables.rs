@@ -476,8 +476,12 @@ impl ReadCtx {
             }
         }
         let row = self.table(table)?.get(key)?.map(|v| v.value().to_vec());
-        if let (Some((rows, epoch)), Some(row)) = (&self.rows, &row) {
-            rows.put(*epoch, table, key, row);
+        match (&self.rows, &row, &self.filter) {
+            (Some((rows, epoch)), Some(row), _) => rows.put(*epoch, table, key, row),
+            // The filter let a row through that is not there (one deleted
+            // since its build, mostly): counted toward its rebuild.
+            (_, None, Some(f)) if KeyFilter::covers(table) => f.missed(),
+            _ => {}
         }
         Ok(row)
     }
