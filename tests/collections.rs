@@ -958,3 +958,33 @@ fn random_picks_from_big_collections_are_spread_and_counted() {
     assert_eq!(hundreds.len(), 10, "300 pops all from {hundreds:?}");
     assert_eq!(int(&mut c, &["SCARD", "s"]), 693);
 }
+
+/// Members added after picks have learned a collection's shape, of a form
+/// that shape does not cover, come out soon and often: walks grow rare
+/// while they find only members the shape covers, and the collection's
+/// growth makes them frequent again.
+#[test]
+fn members_of_a_new_form_are_picked_after_the_shape_was_learned() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let add = |c: &mut Connection, first: char| {
+        let mut sadd = redis::cmd("SADD");
+        sadd.arg("g");
+        for i in 0..1000 {
+            sadd.arg(format!("{first}{i:04}"));
+        }
+        let _: () = sadd.query(c).unwrap();
+    };
+    let picks = |c: &mut Connection| -> Vec<String> {
+        let mut pipe = redis::pipe();
+        for _ in 0..3000 {
+            pipe.cmd("SRANDMEMBER").arg("g");
+        }
+        pipe.query(c).unwrap()
+    };
+    add(&mut c, 'm');
+    assert!(picks(&mut c).iter().all(|m| m.starts_with('m')));
+    add(&mut c, 'z');
+    let z = picks(&mut c).iter().filter(|m| m.starts_with('z')).count();
+    assert!(z >= 1000, "{z} of 3000 picks were new members");
+}

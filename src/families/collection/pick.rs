@@ -28,7 +28,9 @@
 //! exactly uniform pick among those the shape covers, for a point read or
 //! a few. One pick in [`WALKS`] walks instead, so that a member outside
 //! the shape (a byte or a length the first and last rows did not show)
-//! can come out too, and widens the shape when it does. A thread keeps
+//! can come out too, and widens the shape when it does; walks that keep
+//! finding members the shape covers come rarer, down to one pick in
+//! [`WALKS_LEAST`]. A thread keeps
 //! the shapes of the collections it drew from lately, so a pop or a pick
 //! mostly costs its point reads alone.
 
@@ -98,6 +100,10 @@ struct Shape {
     lengths: (usize, usize),
     /// How many keys are so shaped.
     keys: f64,
+    /// One pick in this many walks (see [`WALKS`]).
+    walk_every: u32,
+    /// The collection's size when walks last came at their most often.
+    size: u64,
 }
 
 impl Shape {
@@ -110,6 +116,8 @@ impl Shape {
             bytes: (u8::MAX, u8::MIN),
             lengths: (0, 0),
             keys: 0.0,
+            walk_every: WALKS,
+            size: 0,
         };
         for (key, _) in head {
             shape.widen(key);
@@ -185,8 +193,17 @@ impl Shape {
 
 /// One pick in this many walks although the members are dense, so that
 /// one the shape does not cover (a byte or a length the survey did not
-/// see, or a member added since) can come out, and widen the shape.
+/// see, or a member added since) can come out, and widen the shape. Each
+/// walk that finds a member the shape covers halves how often the next
+/// comes, down to one in [`WALKS_LEAST`]; one that finds a member it does
+/// not cover brings them back to this, and so does the collection growing
+/// by an eighth (what came may be of a new form).
 const WALKS: u32 = 32;
+
+/// The rarest walks get (see [`WALKS`]): at one in 32, walks (a survey
+/// and a dozen merged seeks, ~45 us) were 12% of SPOP's samples on a
+/// set the shape covered whole, ~1.4 us a pop; at one in 512, ~0.1 us.
+const WALKS_LEAST: u32 = 512;
 
 /// The fewest members, as a share of the keys shaped like them, for which
 /// a pick draws keys to look up rather than walks: a lookup of a key that
@@ -231,14 +248,29 @@ pub(super) struct Picker<'a> {
 impl<'a> Picker<'a> {
     /// A picker of the `size` rows of `Sub` under `prefix`.
     pub(super) fn new(r: &'a dyn KvRead, prefix: &'a [u8], size: u64) -> Picker<'a> {
-        let shape = SHAPES.with(|s| s.borrow().get(prefix).cloned());
-        Picker {
+        let mut shape = SHAPES.with(|s| s.borrow().get(prefix).cloned());
+        let mut moved = false;
+        if let Some(shape) = &mut shape {
+            if size > shape.size + shape.size / 8 {
+                // Grown since walks were last frequent: what came may be
+                // of a form the shape does not cover.
+                (shape.walk_every, shape.size, moved) = (WALKS, size, true);
+            } else if size < shape.size / 2 {
+                // Shrunk: growth is told from here.
+                (shape.size, moved) = (size, true);
+            }
+        }
+        let picker = Picker {
             r,
             prefix,
             size,
             shape,
             survey: None,
+        };
+        if let (true, Some(shape)) = (moved, &picker.shape) {
+            picker.remember(shape);
         }
+        picker
     }
 
     /// The first rows and the last (none if the first are all).
@@ -255,11 +287,19 @@ impl<'a> Picker<'a> {
                 // the first and last rows' shape stays reachable.
                 let shape = match self.shape.take() {
                     Some(mut known) => {
+                        if !(known.covers(&head[0].0) && known.covers(&tail.0)) {
+                            // Members came that it did not cover: there
+                            // may be more between.
+                            (known.walk_every, known.size) = (WALKS, self.size);
+                        }
                         known.widen(&head[0].0);
                         known.widen(&tail.0);
                         known
                     }
-                    None => Shape::of(&head, tail),
+                    None => Shape {
+                        size: self.size,
+                        ..Shape::of(&head, tail)
+                    },
                 };
                 self.remember(&shape);
                 self.shape = Some(shape);
@@ -286,7 +326,7 @@ impl<'a> Picker<'a> {
             self.survey()?;
         }
         if let Some(shape) = self.shape.as_ref().filter(|s| s.dense(self.size)) {
-            if !rng.gen_ratio(1, WALKS) {
+            if !rng.gen_ratio(1, shape.walk_every) {
                 for _ in 0..LOOKUPS {
                     let key = shape.draw(rng);
                     if let Some(value) = self.r.get(Table::Sub, &key)? {
@@ -301,12 +341,19 @@ impl<'a> Picker<'a> {
             (head, Some(tail)) => walk(r, head.clone(), tail.clone(), rng)?,
         };
         if let (Some(shape), Some((key, _))) = (&mut self.shape, &row) {
-            if !shape.covers(key) {
-                // A member the draws could not reach: they can from now.
-                shape.widen(key);
-                let shape = shape.clone();
-                self.remember(&shape);
-            }
+            shape.walk_every = match shape.covers(key) {
+                true => (shape.walk_every * 2).min(WALKS_LEAST),
+                false => {
+                    // A member the draws could not reach: they can from
+                    // now, and walks look for more such as often as at
+                    // first.
+                    shape.widen(key);
+                    shape.size = self.size;
+                    WALKS
+                }
+            };
+            let shape = shape.clone();
+            self.remember(&shape);
         }
         Ok(row)
     }
