@@ -266,39 +266,25 @@ mod tests {
     /// them, and `REBUILD_MIN_MISSES` misses at least.
     #[test]
     fn rebuilds_are_wanted_once_reads_miss_on_deleted_rows() {
-        let f = KeyFilter::new(80_000, 1 << 16, 1 << 20);
+        // Whether a filter built with `rows` wants a rebuild after
+        // `removed` deletions and `misses` missed reads.
+        let wants = |rows: usize, removed: usize, misses: usize| {
+            let f = KeyFilter::new(rows, 1 << 16, 1 << 20);
+            (0..removed).for_each(|_| f.removed());
+            (0..misses).for_each(|_| f.missed());
+            f.wants_rebuild()
+        };
         // Deleted rows nobody reads ask for nothing.
-        for _ in 0..40_000 {
-            f.removed();
-        }
-        assert!(!f.wants_rebuild());
-        for _ in 0..9_999 {
-            f.missed();
-        }
-        assert!(!f.wants_rebuild());
-        f.missed();
-        assert!(f.wants_rebuild());
+        assert!(!wants(80_000, 40_000, 0));
+        assert!(!wants(80_000, 40_000, 9_999));
+        assert!(wants(80_000, 40_000, 10_000));
         // Misses with few deleted rows are the filter's own false
         // positives, which a rebuild would not lessen.
-        let f = KeyFilter::new(80_000, 1 << 16, 1 << 20);
-        for _ in 0..4_999 {
-            f.removed();
-        }
-        for _ in 0..80_000 {
-            f.missed();
-        }
-        assert!(!f.wants_rebuild());
-        f.removed();
-        assert!(f.wants_rebuild());
+        assert!(!wants(80_000, 4_999, 80_000));
+        assert!(wants(80_000, 5_000, 80_000));
         // A small table asks only from `REBUILD_MIN_MISSES` misses.
-        let small = KeyFilter::new(100, 1 << 16, 1 << 20);
-        (0..10).for_each(|_| small.removed());
-        for _ in 0..REBUILD_MIN_MISSES - 1 {
-            small.missed();
-        }
-        assert!(!small.wants_rebuild());
-        small.missed();
-        assert!(small.wants_rebuild());
+        assert!(!wants(100, 10, REBUILD_MIN_MISSES - 1));
+        assert!(wants(100, 10, REBUILD_MIN_MISSES));
     }
 
     /// The size cap holds: a filter for more rows than it has room for
