@@ -171,7 +171,17 @@ impl Shape {
 
     /// A key so shaped, each equally likely: its length drawn by how many
     /// keys have it, then its bytes.
+    #[cfg(test)]
     fn draw(&self, rng: &mut impl Rng) -> Vec<u8> {
+        let mut key = Vec::new();
+        self.draw_into(rng, &mut key);
+        key
+    }
+
+    /// [`Shape::draw`] into `key`, its old bytes gone: a pick of a thin
+    /// collection draws many keys before one is a member, and an
+    /// allocation each was a cost of its own.
+    fn draw_into(&self, rng: &mut impl Rng, key: &mut Vec<u8>) {
         let (lo, hi) = self.bytes;
         let (short, long) = self.lengths;
         let mut n = short;
@@ -185,9 +195,9 @@ impl Shape {
             ahead -= here;
             n += 1;
         }
-        let mut key = self.shared.clone();
+        key.clear();
+        key.extend_from_slice(&self.shared);
         key.extend((0..n).map(|_| rng.gen_range(lo..=hi)));
-        key
     }
 }
 
@@ -327,8 +337,9 @@ impl<'a> Picker<'a> {
         }
         if let Some(shape) = self.shape.as_ref().filter(|s| s.dense(self.size)) {
             if !rng.gen_ratio(1, shape.walk_every) {
+                let mut key = Vec::new();
                 for _ in 0..LOOKUPS {
-                    let key = shape.draw(rng);
+                    shape.draw_into(rng, &mut key);
                     if let Some(value) = self.r.get(Table::Sub, &key)? {
                         return Ok(Some((key, value)));
                     }
