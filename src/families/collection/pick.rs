@@ -108,8 +108,8 @@ struct Shape {
 
 impl Shape {
     /// The shape of `head` (the first rows) and `tail` (the last, after
-    /// the first).
-    fn of(head: &[Row], tail: &Row) -> Shape {
+    /// the first) of a collection of `size` members.
+    fn of(head: &[Row], tail: &Row, size: u64) -> Shape {
         // Grown from the last key alone, the first one's bytes apart.
         let mut shape = Shape {
             shared: tail.0.clone(),
@@ -117,7 +117,7 @@ impl Shape {
             lengths: (0, 0),
             keys: 0.0,
             walk_every: WALKS,
-            size: 0,
+            size,
         };
         for (key, _) in head {
             shape.widen(key);
@@ -238,6 +238,17 @@ thread_local! {
         Default::default();
 }
 
+/// Keeps `shape` as this thread's for the collection under `prefix`.
+fn remember(prefix: &[u8], shape: &Shape) {
+    SHAPES.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() >= SHAPES_KEPT && !s.contains_key(prefix) {
+            s.clear();
+        }
+        s.insert(prefix.to_vec(), shape.clone());
+    });
+}
+
 /// The length of the prefix `a` and `b` share.
 fn common(a: &[u8], b: &[u8]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
@@ -259,28 +270,25 @@ impl<'a> Picker<'a> {
     /// A picker of the `size` rows of `Sub` under `prefix`.
     pub(super) fn new(r: &'a dyn KvRead, prefix: &'a [u8], size: u64) -> Picker<'a> {
         let mut shape = SHAPES.with(|s| s.borrow().get(prefix).cloned());
-        let mut moved = false;
         if let Some(shape) = &mut shape {
             if size > shape.size + shape.size / 8 {
                 // Grown since walks were last frequent: what came may be
                 // of a form the shape does not cover.
-                (shape.walk_every, shape.size, moved) = (WALKS, size, true);
+                (shape.walk_every, shape.size) = (WALKS, size);
+                remember(prefix, shape);
             } else if size < shape.size / 2 {
                 // Shrunk: growth is told from here.
-                (shape.size, moved) = (size, true);
+                shape.size = size;
+                remember(prefix, shape);
             }
         }
-        let picker = Picker {
+        Picker {
             r,
             prefix,
             size,
             shape,
             survey: None,
-        };
-        if let (true, Some(shape)) = (moved, &picker.shape) {
-            picker.remember(shape);
         }
-        picker
     }
 
     /// The first rows and the last (none if the first are all).
@@ -306,28 +314,14 @@ impl<'a> Picker<'a> {
                         known.widen(&tail.0);
                         known
                     }
-                    None => Shape {
-                        size: self.size,
-                        ..Shape::of(&head, tail)
-                    },
+                    None => Shape::of(&head, tail, self.size),
                 };
-                self.remember(&shape);
+                remember(self.prefix, &shape);
                 self.shape = Some(shape);
             }
             self.survey = Some((head, tail));
         }
         Ok(self.survey.as_ref().expect("just read"))
-    }
-
-    /// Keeps `shape` as this thread's for the collection.
-    fn remember(&self, shape: &Shape) {
-        SHAPES.with(|s| {
-            let mut s = s.borrow_mut();
-            if s.len() >= SHAPES_KEPT && !s.contains_key(self.prefix) {
-                s.clear();
-            }
-            s.insert(self.prefix.to_vec(), shape.clone());
-        });
     }
 
     /// One random row; `None` if there are none.
@@ -363,8 +357,7 @@ impl<'a> Picker<'a> {
                     WALKS
                 }
             };
-            let shape = shape.clone();
-            self.remember(&shape);
+            remember(self.prefix, shape);
         }
         Ok(row)
     }
@@ -445,7 +438,7 @@ mod tests {
     #[test]
     fn a_shape_is_what_the_first_and_last_rows_show() {
         let head = [row("p:m0003"), row("p:m0007"), row("p:m0012")];
-        let shape = Shape::of(&head, &row("p:m0981"));
+        let shape = Shape::of(&head, &row("p:m0981"), 1000);
         assert_eq!(shape.shared, b"p:m0");
         assert_eq!(shape.bytes, (b'0', b'9'));
         assert_eq!(shape.lengths, (3, 3));
@@ -461,7 +454,7 @@ mod tests {
 
     #[test]
     fn a_shape_widens_to_what_a_walk_finds() {
-        let mut shape = Shape::of(&[row("p:m0003")], &row("p:m0981"));
+        let mut shape = Shape::of(&[row("p:m0003")], &row("p:m0981"), 1000);
         shape.widen(b"p:m1:");
         assert_eq!(shape.shared, b"p:m");
         assert_eq!(shape.bytes, (b'0', b':'));
