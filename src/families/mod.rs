@@ -345,6 +345,14 @@ impl KvRead for Counted<'_> {
         self.inner.get(table, key)
     }
 
+    fn get_once(
+        &self,
+        table: crate::storage::Table,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.inner.get_once(table, key)
+    }
+
     fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.get_head(key)
     }

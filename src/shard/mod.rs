@@ -519,6 +519,14 @@ impl crate::storage::KvRead for ReadView<'_> {
         self.snap.get().get(table, key)
     }
 
+    fn get_once(
+        &self,
+        table: crate::storage::Table,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        self.snap.get().get_once(table, key)
+    }
+
     fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.snap.get().get_head(key)
     }

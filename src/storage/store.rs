@@ -1191,6 +1191,29 @@ mod tests {
         });
     }
 
+    /// A row read as a one-off (`get_once`: a random pick's draw) is
+    /// neither served from the row cache nor offered to it, however often
+    /// it is read so; a plain read still is.
+    #[test]
+    fn one_off_reads_leave_the_row_cache_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("shard-0.redb"), 1 << 20);
+        store.commit(put("a", "1"), false).unwrap();
+        store.freeze_now().unwrap();
+        settle(&store);
+        for _ in 0..3 {
+            let r = store.snapshot(0).unwrap();
+            assert_eq!(
+                r.get_once(Table::Meta, b"a").unwrap().as_deref(),
+                Some(&b"1"[..])
+            );
+        }
+        assert_eq!(store.row_cache_bytes(), 0);
+        assert_eq!(get(&store, "a").as_deref(), Some("1"));
+        assert_eq!(get(&store, "a").as_deref(), Some("1"));
+        assert!(store.row_cache_bytes() > 0);
+    }
+
     /// A row the tables hold is served from the row cache only to readers
     /// of the state it was read in: once the background writer has put a
     /// newer row in, new snapshots read that, and a snapshot from before,

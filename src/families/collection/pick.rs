@@ -334,7 +334,7 @@ impl<'a> Picker<'a> {
                 let mut key = Vec::new();
                 for _ in 0..LOOKUPS {
                     shape.draw_into(rng, &mut key);
-                    if let Some(value) = self.r.get(Table::Sub, &key)? {
+                    if let Some(value) = self.r.get_once(Table::Sub, &key)? {
                         return Ok(Some((key, value)));
                     }
                 }
