@@ -1163,9 +1163,7 @@ mod tests {
         drop(store);
         let store = open(&path, 1 << 20);
         assert_eq!(store.last_seq(), 2);
-        store.commit(put("a", "3"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, put("a", "3"));
         assert_eq!(read_sys_u64(store.db(), wal::SEQ_ROW).unwrap(), 3);
         drop(store);
         let store = open(&path, 1 << 20);
@@ -1191,6 +1189,14 @@ mod tests {
         });
     }
 
+    /// Commits `ops` and waits until the background writer has put them
+    /// into the tables.
+    fn written_out(store: &Store, ops: Vec<RowOp>) {
+        store.commit(ops, false).unwrap();
+        store.freeze_now().unwrap();
+        settle(store);
+    }
+
     /// A row read as a one-off (`get_once`: a random pick's draw) is
     /// neither served from the row cache nor offered to it, however often
     /// it is read so; a plain read still is.
@@ -1198,9 +1204,7 @@ mod tests {
     fn one_off_reads_leave_the_row_cache_alone() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir.path().join("shard-0.redb"), 1 << 20);
-        store.commit(put("a", "1"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, put("a", "1"));
         for _ in 0..3 {
             let r = store.snapshot(0).unwrap();
             assert_eq!(
@@ -1222,9 +1226,7 @@ mod tests {
     fn the_row_cache_serves_only_the_state_it_was_read_in() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(&dir.path().join("shard-0.redb"), 1 << 20);
-        store.commit(put("a", "1"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, put("a", "1"));
         assert_eq!(store.row_cache_bytes(), 0);
         // Read twice: a row is cached the second time (see `rowcache`).
         assert_eq!(get(&store, "a").as_deref(), Some("1"));
@@ -1233,9 +1235,7 @@ mod tests {
         assert!(store.row_cache_bytes() > 0, "read again, kept");
         let before = store.snapshot(0).unwrap();
         assert_eq!(get(&store, "a").as_deref(), Some("1"));
-        store.commit(put("a", "2"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, put("a", "2"));
         assert_eq!(get(&store, "a").as_deref(), Some("2"));
         assert_eq!(get(&store, "a").as_deref(), Some("2"));
         assert_eq!(before.get(Table::Meta, b"a").unwrap(), Some(b"1".to_vec()));
@@ -1250,13 +1250,9 @@ mod tests {
         // A member's row the same way.
         let member = |v: &str| vec![RowOp::Put(Table::Sub, b"m".to_vec(), v.into())];
         let read = || store.snapshot(0).unwrap().get(Table::Sub, b"m").unwrap();
-        store.commit(member("x"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, member("x"));
         assert_eq!((read(), read()), (Some(b"x".to_vec()), Some(b"x".to_vec())));
-        store.commit(member("y"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, member("y"));
         assert_eq!((read(), read()), (Some(b"y".to_vec()), Some(b"y".to_vec())));
     }
 
@@ -1285,9 +1281,7 @@ mod tests {
         store.commit(put("a", "22"), false).unwrap();
         store.commit(put("b", &long), false).unwrap();
         let del = vec![RowOp::Del(Table::Meta, b"c".to_vec())];
-        store.commit(del, false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, del);
         let cached = |epoch, k: &str| rows.get(epoch, Table::Meta, k.as_bytes());
         let epoch = rows.epoch();
         assert_eq!(cached(epoch, "a"), Some(b"22".to_vec()));
@@ -1362,9 +1356,7 @@ mod tests {
         let ops: Vec<RowOp> = (0..70_000)
             .map(|i| RowOp::Put(Table::Sub, format!("m{i}").into_bytes(), Vec::new()))
             .collect();
-        store.commit(ops, false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, ops);
         wait_for("no rebuild", || {
             Arc::as_ptr(store.core.filter.lock().as_ref().unwrap()) != first
         });
@@ -1535,9 +1527,7 @@ mod tests {
         for k in 0..8 {
             store.commit(put_big(&format!("k{k}"), 0), false).unwrap();
         }
-        store.commit(put("small", "s"), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, put("small", "s"));
         let before = store.snapshot(0).unwrap();
         {
             // In the tables: a pointer for each large row, carrying the
@@ -1598,9 +1588,7 @@ mod tests {
         // A range deleted (FLUSHDB) counts every value in it dead, and
         // their files go at the next write-out.
         let range = RowOp::DelRange(Table::Meta, b"k".to_vec(), Some(b"l".to_vec()));
-        store.commit(vec![range], false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, vec![range]);
         // One file is collected per write-out: write out until only the
         // newest is left.
         store.commit(put_big("z", 1), false).unwrap();
@@ -1608,9 +1596,7 @@ mod tests {
             if value_log_files(dir.path()).len() == 1 {
                 return true;
             }
-            store.commit(put_big("z", 1), false).unwrap();
-            store.freeze_now().unwrap();
-            settle(&store);
+            written_out(&store, put_big("z", 1));
             false
         });
         assert_eq!(row(&store, "k0"), None);
@@ -1712,9 +1698,7 @@ mod tests {
             assert_eq!(row(&store, &format!("k{k}")), Some(big_row(7)));
         }
         // Appends go on from the cut.
-        store.commit(put_big("k9", 9), false).unwrap();
-        store.freeze_now().unwrap();
-        settle(&store);
+        written_out(&store, put_big("k9", 9));
         drop(store);
         let store = open(&path, 64 << 10);
         assert_eq!(row(&store, "k9"), Some(big_row(9)));
