@@ -13,6 +13,7 @@ pub mod merge;
 mod rowcache;
 mod rowmap;
 pub mod rowops;
+pub mod run;
 pub mod store;
 pub mod tables;
 pub mod vlog;
