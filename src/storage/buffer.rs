@@ -20,6 +20,7 @@ use std::ops::Bound;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use super::run::Run;
 use super::tables::{RowOp, Table};
 
 /// A row as a layer holds it: its value, or `None` where the layer deleted
@@ -487,6 +488,11 @@ type Rows = indexmap::IndexMap<RowKey, Versions, foldhash::fast::RandomState>;
 #[derive(Debug)]
 pub struct Buffer {
     tables: parking_lot::RwLock<Tables>,
+    /// The buffer's final state, packed, once the packer (see `store`) has
+    /// replaced a frozen buffer with it in the view ([`Buffer::packed`]);
+    /// `tables` is then empty. Every reader of a packed buffer reads past
+    /// its last commit, so its newest versions are all it needs.
+    dense: Option<Run>,
     bytes: AtomicUsize,
     growth: Growth,
     /// The sequence number of the last commit applied.
@@ -501,6 +507,7 @@ impl Buffer {
     pub fn new(gen: u64) -> Buffer {
         Buffer {
             tables: Default::default(),
+            dense: None,
             bytes: AtomicUsize::new(0),
             growth: Growth::default(),
             last_seq: AtomicU64::new(0),
@@ -555,6 +562,46 @@ impl Buffer {
         self
     }
 
+    /// This frozen buffer's final state packed into a [`Run`], as a buffer
+    /// that answers every reader past its last commit as this one does,
+    /// in about a third of the memory (see `run`). Only a view taken after
+    /// the freeze may be given it: its sequence is past the last commit.
+    pub fn packed(&self) -> Buffer {
+        let run = match &self.dense {
+            Some(_) => panic!("a buffer is packed once"),
+            None => Run::of(self),
+        };
+        Buffer {
+            tables: Default::default(),
+            bytes: AtomicUsize::new(run.bytes()),
+            dense: Some(run),
+            growth: Growth::default(),
+            last_seq: AtomicU64::new(self.last_seq()),
+            gen: self.gen,
+        }
+    }
+
+    /// Packed buffers (oldest first) as one, answering every reader past
+    /// the last one's last commit as they did together; `None` unless all
+    /// are packed and none deleted a range (see [`Run::merge`]).
+    pub fn merged(bufs: &[Arc<Buffer>]) -> Option<Buffer> {
+        let runs: Option<Vec<&Run>> = bufs.iter().map(|b| b.dense.as_ref()).collect();
+        let run = Run::merge(&runs?)?;
+        Some(Buffer {
+            tables: Default::default(),
+            bytes: AtomicUsize::new(run.bytes()),
+            last_seq: AtomicU64::new(run.last_seq),
+            gen: run.gen,
+            dense: Some(run),
+            growth: Growth::default(),
+        })
+    }
+
+    /// Whether this is a packed buffer ([`Buffer::packed`]).
+    pub fn is_packed(&self) -> bool {
+        self.dense.is_some()
+    }
+
     /// The sequence number of the last commit applied (0: none).
     pub fn last_seq(&self) -> u64 {
         self.last_seq.load(Ordering::Acquire)
@@ -584,6 +631,7 @@ impl Buffer {
     /// Applies the changes of commit `seq`, in order. Versions that no
     /// reader at `keep` or later can see are dropped on the way.
     pub fn apply(&self, seq: u64, ops: Vec<RowOp>, keep: u64) {
+        assert!(self.dense.is_none(), "a packed buffer takes no commits");
         self.last_seq.fetch_max(seq, Ordering::AcqRel);
         let mut t = self.tables.write();
         let mut delta: isize = 0;
@@ -619,6 +667,9 @@ impl Buffer {
     /// if it holds a version of the row (`Some(None)`: deleted, also by one
     /// of its ranges), `None` if the layers below decide.
     pub fn get(&self, table: Table, key: &[u8], s: u64) -> Option<Entry> {
+        if let Some(run) = self.dense(s) {
+            return run.get(table, key).map(|e| e.map(<[u8]>::to_vec));
+        }
         let t = self.tables.read_recursive();
         if let Some(e) = t.rows[table as usize].get(key).and_then(|v| v.at(s)) {
             return Some(e.to_entry());
@@ -634,6 +685,10 @@ impl Buffer {
     /// [`ReadCtx::warm`](super::ReadCtx::warm). One lock for them all: its
     /// atomic between two lookups would keep their misses from overlapping.
     pub fn warm(&self, table: Table, keys: &mut Vec<&[u8]>) {
+        if let Some(run) = &self.dense {
+            keys.retain(|key| !run.holds(table, key));
+            return;
+        }
         let t = self.tables.read_recursive();
         let rows = &t.rows[table as usize];
         keys.retain(|key| {
@@ -649,6 +704,9 @@ impl Buffer {
 
     /// The ranges a reader at `s` sees deleted.
     pub fn ranges(&self, table: Table, s: u64) -> Vec<KeyRange> {
+        if let Some(run) = self.dense(s) {
+            return run.ranges(table).to_vec();
+        }
         let t = self.tables.read_recursive();
         t.ranges[table as usize]
             .iter()
@@ -660,6 +718,9 @@ impl Buffer {
     /// Every key of `table` the buffer holds a version of (written or
     /// deleted, by any commit it took).
     pub fn keys(&self, table: Table) -> Vec<Arc<[u8]>> {
+        if let Some(run) = &self.dense {
+            return run.keys(table).map(Arc::from).collect();
+        }
         let t = self.tables.read_recursive();
         let order = t.order(table as usize);
         order
@@ -674,6 +735,17 @@ impl Buffer {
     /// Whether the buffer holds nothing of `[start, end)` in `table`, for
     /// any reader: scans of such a range read the tables alone.
     pub fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
+        if let Some(run) = &self.dense {
+            let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
+            return run
+                .range(table, (Bound::Included(start), hi))
+                .next()
+                .is_none()
+                && !run
+                    .ranges(table)
+                    .iter()
+                    .any(|(s, e)| overlaps(s, e.as_deref(), start, end));
+        }
         let t = self.tables.read_recursive();
         // The first key at or after `start`, then its bound: a range with
         // both ends searches the tree for each (the zscore keys of a
@@ -687,10 +759,9 @@ impl Buffer {
             return false;
         }
         drop(order);
-        // Two ranges meet unless one ends before the other starts.
-        !t.ranges[table as usize].iter().any(|r| {
-            r.end.as_deref().is_none_or(|e| e > start) && end.is_none_or(|e| r.start.as_slice() < e)
-        })
+        !t.ranges[table as usize]
+            .iter()
+            .any(|r| overlaps(&r.start, r.end.as_deref(), start, end))
     }
 
     /// Up to `n` rows of `table` within `(lo, hi)` as a reader at `s` sees
@@ -705,6 +776,18 @@ impl Buffer {
         n: usize,
         out: &mut VecDeque<super::merge::Row>,
     ) -> bool {
+        if let Some(run) = self.dense(s) {
+            let mut rows = run.range(table, (lo, hi));
+            let rows: &mut dyn Iterator<Item = _> =
+                if reverse { &mut rows.rev() } else { &mut rows };
+            for _ in 0..n {
+                let Some((k, v)) = rows.next() else {
+                    return false;
+                };
+                out.push_back((RowKey::new(k), Stored::from_entry(v)));
+            }
+            return true;
+        }
         let t = self.tables.read_recursive();
         let rows = &t.rows[table as usize];
         let order = t.order(table as usize);
@@ -787,6 +870,23 @@ impl Buffer {
         in_key_order: bool,
         f: &mut dyn FnMut(Table, &mut TableChanges<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
+        if let Some(run) = &self.dense {
+            for table in Table::ALL {
+                let ranges = run.ranges(table);
+                let mut rows = run
+                    .range(table, (Bound::Unbounded, Bound::Unbounded))
+                    .peekable();
+                if ranges.is_empty() && rows.peek().is_none() {
+                    continue;
+                }
+                let ranges = ranges
+                    .iter()
+                    .map(|(start, end)| Change::Range(table, start, end.as_deref()));
+                let rows = rows.map(|(k, v)| Change::Row(table, k, v));
+                f(table, &mut ranges.chain(rows))?;
+            }
+            return Ok(());
+        }
         let t = self.tables.read();
         for table in Table::ALL {
             let i = table as usize;
@@ -818,6 +918,49 @@ impl Buffer {
         }
         Ok(())
     }
+}
+
+/// What the background writer puts into the tables for `bufs` (frozen
+/// buffers, oldest first), handed to `f` a table at a time as
+/// [`Buffer::for_each_table`] does: packed buffers without deleted ranges
+/// merged into one pass in key order (each row once, its newest value),
+/// others one buffer after another. One pass shares each leaf it rewrites
+/// among the rows of every buffer; a second pass over a big table would
+/// rewrite most leaves again, often read back from the file.
+pub fn for_each_table_of<E>(
+    bufs: &[Arc<Buffer>],
+    f: &mut dyn FnMut(Table, &mut TableChanges<'_>) -> Result<(), E>,
+) -> Result<(), E> {
+    let runs: Option<Vec<&Run>> = bufs
+        .iter()
+        .map(|b| b.dense.as_ref().filter(|r| !r.has_ranges()))
+        .collect();
+    let Some(runs) = runs.filter(|r| r.len() > 1) else {
+        return bufs.iter().try_for_each(|b| b.for_each_table(f));
+    };
+    for table in Table::ALL {
+        let mut rows = super::run::merged(&runs, table).peekable();
+        if rows.peek().is_none() {
+            continue;
+        }
+        f(table, &mut rows.map(|(k, v)| Change::Row(table, k, v)))?;
+    }
+    Ok(())
+}
+
+impl Buffer {
+    /// The packed state, for a reader at `s` (always past its last commit).
+    fn dense(&self, s: u64) -> Option<&Run> {
+        let run = self.dense.as_ref()?;
+        debug_assert!(s >= self.last_seq(), "a packed buffer read before its end");
+        Some(run)
+    }
+}
+
+/// Whether the ranges `[a, a_end)` and `[b, b_end)` meet (`None`: to the
+/// table's end): unless one ends before the other starts.
+fn overlaps(a: &[u8], a_end: Option<&[u8]>, b: &[u8], b_end: Option<&[u8]>) -> bool {
+    a_end.is_none_or(|e| e > b) && b_end.is_none_or(|e| a < e)
 }
 
 /// Loads the rows of `keys` that `layers` (newest first) hold into the
@@ -1324,6 +1467,126 @@ mod tests {
                 RowOp::DelRange(Table::Sub, b"k".to_vec(), Some(b"l".to_vec())),
                 RowOp::Del(Table::Sub, b"k1".to_vec()),
                 put(b"k2", b"y"),
+            ]
+        );
+    }
+
+    /// The changes `for_each_table_of` hands out, as row operations.
+    fn changes_of(bufs: &[Arc<Buffer>]) -> Vec<RowOp> {
+        let mut changes = Vec::new();
+        for_each_table_of::<()>(bufs, &mut |_, table_changes| {
+            changes.extend(table_changes.map(|c| match c {
+                Change::Range(t, s, e) => RowOp::DelRange(t, s.to_vec(), e.map(<[u8]>::to_vec)),
+                Change::Row(t, k, Some(v)) => RowOp::Put(t, k.to_vec(), v.to_vec()),
+                Change::Row(t, k, None) => RowOp::Del(t, k.to_vec()),
+            }));
+            Ok(())
+        })
+        .unwrap();
+        changes
+    }
+
+    /// A packed buffer answers every read past its last commit as the
+    /// buffer it was packed from: points, scans both ways and in part,
+    /// ranges, keys, warm-ups and what it leaves in the tables.
+    #[test]
+    fn a_packed_buffer_reads_as_its_buffer() {
+        let b = Buffer::new(4);
+        b.apply(
+            1,
+            vec![put(b"a", b"1"), put(b"b", b"2"), put(b"d", b"4")],
+            0,
+        );
+        b.apply(2, vec![RowOp::Del(Table::Sub, b"b".to_vec())], 0);
+        b.apply(3, vec![RowOp::DelRange(Table::Sub, b"x".to_vec(), None)], 0);
+        b.apply(4, vec![put(b"c", b"3"), put(b"y", b"9")], 0);
+        let p = b.packed();
+        assert!(p.is_packed() && !b.is_packed());
+        assert_eq!((p.gen, p.last_seq()), (4, 4));
+        assert!(p.bytes() < b.bytes());
+        for key in [&b"a"[..], b"b", b"c", b"d", b"e", b"x", b"y", b"z"] {
+            assert_eq!(
+                p.get(Table::Sub, key, 4),
+                b.get(Table::Sub, key, 4),
+                "{key:?}"
+            );
+            assert_eq!(p.get(Table::Meta, key, 9), None);
+        }
+        for reverse in [false, true] {
+            assert_eq!(rows(&p, 4, reverse), rows(&b, 4, reverse));
+        }
+        for (lo, hi) in [
+            (Bound::Included(&b"b"[..]), Bound::Excluded(&b"d"[..])),
+            (Bound::Excluded(&b"a"[..]), Bound::Included(&b"d"[..])),
+            (Bound::Included(&b"e"[..]), Bound::Unbounded),
+        ] {
+            for (reverse, n) in [(false, 1), (true, 1), (false, 9), (true, 9)] {
+                let (mut got, mut want) = (VecDeque::new(), VecDeque::new());
+                let more = p.fill(Table::Sub, (lo, hi), reverse, 4, n, &mut got);
+                assert_eq!(more, b.fill(Table::Sub, (lo, hi), reverse, 4, n, &mut want));
+                let pairs = |rows: VecDeque<super::super::merge::Row>| -> Vec<_> {
+                    rows.into_iter()
+                        .map(|(k, v)| (k.as_slice().to_vec(), v.to_entry()))
+                        .collect()
+                };
+                assert_eq!(pairs(got), pairs(want), "{lo:?} {hi:?} {reverse} {n}");
+            }
+        }
+        for (start, end) in [
+            (&b"a"[..], Some(&b"b"[..])),
+            (b"e", Some(b"f")),
+            (b"e", None),
+            (b"z", None),
+        ] {
+            assert_eq!(
+                p.untouched(Table::Sub, start, end),
+                b.untouched(Table::Sub, start, end),
+                "{start:?} {end:?}"
+            );
+        }
+        assert!(p.untouched(Table::Meta, b"", None));
+        assert_eq!(p.ranges(Table::Sub, 4), b.ranges(Table::Sub, 4));
+        assert_eq!(p.keys(Table::Sub), b.keys(Table::Sub));
+        let mut keys = vec![&b"a"[..], b"e", b"b"];
+        p.warm(Table::Sub, &mut keys);
+        assert_eq!(keys, vec![&b"e"[..]]);
+        let (b, p) = (Arc::new(b), Arc::new(p));
+        assert_eq!(changes_of(&[p]), changes_of(&[b]));
+    }
+
+    /// Packed buffers without deleted ranges go into the tables merged,
+    /// each row once with its newest value; with a range among them, one
+    /// buffer after another, as they came.
+    #[test]
+    fn packed_buffers_merge_unless_they_delete_ranges() {
+        let packed = |gen: u64, ops: Vec<RowOp>| {
+            let b = Buffer::new(gen);
+            b.apply(gen, ops, 0);
+            Arc::new(b.packed())
+        };
+        let old = packed(1, vec![put(b"a", b"1"), put(b"c", b"1")]);
+        let new = packed(
+            2,
+            vec![put(b"b", b"2"), RowOp::Del(Table::Sub, b"c".to_vec())],
+        );
+        assert_eq!(
+            changes_of(&[old.clone(), new.clone()]),
+            vec![
+                put(b"a", b"1"),
+                put(b"b", b"2"),
+                RowOp::Del(Table::Sub, b"c".to_vec()),
+            ]
+        );
+        let range = RowOp::DelRange(Table::Sub, b"a".to_vec(), Some(b"b".to_vec()));
+        let newest = packed(3, vec![range.clone()]);
+        assert_eq!(
+            changes_of(&[old, new, newest]),
+            vec![
+                put(b"a", b"1"),
+                put(b"c", b"1"),
+                put(b"b", b"2"),
+                RowOp::Del(Table::Sub, b"c".to_vec()),
+                range,
             ]
         );
     }

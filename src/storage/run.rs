@@ -10,14 +10,14 @@
 //! a hash table of row positions for point reads. A row of ZADD's (a
 //! 40-byte key, a short value) takes ~70 bytes there.
 //!
-//! The point (DESIGN-NOTES, "Session 65"): the background writer's cost
-//! for rows at random places of a big table falls as a write-out carries
-//! more rows, since each leaf it rewrites is then shared by more of them.
-//! Runs hold frozen rows in a third of the memory, so two or three can
-//! wait and go into one write-out together within the same cap.
-//!
-//! Not wired in yet: the view's layers, the writer's grouping and the
-//! cap's accounting are the next steps (the plan in DESIGN-NOTES).
+//! The point (DESIGN-NOTES, "Session 65" and "Session 66"): the background
+//! writer's cost for rows at random places of a big table falls as a
+//! write-out carries more rows, since each leaf it rewrites is then shared
+//! by more of them. Runs hold frozen rows in a third of the memory, so
+//! several can wait and go into one write-out together within the same
+//! cap (`store`), merged into one pass in key order ([`merged`]); while
+//! they wait, they are merged into one run ([`Run::merge`]) so that a
+//! read probes few of them.
 
 use std::hash::BuildHasher;
 use std::ops::Bound;
@@ -37,9 +37,14 @@ struct Dense {
     /// Which rows are deleted, a bit each: they keep their place, as they
     /// hide the rows of older layers.
     gone: Vec<u64>,
-    /// Open addressing over row positions plus one (0 = empty), sized to a
-    /// power of two at least twice the rows.
-    slots: Box<[u32]>,
+    /// Open addressing over rows, sized to a power of two at least half
+    /// as large again as the rows: each slot holds a row's position plus
+    /// one (0 = empty) in its low half and the high half of the key's
+    /// hash in its high half. Most keys a run does not hold are told so
+    /// by the slots alone: a read that no buffer answers probes every run
+    /// first, and comparing keys there cost a cache miss in `ends` and
+    /// another in `keys` per row met.
+    slots: Box<[u64]>,
     /// Deleted ranges of older layers, oldest first.
     ranges: Vec<KeyRange>,
 }
@@ -66,31 +71,69 @@ impl Dense {
         Some(&self.values[start..self.ends[i].1 as usize])
     }
 
+    /// The first row whose key satisfies `past` (a predicate false for
+    /// a prefix of the rows and true after), or the row count.
+    fn first_where(&self, past: impl Fn(&[u8]) -> bool) -> usize {
+        let (mut a, mut b) = (0, self.ends.len());
+        while a < b {
+            let mid = (a + b) / 2;
+            if past(self.key(mid)) {
+                b = mid;
+            } else {
+                a = mid + 1;
+            }
+        }
+        a
+    }
+
     fn position(&self, hasher: &foldhash::fast::FixedState, key: &[u8]) -> Option<usize> {
         if self.slots.is_empty() {
             return None;
         }
         let mask = self.slots.len() - 1;
-        let mut at = hasher.hash_one(key) as usize & mask;
+        let hash = hasher.hash_one(key);
+        let tag = hash >> 32;
+        let mut at = hash as usize & mask;
         loop {
-            match self.slots[at] {
-                0 => return None,
-                p if self.key(p as usize - 1) == key => return Some(p as usize - 1),
-                _ => at = (at + 1) & mask,
+            let slot = self.slots[at];
+            if slot == 0 {
+                return None;
             }
+            let p = (slot as u32 as usize).wrapping_sub(1);
+            if slot >> 32 == tag && self.key(p) == key {
+                return Some(p);
+            }
+            at = (at + 1) & mask;
         }
     }
 
+    /// Appends a row after the last (`None`: deleted).
+    fn push(&mut self, key: &[u8], value: Option<&[u8]>) {
+        let i = self.ends.len();
+        if i.is_multiple_of(64) {
+            self.gone.push(0);
+        }
+        match value {
+            Some(v) => self.values.extend_from_slice(v),
+            None => self.gone[i / 64] |= 1 << (i % 64),
+        }
+        self.keys.extend_from_slice(key);
+        self.ends
+            .push((len32(self.keys.len()), len32(self.values.len())));
+    }
+
     fn index(&mut self, hasher: &foldhash::fast::FixedState) {
-        let n = (self.ends.len() * 2).next_power_of_two().max(2);
-        let mut slots = vec![0u32; n].into_boxed_slice();
+        let rows = self.ends.len();
+        let n = (rows + rows / 2 + 1).next_power_of_two();
+        let mut slots = vec![0u64; n].into_boxed_slice();
         let mask = n - 1;
-        for i in 0..self.ends.len() {
-            let mut at = hasher.hash_one(self.key(i)) as usize & mask;
+        for i in 0..rows {
+            let hash = hasher.hash_one(self.key(i));
+            let mut at = hash as usize & mask;
             while slots[at] != 0 {
                 at = (at + 1) & mask;
             }
-            slots[at] = i as u32 + 1;
+            slots[at] = (hash >> 32) << 32 | u64::from(len32(i + 1));
         }
         self.slots = slots;
     }
@@ -100,7 +143,7 @@ impl Dense {
             + self.values.capacity()
             + self.ends.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.gone.capacity() * 8
-            + self.slots.len() * std::mem::size_of::<u32>()
+            + self.slots.len() * std::mem::size_of::<u64>()
             + self
                 .ranges
                 .iter()
@@ -124,10 +167,19 @@ pub struct Run {
     pub last_seq: u64,
 }
 
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Run")
+            .field("gen", &self.gen)
+            .field("last_seq", &self.last_seq)
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
 impl Run {
     /// The final state of `buf`, a frozen buffer.
     pub fn of(buf: &Buffer) -> Run {
-        let hasher = foldhash::fast::FixedState::with_seed(0x72_75_6e);
         let mut tables: Vec<Dense> = Table::ALL.iter().map(|_| Dense::default()).collect();
         buf.for_each_table(&mut |t, changes| {
             let d = &mut tables[t as usize];
@@ -136,23 +188,40 @@ impl Run {
                     Change::Range(_, start, end) => {
                         d.ranges.push((start.to_vec(), end.map(<[u8]>::to_vec)));
                     }
-                    Change::Row(_, key, value) => {
-                        let i = d.ends.len();
-                        if i.is_multiple_of(64) {
-                            d.gone.push(0);
-                        }
-                        match value {
-                            Some(v) => d.values.extend_from_slice(v),
-                            None => d.gone[i / 64] |= 1 << (i % 64),
-                        }
-                        d.keys.extend_from_slice(key);
-                        d.ends.push((len32(d.keys.len()), len32(d.values.len())));
-                    }
+                    Change::Row(_, key, value) => d.push(key, value),
                 }
             }
             Ok::<(), std::convert::Infallible>(())
         })
         .unwrap_or_else(|never| match never {});
+        Run::sealed(tables, buf.gen, buf.last_seq())
+    }
+
+    /// The final state of `runs` (oldest first) in one run, as the runs
+    /// applied one after another leave it; `None` if any holds deleted
+    /// ranges (see [`merged`]).
+    pub fn merge(runs: &[&Run]) -> Option<Run> {
+        let last = runs.last()?;
+        if runs.iter().any(|r| r.has_ranges()) {
+            return None;
+        }
+        let tables = Table::ALL
+            .iter()
+            .map(|&t| {
+                let mut d = Dense::default();
+                for (key, value) in merged(runs, t) {
+                    d.push(key, value);
+                }
+                d
+            })
+            .collect();
+        Some(Run::sealed(tables, last.gen, last.last_seq))
+    }
+
+    /// A run of `tables`, filled in key order: indexed, and trimmed to
+    /// what they hold.
+    fn sealed(mut tables: Vec<Dense>, gen: u64, last_seq: u64) -> Run {
+        let hasher = foldhash::fast::FixedState::with_seed(0x72_75_6e);
         for d in &mut tables {
             d.index(&hasher);
             d.keys.shrink_to_fit();
@@ -163,8 +232,8 @@ impl Run {
         Run {
             tables,
             hasher,
-            gen: buf.gen,
-            last_seq: buf.last_seq(),
+            gen,
+            last_seq,
         }
     }
 
@@ -182,43 +251,44 @@ impl Run {
         covered.then_some(None)
     }
 
-    /// The run's rows of `table` within `bounds`, in key order, deleted
-    /// ones as `None`.
+    /// The run's rows of `table` within `bounds`, in key order (either
+    /// way), deleted ones as `None`.
     pub fn range<'a>(
         &'a self,
         table: Table,
         (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
-    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+    ) -> impl DoubleEndedIterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
         let d = &self.tables[table as usize];
-        let n = d.ends.len();
-        // The first row at or past `lo`, by binary search over positions.
-        let after_lo = |i: usize| match lo {
-            Bound::Included(l) => d.key(i) >= l,
-            Bound::Excluded(l) => d.key(i) > l,
+        let start = d.first_where(|k| match lo {
+            Bound::Included(l) => k >= l,
+            Bound::Excluded(l) => k > l,
             Bound::Unbounded => true,
-        };
-        let (mut a, mut b) = (0, n);
-        while a < b {
-            let mid = (a + b) / 2;
-            if after_lo(mid) {
-                b = mid;
-            } else {
-                a = mid + 1;
-            }
-        }
-        let hi: Bound<Vec<u8>> = match hi {
-            Bound::Included(h) => Bound::Included(h.to_vec()),
-            Bound::Excluded(h) => Bound::Excluded(h.to_vec()),
-            Bound::Unbounded => Bound::Unbounded,
-        };
-        (a..n)
-            .map(move |i| (d.key(i), i))
-            .take_while(move |(k, _)| match &hi {
-                Bound::Included(h) => *k <= h.as_slice(),
-                Bound::Excluded(h) => *k < h.as_slice(),
-                Bound::Unbounded => true,
-            })
-            .map(move |(k, i)| (k, d.value(i)))
+        });
+        let end = d.first_where(|k| match hi {
+            Bound::Included(h) => k > h,
+            Bound::Excluded(h) => k >= h,
+            Bound::Unbounded => false,
+        });
+        (start..end.max(start)).map(move |i| (d.key(i), d.value(i)))
+    }
+
+    /// Every key of `table` the run holds (deleted rows' too), in order.
+    pub fn keys(&self, table: Table) -> impl Iterator<Item = &[u8]> + '_ {
+        let d = &self.tables[table as usize];
+        (0..d.ends.len()).map(move |i| d.key(i))
+    }
+
+    /// Whether the run holds a row of `key` (written or deleted), its
+    /// deleted ranges aside.
+    pub fn holds(&self, table: Table, key: &[u8]) -> bool {
+        self.tables[table as usize]
+            .position(&self.hasher, key)
+            .is_some()
+    }
+
+    /// Whether the run holds deleted ranges in any table.
+    pub fn has_ranges(&self) -> bool {
+        self.tables.iter().any(|d| !d.ranges.is_empty())
     }
 
     /// The deleted ranges of `table`, oldest first.
@@ -229,6 +299,51 @@ impl Run {
     /// Memory the run holds.
     pub fn bytes(&self) -> usize {
         self.tables.iter().map(Dense::bytes).sum()
+    }
+}
+
+/// The rows of `table` in `runs` (oldest first) merged into key order, as
+/// the runs applied one after another would leave them: a row several
+/// hold takes the newest one's value. Deleted ranges are not merged: a
+/// caller with any takes the runs one by one.
+pub fn merged<'a>(runs: &[&'a Run], table: Table) -> Merged<'a> {
+    Merged {
+        cursors: runs
+            .iter()
+            .map(|r| (&r.tables[table as usize], 0))
+            .collect(),
+    }
+}
+
+/// See [`merged`].
+pub struct Merged<'a> {
+    /// Each run's rows of the table, and the next one's position.
+    cursors: Vec<(&'a Dense, usize)>,
+}
+
+impl<'a> Iterator for Merged<'a> {
+    type Item = (&'a [u8], Option<&'a [u8]>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // A handful of runs: a look at every head beats a heap.
+        let mut best: Option<(&'a Dense, usize)> = None;
+        for &(d, i) in &self.cursors {
+            if i == d.ends.len() {
+                continue;
+            }
+            // Ties go to the later (newer) run.
+            if best.is_none_or(|(b, j)| d.key(i) <= b.key(j)) {
+                best = Some((d, i));
+            }
+        }
+        let (d, i) = best?;
+        let key = d.key(i);
+        for (c, at) in &mut self.cursors {
+            if *at < c.ends.len() && c.key(*at) == key {
+                *at += 1;
+            }
+        }
+        Some((key, d.value(i)))
     }
 }
 
@@ -314,6 +429,40 @@ mod tests {
         assert_eq!(run.get(Table::Sub, b"m9"), Some(None));
         assert_eq!(run.get(Table::Sub, b"n"), None);
         assert_eq!(run.ranges(Table::Sub).len(), 1);
+    }
+
+    /// Merged runs give each row once, in key order, with its newest
+    /// value.
+    #[test]
+    fn merged_runs_keep_the_newest_row() {
+        let old = Run::of(&buffer_of(&[
+            (1, put("a", "1")),
+            (2, put("c", "1")),
+            (3, put("e", "1")),
+        ]));
+        let mid = Run::of(&buffer_of(&[(4, put("b", "2")), (5, del("c"))]));
+        let new = Run::of(&buffer_of(&[
+            (6, put("c", "3")),
+            (7, put("e", "3")),
+            (8, put("f", "3")),
+        ]));
+        let rows: Vec<(Vec<u8>, Option<Vec<u8>>)> = merged(&[&old, &mid, &new], Table::Sub)
+            .map(|(k, v)| (k.to_vec(), v.map(<[u8]>::to_vec)))
+            .collect();
+        let want: Vec<(Vec<u8>, Option<Vec<u8>>)> = [
+            ("a", Some("1")),
+            ("b", Some("2")),
+            ("c", Some("3")),
+            ("e", Some("3")),
+            ("f", Some("3")),
+        ]
+        .iter()
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.map(|v| v.as_bytes().to_vec())))
+        .collect();
+        assert_eq!(rows, want);
+        let rows: Vec<Option<&[u8]>> = merged(&[&new, &mid], Table::Sub).map(|(_, v)| v).collect();
+        assert_eq!(rows, vec![Some(&b"2"[..]), None, Some(b"3"), Some(b"3")]);
+        assert_eq!(merged(&[&old, &new], Table::Meta).count(), 0);
     }
 
     /// Thousands of random keys: every one found where it was put, none
