@@ -3,12 +3,14 @@
 //! A commit appends the batch's changes to the log (`wal`) and applies
 //! them to the active write buffer (`buffer`); that is all the shard's writer
 //! does per batch. Once the active buffer (or its log generation) is full
-//! it is frozen: the log moves to a new generation, a new buffer takes the
-//! commits, and a background thread, the only writer of the redb file,
-//! puts the frozen buffer into the tables in key order in one transaction,
-//! records the generation in the `sys` row `wal_gen`, and deletes the log
-//! file. Readers see the buffers merged over the tables at one sequence
-//! number (see `ReadCtx`).
+//! it is frozen: the log moves to a new generation and a new buffer takes
+//! the commits. A packer thread packs the frozen buffer into a third of
+//! its memory (`run`) and puts it in its place in the view; a background
+//! thread, the only writer of the redb file, lets packed buffers gather
+//! (merging them as they wait) and puts them into the tables together, in
+//! key order in one transaction, records the newest generation in the
+//! `sys` row `wal_gen`, and deletes their log files. Readers see the
+//! buffers merged over the tables at one sequence number (see `ReadCtx`).
 //!
 //! Opening a store puts the whole records of the log's generations newer
 //! than `wal_gen` into the tables first (all of them, or the prefix the
@@ -64,33 +66,22 @@ pub struct Limits {
 
 impl Limits {
     /// Whether an active buffer of `bytes` is frozen under a cap of `cap`
-    /// (see [`Store::cap`]), `writer_busy` or not: at a quarter of the
-    /// cap when the background writer is free to take it at once, else
-    /// at half. A writer behind its writers thus takes bigger buffers,
-    /// and a bigger buffer shares each leaf it rewrites among more rows:
-    /// random members added to one sorted set of a million cost the
-    /// writer about half as much a row (ZADD -c 50 -P 16, 1.5M of them:
-    /// 54-56k -> 76-80k a second).
-    ///
-    /// A buffer whose commits mostly rewrite rows it holds
-    /// (`mostly_rewrites`, asked only from a quarter on) also goes on to
-    /// half: each write it keeps active longer is one row less for the
-    /// writer. Frozen at a quarter,
-    /// INCR over 100,000 counters (about 10 MB of rows a shard) had the
-    /// writer put back half a row per increment. Buffers of new rows
-    /// still go at a quarter: grown to half, the two shards' active
-    /// buffers outgrew this machine's 32 MiB cache, and LPUSH, ZADD and
-    /// MSET at pipeline 16 took 10-15% more CPU a request.
-    fn freezes(
-        cap: usize,
-        bytes: usize,
-        writer_busy: bool,
-        mostly_rewrites: impl FnOnce() -> bool,
-    ) -> bool {
+    /// (see [`Store::cap`]): at a quarter of the cap, or, for a buffer
+    /// whose commits mostly rewrite rows it holds (`mostly_rewrites`,
+    /// asked only from a quarter on), at half: each write it keeps active
+    /// longer is one row less for the writer. Frozen at a quarter, INCR
+    /// over 100,000 counters (about 10 MB of rows a shard) had the writer
+    /// put back half a row per increment. Buffers of new rows go at a
+    /// quarter: grown to half, the two shards' active buffers outgrew this
+    /// machine's 32 MiB cache, and LPUSH, ZADD and MSET at pipeline 16
+    /// took 10-15% more CPU a request. What a write-out carries grows by
+    /// grouping frozen buffers instead (see `Core::group_ready`); before
+    /// that, a buffer went on to half while the writer was busy.
+    fn freezes(cap: usize, bytes: usize, mostly_rewrites: impl FnOnce() -> bool) -> bool {
         if bytes < (cap / 4).max(1) {
             return false;
         }
-        bytes >= (cap / 2).max(1) || !(writer_busy || mostly_rewrites())
+        bytes >= (cap / 2).max(1) || !mostly_rewrites()
     }
 
     /// Active-buffer bytes from which a buffer counts how its writes
@@ -107,6 +98,18 @@ impl Limits {
         cap / 4 * 3
     }
 }
+
+/// Packed buffers waiting to go into the tables that are merged into one
+/// (see `Core::merge_waiting`).
+const MERGE_AT: usize = 3;
+
+/// The longest a packed buffer waits for others to go into the tables
+/// with (see `Core::group_ready`).
+const GROUP_WAIT: Duration = Duration::from_millis(500);
+
+/// How often the background writer looks at the packed buffers waiting
+/// while none arrives (see `Core::group_ready`).
+const GROUP_POLL: Duration = Duration::from_millis(20);
 
 /// Rows ahead of its insert that the background writer asks for a row's
 /// key filter block (see `Store::write_out_with`).
@@ -126,8 +129,11 @@ struct Core {
     pins: parking_lot::Mutex<BTreeMap<u64, usize>>,
     /// The last commit readers may see.
     published: AtomicU64,
-    /// Bytes in frozen buffers not yet in the tables.
+    /// Bytes in frozen buffers not yet in the tables (packed ones at
+    /// their packed size).
     frozen_bytes: AtomicUsize,
+    /// The shard's own cap on buffered bytes (`Limits::cap`).
+    cap: usize,
     /// Signalled when the background writer has emptied a buffer.
     room: (parking_lot::Mutex<()>, parking_lot::Condvar),
     /// The rows of the tables (see `filter`), once the background writer
@@ -178,6 +184,13 @@ enum Job {
 /// The background writer: its queue of jobs and its thread.
 type Writer = (std::sync::mpsc::Sender<Job>, std::thread::JoinHandle<()>);
 
+/// The packer (see [`Core::run_packer`]): its queue of frozen buffers and
+/// its thread.
+type Packer = (
+    std::sync::mpsc::Sender<Arc<Buffer>>,
+    std::thread::JoinHandle<()>,
+);
+
 /// One shard's storage (see the module doc).
 pub struct Store {
     core: Arc<Core>,
@@ -185,8 +198,9 @@ pub struct Store {
     /// The shard thread's side of the value log: taken by commits only,
     /// under `wal`.
     appender: parking_lot::Mutex<Appender>,
-    limits: Limits,
-    /// The background writer: its queue of frozen buffers and its thread.
+    /// The packer: its queue of frozen buffers and its thread.
+    packer: parking_lot::Mutex<Option<Packer>>,
+    /// The background writer: its queue of packed buffers and its thread.
     writer: parking_lot::Mutex<Option<Writer>>,
     /// Run before a log generation is made durable to move to the next
     /// (see [`Store::before_rotate`]).
@@ -293,6 +307,7 @@ impl Store {
             pins: Default::default(),
             published: AtomicU64::new(seq),
             frozen_bytes: AtomicUsize::new(0),
+            cap: limits.cap,
             room: Default::default(),
             filter: Default::default(),
             filter_rows: limits.filter_rows,
@@ -313,11 +328,18 @@ impl Store {
             .name(format!("cairn-{}-writer", core.stem))
             .spawn(move || writer_core.run_writer(rx))
             .map_err(io_err)?;
+        let (pack_tx, pack_rx) = std::sync::mpsc::channel::<Arc<Buffer>>();
+        let packer_core = core.clone();
+        let to_writer = tx.clone();
+        let packer = std::thread::Builder::new()
+            .name(format!("cairn-{}-packer", core.stem))
+            .spawn(move || packer_core.run_packer(pack_rx, to_writer))
+            .map_err(io_err)?;
         Ok(Arc::new(Store {
             core,
             wal: parking_lot::Mutex::new(wal),
             appender: parking_lot::Mutex::new(appender),
-            limits,
+            packer: parking_lot::Mutex::new(Some((pack_tx, packer))),
             writer: parking_lot::Mutex::new(Some((tx, thread))),
             before_rotate: Default::default(),
         }))
@@ -342,10 +364,7 @@ impl Store {
     /// The most the shard may buffer now: its own cap, or what its share
     /// of the server's budget allows.
     fn cap(&self) -> usize {
-        match self.core.share.get() {
-            Some(s) => s.budget.cap_of(s.me),
-            None => self.limits.cap,
-        }
+        self.core.cap()
     }
 
     /// Publishes the log file being written in `current` from now on, so
@@ -538,15 +557,12 @@ impl Store {
             let _pins = core.pins.lock();
             core.published.store(seq, Ordering::Release);
         }
-        let writer_busy = core.frozen_bytes.load(Ordering::Acquire) > 0;
         let cap = self.cap();
         let bytes = active.bytes();
         if bytes >= Limits::growth_from(cap) {
             active.mark_growth();
         }
-        if Limits::freezes(cap, bytes, writer_busy, || active.mostly_rewrites())
-            || wal.len() >= cap as u64
-        {
+        if Limits::freezes(cap, bytes, || active.mostly_rewrites()) || wal.len() >= cap as u64 {
             self.freeze(&mut wal, active)?;
         }
         drop(wal);
@@ -582,8 +598,8 @@ impl Store {
         core.view.lock().insert(0, Arc::new(next));
         core.frozen_bytes
             .fetch_add(active.bytes(), Ordering::AcqRel);
-        if let Some((tx, _)) = &*self.writer.lock() {
-            let _ = tx.send(Job::WriteOut(active));
+        if let Some((tx, _)) = &*self.packer.lock() {
+            let _ = tx.send(active);
         }
         Ok(())
     }
@@ -597,8 +613,7 @@ impl Store {
 
     /// Bytes buffered and not yet in the tables (active and frozen).
     fn pending(&self) -> usize {
-        let core = &self.core;
-        core.frozen_bytes.load(Ordering::Acquire) + core.view.lock()[0].bytes()
+        self.core.pending()
     }
 
     /// Slows the shard's writes while the background writer is behind,
@@ -654,8 +669,13 @@ impl Store {
         if let Err(e) = self.sync() {
             tracing::error!(error = %e, "cannot sync the shard log");
         }
+        self.core.closing.store(true, Ordering::Relaxed);
+        // The packer first: it hands the writer what it still holds.
+        if let Some((tx, thread)) = self.packer.lock().take() {
+            drop(tx);
+            let _ = thread.join();
+        }
         if let Some((tx, thread)) = self.writer.lock().take() {
-            self.core.closing.store(true, Ordering::Relaxed);
             drop(tx);
             let _ = thread.join();
         }
@@ -669,44 +689,190 @@ impl Drop for Store {
 }
 
 impl Core {
-    /// The background writer's loop, until the store closes its queue.
-    fn run_writer(&self, jobs: std::sync::mpsc::Receiver<Job>) {
+    /// The shard's cap on buffered bytes now: its own, or what its share
+    /// of the server's budget allows.
+    fn cap(&self) -> usize {
+        match self.share.get() {
+            Some(s) => s.budget.cap_of(s.me),
+            None => self.cap,
+        }
+    }
+
+    /// Bytes buffered and not yet in the tables (active and frozen).
+    fn pending(&self) -> usize {
+        self.frozen_bytes.load(Ordering::Acquire) + self.view.lock()[0].bytes()
+    }
+
+    /// The packer's loop, until the store closes its queue: each frozen
+    /// buffer is packed ([`Buffer::packed`]) and put in its place in the
+    /// view, then handed to the background writer. A thread of its own,
+    /// so that buffers frozen while the writer is busy shrink at once.
+    fn run_packer(
+        &self,
+        frozen: std::sync::mpsc::Receiver<Arc<Buffer>>,
+        writer: std::sync::mpsc::Sender<Job>,
+    ) {
         use std::sync::mpsc::RecvTimeoutError;
-        // Written-out buffers some reader may still hold.
         let mut graves: Vec<Arc<Buffer>> = Vec::new();
-        // Set once a write-out was given up at close: no later buffer may
-        // go in, or `wal_gen` would claim the one given up.
-        let mut gave_up = false;
         loop {
-            let job = if graves.is_empty() {
-                jobs.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            let buf = if graves.is_empty() {
+                frozen.recv().map_err(|_| RecvTimeoutError::Disconnected)
             } else {
-                jobs.recv_timeout(Duration::from_millis(5))
+                frozen.recv_timeout(Duration::from_millis(5))
             };
-            let job = match job {
-                Ok(job) => job,
+            let buf = match buf {
+                Ok(buf) => buf,
                 Err(RecvTimeoutError::Timeout) => {
                     self.bury(&mut graves);
                     continue;
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            let packed = Arc::new(buf.packed());
+            {
+                // Readers that take the view from now on read past the
+                // buffer's last commit: the packed state is all they need.
+                let mut view = self.view.lock();
+                if let Some(slot) = view.iter_mut().find(|b| Arc::ptr_eq(b, &buf)) {
+                    *slot = packed.clone();
+                }
+                self.frozen_bytes
+                    .fetch_add(packed.bytes(), Ordering::AcqRel);
+                let frozen =
+                    self.frozen_bytes.fetch_sub(buf.bytes(), Ordering::AcqRel) - buf.bytes();
+                if let Some(s) = self.share.get() {
+                    s.budget.drained(s.me, frozen + view[0].bytes());
+                }
+            }
+            self.room.1.notify_all();
+            let _ = writer.send(Job::WriteOut(packed));
+            graves.push(buf);
+            self.bury(&mut graves);
+        }
+        // Whatever readers still hold goes with them.
+        drop(graves);
+    }
+
+    /// Whether the packed buffers waiting (oldest first, the first since
+    /// `since`) go into the tables now, together: once they hold a third
+    /// of the cap, or the first has waited [`GROUP_WAIT`], or the buffers
+    /// press on the cap (commits slow down from there), or the store
+    /// closes.
+    ///
+    /// A write-out of random rows of a big table rewrites most of its
+    /// leaves whatever it carries, so its cost a row falls with the rows
+    /// it carries; packed, they take a third of the room. A third of the
+    /// cap packed is the rows of about four buffers frozen at a quarter:
+    /// with the active buffer and the next group filling while this one
+    /// goes in, the buffers stay under the three quarters where commits
+    /// slow down. ZADD -c 50 -P 16 into one sorted set grown to a million
+    /// (three phases of 800k) went 113k / 67k / 50k a second before
+    /// packing and gathering, 157k / 105k / 88k after (DESIGN-NOTES,
+    /// "Session 66").
+    fn group_ready(&self, waiting: &[Arc<Buffer>], since: std::time::Instant) -> bool {
+        let cap = self.cap();
+        let bytes: usize = waiting.iter().map(|b| b.bytes()).sum();
+        bytes >= cap / 3
+            || since.elapsed() >= GROUP_WAIT
+            || self.pending() >= Limits::slow_from(cap)
+            || self.closing.load(Ordering::Relaxed)
+    }
+
+    /// Puts one packed buffer in place of the packed buffers `waiting`
+    /// (oldest first) in the view, if they merge ([`Buffer::merged`]): a
+    /// point read that no buffer answers probes each of them first, and
+    /// a scan merges them all.
+    fn merge_waiting(&self, waiting: &mut Vec<Arc<Buffer>>, graves: &mut Vec<Arc<Buffer>>) {
+        let Some(merged) = Buffer::merged(waiting) else {
+            return;
+        };
+        let merged = Arc::new(merged);
+        {
+            // As with packing: readers that take the view from now on read
+            // past the last buffer's last commit.
+            let mut view = self.view.lock();
+            let newest = waiting.last().expect("buffers merged");
+            view.retain(|b| Arc::ptr_eq(b, newest) || !waiting.iter().any(|w| Arc::ptr_eq(b, w)));
+            if let Some(slot) = view.iter_mut().find(|b| Arc::ptr_eq(b, newest)) {
+                *slot = merged.clone();
+            }
+            let old: usize = waiting.iter().map(|b| b.bytes()).sum();
+            self.frozen_bytes
+                .fetch_add(merged.bytes(), Ordering::AcqRel);
+            self.frozen_bytes.fetch_sub(old, Ordering::AcqRel);
+        }
+        graves.append(waiting);
+        waiting.push(merged);
+    }
+
+    /// The background writer's loop, until the store closes its queue.
+    fn run_writer(&self, jobs: std::sync::mpsc::Receiver<Job>) {
+        use std::sync::mpsc::RecvTimeoutError;
+        // Written-out buffers some reader may still hold.
+        let mut graves: Vec<Arc<Buffer>> = Vec::new();
+        // Packed buffers waiting to go into the tables together, oldest
+        // first, and when the first came.
+        let mut waiting: Vec<Arc<Buffer>> = Vec::new();
+        let mut since = std::time::Instant::now();
+        // Frozen buffers the packed ones waiting hold (merged or not).
+        let mut buffers = 0;
+        // Set once a write-out was given up at close: no later buffer may
+        // go in, or `wal_gen` would claim the one given up.
+        let mut gave_up = false;
+        loop {
+            // Buffers waiting are looked at again every few milliseconds
+            // besides on each arrival: the cap moves with what other
+            // shards lend (see `budget`), and the active buffer grows.
+            let wait = if waiting.is_empty() {
+                None
+            } else {
+                Some(GROUP_WAIT.saturating_sub(since.elapsed()).min(GROUP_POLL))
+            };
+            let wait = match (wait, graves.is_empty()) {
+                (Some(w), false) => Some(w.min(Duration::from_millis(5))),
+                (w, true) => w,
+                (None, false) => Some(Duration::from_millis(5)),
+            };
+            let job = match wait {
+                None => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                Some(w) => jobs.recv_timeout(w),
+            };
+            let closed = matches!(job, Err(RecvTimeoutError::Disconnected));
             match job {
-                Job::WriteOut(_) if gave_up => {}
-                Job::WriteOut(buf) => {
-                    if !self.write_out(&buf) {
-                        gave_up = true;
-                        continue;
+                Ok(Job::WriteOut(_)) if gave_up => {}
+                Ok(Job::WriteOut(buf)) => {
+                    if waiting.is_empty() {
+                        since = std::time::Instant::now();
                     }
-                    self.collect_values();
-                    graves.push(buf);
-                    self.bury(&mut graves);
-                    let filter = self.filter.lock().clone();
-                    if filter.is_some_and(|f| f.wants_rebuild()) {
-                        self.build_filter();
+                    waiting.push(buf);
+                    buffers += 1;
+                    if waiting.len() >= MERGE_AT && !self.group_ready(&waiting, since) {
+                        self.merge_waiting(&mut waiting, &mut graves);
                     }
                 }
-                Job::BuildFilter => self.build_filter(),
+                Ok(Job::BuildFilter) => self.build_filter(),
+                Err(_) => self.bury(&mut graves),
+            }
+            if !waiting.is_empty() && (closed || self.group_ready(&waiting, since)) {
+                if !self.write_out(&waiting) {
+                    gave_up = true;
+                    waiting.clear();
+                    continue;
+                }
+                // A file collected per buffer written, the pace the value
+                // log's garbage was planned for (see `vlog`).
+                for _ in 0..std::mem::take(&mut buffers) {
+                    self.collect_values();
+                }
+                graves.append(&mut waiting);
+                self.bury(&mut graves);
+                let filter = self.filter.lock().clone();
+                if filter.is_some_and(|f| f.wants_rebuild()) {
+                    self.build_filter();
+                }
+            }
+            if closed {
+                break;
             }
         }
     }
@@ -727,27 +893,31 @@ impl Core {
             }
             // In write-out order, so the spare left is the newest freed.
             if let Ok(buf) = Arc::try_unwrap(graves.remove(i)) {
-                *self.spare.lock() = Some(buf.emptied());
+                if !buf.is_packed() {
+                    *self.spare.lock() = Some(buf.emptied());
+                }
             }
         }
     }
 
-    /// Puts a frozen buffer into the tables, retrying while it fails (a
-    /// full disk): its rows stay readable from the buffer meanwhile, and
-    /// writers are held back once the cap is reached.
+    /// Puts packed buffers (oldest first) into the tables in one
+    /// transaction, retrying while it fails (a full disk): their rows stay
+    /// readable from the buffers meanwhile, and writers are held back once
+    /// the cap is reached.
     ///
-    /// Once the store is closing, a failure gives the buffer up instead
-    /// (false): its log generation stays, and the next open puts it into
-    /// the tables. Retrying there could wait forever (a full disk, a data
-    /// directory deleted under a test's server), and close waits for it.
-    fn write_out(&self, buf: &Arc<Buffer>) -> bool {
+    /// Once the store is closing, a failure gives the buffers up instead
+    /// (false): their log generations stay, and the next open puts them
+    /// into the tables. Retrying there could wait forever (a full disk, a
+    /// data directory deleted under a test's server), and close waits for
+    /// it.
+    fn write_out(&self, bufs: &[Arc<Buffer>]) -> bool {
         let mut delay = Duration::from_millis(10);
-        loop {
-            match self.try_write_out(buf) {
-                Ok(()) => break,
+        let done = loop {
+            match self.try_write_out(bufs) {
+                Ok(()) => break true,
                 Err(e) if self.closing.load(Ordering::Relaxed) => {
                     tracing::error!(shard = %self.stem, error = %e, "cannot write the buffer into the shard file at close; the log keeps it for the next open");
-                    return false;
+                    break false;
                 }
                 Err(e) => {
                     tracing::error!(shard = %self.stem, error = %e, "cannot write the buffer into the shard file; retrying");
@@ -755,28 +925,33 @@ impl Core {
                     delay = (delay * 2).min(Duration::from_secs(1));
                 }
             }
+        };
+        if !done {
+            return false;
         }
         // The rows are in the tables: later snapshots read them there.
         let mut view = self.view.lock();
-        view.retain(|b| !Arc::ptr_eq(b, buf));
-        let frozen = self.frozen_bytes.fetch_sub(buf.bytes(), Ordering::AcqRel) - buf.bytes();
+        view.retain(|b| !bufs.iter().any(|w| Arc::ptr_eq(b, w)));
+        let bytes: usize = bufs.iter().map(|b| b.bytes()).sum();
+        let frozen = self.frozen_bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
         if let Some(s) = self.share.get() {
             s.budget.drained(s.me, frozen + view[0].bytes());
         }
         drop(view);
         self.room.1.notify_all();
-        if let Err(e) = wal::remove_upto(&self.dir, &self.stem, buf.gen) {
+        let last = bufs.last().expect("a write-out of some buffer");
+        if let Err(e) = wal::remove_upto(&self.dir, &self.stem, last.gen) {
             tracing::error!(shard = %self.stem, error = %e, "cannot delete a shard log file");
         }
         true
     }
 
-    fn try_write_out(&self, buf: &Buffer) -> Result<(), StoreError> {
+    fn try_write_out(&self, bufs: &[Arc<Buffer>]) -> Result<(), StoreError> {
         #[cfg(test)]
         if self.fail_write_outs.load(Ordering::Relaxed) {
             return Err(io_err(std::io::Error::other("a failing disk")));
         }
-        self.with_values(|values| self.write_out_with(buf, values))
+        self.with_values(|values| self.write_out_with(bufs, values))
     }
 
     /// Runs `f`, a write transaction of the tables that may append to the
@@ -803,13 +978,39 @@ impl Core {
         Ok(txn)
     }
 
-    fn write_out_with(&self, buf: &Buffer, values: &mut ValueLog) -> Result<(), StoreError> {
+    fn write_out_with(
+        &self,
+        bufs: &[Arc<Buffer>],
+        values: &mut ValueLog,
+    ) -> Result<(), StoreError> {
         let txn = self.begin_durable()?;
         let mut w = TableWriter::with_values(&txn, values);
         let filter = self.filter.lock().clone();
-        buf.for_each_table(&mut |t, changes| {
+        self.write_buffers(&mut w, bufs, filter.as_deref())?;
+        let last = bufs.last().expect("a write-out of some buffer");
+        let gen = last.gen.to_be_bytes();
+        w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
+        let seq = last.last_seq().to_be_bytes();
+        w.apply(Change::Row(Table::Sys, wal::SEQ_ROW, Some(&seq)))?;
+        w.prepare_values()?;
+        drop(w);
+        self.commit_with_values(txn, values, Some(bufs))?;
+        values.written_through(last.last_seq());
+        Ok(())
+    }
+
+    /// Puts the changes of `bufs` (oldest first) into the write
+    /// transaction of `w`, keeping `filter` (the key filter, if built) up
+    /// to date.
+    fn write_buffers(
+        &self,
+        w: &mut TableWriter<'_, '_>,
+        bufs: &[Arc<Buffer>],
+        filter: Option<&KeyFilter>,
+    ) -> Result<(), StoreError> {
+        super::buffer::for_each_table_of(bufs, &mut |t, changes| {
             // The filter, if it covers this table's rows.
-            let filter = filter.as_ref().filter(|_| KeyFilter::covers(t));
+            let filter = filter.filter(|_| KeyFilter::covers(t));
             // Each row's filter block is a cache miss of its own, and
             // redb's work between two rows leaves no room to overlap
             // them: they are asked for `FILTER_AHEAD` rows early.
@@ -839,16 +1040,7 @@ impl Core {
                 _ => true,
             });
             w.apply_table(t, changes)
-        })?;
-        let gen = buf.gen.to_be_bytes();
-        w.apply(Change::Row(Table::Sys, wal::GEN_ROW, Some(&gen)))?;
-        let seq = buf.last_seq().to_be_bytes();
-        w.apply(Change::Row(Table::Sys, wal::SEQ_ROW, Some(&seq)))?;
-        w.prepare_values()?;
-        drop(w);
-        self.commit_with_values(txn, values, Some(buf))?;
-        values.written_through(buf.last_seq());
-        Ok(())
+        })
     }
 
     /// Commits a write transaction whose value log appends are prepared,
@@ -859,7 +1051,7 @@ impl Core {
         &self,
         txn: redb::WriteTransaction,
         values: &mut ValueLog,
-        written: Option<&Buffer>,
+        written: Option<&[Arc<Buffer>]>,
     ) -> Result<(), StoreError> {
         self.publish_values();
         txn.commit()?;
@@ -879,31 +1071,34 @@ impl Core {
     /// the tables now hold, unless it went to the value log), or rows not
     /// known one by one (`None`). The new epoch is published under the
     /// view lock, where readers take it with their snapshot.
-    fn tables_changed(&self, written: Option<&Buffer>) {
+    fn tables_changed(&self, written: Option<&[Arc<Buffer>]>) {
         let change = self.rows.begin_change();
         match written {
             // Nothing cached, nothing to rewrite; rows offered once are
             // not worth a walk of the whole buffer then (they are offered
             // again by their next read).
             Some(_) if self.rows.bytes() == 0 => {}
-            Some(buf) => {
+            Some(bufs) => {
                 // A deleted range (a table's ranges come before its rows)
                 // ends the pass: the rows it removed are not known one by
-                // one, so the cache starts over.
-                let rewritten = buf.for_each_table_as_arrived(&mut |t, changes| {
-                    if !RowCache::caches(t) {
-                        return Ok(());
-                    }
-                    for c in changes {
-                        match c {
-                            Change::Row(t, k, row) => {
-                                let row = row.filter(|r| !vlog::separates(t, r));
-                                self.rows.rewrite(&change, t, k, row);
-                            }
-                            Change::Range(..) => return Err(()),
+                // one, so the cache starts over. Oldest first, as they
+                // went into the tables.
+                let rewritten = bufs.iter().try_for_each(|buf| {
+                    buf.for_each_table_as_arrived(&mut |t, changes| {
+                        if !RowCache::caches(t) {
+                            return Ok(());
                         }
-                    }
-                    Ok(())
+                        for c in changes {
+                            match c {
+                                Change::Row(t, k, row) => {
+                                    let row = row.filter(|r| !vlog::separates(t, r));
+                                    self.rows.rewrite(&change, t, k, row);
+                                }
+                                Change::Range(..) => return Err(()),
+                            }
+                        }
+                        Ok(())
+                    })
                 });
                 if rewritten.is_err() {
                     self.rows.clear(&change);
@@ -1131,6 +1326,53 @@ mod tests {
         r.get(Table::Meta, k.as_bytes())
             .unwrap()
             .map(|v| String::from_utf8(v).unwrap())
+    }
+
+    /// Frozen buffers are packed in place in the view and wait there for
+    /// one another, merged once a few wait, then go into the tables in
+    /// one write-out: every commit reads back throughout, a snapshot from
+    /// before keeps its state, and the log files go once the rows are in.
+    #[test]
+    fn frozen_buffers_wait_packed_and_go_in_together() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("shard-0.redb");
+        // A cap far above these buffers: they wait for `GROUP_WAIT`.
+        let store = open(&path, 64 << 20);
+        let before = store.snapshot(0).unwrap();
+        let buffers = MERGE_AT + 1;
+        for i in 0..buffers {
+            store
+                .commit(put(&format!("k{i}"), &i.to_string()), false)
+                .unwrap();
+            store.commit(put("same", &i.to_string()), false).unwrap();
+            store.freeze_now().unwrap();
+        }
+        let last_gen = store.wal.lock().gen() - 1;
+        // Packed, and fewer layers than buffers once merged (or already in
+        // the tables, on a machine slow enough to let the wait run out).
+        wait_for("the frozen buffers are not packed and merged", || {
+            let view = store.core.view.lock();
+            view[1..].iter().all(|b| b.is_packed()) && view.len() < buffers + 1
+        });
+        let read_all = |store: &Arc<Store>| {
+            for i in 0..buffers {
+                assert_eq!(get(store, &format!("k{i}")), Some(i.to_string()));
+            }
+            assert_eq!(get(store, "same"), Some((buffers - 1).to_string()));
+        };
+        read_all(&store);
+        assert_eq!(before.get(Table::Meta, b"k0").unwrap(), None);
+        settle(&store);
+        assert_eq!(store.core.view.lock().len(), 1);
+        assert_eq!(read_sys_u64(store.db(), wal::GEN_ROW).unwrap(), last_gen);
+        wait_for("the written-out log files stay", || {
+            let logs = wal::existing(dir.path(), "shard-0").unwrap();
+            logs.iter().all(|(gen, _)| *gen > last_gen)
+        });
+        read_all(&store);
+        drop(before);
+        drop(store);
+        read_all(&open(&path, 64 << 20));
     }
 
     /// A snapshot keeps reading the state it was taken at while later
@@ -1722,20 +1964,15 @@ mod tests {
         assert_eq!(row(&store, "k"), Some(big_row(3)));
     }
 
-    /// The active buffer is frozen at a quarter of the cap when the
-    /// background writer is free, else at half.
+    /// A buffer of new rows is frozen at a quarter of the cap, one of
+    /// rewrites at half.
     #[test]
-    fn a_buffer_grows_bigger_while_the_writer_is_busy() {
-        let limits = Limits {
-            cap: 1000,
-            filter_rows: 0,
-            row_cache: 0,
-        };
-        let new_rows = || false;
-        assert!(!Limits::freezes(limits.cap, 249, false, new_rows));
-        assert!(Limits::freezes(limits.cap, 250, false, new_rows));
-        assert!(!Limits::freezes(limits.cap, 499, true, new_rows));
-        assert!(Limits::freezes(limits.cap, 500, true, new_rows));
+    fn a_buffer_of_new_rows_is_frozen_at_a_quarter_of_the_cap() {
+        let (new_rows, rewrites) = (|| false, || true);
+        assert!(!Limits::freezes(1000, 249, new_rows));
+        assert!(Limits::freezes(1000, 250, new_rows));
+        assert!(!Limits::freezes(1000, 499, rewrites));
+        assert!(Limits::freezes(1000, 500, rewrites));
     }
 
     /// A buffer whose commits mostly rewrite rows it holds stays active
