@@ -597,6 +597,14 @@ impl Buffer {
         })
     }
 
+    /// Rows the buffer holds, over every table (deleted ones too).
+    pub fn rows(&self) -> usize {
+        match &self.dense {
+            Some(run) => run.rows(),
+            None => self.tables.read_recursive().row_count(),
+        }
+    }
+
     /// Whether this is a packed buffer ([`Buffer::packed`]).
     pub fn is_packed(&self) -> bool {
         self.dense.is_some()

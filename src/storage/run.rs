@@ -208,7 +208,16 @@ impl Run {
         let tables = Table::ALL
             .iter()
             .map(|&t| {
+                // Room for every row of every run, not grown by doubling
+                // (each regrowth copied and faulted in fresh pages).
                 let mut d = Dense::default();
+                for r in runs {
+                    let of = &r.tables[t as usize];
+                    d.keys.reserve(of.keys.len());
+                    d.values.reserve(of.values.len());
+                    d.ends.reserve(of.ends.len());
+                    d.gone.reserve(of.gone.len());
+                }
                 for (key, value) in merged(runs, t) {
                     d.push(key, value);
                 }
@@ -294,6 +303,11 @@ impl Run {
     /// The deleted ranges of `table`, oldest first.
     pub fn ranges(&self, table: Table) -> &[KeyRange] {
         &self.tables[table as usize].ranges
+    }
+
+    /// Rows the run holds, over every table (deleted ones too).
+    pub fn rows(&self) -> usize {
+        self.tables.iter().map(|d| d.ends.len()).sum()
     }
 
     /// Memory the run holds.

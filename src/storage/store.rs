@@ -66,22 +66,35 @@ pub struct Limits {
 
 impl Limits {
     /// Whether an active buffer of `bytes` is frozen under a cap of `cap`
-    /// (see [`Store::cap`]): at a quarter of the cap, or, for a buffer
+    /// (see [`Store::cap`]): at a quarter of the cap, or at half while
+    /// `writer_busy` (a writer that takes frozen buffers as they are, see
+    /// `Core::cheap_rows`, is still writing one out), or for a buffer
     /// whose commits mostly rewrite rows it holds (`mostly_rewrites`,
-    /// asked only from a quarter on), at half: each write it keeps active
-    /// longer is one row less for the writer. Frozen at a quarter, INCR
-    /// over 100,000 counters (about 10 MB of rows a shard) had the writer
-    /// put back half a row per increment. Buffers of new rows go at a
-    /// quarter: grown to half, the two shards' active buffers outgrew this
+    /// asked only from a quarter on).
+    ///
+    /// A writer behind its writers thus takes bigger buffers. Where frozen
+    /// buffers are packed and gathered instead, a write-out's size comes
+    /// from the gathering, and a buffer goes at a quarter, busy or not: a
+    /// small active buffer keeps the connection threads' probes in the
+    /// cache (DESIGN-NOTES, "Session 66").
+    ///
+    /// Each write a buffer of rewrites keeps active longer is one row less
+    /// for the writer. Frozen at a quarter, INCR over 100,000 counters
+    /// (about 10 MB of rows a shard) had the writer put back half a row
+    /// per increment. Buffers of new rows go at a quarter while the writer
+    /// is free: grown to half, the two shards' active buffers outgrew this
     /// machine's 32 MiB cache, and LPUSH, ZADD and MSET at pipeline 16
-    /// took 10-15% more CPU a request. What a write-out carries grows by
-    /// grouping frozen buffers instead (see `Core::group_ready`); before
-    /// that, a buffer went on to half while the writer was busy.
-    fn freezes(cap: usize, bytes: usize, mostly_rewrites: impl FnOnce() -> bool) -> bool {
+    /// took 10-15% more CPU a request.
+    fn freezes(
+        cap: usize,
+        bytes: usize,
+        writer_busy: bool,
+        mostly_rewrites: impl FnOnce() -> bool,
+    ) -> bool {
         if bytes < (cap / 4).max(1) {
             return false;
         }
-        bytes >= (cap / 2).max(1) || !mostly_rewrites()
+        bytes >= (cap / 2).max(1) || !(writer_busy || mostly_rewrites())
     }
 
     /// Active-buffer bytes from which a buffer counts how its writes
@@ -99,13 +112,22 @@ impl Limits {
     }
 }
 
-/// Packed buffers waiting to go into the tables that are merged into one
-/// (see `Core::merge_waiting`).
+/// Packed buffers waiting to go into the tables, none of them merged yet,
+/// that are merged into one (see `Core::merge_waiting`).
 const MERGE_AT: usize = 3;
 
 /// The longest a packed buffer waits for others to go into the tables
 /// with (see `Core::group_ready`).
 const GROUP_WAIT: Duration = Duration::from_millis(500);
+
+/// A write-out's time a row below which frozen buffers go to the writer
+/// as they are (see `Core::cheap_rows`): LPUSH's rows cost it about 0.6
+/// us, random members of a big sorted set 4-5.
+const CHEAP_ROW: Duration = Duration::from_nanos(800);
+
+/// A write-out's time a row above which frozen buffers are packed and
+/// gathered again (see `Core::cheap_rows`).
+const DEAR_ROW: Duration = Duration::from_nanos(1600);
 
 /// How often the background writer looks at the packed buffers waiting
 /// while none arrives (see `Core::group_ready`).
@@ -134,6 +156,17 @@ struct Core {
     frozen_bytes: AtomicUsize,
     /// The shard's own cap on buffered bytes (`Limits::cap`).
     cap: usize,
+    /// Set while the background writer puts rows into the tables cheaply
+    /// (rows appended after a table's last, as pushes and new keys in
+    /// order are): a write-out's cost a row then hardly falls with the
+    /// rows it carries, and frozen buffers go to it as they are, neither
+    /// packed nor held to gather. Packing and merging them cost LPUSH at
+    /// pipeline 16 a third of a microsecond more of the writer's side
+    /// and a tenth more of the connection threads'. Decided by the cost
+    /// a row of the last write-out, apart enough both ways
+    /// ([`CHEAP_ROW`], [`DEAR_ROW`]) that a group's lower cost does not
+    /// flip it back.
+    cheap_rows: std::sync::atomic::AtomicBool,
     /// Signalled when the background writer has emptied a buffer.
     room: (parking_lot::Mutex<()>, parking_lot::Condvar),
     /// The rows of the tables (see `filter`), once the background writer
@@ -308,6 +341,7 @@ impl Store {
             published: AtomicU64::new(seq),
             frozen_bytes: AtomicUsize::new(0),
             cap: limits.cap,
+            cheap_rows: Default::default(),
             room: Default::default(),
             filter: Default::default(),
             filter_rows: limits.filter_rows,
@@ -562,7 +596,12 @@ impl Store {
         if bytes >= Limits::growth_from(cap) {
             active.mark_growth();
         }
-        if Limits::freezes(cap, bytes, || active.mostly_rewrites()) || wal.len() >= cap as u64 {
+        // Only a writer taking buffers as they are grows them while busy.
+        let writer_busy = core.cheap_rows.load(Ordering::Relaxed)
+            && core.frozen_bytes.load(Ordering::Acquire) > 0;
+        if Limits::freezes(cap, bytes, writer_busy, || active.mostly_rewrites())
+            || wal.len() >= cap as u64
+        {
             self.freeze(&mut wal, active)?;
         }
         drop(wal);
@@ -728,6 +767,12 @@ impl Core {
                 }
                 Err(RecvTimeoutError::Disconnected) => break,
             };
+            if self.cheap_rows.load(Ordering::Relaxed) {
+                // Nothing to gain by waiting (see `Core::cheap_rows`):
+                // handed over as it is, and written out at once.
+                let _ = writer.send(Job::WriteOut(buf));
+                continue;
+            }
             let packed = Arc::new(buf.packed());
             {
                 // Readers that take the view from now on read past the
@@ -757,7 +802,7 @@ impl Core {
     /// `since`) go into the tables now, together: once they hold a third
     /// of the cap, or the first has waited [`GROUP_WAIT`], or the buffers
     /// press on the cap (commits slow down from there), or the store
-    /// closes.
+    /// closes; at once if one came unpacked (see `Core::cheap_rows`).
     ///
     /// A write-out of random rows of a big table rewrites most of its
     /// leaves whatever it carries, so its cost a row falls with the rows
@@ -773,18 +818,28 @@ impl Core {
         let cap = self.cap();
         let bytes: usize = waiting.iter().map(|b| b.bytes()).sum();
         bytes >= cap / 3
+            || waiting.iter().any(|b| !b.is_packed())
             || since.elapsed() >= GROUP_WAIT
             || self.pending() >= Limits::slow_from(cap)
             || self.closing.load(Ordering::Relaxed)
     }
 
-    /// Puts one packed buffer in place of the packed buffers `waiting`
-    /// (oldest first) in the view, if they merge ([`Buffer::merged`]): a
-    /// point read that no buffer answers probes each of them first, and
-    /// a scan merges them all.
-    fn merge_waiting(&self, waiting: &mut Vec<Arc<Buffer>>, graves: &mut Vec<Arc<Buffer>>) {
+    /// Puts one packed buffer in place of the packed buffers waiting from
+    /// `from` on (oldest first) in the view, if they merge
+    /// ([`Buffer::merged`]): a point read that no buffer answers probes
+    /// each of them first, and a scan merges them all. Those before `from`
+    /// are merged ones, not merged again: a row is copied once at most
+    /// (merging all that waited each time was 4% of the server's samples
+    /// under LPUSH at pipeline 16).
+    fn merge_waiting(
+        &self,
+        all: &mut Vec<Arc<Buffer>>,
+        from: usize,
+        graves: &mut Vec<Arc<Buffer>>,
+    ) -> bool {
+        let waiting = &all[from..];
         let Some(merged) = Buffer::merged(waiting) else {
-            return;
+            return false;
         };
         let merged = Arc::new(merged);
         {
@@ -801,8 +856,21 @@ impl Core {
                 .fetch_add(merged.bytes(), Ordering::AcqRel);
             self.frozen_bytes.fetch_sub(old, Ordering::AcqRel);
         }
-        graves.append(waiting);
-        waiting.push(merged);
+        graves.extend(all.drain(from..));
+        all.push(merged);
+        true
+    }
+
+    /// Sets [`Core::cheap_rows`] by what a write-out of `bufs` took.
+    fn price_rows(&self, bufs: &[Arc<Buffer>], took: Duration) {
+        let rows: usize = bufs.iter().map(|b| b.rows()).sum();
+        let per_row = took / u32::try_from(rows.max(1)).unwrap_or(u32::MAX);
+        let cheap = self.cheap_rows.load(Ordering::Relaxed);
+        if cheap && per_row > DEAR_ROW {
+            self.cheap_rows.store(false, Ordering::Relaxed);
+        } else if !cheap && per_row < CHEAP_ROW {
+            self.cheap_rows.store(true, Ordering::Relaxed);
+        }
     }
 
     /// The background writer's loop, until the store closes its queue.
@@ -814,8 +882,10 @@ impl Core {
         // first, and when the first came.
         let mut waiting: Vec<Arc<Buffer>> = Vec::new();
         let mut since = std::time::Instant::now();
-        // Frozen buffers the packed ones waiting hold (merged or not).
+        // Frozen buffers the packed ones waiting hold (merged or not), and
+        // how many of those waiting, the first ones, are merged.
         let mut buffers = 0;
+        let mut merged = 0;
         // Set once a write-out was given up at close: no later buffer may
         // go in, or `wal_gen` would claim the one given up.
         let mut gave_up = false;
@@ -846,17 +916,22 @@ impl Core {
                     }
                     waiting.push(buf);
                     buffers += 1;
-                    if waiting.len() >= MERGE_AT && !self.group_ready(&waiting, since) {
-                        self.merge_waiting(&mut waiting, &mut graves);
+                    if waiting.len() - merged >= MERGE_AT
+                        && !self.group_ready(&waiting, since)
+                        && self.merge_waiting(&mut waiting, merged, &mut graves)
+                    {
+                        merged += 1;
                     }
                 }
                 Ok(Job::BuildFilter) => self.build_filter(),
                 Err(_) => self.bury(&mut graves),
             }
             if !waiting.is_empty() && (closed || self.group_ready(&waiting, since)) {
+                let started = std::time::Instant::now();
                 if !self.write_out(&waiting) {
                     gave_up = true;
                     waiting.clear();
+                    merged = 0;
                     continue;
                 }
                 // A file collected per buffer written, the pace the value
@@ -864,7 +939,9 @@ impl Core {
                 for _ in 0..std::mem::take(&mut buffers) {
                     self.collect_values();
                 }
+                self.price_rows(&waiting, started.elapsed());
                 graves.append(&mut waiting);
+                merged = 0;
                 self.bury(&mut graves);
                 let filter = self.filter.lock().clone();
                 if filter.is_some_and(|f| f.wants_rebuild()) {
@@ -1373,6 +1450,40 @@ mod tests {
         drop(before);
         drop(store);
         read_all(&open(&path, 64 << 20));
+    }
+
+    /// The writer takes frozen buffers as they are once a write-out's
+    /// rows came cheap, and packs them again once they come dear, with a
+    /// band between where it keeps to what it does.
+    #[test]
+    fn frozen_buffers_go_as_they_are_while_rows_are_cheap() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(&dir.path().join("shard-0.redb"), 64 << 20);
+        let buf = Buffer::new(1);
+        let rows: Vec<RowOp> = (0..1000).flat_map(|i| put(&format!("k{i}"), "v")).collect();
+        buf.apply(1, rows, 0);
+        let bufs = [Arc::new(buf)];
+        let core = &store.core;
+        let cheap = || core.cheap_rows.load(Ordering::Relaxed);
+        let per_row = |ns: u64| Duration::from_nanos(ns * 1000);
+        assert!(!cheap());
+        core.price_rows(&bufs, per_row(1200));
+        assert!(!cheap(), "between the two: as it was");
+        core.price_rows(&bufs, per_row(500));
+        assert!(cheap());
+        core.price_rows(&bufs, per_row(1200));
+        assert!(cheap(), "between the two: as it was");
+        core.price_rows(&bufs, per_row(2000));
+        assert!(!cheap());
+        // Taken as they are: written out at once, never packed.
+        core.cheap_rows.store(true, Ordering::Relaxed);
+        store.commit(put("a", "1"), false).unwrap();
+        let frozen = store.core.view.lock()[0].clone();
+        store.freeze_now().unwrap();
+        settle(&store);
+        assert!(!frozen.is_packed());
+        assert_eq!(store.core.view.lock().len(), 1);
+        assert_eq!(get(&store, "a").as_deref(), Some("1"));
     }
 
     /// A snapshot keeps reading the state it was taken at while later
@@ -1964,15 +2075,17 @@ mod tests {
         assert_eq!(row(&store, "k"), Some(big_row(3)));
     }
 
-    /// A buffer of new rows is frozen at a quarter of the cap, one of
-    /// rewrites at half.
+    /// A buffer of new rows is frozen at a quarter of the cap, at half
+    /// while the writer is busy; one of rewrites at half.
     #[test]
     fn a_buffer_of_new_rows_is_frozen_at_a_quarter_of_the_cap() {
         let (new_rows, rewrites) = (|| false, || true);
-        assert!(!Limits::freezes(1000, 249, new_rows));
-        assert!(Limits::freezes(1000, 250, new_rows));
-        assert!(!Limits::freezes(1000, 499, rewrites));
-        assert!(Limits::freezes(1000, 500, rewrites));
+        assert!(!Limits::freezes(1000, 249, false, new_rows));
+        assert!(Limits::freezes(1000, 250, false, new_rows));
+        assert!(!Limits::freezes(1000, 499, true, new_rows));
+        assert!(Limits::freezes(1000, 500, true, new_rows));
+        assert!(!Limits::freezes(1000, 499, false, rewrites));
+        assert!(Limits::freezes(1000, 500, false, rewrites));
     }
 
     /// A buffer whose commits mostly rewrite rows it holds stays active
