@@ -567,18 +567,8 @@ impl Buffer {
     /// in about a third of the memory (see `run`). Only a view taken after
     /// the freeze may be given it: its sequence is past the last commit.
     pub fn packed(&self) -> Buffer {
-        let run = match &self.dense {
-            Some(_) => panic!("a buffer is packed once"),
-            None => Run::of(self),
-        };
-        Buffer {
-            tables: Default::default(),
-            bytes: AtomicUsize::new(run.bytes()),
-            dense: Some(run),
-            growth: Growth::default(),
-            last_seq: AtomicU64::new(self.last_seq()),
-            gen: self.gen,
-        }
+        assert!(self.dense.is_none(), "a buffer is packed once");
+        Buffer::of_run(Run::of(self))
     }
 
     /// Packed buffers (oldest first) as one, answering every reader past
@@ -586,15 +576,27 @@ impl Buffer {
     /// are packed and none deleted a range (see [`Run::merge`]).
     pub fn merged(bufs: &[Arc<Buffer>]) -> Option<Buffer> {
         let runs: Option<Vec<&Run>> = bufs.iter().map(|b| b.dense.as_ref()).collect();
-        let run = Run::merge(&runs?)?;
-        Some(Buffer {
+        Run::merge(&runs?).map(Buffer::of_run)
+    }
+
+    /// A packed buffer holding `run`, of the log generation and last
+    /// commit the run came from.
+    fn of_run(run: Run) -> Buffer {
+        Buffer {
             tables: Default::default(),
             bytes: AtomicUsize::new(run.bytes()),
             last_seq: AtomicU64::new(run.last_seq),
             gen: run.gen,
             dense: Some(run),
             growth: Growth::default(),
-        })
+        }
+    }
+
+    /// The packed state, for a reader at `s` (always past its last commit).
+    fn dense(&self, s: u64) -> Option<&Run> {
+        let run = self.dense.as_ref()?;
+        debug_assert!(s >= self.last_seq(), "a packed buffer read before its end");
+        Some(run)
     }
 
     /// Rows the buffer holds, over every table (deleted ones too).
@@ -954,15 +956,6 @@ pub fn for_each_table_of<E>(
         f(table, &mut rows.map(|(k, v)| Change::Row(table, k, v)))?;
     }
     Ok(())
-}
-
-impl Buffer {
-    /// The packed state, for a reader at `s` (always past its last commit).
-    fn dense(&self, s: u64) -> Option<&Run> {
-        let run = self.dense.as_ref()?;
-        debug_assert!(s >= self.last_seq(), "a packed buffer read before its end");
-        Some(run)
-    }
 }
 
 /// Whether the ranges `[a, a_end)` and `[b, b_end)` meet (`None`: to the

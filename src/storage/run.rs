@@ -22,7 +22,7 @@
 use std::hash::BuildHasher;
 use std::ops::Bound;
 
-use super::buffer::{Buffer, Change, KeyRange};
+use super::buffer::{in_range, Buffer, Change, KeyRange};
 use super::tables::Table;
 
 /// One table's rows in a run.
@@ -256,7 +256,7 @@ impl Run {
         let covered = d
             .ranges
             .iter()
-            .any(|(start, end)| key >= start.as_slice() && end.as_deref().is_none_or(|e| key < e));
+            .any(|(start, end)| in_range(key, start, end.as_deref()));
         covered.then_some(None)
     }
 
