@@ -773,29 +773,43 @@ impl Core {
                 let _ = writer.send(Job::WriteOut(buf));
                 continue;
             }
+            // Readers that take the view from now on read past the buffer's
+            // last commit: the packed state is all they need.
             let packed = Arc::new(buf.packed());
-            {
-                // Readers that take the view from now on read past the
-                // buffer's last commit: the packed state is all they need.
-                let mut view = self.view.lock();
-                if let Some(slot) = view.iter_mut().find(|b| Arc::ptr_eq(b, &buf)) {
-                    *slot = packed.clone();
-                }
-                self.frozen_bytes
-                    .fetch_add(packed.bytes(), Ordering::AcqRel);
-                let frozen =
-                    self.frozen_bytes.fetch_sub(buf.bytes(), Ordering::AcqRel) - buf.bytes();
-                if let Some(s) = self.share.get() {
-                    s.budget.drained(s.me, frozen + view[0].bytes());
-                }
-            }
-            self.room.1.notify_all();
+            let buf = [buf];
+            self.replace_in_view(&buf, Some(&packed));
             let _ = writer.send(Job::WriteOut(packed));
-            graves.push(buf);
+            graves.extend(buf);
             self.bury(&mut graves);
         }
         // Whatever readers still hold goes with them.
         drop(graves);
+    }
+
+    /// Takes the frozen buffers `old` (oldest first) out of the view, with
+    /// `new` in the place of the newest of them if given (`old` packed,
+    /// or merged), or nothing (`old` written out); counts the bytes that
+    /// leave and come in the frozen bytes, and tells the budget and the
+    /// commits waiting for room.
+    fn replace_in_view(&self, old: &[Arc<Buffer>], new: Option<&Arc<Buffer>>) {
+        let newest = old.last().expect("some buffer replaced");
+        let gone: usize = old.iter().map(|b| b.bytes()).sum();
+        let came = new.map_or(0, |b| b.bytes());
+        let mut view = self.view.lock();
+        view.retain(|b| Arc::ptr_eq(b, newest) || !old.iter().any(|o| Arc::ptr_eq(b, o)));
+        if let Some(at) = view.iter().position(|b| Arc::ptr_eq(b, newest)) {
+            match new {
+                Some(new) => view[at] = new.clone(),
+                None => drop(view.remove(at)),
+            }
+        }
+        self.frozen_bytes.fetch_add(came, Ordering::AcqRel);
+        let frozen = self.frozen_bytes.fetch_sub(gone, Ordering::AcqRel) - gone;
+        if let Some(s) = self.share.get() {
+            s.budget.drained(s.me, frozen + view[0].bytes());
+        }
+        drop(view);
+        self.room.1.notify_all();
     }
 
     /// Whether the packed buffers waiting (oldest first, the first since
@@ -841,21 +855,10 @@ impl Core {
         let Some(merged) = Buffer::merged(waiting) else {
             return false;
         };
+        // As with packing: readers that take the view from now on read
+        // past the last buffer's last commit.
         let merged = Arc::new(merged);
-        {
-            // As with packing: readers that take the view from now on read
-            // past the last buffer's last commit.
-            let mut view = self.view.lock();
-            let newest = waiting.last().expect("buffers merged");
-            view.retain(|b| Arc::ptr_eq(b, newest) || !waiting.iter().any(|w| Arc::ptr_eq(b, w)));
-            if let Some(slot) = view.iter_mut().find(|b| Arc::ptr_eq(b, newest)) {
-                *slot = merged.clone();
-            }
-            let old: usize = waiting.iter().map(|b| b.bytes()).sum();
-            self.frozen_bytes
-                .fetch_add(merged.bytes(), Ordering::AcqRel);
-            self.frozen_bytes.fetch_sub(old, Ordering::AcqRel);
-        }
+        self.replace_in_view(waiting, Some(&merged));
         graves.extend(all.drain(from..));
         all.push(merged);
         true
@@ -1007,15 +1010,7 @@ impl Core {
             return false;
         }
         // The rows are in the tables: later snapshots read them there.
-        let mut view = self.view.lock();
-        view.retain(|b| !bufs.iter().any(|w| Arc::ptr_eq(b, w)));
-        let bytes: usize = bufs.iter().map(|b| b.bytes()).sum();
-        let frozen = self.frozen_bytes.fetch_sub(bytes, Ordering::AcqRel) - bytes;
-        if let Some(s) = self.share.get() {
-            s.budget.drained(s.me, frozen + view[0].bytes());
-        }
-        drop(view);
-        self.room.1.notify_all();
+        self.replace_in_view(bufs, None);
         let last = bufs.last().expect("a write-out of some buffer");
         if let Err(e) = wal::remove_upto(&self.dir, &self.stem, last.gen) {
             tracing::error!(shard = %self.stem, error = %e, "cannot delete a shard log file");
