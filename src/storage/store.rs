@@ -120,13 +120,14 @@ const MERGE_AT: usize = 3;
 /// with (see `Core::group_ready`).
 const GROUP_WAIT: Duration = Duration::from_millis(500);
 
-/// A write-out's time a row below which frozen buffers go to the writer
-/// as they are (see `Core::cheap_rows`): LPUSH's rows cost it about 0.6
-/// us, random members of a big sorted set 4-5.
+/// A write-out's CPU time a row below which frozen buffers go to the
+/// writer as they are (see `Core::cheap_rows`): a list's pushed rows cost
+/// it 0.35-0.75 us, random members of a set or sorted set of a million
+/// 1.3-2.6, members an SPOP deleted from one 4.5.
 const CHEAP_ROW: Duration = Duration::from_nanos(800);
 
-/// A write-out's time a row above which frozen buffers are packed and
-/// gathered again (see `Core::cheap_rows`).
+/// A write-out's CPU time a row above which frozen buffers are packed
+/// and gathered again (see `Core::cheap_rows`).
 const DEAR_ROW: Duration = Duration::from_nanos(1600);
 
 /// How often the background writer looks at the packed buffers waiting
@@ -162,10 +163,15 @@ struct Core {
     /// rows it carries, and frozen buffers go to it as they are, neither
     /// packed nor held to gather. Packing and merging them cost LPUSH at
     /// pipeline 16 a third of a microsecond more of the writer's side
-    /// and a tenth more of the connection threads'. Decided by the cost
-    /// a row of the last write-out, apart enough both ways
-    /// ([`CHEAP_ROW`], [`DEAR_ROW`]) that a group's lower cost does not
-    /// flip it back.
+    /// and a tenth more of the connection threads'. Decided by the
+    /// writer's CPU time a row in the last write-out (its wall time also
+    /// counts the fsync and, on a busy machine, the wait for a core: with
+    /// the connection threads and the load on both cores of this VM, a
+    /// list's cheap rows priced over [`DEAR_ROW`] and went packed), apart
+    /// enough both ways ([`CHEAP_ROW`], [`DEAR_ROW`]) that a group's lower
+    /// cost does not flip it back. Cheap until a write-out says otherwise:
+    /// a wrong guess costs one buffer written as it is, where the other
+    /// costs packing the first buffers of every list load.
     cheap_rows: std::sync::atomic::AtomicBool,
     /// Signalled when the background writer has emptied a buffer.
     room: (parking_lot::Mutex<()>, parking_lot::Condvar),
@@ -341,7 +347,7 @@ impl Store {
             published: AtomicU64::new(seq),
             frozen_bytes: AtomicUsize::new(0),
             cap: limits.cap,
-            cheap_rows: Default::default(),
+            cheap_rows: std::sync::atomic::AtomicBool::new(true),
             room: Default::default(),
             filter: Default::default(),
             filter_rows: limits.filter_rows,
@@ -864,7 +870,8 @@ impl Core {
         true
     }
 
-    /// Sets [`Core::cheap_rows`] by what a write-out of `bufs` took.
+    /// Sets [`Core::cheap_rows`] by the writer's CPU time `took` for a
+    /// write-out of `bufs`.
     fn price_rows(&self, bufs: &[Arc<Buffer>], took: Duration) {
         let rows: usize = bufs.iter().map(|b| b.rows()).sum();
         let per_row = took / u32::try_from(rows.max(1)).unwrap_or(u32::MAX);
@@ -930,7 +937,7 @@ impl Core {
                 Err(_) => self.bury(&mut graves),
             }
             if !waiting.is_empty() && (closed || self.group_ready(&waiting, since)) {
-                let started = std::time::Instant::now();
+                let started = crate::util::thread_cpu_time();
                 if !self.write_out(&waiting) {
                     gave_up = true;
                     waiting.clear();
@@ -942,7 +949,10 @@ impl Core {
                 for _ in 0..std::mem::take(&mut buffers) {
                     self.collect_values();
                 }
-                self.price_rows(&waiting, started.elapsed());
+                self.price_rows(
+                    &waiting,
+                    crate::util::thread_cpu_time().saturating_sub(started),
+                );
                 graves.append(&mut waiting);
                 merged = 0;
                 self.bury(&mut graves);
@@ -1410,6 +1420,8 @@ mod tests {
         let path = dir.path().join("shard-0.redb");
         // A cap far above these buffers: they wait for `GROUP_WAIT`.
         let store = open(&path, 64 << 20);
+        // Rows priced dear, as a big table's are: frozen buffers go packed.
+        store.core.cheap_rows.store(false, Ordering::Relaxed);
         let before = store.snapshot(0).unwrap();
         let buffers = MERGE_AT + 1;
         for i in 0..buffers {
@@ -1461,17 +1473,16 @@ mod tests {
         let core = &store.core;
         let cheap = || core.cheap_rows.load(Ordering::Relaxed);
         let per_row = |ns: u64| Duration::from_nanos(ns * 1000);
+        assert!(cheap(), "cheap until a write-out says otherwise");
+        core.price_rows(&bufs, per_row(1200));
+        assert!(cheap(), "between the two: as it was");
+        core.price_rows(&bufs, per_row(2000));
         assert!(!cheap());
         core.price_rows(&bufs, per_row(1200));
         assert!(!cheap(), "between the two: as it was");
         core.price_rows(&bufs, per_row(500));
         assert!(cheap());
-        core.price_rows(&bufs, per_row(1200));
-        assert!(cheap(), "between the two: as it was");
-        core.price_rows(&bufs, per_row(2000));
-        assert!(!cheap());
         // Taken as they are: written out at once, never packed.
-        core.cheap_rows.store(true, Ordering::Relaxed);
         store.commit(put("a", "1"), false).unwrap();
         let frozen = store.core.view.lock()[0].clone();
         store.freeze_now().unwrap();
