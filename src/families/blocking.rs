@@ -48,7 +48,7 @@ pub(crate) async fn run(server: &Arc<Server>, action: Action) -> Reply {
         Action::Job(job) | Action::Block(job) => job.await,
         Action::Plan { ids, blind, plan } => shards
             .coordinator()
-            .submit(ids, blind, plan)
+            .submit(ids, blind, false, plan)
             .await
             .unwrap_or_else(|_| Reply::err("shard unavailable")),
         Action::ReadMany { ids, f } => super::read_now(shards, &ids, f, None).await,

@@ -321,7 +321,7 @@ impl Outbox {
             suppressed: true,
             cmd: None,
         };
-        let rx = match self.run_or_submit(ids, true, plan) {
+        let rx = match self.run_or_submit(ids, true, true, plan) {
             Ok(reply) => {
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let _ = tx.send(reply);
@@ -387,17 +387,18 @@ impl Outbox {
         &mut self,
         ids: Vec<usize>,
         blind: bool,
+        independent: bool,
         mut plan: crate::shard::coordinator::Plan,
     ) -> Result<Reply, tokio::sync::oneshot::Receiver<Reply>> {
         let shards = &self.server.shards;
         if blind && self.inflight == Inflight::None {
-            match shards.run_plan_here(&ids, plan) {
+            match shards.run_plan_here(&ids, plan, independent) {
                 Ok(reply) => return Ok(reply),
                 Err(back) => plan = back,
             }
         }
         self.inflight = Inflight::Coordinator;
-        Err(shards.coordinator().submit(ids, blind, plan))
+        Err(shards.coordinator().submit(ids, blind, independent, plan))
     }
 
     /// Queues `f` on shard `id`, where this client's writes are in
@@ -1218,7 +1219,7 @@ async fn execute(
             {
                 outbox.drain().await;
             }
-            match outbox.run_or_submit(ids, blind, plan) {
+            match outbox.run_or_submit(ids, blind, false, plan) {
                 Ok(r) => outbox.push_ready(r, to),
                 Err(rx) => outbox.push_slot(Slot::Waiting(rx, None), to),
             }

@@ -760,8 +760,8 @@ fn run_step(
 /// once all have committed), the round id and participants to its `sys`
 /// table (which mark the shard log's record as a part of the round, for
 /// recovery: `intent::plan_recovery`), and its changes, encoded, to the
-/// round's record. Returns the changes to commit and what to wake after
-/// the commit.
+/// round's record, unless the round has none (`CommitRound::record`).
+/// Returns the changes to commit and what to wake after the commit.
 fn seal(
     shared: &ShardShared,
     mut ctx: WriteCtx,
@@ -776,6 +776,9 @@ fn seal(
     );
     if signals.flushed.is_empty() {
         round.tracked.lock().append(&mut signals.tracked);
+    }
+    if !round.record {
+        return (ctx.finish(), signals);
     }
     // Where the round begins here: the shard's core is held, so its part
     // is the commit right after this one.

@@ -87,6 +87,15 @@ pub struct CommitRound {
     /// Whether the record must be fsynced before the participants commit
     /// (`durability = always`).
     pub sync: bool,
+    /// Whether the round is logged at all: not a round of pipelines'
+    /// independent writes run where it was gathered (under `everysec` or
+    /// `no`: see `ShardSet::run_round_here`). Those writes are separate
+    /// commands, each on one shard, so nothing ties one shard's part to
+    /// another's after a crash, any more than writes sent one at a time
+    /// are tied; each part commits and recovers as a batch of its own.
+    /// The record was a third copy of every row such a pipeline wrote
+    /// (the shard logs and the value log hold the others).
+    pub record: bool,
     /// The messages (keyspace events, PUBLISH) of every participant, each
     /// with the place of the step that made it: published together, in
     /// step order, once all have committed, so a command over keys of
@@ -101,6 +110,9 @@ impl CommitRound {
     /// Appends the round's record, the participants' parts in shard
     /// order, to the coordination log: before any participant commits.
     pub(super) fn append(&self) -> std::io::Result<()> {
+        if !self.record {
+            return Ok(());
+        }
         let mut parts = std::mem::take(&mut *self.parts.lock());
         parts.sort_unstable_by_key(|(id, _)| *id);
         self.log.append_encoded(self.txid, &parts, self.sync)
@@ -303,6 +315,7 @@ impl Locked {
             parts: parking_lot::Mutex::new(Vec::with_capacity(senders.len())),
             log: self.log.0.clone(),
             sync: self.log.1,
+            record: true,
             messages: Default::default(),
             tracked: Default::default(),
         });
@@ -406,6 +419,9 @@ struct Job {
     ids: Vec<usize>,
     /// Sends all its steps when called (see `run_round`).
     blind: bool,
+    /// Blind, and a pipeline's independent writes (see
+    /// [`CommitRound::record`]).
+    independent: bool,
     plan: Plan,
     reply: tokio::sync::oneshot::Sender<Reply>,
 }
@@ -467,6 +483,7 @@ impl Coordinator {
         &self,
         ids: Vec<usize>,
         blind: bool,
+        independent: bool,
         plan: Plan,
     ) -> tokio::sync::oneshot::Receiver<Reply> {
         let (reply, rx) = tokio::sync::oneshot::channel();
@@ -474,6 +491,7 @@ impl Coordinator {
         let _ = self.tx.send(Job {
             ids,
             blind,
+            independent: blind && independent,
             plan,
             reply,
         });
@@ -540,13 +558,14 @@ fn round_here(set: &ShardSet, round: Vec<Job>, queued: &AtomicUsize) -> Option<V
         return Some(round);
     }
     let n = round.len();
+    let independent = round.iter().all(|j| j.independent);
     // `run_round_here` sorts and dedups them.
     let ids: Vec<usize> = round.iter().flat_map(|j| j.ids.iter().copied()).collect();
     let (plans, rest): (Vec<Plan>, Vec<_>) = round
         .into_iter()
         .map(|j| (j.plan, (j.ids, j.reply)))
         .unzip();
-    match set.run_round_here(&ids, plans, false) {
+    match set.run_round_here(&ids, plans, false, independent) {
         Ok(replies) => {
             queued.fetch_sub(n, Ordering::SeqCst);
             for ((_, tx), r) in rest.into_iter().zip(replies) {
@@ -561,6 +580,7 @@ fn round_here(set: &ShardSet, round: Vec<Job>, queued: &AtomicUsize) -> Option<V
                 .map(|(plan, (ids, reply))| Job {
                     ids,
                     blind: true,
+                    independent,
                     plan,
                     reply,
                 })
@@ -680,12 +700,13 @@ mod tests {
             let fail = set.coordinator().submit(
                 vec![0, 1],
                 true,
+                false,
                 plan(b"doomed", |_| Err(StoreError::Internal("boom".into()))),
             );
             assert_eq!(fail.await.unwrap(), Reply::err("internal error: boom"));
             let pass = set
                 .coordinator()
-                .submit(vec![0, 1], true, plan(b"kept", |_| Ok(())));
+                .submit(vec![0, 1], true, false, plan(b"kept", |_| Ok(())));
             assert_eq!(pass.await.unwrap(), Reply::Ok);
             let snap = set.shard(0).snapshot().unwrap();
             assert_eq!(snap.get(Table::Meta, b"doomed").unwrap(), None);
@@ -704,7 +725,7 @@ mod tests {
         rt.block_on(async {
             let set = open(dir.path());
             set.spread_rounds_from(0);
-            let ran = |p: Plan| match set.run_plan_here(&[0, 1], p) {
+            let ran = |p: Plan| match set.run_plan_here(&[0, 1], p, false) {
                 Ok(reply) => reply,
                 Err(_) => panic!("the shards were free"),
             };

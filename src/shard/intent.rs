@@ -35,6 +35,13 @@
 //!
 //! Records are dropped (the file is cut back to nothing) once every shard
 //! has durably committed every round it took part in.
+//!
+//! A round of pipelines' independent writes (each a command on one
+//! shard, spread over several: `coordinator::spread`) run where it was
+//! gathered under `everysec` or `no` writes no record
+//! (`CommitRound::record`): nothing ties its parts together across a
+//! crash, any more than writes sent one at a time, so each part is an
+//! ordinary commit of its shard.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};

@@ -485,8 +485,9 @@ impl ShardSet {
         &self,
         ids: &[usize],
         plan: super::coordinator::Plan,
+        independent: bool,
     ) -> Result<Reply, super::coordinator::Plan> {
-        match self.run_round_here(ids, vec![plan], true) {
+        match self.run_round_here(ids, vec![plan], true, independent) {
             Ok(mut replies) => Ok(replies.pop().expect("one reply per plan")),
             Err(mut plans) => Err(plans.pop().expect("the plan handed back")),
         }
@@ -506,12 +507,15 @@ impl ShardSet {
     /// them yet, and takes its id later, so each shard's rounds keep
     /// ascending ids, as redo after a crash needs (see `intent`). Not
     /// under `always`, whose rounds fsync their record on the shards'
-    /// threads.
+    /// threads. A round of pipelines' independent writes (`independent`)
+    /// leaves no record in the coordination log (see
+    /// `CommitRound::record`).
     pub(super) fn run_round_here(
         &self,
         ids: &[usize],
         plans: Vec<super::coordinator::Plan>,
         client: bool,
+        independent: bool,
     ) -> Result<Vec<Reply>, Vec<super::coordinator::Plan>> {
         use std::sync::atomic::Ordering::SeqCst;
         let mut ids = ids.to_vec();
@@ -539,6 +543,7 @@ impl ShardSet {
             parts: Default::default(),
             log: self.intent.clone(),
             sync: false,
+            record: !independent,
             messages: Default::default(),
             tracked: Default::default(),
         };
@@ -1174,7 +1179,7 @@ mod tests {
             let set = open_shards(dir.path(), Durability::Everysec, 2);
             let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
             let reply = set
-                .run_plan_here(&[1, 0, 1], plan)
+                .run_plan_here(&[1, 0, 1], plan, false)
                 .unwrap_or_else(|_| panic!("free shards take the round"));
             assert_eq!(reply, Reply::Array(vec![Reply::Ok, Reply::Ok]));
             for (id, key) in [(0, b"a"), (1, b"b")] {
@@ -1189,11 +1194,11 @@ mod tests {
 
             let held = set.cores[1].lock();
             let plan = spread(vec![(0, put_key(b"c")), (1, put_key(b"d"))]);
-            let Err(plan) = set.run_plan_here(&[0, 1], plan) else {
+            let Err(plan) = set.run_plan_here(&[0, 1], plan, false) else {
                 panic!("a held core hands the round back");
             };
             drop(held);
-            let rx = set.coordinator().submit(vec![0, 1], true, plan);
+            let rx = set.coordinator().submit(vec![0, 1], true, false, plan);
             let reply = rx.await.unwrap();
             assert_eq!(reply, Reply::Array(vec![Reply::Ok, Reply::Ok]));
             set.shutdown().await;
@@ -1202,7 +1207,37 @@ mod tests {
         rt.block_on(async {
             let set = open_shards(dir.path(), Durability::Always, 2);
             let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
-            assert!(set.run_plan_here(&[0, 1], plan).is_err());
+            assert!(set.run_plan_here(&[0, 1], plan, false).is_err());
+            set.shutdown().await;
+        });
+    }
+
+    /// A round of pipelines' independent writes run here leaves no record
+    /// in the coordination log: each shard's part commits as a batch of
+    /// its own, reads as the round's would, and is there after the shards
+    /// reopen (their logs replayed).
+    #[test]
+    fn a_round_of_independent_writes_leaves_no_record() {
+        use crate::shard::coordinator::spread;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open_shards(dir.path(), Durability::Everysec, 2);
+            let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
+            let reply = set
+                .run_plan_here(&[0, 1], plan, true)
+                .unwrap_or_else(|_| panic!("free shards take the round"));
+            assert_eq!(reply, Reply::Array(vec![Reply::Ok, Reply::Ok]));
+            let (_, records) = IntentLog::open(dir.path(), 2, 0).unwrap();
+            assert!(records.is_empty(), "no record of independent writes");
+            set.shutdown().await;
+        });
+        rt.block_on(async {
+            let set = open_shards(dir.path(), Durability::Everysec, 2);
+            for (id, key) in [(0, b"a"), (1, b"b")] {
+                let snap = set.shard(id).snapshot().unwrap();
+                assert_eq!(snap.get(Table::Meta, key).unwrap(), Some(b"v".to_vec()));
+            }
             set.shutdown().await;
         });
     }
@@ -1223,7 +1258,10 @@ mod tests {
             let starts = vec![Some(seq(0)), Some(seq(1))];
             assert!(starts[0] > starts[1]);
             let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
-            let reply = set.coordinator().submit(vec![0, 1], true, plan).await;
+            let reply = set
+                .coordinator()
+                .submit(vec![0, 1], true, false, plan)
+                .await;
             assert_eq!(reply.unwrap(), Reply::Array(vec![Reply::Ok, Reply::Ok]));
             let (_, records) = IntentLog::open(dir.path(), 2, 0).unwrap();
             assert_eq!(records.len(), 1);
@@ -1246,14 +1284,14 @@ mod tests {
             let fail: WriteFn = Box::new(|_| Err(StoreError::Internal("boom".into())));
             let plan = spread(vec![(0, put_key(b"doomed")), (1, fail)]);
             let reply = set
-                .run_plan_here(&[0, 1], plan)
+                .run_plan_here(&[0, 1], plan, false)
                 .unwrap_or_else(|_| panic!("free shards take the round"));
             assert_eq!(reply, Reply::err("internal error: boom"));
             let snap = set.shard(0).snapshot().unwrap();
             assert_eq!(snap.get(Table::Meta, b"doomed").unwrap(), None);
             // The shards took part in nothing and still work.
             let plan = spread(vec![(0, put_key(b"kept")), (1, put_key(b"too"))]);
-            assert!(set.run_plan_here(&[0, 1], plan).is_ok());
+            assert!(set.run_plan_here(&[0, 1], plan, false).is_ok());
             let snap = set.shard(0).snapshot().unwrap();
             assert_eq!(snap.get(Table::Meta, b"kept").unwrap(), Some(b"v".to_vec()));
             set.shutdown().await;
@@ -1275,7 +1313,7 @@ mod tests {
                 let plans = (0..300)
                     .map(|_| spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]))
                     .collect();
-                runner.run_round_here(&[0, 1], plans, false)
+                runner.run_round_here(&[0, 1], plans, false, false)
             })
             .await
             .unwrap()
