@@ -1177,14 +1177,8 @@ mod tests {
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let set = open_shards(dir.path(), Durability::Everysec, 2);
-            let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
-            let reply = set
-                .run_plan_here(&[1, 0, 1], plan, false)
-                .unwrap_or_else(|_| panic!("free shards take the round"));
-            assert_eq!(reply, Reply::Array(vec![Reply::Ok, Reply::Ok]));
-            for (id, key) in [(0, b"a"), (1, b"b")] {
-                let snap = set.shard(id).snapshot().unwrap();
-                assert_eq!(snap.get(Table::Meta, key).unwrap(), Some(b"v".to_vec()));
+            a_and_b_here(&set, &[1, 0, 1], false);
+            for id in [0, 1] {
                 let stats = &set.shard(id).stats;
                 assert_eq!(stats.coordinated_here.load(Ordering::Relaxed), 1);
             }
@@ -1218,28 +1212,39 @@ mod tests {
     /// reopen (their logs replayed).
     #[test]
     fn a_round_of_independent_writes_leaves_no_record() {
-        use crate::shard::coordinator::spread;
         let dir = tempfile::tempdir().unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
             let set = open_shards(dir.path(), Durability::Everysec, 2);
-            let plan = spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
-            let reply = set
-                .run_plan_here(&[0, 1], plan, true)
-                .unwrap_or_else(|_| panic!("free shards take the round"));
-            assert_eq!(reply, Reply::Array(vec![Reply::Ok, Reply::Ok]));
+            a_and_b_here(&set, &[0, 1], true);
             let (_, records) = IntentLog::open(dir.path(), 2, 0).unwrap();
             assert!(records.is_empty(), "no record of independent writes");
             set.shutdown().await;
         });
         rt.block_on(async {
             let set = open_shards(dir.path(), Durability::Everysec, 2);
-            for (id, key) in [(0, b"a"), (1, b"b")] {
-                let snap = set.shard(id).snapshot().unwrap();
-                assert_eq!(snap.get(Table::Meta, key).unwrap(), Some(b"v".to_vec()));
-            }
+            read_a_and_b(&set);
             set.shutdown().await;
         });
+    }
+
+    /// Runs a round writing `a` on shard 0 and `b` on shard 1 on the
+    /// caller's thread (its shards free), and reads both back.
+    fn a_and_b_here(set: &ShardSet, ids: &[usize], independent: bool) {
+        let plan = crate::shard::coordinator::spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
+        let reply = set
+            .run_plan_here(ids, plan, independent)
+            .unwrap_or_else(|_| panic!("free shards take the round"));
+        assert_eq!(reply, Reply::Array(vec![Reply::Ok, Reply::Ok]));
+        read_a_and_b(set);
+    }
+
+    /// Checks that `a` (shard 0) and `b` (shard 1) read `v`.
+    fn read_a_and_b(set: &ShardSet) {
+        for (id, key) in [(0, b"a"), (1, b"b")] {
+            let snap = set.shard(id).snapshot().unwrap();
+            assert_eq!(snap.get(Table::Meta, key).unwrap(), Some(b"v".to_vec()));
+        }
     }
 
     /// A round's record names where it began on each shard: the number
