@@ -944,15 +944,17 @@ impl Core {
                     merged = 0;
                     continue;
                 }
+                // Priced before the value log's collection, whose cost
+                // packing does not change.
+                self.price_rows(
+                    &waiting,
+                    crate::util::thread_cpu_time().saturating_sub(started),
+                );
                 // A file collected per buffer written, the pace the value
                 // log's garbage was planned for (see `vlog`).
                 for _ in 0..std::mem::take(&mut buffers) {
                     self.collect_values();
                 }
-                self.price_rows(
-                    &waiting,
-                    crate::util::thread_cpu_time().saturating_sub(started),
-                );
                 graves.append(&mut waiting);
                 merged = 0;
                 self.bury(&mut graves);
