@@ -138,7 +138,7 @@ impl Pointer {
 /// Whether a row of `table` goes to the value log (the tables then hold
 /// a pointer to it instead).
 pub(crate) fn separates(table: Table, row: &[u8]) -> bool {
-    table == Table::Meta && row.len() >= MIN_VALUE && row[0] & 0x0F == KeyType::String as u8
+    points_in(table) && row.len() >= MIN_VALUE && row[0] & 0x0F == KeyType::String as u8
 }
 
 /// The value log files a reader resolves pointer rows in: those of the
@@ -170,11 +170,10 @@ impl Files {
 
     /// The row `stored` points at, if it is a pointer row.
     fn pointed(&self, table: Table, stored: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let pointer = match table {
-            Table::Meta => Pointer::decode(stored),
-            _ => None,
-        };
-        let Some(p) = pointer else {
+        if !points_in(table) {
+            return Ok(None);
+        }
+        let Some(p) = Pointer::decode(stored) else {
             return Ok(None);
         };
         let file = self
@@ -185,6 +184,12 @@ impl Files {
         file.read_exact_at(&mut row, p.offset).map_err(io_err)?;
         Ok(Some(row))
     }
+}
+
+/// Whether rows of `table` may be pointers into the value log: only a
+/// `meta` row (a string's value) is ever moved out.
+pub fn points_in(table: Table) -> bool {
+    table == Table::Meta
 }
 
 /// The files of a shard's value log, as its two writers and its readers
@@ -539,7 +544,7 @@ impl ValueLog {
         key: &[u8],
         row: &'a [u8],
     ) -> io::Result<std::borrow::Cow<'a, [u8]>> {
-        if table == Table::Meta {
+        if points_in(table) {
             if let Some(p) = Pointer::decode(row) {
                 if !self.files.contains_key(&p.file) {
                     self.adopt();
@@ -564,7 +569,7 @@ impl ValueLog {
     /// Notes that a value stored in `table` (before a change) is replaced
     /// or deleted: if it pointed here, its record is dead.
     pub fn dropped(&mut self, table: Table, key: &[u8], stored: &[u8]) {
-        if table != Table::Meta {
+        if !points_in(table) {
             return;
         }
         if let Some(p) = Pointer::decode(stored) {
