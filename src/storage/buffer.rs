@@ -40,6 +40,17 @@ const ROW_OVERHEAD: usize = 168;
 /// Longest value a row's entry holds inline ([`Stored::Short`]).
 const SHORT: usize = 22;
 
+/// What [`Buffer::visit`] hands each row to: its key and value (`None`
+/// deleted); false stops the walk.
+pub type RowVisitor<'v> = dyn FnMut(&[u8], Option<&[u8]>) -> bool + 'v;
+
+/// A row as [`Buffer::walk`] finds it: in a packed run (key and value,
+/// `None` deleted), or in the row maps.
+enum Seen<'a> {
+    Packed(&'a [u8], Option<&'a [u8]>),
+    Row(&'a RowKey, &'a Stored),
+}
+
 /// A version's value as the buffer keeps it. A short one (a string's
 /// meta row with its value, a counter, a list element, a score) sits in
 /// the row's entry: reading it, or dropping it once no reader can see
@@ -780,40 +791,73 @@ impl Buffer {
     pub fn fill(
         &self,
         table: Table,
-        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         s: u64,
         n: usize,
         out: &mut VecDeque<super::merge::Row>,
     ) -> bool {
+        if n == 0 {
+            return true;
+        }
+        let mut taken = 0;
+        self.walk(table, bounds, reverse, s, &mut |row| {
+            out.push_back(match row {
+                Seen::Packed(k, v) => (RowKey::new(k), Stored::from_entry(v)),
+                // A clone of the key shares a long one.
+                Seen::Row(k, e) => (k.clone(), e.clone()),
+            });
+            taken += 1;
+            taken < n
+        })
+    }
+
+    /// [`Buffer::fill`] without copying: hands `visit` each row a reader
+    /// at `s` sees in `bounds` (a deleted one as `None`), in key order or
+    /// reversed, until it returns false.
+    pub fn visit(
+        &self,
+        table: Table,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        s: u64,
+        visit: &mut RowVisitor,
+    ) {
+        self.walk(table, bounds, reverse, s, &mut |row| match row {
+            Seen::Packed(k, v) => visit(k, v),
+            Seen::Row(k, e) => visit(k.as_slice(), e.as_deref()),
+        });
+    }
+
+    /// The rows a reader at `s` sees in `(lo, hi)`, in key order or
+    /// reversed, to `on` until it returns false; true if it stopped so
+    /// (more may follow), false at the end of the range.
+    fn walk(
+        &self,
+        table: Table,
+        (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        s: u64,
+        on: &mut dyn FnMut(Seen) -> bool,
+    ) -> bool {
         if let Some(run) = self.dense(s) {
             let mut rows = run.range(table, (lo, hi));
-            let rows: &mut dyn Iterator<Item = _> =
-                if reverse { &mut rows.rev() } else { &mut rows };
-            for _ in 0..n {
-                let Some((k, v)) = rows.next() else {
-                    return false;
-                };
-                out.push_back((RowKey::new(k), Stored::from_entry(v)));
-            }
-            return true;
+            let stop = |(k, v)| !on(Seen::Packed(k, v));
+            return match reverse {
+                true => rows.rev().any(stop),
+                false => rows.any(stop),
+            };
         }
         let t = self.tables.read_recursive();
         let rows = &t.rows[table as usize];
         let order = t.order(table as usize);
-        let mut take = |(k, &at): (&RowKey, &u32)| {
-            let visible = rows[at as usize].at(s);
-            if let Some(e) = visible {
-                out.push_back((k.clone(), e.clone()));
-            }
-            visible.is_some()
+        // Rows written after `s` are not there for this reader.
+        let take = |(k, &at): (&RowKey, &u32)| match rows[at as usize].at(s) {
+            Some(e) => !on(Seen::Row(k, e)),
+            None => false,
         };
         if reverse {
-            let range = order.range::<[u8], _>((lo, hi));
-            let more = super::merge::take_n(range, true, n, |k| {
-                Ok::<_, std::convert::Infallible>(take(k))
-            });
-            return more.unwrap_or_else(|never| match never {});
+            return order.range::<[u8], _>((lo, hi)).rev().any(take);
         }
         // Forward, the upper bound is checked key by key rather than
         // searched for (see `untouched`).
@@ -822,15 +866,10 @@ impl Buffer {
             Bound::Excluded(h) => k < h,
             Bound::Unbounded => true,
         };
-        let mut keys = order.range::<[u8], _>((lo, Bound::Unbounded));
-        let mut taken = 0;
-        while taken < n {
-            match keys.next() {
-                Some(row) if below_hi(row.0.as_slice()) => taken += take(row) as usize,
-                _ => return false,
-            }
-        }
-        true
+        order
+            .range::<[u8], _>((lo, Bound::Unbounded))
+            .take_while(|row| below_hi(row.0.as_slice()))
+            .any(take)
     }
 
     /// What the background writer puts into the tables, handed to `f`
@@ -1530,7 +1569,18 @@ mod tests {
                         .map(|(k, v)| (k.as_slice().to_vec(), v.to_entry()))
                         .collect()
                 };
-                assert_eq!(pairs(got), pairs(want), "{lo:?} {hi:?} {reverse} {n}");
+                let want = pairs(want);
+                assert_eq!(pairs(got), want, "{lo:?} {hi:?} {reverse} {n}");
+                // Visited in place, each gives the rows it fills, and
+                // stops where its visitor does.
+                for buffer in [&p, &b] {
+                    let mut seen = Vec::new();
+                    buffer.visit(Table::Sub, (lo, hi), reverse, 4, &mut |k, v| {
+                        seen.push((k.to_vec(), v.map(<[u8]>::to_vec)));
+                        seen.len() < n
+                    });
+                    assert_eq!(seen, want, "{lo:?} {hi:?} {reverse} {n}");
+                }
             }
         }
         for (start, end) in [

@@ -645,6 +645,23 @@ impl Layer for BufferAt<'_> {
     fn ranges(&self, table: Table) -> Vec<KeyRange> {
         self.0.ranges(table, self.1)
     }
+
+    fn visit(
+        &self,
+        table: Table,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        if super::vlog::points_in(table) {
+            return merge::visit_by_chunks(self, table, bounds, reverse, visit);
+        }
+        // Deleted rows are passed over; nothing here needs resolving.
+        self.0.visit(table, bounds, reverse, self.1, &mut |k, v| {
+            v.is_none_or(|v| visit(k, v))
+        });
+        Ok(())
+    }
 }
 
 /// A redb table, the oldest layer, and the value log files its pointer
@@ -670,6 +687,20 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
 
     fn ranges(&self, _: Table) -> Vec<KeyRange> {
         Vec::new()
+    }
+
+    fn visit(
+        &self,
+        table: Table,
+        bounds: (Bound<&[u8]>, Bound<&[u8]>),
+        reverse: bool,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        merge::each_while(self.0.range::<&[u8]>(bounds)?, reverse, |item| {
+            let (k, v) = item?;
+            let value = self.1.resolve(table, v.value())?;
+            Ok(visit(k.value(), &value))
+        })
     }
 }
 
