@@ -186,30 +186,19 @@ pub trait KvRead {
     }
 }
 
+/// Hands `visit` the rows of a redb table within `bounds`, in key order
+/// or reversed, as they lie there (value-log pointers resolved), until it
+/// returns false.
 fn scan_table<T: ReadableTable<&'static [u8], &'static [u8]>>(
     (t, table, values): (&T, Table, &Files),
-    start: &[u8],
-    end: Option<&[u8]>,
+    bounds: (Bound<&[u8]>, Bound<&[u8]>),
     reverse: bool,
     visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
 ) -> Result<(), StoreError> {
-    let range: (Bound<&[u8]>, Bound<&[u8]>) = (
-        Bound::Included(start),
-        end.map_or(Bound::Unbounded, Bound::Excluded),
-    );
-    let mut iter = t.range::<&[u8]>(range)?;
-    loop {
-        let item = if reverse {
-            iter.next_back()
-        } else {
-            iter.next()
-        };
-        let Some(item) = item else { return Ok(()) };
+    merge::each_while(t.range::<&[u8]>(bounds)?, reverse, |item| {
         let (k, v) = item?;
-        if !visit(k.value(), &values.resolve(table, v.value())?) {
-            return Ok(());
-        }
-    }
+        Ok(visit(k.value(), &values.resolve(table, v.value())?))
+    })
 }
 
 /// Creates the tables of a new file and checks the format version of an
@@ -599,7 +588,11 @@ impl ReadCtx {
         if top.is_none() && busy.is_empty() {
             // Nothing buffered here: the tables alone, at full speed.
             let t = self.table(table)?;
-            return scan_table((t, table, &self.values), start, end, reverse, visit);
+            let bounds = (
+                Bound::Included(start),
+                end.map_or(Bound::Unbounded, Bound::Excluded),
+            );
+            return scan_table((t, table, &self.values), bounds, reverse, visit);
         }
         let tables = TableLayer(self.table(table)?, &self.values);
         let mut layers: Vec<&dyn Layer> = Vec::with_capacity(busy.len() + 2);
@@ -696,11 +689,7 @@ impl<T: ReadableTable<&'static [u8], &'static [u8]>> Layer for TableLayer<'_, T>
         reverse: bool,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        merge::each_while(self.0.range::<&[u8]>(bounds)?, reverse, |item| {
-            let (k, v) = item?;
-            let value = self.1.resolve(table, v.value())?;
-            Ok(visit(k.value(), &value))
-        })
+        scan_table((self.0, table, self.1), bounds, reverse, visit)
     }
 }
 
