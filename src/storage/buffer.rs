@@ -801,7 +801,7 @@ impl Buffer {
             return true;
         }
         let mut taken = 0;
-        self.walk(table, bounds, reverse, s, &mut |row| {
+        self.walk(table, bounds, reverse, s, |row| {
             out.push_back(match row {
                 Seen::Packed(k, v) => (RowKey::new(k), Stored::from_entry(v)),
                 // A clone of the key shares a long one.
@@ -823,7 +823,7 @@ impl Buffer {
         s: u64,
         visit: &mut RowVisitor,
     ) {
-        self.walk(table, bounds, reverse, s, &mut |row| match row {
+        self.walk(table, bounds, reverse, s, |row| match row {
             Seen::Packed(k, v) => visit(k, v),
             Seen::Row(k, e) => visit(k.as_slice(), e.as_deref()),
         });
@@ -838,7 +838,7 @@ impl Buffer {
         (lo, hi): (Bound<&[u8]>, Bound<&[u8]>),
         reverse: bool,
         s: u64,
-        on: &mut dyn FnMut(Seen) -> bool,
+        mut on: impl FnMut(Seen) -> bool,
     ) -> bool {
         if let Some(run) = self.dense(s) {
             let mut rows = run.range(table, (lo, hi));
