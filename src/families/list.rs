@@ -387,7 +387,9 @@ pub fn lrange(s: &mut Session, a: Args) -> Action {
             return Ok(Reply::Array(Vec::new()));
         };
         // Rows go straight into the encoded reply (LRANGE is the hot read).
-        let mut out = crate::protocol::reply::Encoder::default();
+        // Room for the array's header in front: the reply is not copied
+        // again to put it there.
+        let mut out = crate::protocol::reply::Encoder::array_body();
         let mut n = 0;
         let (from, to) = (
             elem_key(&l.prefix, l.head + s),
