@@ -422,21 +422,23 @@ fn window<'a>(q: &Query, out: &'a mut Vec<Entry>) -> impl FnMut(bool, &[u8], f64
     }
 }
 
-/// Entries as a reply: members, or members with scores (flat in RESP2,
-/// pairs in RESP3).
-fn entries_reply(items: Vec<Entry>, with_scores: bool, resp3: bool) -> Reply {
-    let mut out = Vec::with_capacity(items.len() * (1 + with_scores as usize));
-    for (m, s) in items {
-        if !with_scores {
-            out.push(Reply::bulk(m));
-        } else if resp3 {
-            out.push(Reply::Array(vec![Reply::bulk(m), Reply::Double(s)]));
-        } else {
-            out.push(Reply::bulk(m));
-            out.push(Reply::Double(s));
+/// Entries as a reply: members, or members with scores (flat, or pairs
+/// where `pairs`: RESP3's shape), each score a double as the protocol
+/// (`resp3`) writes it. Encoded as it is built: a reply of a hundred
+/// members was a hundred allocated bulk replies in a vector.
+fn entries_reply(items: Vec<Entry>, with_scores: bool, pairs: bool, resp3: bool) -> Reply {
+    let mut out = crate::protocol::reply::Encoder::array_body();
+    for (m, score) in &items {
+        if with_scores && pairs {
+            out.array(2);
+        }
+        out.bulk(m);
+        if with_scores {
+            out.double(*score, resp3);
         }
     }
-    Reply::Array(out)
+    let per_item = if with_scores && !pairs { 2 } else { 1 };
+    out.into_array(items.len() * per_item)
 }
 
 /// Flags of ZADD.
@@ -787,7 +789,7 @@ fn range_cmd(s: &mut Session, a: Args, cmd: RangeCmd) -> Action {
             return Ok(Reply::Array(Vec::new()));
         };
         let items = select(r, &v.prefix, v.size, &q)?;
-        Ok(entries_reply(items, q.with_scores, resp3))
+        Ok(entries_reply(items, q.with_scores, resp3, resp3))
     })
 }
 
@@ -1023,9 +1025,9 @@ fn zpop(s: &mut Session, a: Args, max: bool) -> Action {
         let items = pop_entries(w, k, max, count.unwrap_or(1))?.unwrap_or_default();
         if count.is_none() {
             // Without COUNT the reply is one flat member, score pair.
-            return Ok(entries_reply(items, true, false));
+            return Ok(entries_reply(items, true, false, resp3));
         }
-        Ok(entries_reply(items, true, resp3))
+        Ok(entries_reply(items, true, resp3, resp3))
     })
 }
 
@@ -1283,6 +1285,7 @@ fn combine_cmd(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Actio
         Ok(entries_reply(
             combine(op, inputs, &weights, agg),
             with_scores,
+            resp3,
             resp3,
         ))
     })
