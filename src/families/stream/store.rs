@@ -431,7 +431,8 @@ impl Stream {
         rev: bool,
         count: usize,
     ) -> Result<(usize, crate::protocol::Reply), StoreError> {
-        let mut enc = crate::protocol::reply::Encoder::default();
+        // Room for the array's header in front (see `Encoder::array_body`).
+        let mut enc = crate::protocol::reply::Encoder::array_body();
         let mut n = 0;
         if let Some((from, to)) = id_span(&self.row(&[&[ENTRY]]), start, end) {
             let at = self.prefix.len() + 1;
