@@ -757,9 +757,8 @@ impl Buffer {
     /// any reader: scans of such a range read the tables alone.
     pub fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
         if let Some(run) = &self.dense {
-            let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
             return run
-                .range(table, (Bound::Included(start), hi))
+                .range(table, super::merge::scan_bounds(start, end))
                 .next()
                 .is_none()
                 && !run
@@ -1127,13 +1126,12 @@ fn delete_range(
     keep: u64,
 ) -> isize {
     let i = table as usize;
-    let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
     let mut delta = 0;
     let Tables { rows, order, .. } = t;
     let order = order[i].get_mut();
     settle(order, &rows[i]);
     for &at in order
-        .range::<[u8], _>((Bound::Included(start), hi))
+        .range::<[u8], _>(super::merge::scan_bounds(start, end))
         .map(|(_, at)| at)
     {
         delta += rows[i][at as usize].push(seq, Stored::Gone, keep);

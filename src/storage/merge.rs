@@ -61,10 +61,9 @@ pub fn visit_by_chunks<L: Layer + ?Sized>(
     let mut last: Option<RowKey> = None;
     let mut chunk = FIRST_CHUNK;
     loop {
-        let bounds = match (&last, reverse) {
-            (None, _) => (lo, hi),
-            (Some(k), false) => (Bound::Excluded(k.as_slice()), hi),
-            (Some(k), true) => (lo, Bound::Excluded(k.as_slice())),
+        let bounds = match &last {
+            None => (lo, hi),
+            Some(k) => past((lo, hi), k.as_slice(), reverse),
         };
         let more = layer.fill(table, bounds, reverse, chunk, &mut rows)?;
         chunk = (chunk * 2).min(MAX_CHUNK);
@@ -72,6 +71,30 @@ pub fn visit_by_chunks<L: Layer + ?Sized>(
         if !hand_over(&mut rows, visit) || !more || last.is_none() {
             return Ok(());
         }
+    }
+}
+
+/// The bounds `[start, end)` of a scan (`end` none: to the table's end).
+pub fn scan_bounds<'a>(
+    start: &'a [u8],
+    end: Option<&'a [u8]>,
+) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (
+        Bound::Included(start),
+        end.map_or(Bound::Unbounded, Bound::Excluded),
+    )
+}
+
+/// What is left of `bounds` to a scan in key order (or reversed) that
+/// has read up to `last`, `last` included.
+fn past<'a>(
+    (lo, hi): (Bound<&'a [u8]>, Bound<&'a [u8]>),
+    last: &'a [u8],
+    reverse: bool,
+) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    match reverse {
+        false => (Bound::Excluded(last), hi),
+        true => (lo, Bound::Excluded(last)),
     }
 }
 
@@ -267,24 +290,22 @@ impl Pos {
 /// True if it stopped at `n` (more may follow), false at the end. Every
 /// layer fills its chunks with it.
 pub fn take_n<I: DoubleEndedIterator, E>(
-    mut iter: I,
+    iter: I,
     reverse: bool,
     n: usize,
     mut keep: impl FnMut(I::Item) -> Result<bool, E>,
 ) -> Result<bool, E> {
+    if n == 0 {
+        return Ok(true);
+    }
     let mut taken = 0;
-    while taken < n {
-        let item = if reverse {
-            iter.next_back()
-        } else {
-            iter.next()
-        };
-        let Some(item) = item else { return Ok(false) };
+    each_while(iter, reverse, |item| {
         if keep(item)? {
             taken += 1;
         }
-    }
-    Ok(true)
+        Ok(taken < n)
+    })?;
+    Ok(taken == n)
 }
 
 /// A layer's rows read a chunk at a time, the chunks growing (a scan that
@@ -597,11 +618,7 @@ pub fn scan(
             c.refill(table, (start, end), reverse, &pos)?;
         }
         if cursors[1..].iter().all(|c| c.rows.is_empty()) {
-            let bounds = (
-                Bound::Included(start),
-                end.map_or(Bound::Unbounded, Bound::Excluded),
-            );
-            return layers[0].visit(table, bounds, reverse, visit);
+            return layers[0].visit(table, scan_bounds(start, end), reverse, visit);
         }
     }
     // Whether `visit` has had all it wants (the rest is read ahead).
@@ -772,11 +789,7 @@ fn drain_sole(
     if !hand_over(&mut cursor.rows, visit) || !cursor.more {
         return Ok(());
     }
-    let end = end.map_or(Bound::Unbounded, Bound::Excluded);
-    let rest = match reverse {
-        false => (Bound::Excluded(last.as_slice()), end),
-        true => (Bound::Included(start), Bound::Excluded(last.as_slice())),
-    };
+    let rest = past(scan_bounds(start, end), last.as_slice(), reverse);
     cursor.layer.visit(table, rest, reverse, visit)
 }
 

@@ -588,10 +588,7 @@ impl ReadCtx {
         if top.is_none() && busy.is_empty() {
             // Nothing buffered here: the tables alone, at full speed.
             let t = self.table(table)?;
-            let bounds = (
-                Bound::Included(start),
-                end.map_or(Bound::Unbounded, Bound::Excluded),
-            );
+            let bounds = merge::scan_bounds(start, end);
             return scan_table((t, table, &self.values), bounds, reverse, visit);
         }
         let tables = TableLayer(self.table(table)?, &self.values);
