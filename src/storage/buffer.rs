@@ -474,21 +474,87 @@ fn settle(order: &mut Order, rows: &Rows) {
 /// The keys of `rows` from position `from` on, each with its position,
 /// sorted by key.
 fn sorted_from(rows: &Rows, from: usize) -> Vec<(RowKey, u32)> {
+    let mut sorted = Vec::new();
+    sort_from(rows, from, &mut sorted);
+    sorted
+}
+
+/// [`sorted_from`] into `sorted` (emptied first).
+fn sort_from(rows: &Rows, from: usize, sorted: &mut Vec<(RowKey, u32)>) {
+    sorted.clear();
     let Some(new) = rows.get_range(from..) else {
-        return Vec::new();
+        return;
     };
-    let mut new: Vec<(RowKey, u32)> = new
-        .keys()
-        .zip(from..)
-        .map(|(k, at)| {
-            (
-                k.clone(),
-                u32::try_from(at).expect("a buffer holds under 2^32 rows"),
-            )
-        })
-        .collect();
-    new.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    new
+    sorted.extend(new.keys().zip(from..).map(|(k, at)| {
+        (
+            k.clone(),
+            u32::try_from(at).expect("a buffer holds under 2^32 rows"),
+        )
+    }));
+    sort_keys(sorted);
+}
+
+/// Rows of room a thread keeps for sorting (see `SORTED`): 7 MiB, more
+/// than a write-out at the default cap takes (83k rows under LPUSH).
+/// Bigger write-outs allocate theirs, as all did before.
+const SORTED_KEPT: usize = 1 << 17;
+
+thread_local! {
+    /// The vector a write-out's (or a packing's) pass sorted a table's
+    /// keys in, kept for the thread's next pass: allocated afresh, its
+    /// 56 bytes a row (4.6 MB for a write-out of 83k rows) came from
+    /// pages the kernel zeroed again each time (`clear_page_erms`, 2.6-3.2%
+    /// of the server's samples under LPUSH -c 50 -P 16). It holds no row
+    /// between passes, and is kept up to [`SORTED_KEPT`] rows.
+    static SORTED: std::cell::Cell<Vec<(RowKey, u32)>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// Sorts a table's new keys with their positions.
+///
+/// Keys often come in runs already in order: a batch's rows reach the
+/// buffer in key order, so a list's pushes come as one run per batch,
+/// each run after the last for RPUSH (one run in all), each below the
+/// last for LPUSH; likewise a stream's entries, sequential counters.
+/// Those take a pass of comparisons or two (and, for runs each below the
+/// last, the whole reversed and each run turned back), where the
+/// quicksort took n log n comparisons of keys sharing a long prefix
+/// (LPUSH -c 50 -P 16: write-outs of 83k rows in runs of ~32, the sort
+/// 3.1% of the server's samples). The standard library's merge sort does
+/// not help there: it takes runs that short for unsorted, and copies.
+/// Keys in any other order (random members, two lists' pushes
+/// interleaved) are found out within the first runs, or at the last, and
+/// quicksorted.
+fn sort_keys(keys: &mut [(RowKey, u32)]) {
+    let n = keys.len();
+    // Where the run before this one began, and where this one did.
+    let (mut before, mut start) = (None, 0);
+    for i in 1..=n {
+        let ended = i == n || keys[i].0 < keys[i - 1].0;
+        if !ended {
+            continue;
+        }
+        // The run that ends here lies below the one before it, or the
+        // keys are in no order this pass knows.
+        if before.is_some_and(|b: usize| keys[i - 1].0 > keys[b].0) {
+            keys.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            return;
+        }
+        (before, start) = (Some(start), i);
+    }
+    if before == Some(0) {
+        // One run: in order already.
+        return;
+    }
+    // Reversed whole, the runs lie in order, each backwards: a run ends
+    // where the next key is above its last.
+    keys.reverse();
+    let mut start = 0;
+    for i in 1..=n {
+        if i == n || keys[i].0 > keys[i - 1].0 {
+            keys[start..i].reverse();
+            start = i;
+        }
+    }
 }
 
 /// A table's rows in a buffer, by key (see [`Tables`]).
@@ -936,6 +1002,7 @@ impl Buffer {
             return Ok(());
         }
         let t = self.tables.read();
+        let mut sorted = SORTED.take();
         for table in Table::ALL {
             let i = table as usize;
             if t.ranges[i].is_empty() && t.rows[i].is_empty() {
@@ -949,11 +1016,11 @@ impl Buffer {
             // index, built for the pass and freed with the buffer, was
             // a third of the writer's sorting under LPUSH, besides its
             // allocations. A scan of this buffer meanwhile builds its own.
-            let (sorted, order);
+            let order;
             let positions: Box<dyn Iterator<Item = u32> + '_> = if !in_key_order {
                 Box::new(0..t.rows[i].len() as u32)
             } else if t.order[i].read().is_empty() {
-                sorted = sorted_from(&t.rows[i], 0);
+                sort_from(&t.rows[i], 0, &mut sorted);
                 Box::new(sorted.iter().map(|(_, at)| *at))
             } else {
                 order = t.order(i);
@@ -963,6 +1030,10 @@ impl Buffer {
                 table,
                 &mut ranges.chain(ordered(table, &t.rows[i], positions)),
             )?;
+        }
+        if sorted.capacity() <= SORTED_KEPT {
+            sorted.clear();
+            SORTED.set(sorted);
         }
         Ok(())
     }
@@ -1179,6 +1250,55 @@ mod tests {
         assert!(t.rows[Table::Sub as usize].capacity() >= 1000);
         assert!(t.rows.iter().all(|r| r.is_empty()));
         assert_eq!(next.bytes(), 0);
+    }
+
+    /// Keys come out of a write-out in key order however they arrived:
+    /// forwards, backwards, in runs each below the last (LPUSH's
+    /// batches), in runs that overlap, two runs interleaved, no order at
+    /// all (`sort_keys`: runs put in order, or keys quicksorted).
+    #[test]
+    fn rows_are_written_in_key_order_however_they_came() {
+        // Runs of 32, and 100 of them.
+        let n = 3200u32;
+        let mut x = 0x9e37_79b9u32;
+        let mut random = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x
+        };
+        let arrivals: Vec<(&str, Vec<u32>)> = vec![
+            ("forwards", (0..n).collect()),
+            ("backwards", (0..n).rev().collect()),
+            (
+                "runs each below the last",
+                (0..n).map(|i| n - (i / 32 + 1) * 32 + i % 32).collect(),
+            ),
+            (
+                "runs that overlap",
+                (0..n)
+                    .map(|i| (n - i / 32 * 32) + (i % 32) * 2 + i / 32 % 2)
+                    .collect(),
+            ),
+            ("interleaved", (0..n).map(|i| (i % 2) * n + i / 2).collect()),
+            ("random", (0..n).map(|_| random()).collect()),
+        ];
+        for (how, keys) in arrivals {
+            let b = Buffer::new(1);
+            let ops = keys.iter().map(|i| put(&i.to_be_bytes(), b"v")).collect();
+            b.apply(1, ops, 0);
+            let mut seen = Vec::new();
+            b.for_each_change(&mut |c| -> Result<(), ()> {
+                if let Change::Row(_, k, _) = c {
+                    seen.push(k.to_vec());
+                }
+                Ok(())
+            })
+            .unwrap();
+            let mut want: Vec<Vec<u8>> = keys.iter().map(|i| i.to_be_bytes().to_vec()).collect();
+            want.sort();
+            assert_eq!(seen, want, "{how}");
+        }
     }
 
     /// An emptied buffer keeps its room and nothing else: no row, no
