@@ -320,8 +320,16 @@ impl View {
             picked.shuffle(&mut rng);
             return Ok(picked);
         }
-        let mut seen = std::collections::HashSet::with_capacity(count);
         let mut picker = pick::Picker::new(r, &self.prefix, self.size);
+        if count == 1 {
+            // One draw can repeat nothing (SPOP's and SRANDMEMBER's usual
+            // count): no set of the members seen, no second copy of one.
+            if let Some((mut k, v)) = picker.one(&mut rng)? {
+                k.drain(..n);
+                return Ok(vec![(k, v)]);
+            }
+        }
+        let mut seen = std::collections::HashSet::with_capacity(count);
         // Repeats are rare this far under the size; the bound only keeps
         // a lopsided collection's draws from going on for long.
         for _ in 0..count * 4 + 16 {
