@@ -942,11 +942,7 @@ fn apply_to(
         }
         Change::Row(_, k, None) => remove_row(table, values, t, k)?,
         Change::Range(_, start, end) => {
-            let range: (Bound<&[u8]>, Bound<&[u8]>) = (
-                Bound::Included(start),
-                end.map_or(Bound::Unbounded, Bound::Excluded),
-            );
-            delete_range(table, values, t, range)?;
+            delete_range(table, values, t, merge::scan_bounds(start, end))?;
         }
     }
     Ok(())
@@ -1378,10 +1374,9 @@ impl Overlay {
 
     fn untouched(&self, table: Table, start: &[u8], end: Option<&[u8]>) -> bool {
         let t = table as usize;
-        let hi = end.map_or(Bound::Unbounded, Bound::Excluded);
         self.ranges[t].is_empty()
             && self.rows[t]
-                .range((Bound::Included(start), hi))
+                .range(merge::scan_bounds(start, end))
                 .next()
                 .is_none()
     }
