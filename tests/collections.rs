@@ -988,3 +988,69 @@ fn members_of_a_new_form_are_picked_after_the_shape_was_learned() {
     let z = picks(&mut c).iter().filter(|m| m.starts_with('z')).count();
     assert!(z >= 1000, "{z} of 3000 picks were new members");
 }
+
+/// A set popped one member after another is read once into a pool the
+/// shard draws from (`storage::pools`): every member still comes out once,
+/// spread over the set, and writes among the pops (members added and
+/// removed) are seen by the pops after them.
+#[test]
+fn pops_from_a_pooled_set_take_each_member_once() {
+    let srv = TestServer::start();
+    let mut c = srv.client();
+    let mut sadd = redis::cmd("SADD");
+    sadd.arg("p");
+    for i in 0..3000 {
+        sadd.arg(format!("m{i:04}"));
+    }
+    let _: () = sadd.query(&mut c).unwrap();
+    let pops = |c: &mut Connection, n: usize| -> Vec<String> {
+        let mut pipe = redis::pipe();
+        for _ in 0..n {
+            pipe.cmd("SPOP").arg("p");
+        }
+        pipe.query(c).unwrap()
+    };
+    let first = pops(&mut c, 1500);
+    let distinct: BTreeSet<&String> = first.iter().collect();
+    assert_eq!(distinct.len(), 1500);
+    assert!(first.iter().all(|m| m.starts_with('m')));
+    // The pops past the streak that built the pool (~190) spread over
+    // the thirty hundreds of members.
+    let mut counts = HashMap::new();
+    for m in &first[500..] {
+        *counts.entry(m.clone()).or_insert(0) += 1;
+    }
+    let chi = chi_square(&counts, 30, |m| m[1..3].parse().unwrap());
+    assert!(chi < 70.0, "chi-square over 30 buckets {chi}");
+    assert_eq!(int(&mut c, &["SCARD", "p"]), 1500);
+
+    // One member added and one removed among the pops: the size is as
+    // before, the members are not.
+    let gone: String = cmd(&["SRANDMEMBER", "p"]).query(&mut c).unwrap();
+    assert_eq!(int(&mut c, &["SREM", "p", &gone]), 1);
+    assert_eq!(int(&mut c, &["SADD", "p", "added"]), 1);
+    let second = pops(&mut c, 700);
+    // Then more added: the size differs too.
+    let mut sadd = redis::cmd("SADD");
+    sadd.arg("p");
+    for i in 0..100 {
+        sadd.arg(format!("n{i:03}"));
+    }
+    let _: () = sadd.query(&mut c).unwrap();
+    let third = pops(&mut c, 900);
+    let rest: BTreeSet<&String> = second.iter().chain(&third).collect();
+    assert_eq!(rest.len(), 1600);
+    assert!(!rest.contains(&gone));
+    assert!(rest.contains(&"added".to_string()));
+    assert!(rest.is_disjoint(&distinct));
+    assert_eq!(third.iter().filter(|m| m.starts_with('n')).count(), 100);
+    assert_eq!(int(&mut c, &["EXISTS", "p"]), 0);
+    let none: Option<String> = cmd(&["SPOP", "p"]).query(&mut c).unwrap();
+    assert_eq!(none, None);
+
+    // A set built again under the same name starts its own pool.
+    let _: () = cmd(&["SADD", "p", "a", "b", "c"]).query(&mut c).unwrap();
+    let mut last: Vec<String> = cmd(&["SPOP", "p", "5"]).query(&mut c).unwrap();
+    last.sort();
+    assert_eq!(last, ["a", "b", "c"]);
+}

@@ -11,6 +11,7 @@ use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::storage::encoding::{self, MetaBody};
 use crate::storage::keyspace::{self, Key};
+use crate::storage::pools::BUILD_CHUNK;
 use crate::storage::tables::MetaMemo;
 use crate::storage::{KeyType, KvRead, Meta, StoreError, Table, WriteCtx};
 
@@ -664,6 +665,78 @@ impl Edit {
     pub fn remove_seen(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<(), StoreError> {
         w.del_seen(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
         self.size -= 1;
+        Ok(())
+    }
+
+    /// Pops `want` (at most its size) random members, uniformly (SPOP):
+    /// from the collection's pool if the shard holds one, else drawn, and
+    /// a pool read where its pops come in a streak (`storage::pools`).
+    pub fn pop_random(
+        &mut self,
+        w: &mut WriteCtx,
+        want: usize,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
+        let want = (want as u64).min(self.size) as usize;
+        // A pool serves to the last member: the first scan of the set
+        // after many pops from it would cross every row they deleted.
+        let mut popped = w.state.pools.draw(&self.prefix, self.size, want);
+        let drawing = (want as u64).saturating_mul(READ_WHOLE) < self.size;
+        if popped.is_none() && drawing && w.state.pools.pop_drawn(&self.prefix, self.size, want) {
+            self.read_pool(w)?;
+            popped = w.state.pools.draw(&self.prefix, self.size, want);
+        }
+        let popped = match popped {
+            Some(popped) => popped,
+            None => {
+                let drawn: Vec<Vec<u8>> = self
+                    .view()
+                    .random(w, want)?
+                    .into_iter()
+                    .map(|(m, _)| m)
+                    .collect();
+                w.state.pools.popped_meanwhile(&self.prefix, &drawn);
+                drawn
+            }
+        };
+        for m in &popped {
+            w.del_popped(&encoding::sub_key(&self.prefix, m));
+        }
+        self.size -= popped.len() as u64;
+        Ok(popped)
+    }
+
+    /// Reads the next chunk of the collection's pool, if one may be read
+    /// now; the last one makes it the pool.
+    fn read_pool(&self, w: &mut WriteCtx) -> Result<(), StoreError> {
+        let Some(mut build) = w.state.pools.take_build(&self.prefix, w.now_ms()) else {
+            return Ok(());
+        };
+        let end = encoding::prefix_successor(&self.prefix);
+        let n = self.prefix.len();
+        let (mut left, mut fits, mut last) = (BUILD_CHUNK, true, None);
+        w.scan(
+            Table::Sub,
+            &build.resume(),
+            end.as_deref(),
+            false,
+            &mut |k, _| {
+                fits = build.members.push(&k[n..]);
+                left -= 1;
+                if left == 0 {
+                    last = Some(k.to_vec());
+                }
+                fits && left > 0
+            },
+        )?;
+        match (fits, last) {
+            // Too big to pool: the build is dropped.
+            (false, _) => w.state.pools.give_up_build(&self.prefix),
+            (true, Some(key)) => {
+                build.read_to(&key);
+                w.state.pools.put_build(build);
+            }
+            (true, None) => w.state.pools.finish_build(build, self.size),
+        }
         Ok(())
     }
 

@@ -115,15 +115,7 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
             });
         };
         let want = count.map_or(1, |c| c.min(set.size)) as usize;
-        let picked: Vec<Vec<u8>> = set
-            .view()
-            .random(w, want)?
-            .into_iter()
-            .map(|(m, _)| m)
-            .collect();
-        for m in &picked {
-            set.remove_seen(w, m)?;
-        }
+        let picked = set.pop_random(w, want)?;
         let emptied = set.size == 0;
         set.save(w, k)?;
         if !picked.is_empty() {

@@ -10,6 +10,7 @@ pub mod filter;
 pub mod journal;
 pub mod keyspace;
 pub mod merge;
+pub mod pools;
 mod rowcache;
 mod rowmap;
 pub mod rowops;

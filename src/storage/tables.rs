@@ -755,6 +755,9 @@ pub struct ShardState {
     /// [`merge::DeadRanges`]): in memory only, valid for the latest state,
     /// dropped with the state when a transaction is rolled back.
     pub dead: std::cell::RefCell<merge::DeadRanges>,
+    /// Members of sets being popped (see [`super::pools`]): in memory
+    /// only, dropped by any other write of their rows and with the state.
+    pub pools: super::pools::Pools,
 }
 
 impl ShardState {
@@ -805,6 +808,7 @@ impl ShardState {
             counts,
             counts_stored: stored,
             dead: Default::default(),
+            pools: Default::default(),
         })
     }
 }
@@ -1596,6 +1600,7 @@ impl<'t> WriteCtx<'t> {
             ));
         }
         self.memo = None;
+        self.state.pools.clear();
         self.messages.truncate(undo.messages);
         self.message_places.truncate(undo.messages);
         // The overlay goes back to what it said of each row: its entry, or
@@ -1759,6 +1764,14 @@ impl<'t> WriteCtx<'t> {
     /// Sets a row in the overlay.
     #[inline]
     fn set(&mut self, table: Table, key: &[u8], value: Entry) {
+        self.state.pools.touched(table, key);
+        self.set_unpooled(table, key, value);
+    }
+
+    /// [`WriteCtx::set`] of a row no set's pool holds (see
+    /// [`WriteCtx::del_popped`]).
+    #[inline]
+    fn set_unpooled(&mut self, table: Table, key: &[u8], value: Entry) {
         self.writes += 1;
         if table == Table::Meta {
             self.memo = None;
@@ -1783,6 +1796,7 @@ impl<'t> WriteCtx<'t> {
         if table == Table::Meta {
             self.memo = None;
         }
+        self.state.pools.touched(table, key);
         self.state.dead.get_mut().touch(table, key);
     }
 
@@ -1953,6 +1967,15 @@ impl<'t> WriteCtx<'t> {
         Ok(())
     }
 
+    /// [`WriteCtx::del_seen`] of a set's member that SPOP drew: if it
+    /// came from the set's pool (`super::pools`), the pool has let it go
+    /// and stays.
+    pub fn del_popped(&mut self, key: &[u8]) {
+        self.remember(Table::Sub, key);
+        self.changed(Table::Sub, key, true);
+        self.set_unpooled(Table::Sub, key, None);
+    }
+
     /// [`ReadCtx::cache_ahead`] of the state this transaction began on.
     pub fn cache_ahead(&self, table: Table, from: &[u8], to: &[u8]) -> Result<(), StoreError> {
         self.base.cache_ahead(table, from, to)
@@ -2043,6 +2066,7 @@ impl<'t> WriteCtx<'t> {
         let t = table as usize;
         self.writes += 1;
         self.memo = None;
+        self.state.pools.clear();
         self.state.dead.get_mut().cleared(table);
         self.overlay.rows[t].clear();
         self.overlay.ranges[t] = vec![(Vec::new(), None)];
