@@ -37,8 +37,8 @@ use super::Table;
 pub const POOL_MOST: u64 = 1 << 20;
 
 /// Most bytes a shard's pools hold together (members and their places;
-/// a pool being read may take as much again): a million members of 14
-/// bytes (`element:000042`) take 22 MB.
+/// a pool being read may take as much again): 14-byte members
+/// (`element:000042`) take 22 bytes each, so ~760,000 of them fit.
 const POOL_BYTES: usize = 16 << 20;
 
 /// Rows a pool's build reads at a time, at most one such chunk a
