@@ -87,29 +87,22 @@ pub fn read_slot<F: FnMut(Vec<u8>) -> bool>(
 ) -> Result<(), StoreError> {
     let prefix = encoding::meta_slot_prefix(0, slot);
     let end = encoding::prefix_successor(&prefix);
-    let mut from = prefix.clone();
-    loop {
-        // A page of `meta` rows at a time: a key's own rows are read
-        // between pages, not from inside the scan.
-        let mut page: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        r.scan(Table::Meta, &from, end.as_deref(), false, &mut |k, v| {
-            page.push((k.to_vec(), v.to_vec()));
-            page.len() < 256
-        })?;
-        let Some((last, _)) = page.last() else {
-            break;
-        };
-        from = last.clone();
-        from.push(0);
+    // A page of `meta` rows at a time: a key's own rows are read between
+    // pages, not from inside the scan.
+    keyspace::scan_pages(r, Table::Meta, (&prefix, end.as_deref()), &mut |page| {
         for (k, row) in page {
             let Some((_, _, name)) = encoding::decode_meta_key(&k) else {
                 continue;
             };
             write_key(r, slot, name, &row, out)?;
             if out.closed {
-                return Ok(());
+                return Ok(false);
             }
         }
+        Ok(true)
+    })?;
+    if out.closed {
+        return Ok(());
     }
     out.flush();
     Ok(())

@@ -276,19 +276,55 @@ pub fn version_tables(ktype: KeyType) -> &'static [Table] {
 /// prefix, value; false stops the scan.
 pub type VersionVisitor<'a> = dyn FnMut(Table, &[u8], &[u8]) -> bool + 'a;
 
-/// Rows [`scan_version`] reads at a time before it hands them on.
-const VERSION_PAGE: usize = 256;
+/// Rows [`scan_pages`] reads at a time before it hands them on.
+const PAGE: usize = 256;
+
+/// A page of rows, keys and values.
+pub type Page = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Reads `table`'s rows in `[start, end)` a page at a time and hands each
+/// page to `each` between reads, never from inside one; `each` returns
+/// false to stop. A scan of the write buffers holds a buffer's lock, and
+/// a caller that waits (MOVESLOT's reader blocks on its bounded channel
+/// to the network) would hold the shard's commits up behind it: one did,
+/// for good, when the task draining that channel could not run.
+pub fn scan_pages(
+    r: &dyn KvRead,
+    table: Table,
+    (start, end): (&[u8], Option<&[u8]>),
+    each: &mut dyn FnMut(Page) -> Result<bool, StoreError>,
+) -> Result<(), StoreError> {
+    let mut from = start.to_vec();
+    loop {
+        let mut page: Page = Vec::new();
+        r.scan(table, &from, end, false, &mut |k, v| {
+            page.push((k.to_vec(), v.to_vec()));
+            page.len() < PAGE
+        })?;
+        // A full page may have rows after it: go on just past its last.
+        let next = match page.last() {
+            Some((last, _)) if page.len() == PAGE => {
+                let mut next = last.clone();
+                next.push(0);
+                Some(next)
+            }
+            _ => None,
+        };
+        if !each(page)? {
+            return Ok(());
+        }
+        match next {
+            Some(next) => from = next,
+            None => return Ok(()),
+        }
+    }
+}
 
 /// Visits every row of the collection version `meta` names for `key`, in
 /// key order per table (see [`version_tables`]): its table, the row key
 /// after the version prefix, and its value. `visit` returns false to stop.
-/// Nothing for a string.
-///
-/// The rows are read a page at a time and handed on between reads, never
-/// from inside one: a scan of the write buffers holds a buffer's lock,
-/// and a visitor that waits (MOVESLOT's reader blocks on its bounded
-/// channel to the network) would hold the shard's commits up behind it;
-/// one did, for good, when the task draining that channel could not run.
+/// Nothing for a string. The rows are read by [`scan_pages`]: a visitor
+/// may wait.
 pub fn scan_version(
     r: &dyn KvRead,
     key: Key,
@@ -300,26 +336,14 @@ pub fn scan_version(
     };
     let prefix = encoding::version_prefix(key.db, key.slot, key.name, version);
     let end = encoding::prefix_successor(&prefix);
+    let mut going = true;
     for &t in version_tables(meta.ktype) {
-        let mut from = prefix.clone();
-        loop {
-            let mut page: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-            r.scan(t, &from, end.as_deref(), false, &mut |k, v| {
-                page.push((k.to_vec(), v.to_vec()));
-                page.len() < VERSION_PAGE
-            })?;
-            for (k, v) in &page {
-                if !visit(t, &k[prefix.len()..], v) {
-                    return Ok(());
-                }
-            }
-            match page.pop() {
-                Some((last, _)) if page.len() + 1 == VERSION_PAGE => {
-                    from = last;
-                    from.push(0);
-                }
-                _ => break,
-            }
+        scan_pages(r, t, (&prefix, end.as_deref()), &mut |page| {
+            going = page.iter().all(|(k, v)| visit(t, &k[prefix.len()..], v));
+            Ok(going)
+        })?;
+        if !going {
+            break;
         }
     }
     Ok(())
