@@ -684,6 +684,26 @@ impl Buffer {
         }
     }
 
+    /// Per table, the rows [`Buffer::for_each_table`] hands on and their
+    /// key and value bytes in all: what a pass that copies them (the
+    /// packer's) reserves room for at once (see [`Run::of`]). Empty for a
+    /// packed buffer.
+    pub fn sizes(&self) -> [RowSizes; 6] {
+        let mut sizes = [RowSizes::default(); 6];
+        if self.dense.is_some() {
+            return sizes;
+        }
+        let t = self.tables.read_recursive();
+        for (size, rows) in sizes.iter_mut().zip(&t.rows) {
+            size.rows = rows.len();
+            for (k, v) in rows {
+                size.key_bytes += k.as_slice().len();
+                size.value_bytes += v.value.as_deref().map_or(0, <[u8]>::len);
+            }
+        }
+        sizes
+    }
+
     /// Whether this is a packed buffer ([`Buffer::packed`]).
     pub fn is_packed(&self) -> bool {
         self.dense.is_some()
@@ -1139,6 +1159,17 @@ impl<'a, P: Iterator<Item = u32>> Iterator for Ordered<'a, P> {
         self.next += 1;
         Some(item)
     }
+}
+
+/// A table's rows in a buffer and their bytes (see [`Buffer::sizes`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct RowSizes {
+    /// Rows, deleted ones included.
+    pub rows: usize,
+    /// Their keys' bytes.
+    pub key_bytes: usize,
+    /// Their newest values' bytes (none for a deleted row).
+    pub value_bytes: usize,
 }
 
 /// One table's changes, as [`Buffer::for_each_table`] hands them.
