@@ -427,7 +427,10 @@ fn window<'a>(q: &Query, out: &'a mut Vec<Entry>) -> impl FnMut(bool, &[u8], f64
 /// (`resp3`) writes it. Encoded as it is built: a reply of a hundred
 /// members was a hundred allocated bulk replies in a vector.
 fn entries_reply(items: Vec<Entry>, with_scores: bool, pairs: bool, resp3: bool) -> Reply {
-    let mut out = crate::protocol::reply::Encoder::array_body();
+    // Each member's bulk header and ending, a pair's header and a score
+    // (at most 24 characters, plus its own header) fit in 64 bytes.
+    let room = items.iter().map(|(m, _)| m.len() + 64).sum();
+    let mut out = crate::protocol::reply::Encoder::array_body_with(room);
     for (m, score) in &items {
         if with_scores && pairs {
             out.array(2);

@@ -84,7 +84,16 @@ impl Encoder {
     /// [`Encoder::into_array`] does not copy the elements (a reply can be
     /// as large as the count a client asks for).
     pub fn array_body() -> Encoder {
-        let mut buf = BytesMut::with_capacity(4096);
+        Encoder::array_body_with(4096)
+    }
+
+    /// [`Encoder::array_body`] with room for `bytes` of elements, for a
+    /// caller that knows about how large they are: a pop's one member in
+    /// a 4 KiB buffer held those 4 KiB until the reply went out, in every
+    /// reply of a pipeline, and allocating them was 1.9% of the server's
+    /// samples under ZPOPMIN at pipeline 16.
+    pub fn array_body_with(bytes: usize) -> Encoder {
+        let mut buf = BytesMut::with_capacity(HEADER_ROOM + bytes);
         buf.put_bytes(0, HEADER_ROOM);
         Encoder {
             buf,
@@ -116,10 +125,9 @@ impl Encoder {
     /// The bytes written so far as one array of `len` elements.
     pub fn into_array(mut self, len: usize) -> Reply {
         if self.room > 0 {
-            let mut head = BytesMut::with_capacity(HEADER_ROOM);
-            header(&mut head, b'*', len);
-            let start = self.room - head.len();
-            self.buf[start..self.room].copy_from_slice(&head);
+            let (head, n) = header_bytes(b'*', len);
+            let start = self.room - n;
+            self.buf[start..self.room].copy_from_slice(&head[..n]);
             bytes::Buf::advance(&mut self.buf, start);
             return Reply::Encoded(self.buf.freeze());
         }
