@@ -50,7 +50,7 @@ struct Dense {
 }
 
 impl Dense {
-    /// An empty table with room for `size` of rows.
+    /// An empty table with room for the rows and bytes `size` counts.
     fn with_room(size: RowSizes) -> Dense {
         Dense {
             keys: Vec::with_capacity(size.key_bytes),
@@ -402,7 +402,7 @@ mod tests {
     }
 
     /// A buffer's sizes count exactly the rows and bytes its pass hands
-    /// on, so a run made from it fills the room it reserved and no more.
+    /// on: the room a run reserves from them is the room it fills.
     #[test]
     fn a_buffers_sizes_are_what_its_pass_hands_on() {
         let b = buffer_of(&[
