@@ -299,6 +299,13 @@ impl Server {
         self.limits.load()
     }
 
+    /// Sets the list elements from which DUMP gives an element a quicklist
+    /// node of its own (DEBUG QUICKLIST-PACKED-THRESHOLD; 0: the default);
+    /// false for a size Redis refuses.
+    pub fn set_packed_threshold(&self, size: u64) -> bool {
+        self.limits.set_packed_threshold(size)
+    }
+
     /// Takes the thresholds of [`Server::encoding_limits`] and the idle
     /// timeout from `rt` (at start and after CONFIG SET): commands and
     /// connections read a copy rather than parse the configuration each
@@ -474,6 +481,8 @@ fn limits_of(rt: &Runtime) -> crate::rdb::object::Limits {
         zset_entries: rt.size("zset-max-listpack-entries"),
         zset_value: rt.size("zset-max-listpack-value"),
         list_fill: rt.int("list-max-listpack-size"),
+        // Not a parameter: `SharedLimits::store` keeps what DEBUG set.
+        list_plain_from: crate::rdb::object::Limits::default().list_plain_from,
         stream: crate::rdb::stream::NodeLimits {
             max_bytes: rt.size("stream-node-max-bytes"),
             max_entries: rt.size("stream-node-max-entries"),

@@ -92,6 +92,10 @@ pub struct Limits {
     /// list-max-listpack-size: negative = a byte limit per node (-1 4 KiB
     /// ... -5 64 KiB), positive = entries per node.
     pub list_fill: i64,
+    /// Elements this large get a quicklist node of their own ("plain"
+    /// node), as in Redis's quicklist: its `packed_threshold`, 1 GiB
+    /// unless DEBUG QUICKLIST-PACKED-THRESHOLD changed it.
+    pub list_plain_from: u64,
     /// stream-node-max-bytes and stream-node-max-entries.
     pub stream: NodeLimits,
 }
@@ -105,6 +109,7 @@ impl Default for Limits {
             zset_entries: 128,
             zset_value: 64,
             list_fill: -2,
+            list_plain_from: DEFAULT_PACKED_THRESHOLD,
             stream: NodeLimits::default(),
         }
     }
@@ -123,6 +128,9 @@ pub struct SharedLimits {
     zset_entries: AtomicUsize,
     zset_value: AtomicUsize,
     list_fill: AtomicI64,
+    /// [`Limits::list_plain_from`], 0 for the default. No configuration
+    /// parameter sets it, so [`SharedLimits::store`] leaves it be.
+    list_plain_from: AtomicU64,
     stream_bytes: AtomicUsize,
     stream_entries: AtomicUsize,
 }
@@ -138,6 +146,10 @@ impl SharedLimits {
             zset_entries: get(&self.zset_entries),
             zset_value: get(&self.zset_value),
             list_fill: self.list_fill.load(Ordering::Relaxed),
+            list_plain_from: match self.list_plain_from.load(Ordering::Relaxed) {
+                0 => DEFAULT_PACKED_THRESHOLD,
+                n => n,
+            },
             stream: NodeLimits {
                 max_bytes: get(&self.stream_bytes),
                 max_entries: get(&self.stream_entries),
@@ -145,7 +157,8 @@ impl SharedLimits {
         }
     }
 
-    /// Puts `l` in force.
+    /// Puts `l` in force, its configuration parameters: the packed
+    /// threshold stays as [`SharedLimits::set_packed_threshold`] left it.
     pub fn store(&self, l: &Limits) {
         let set = |a: &AtomicUsize, v| a.store(v, Ordering::Relaxed);
         set(&self.hash_entries, l.hash_entries);
@@ -184,27 +197,25 @@ type Pairs = Vec<(Vec<u8>, Vec<u8>)>;
 #[error("bad RDB value: {0}")]
 pub struct BadData(pub &'static str);
 
-/// Elements this large get a node of their own ("plain" node), as Redis's
-/// quicklist does: its `packed_threshold`, 1 GiB unless DEBUG
-/// QUICKLIST-PACKED-THRESHOLD changed it. Process-wide, as in Redis.
-static PACKED_THRESHOLD: AtomicU64 = AtomicU64::new(DEFAULT_PACKED_THRESHOLD);
+/// Redis's quicklist `packed_threshold` unless DEBUG changes it.
 const DEFAULT_PACKED_THRESHOLD: u64 = 1 << 30;
 
-/// Sets the quicklist's packed threshold (DEBUG QUICKLIST-PACKED-THRESHOLD):
-/// 0 restores the default; `false` (nothing changed) for a size at or
-/// past 4 GiB less 1 MiB, which Redis refuses.
-pub fn set_packed_threshold(size: u64) -> bool {
-    if size > (1 << 32) - (1 << 20) {
-        return false;
+impl SharedLimits {
+    /// Sets the quicklist's packed threshold (DEBUG
+    /// QUICKLIST-PACKED-THRESHOLD): 0 restores the default; `false`
+    /// (nothing changed) for a size at or past 4 GiB less 1 MiB, which
+    /// Redis refuses. A server's own, not the process's: the tests run
+    /// several servers in one process, and one's DEBUG changed what
+    /// another's DUMP wrote.
+    pub fn set_packed_threshold(&self, size: u64) -> bool {
+        if size > (1 << 32) - (1 << 20) {
+            return false;
+        }
+        self.list_plain_from.store(size, Ordering::Relaxed);
+        true
     }
-    let size = if size == 0 {
-        DEFAULT_PACKED_THRESHOLD
-    } else {
-        size
-    };
-    PACKED_THRESHOLD.store(size, Ordering::Relaxed);
-    true
 }
+
 /// The quicklist node container codes.
 const CONTAINER_PLAIN: u64 = 1;
 const CONTAINER_PACKED: u64 = 2;
@@ -223,7 +234,7 @@ pub fn encode(out: &mut Vec<u8>, v: &Value, limits: &Limits) {
         }
         Value::List(items) => {
             out.push(types::LIST_QUICKLIST_2);
-            encode_quicklist(out, items, limits.list_fill);
+            encode_quicklist(out, items, limits);
         }
         Value::Set(members) => {
             let ints: Option<Vec<i64>> = if members.len() <= limits.set_intset_entries {
@@ -311,8 +322,8 @@ fn node_takes(bytes: usize, count: usize, len: usize, fill: i64) -> bool {
 
 /// A list as Redis 7.0's quicklist would hold it after pushing every
 /// element at the tail: listpack nodes filled up to the node limit.
-fn encode_quicklist(out: &mut Vec<u8>, items: &[Vec<u8>], fill: i64) {
-    let nodes = quicklist_nodes(items, fill);
+fn encode_quicklist(out: &mut Vec<u8>, items: &[Vec<u8>], limits: &Limits) {
+    let nodes = quicklist_nodes(items, limits);
     put_len(out, nodes.len() as u64);
     for n in nodes {
         match n {
@@ -346,14 +357,14 @@ impl QuicklistNode<'_> {
     }
 }
 
-/// The nodes Redis's quicklist would split `items` into under
-/// `list-max-listpack-size` `fill`.
-pub fn quicklist_nodes(items: &[Vec<u8>], fill: i64) -> Vec<QuicklistNode<'_>> {
+/// The nodes Redis's quicklist would split `items` into under `limits`
+/// (`list-max-listpack-size` and the packed threshold).
+pub fn quicklist_nodes<'a>(items: &'a [Vec<u8>], limits: &Limits) -> Vec<QuicklistNode<'a>> {
+    let (fill, plain_from) = (limits.list_fill, limits.list_plain_from);
     enum Node<'a> {
         Packed(listpack::Builder),
         Plain(&'a [u8]),
     }
-    let plain_from = PACKED_THRESHOLD.load(Ordering::Relaxed);
     let mut nodes: Vec<Node> = Vec::new();
     for it in items {
         if it.len() as u64 >= plain_from {
@@ -541,6 +552,27 @@ mod tests {
     use super::super::stream::StreamValue;
     use super::*;
     use crate::util::rdb::{seal, unseal};
+
+    /// DEBUG QUICKLIST-PACKED-THRESHOLD changes its own server's DUMP only
+    /// (the tests run several servers in one process), survives CONFIG
+    /// SET (`store`) and goes back to the default with 0.
+    #[test]
+    fn the_packed_threshold_is_a_servers_own() {
+        let items = vec![b"a".to_vec(), vec![b'z'; 200], b"b".to_vec()];
+        let (one, other) = (SharedLimits::default(), SharedLimits::default());
+        one.store(&Limits::default());
+        other.store(&Limits::default());
+        let nodes = |l: &SharedLimits| quicklist_nodes(&items, &l.load()).len();
+        assert_eq!((nodes(&one), nodes(&other)), (1, 1));
+        assert!(one.set_packed_threshold(100));
+        assert_eq!((nodes(&one), nodes(&other)), (3, 1));
+        one.store(&Limits::default());
+        assert_eq!(nodes(&one), 3);
+        assert!(!one.set_packed_threshold(1 << 32));
+        assert_eq!(nodes(&one), 3);
+        assert!(one.set_packed_threshold(0));
+        assert_eq!(nodes(&one), 1);
+    }
 
     fn dump(v: &Value) -> Vec<u8> {
         let mut out = Vec::new();

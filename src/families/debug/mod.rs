@@ -126,7 +126,7 @@ pub fn debug(s: &mut Session, a: Args) -> Action {
         }
         (b"quicklist-packed-threshold", 3) => {
             let size = super::config::memtoull(&String::from_utf8_lossy(a.get(2)));
-            match size.filter(|&n| crate::rdb::object::set_packed_threshold(n)) {
+            match size.filter(|&n| s.server.set_packed_threshold(n)) {
                 Some(_) => Reply::Ok.into(),
                 None => {
                     Reply::err("argument must be a memory value bigger than 1 and smaller than 4gb")

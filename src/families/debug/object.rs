@@ -75,7 +75,7 @@ fn describe(
         body.len() - 1,
     );
     if let Value::List(items) = value {
-        let nodes = object::quicklist_nodes(items, limits.list_fill);
+        let nodes = object::quicklist_nodes(items, limits);
         let size: usize = nodes.iter().map(|n| n.size()).sum();
         line.push_str(&format!(
             " ql_nodes:{} ql_avg_node:{:.2} ql_listpack_max:{} ql_compressed:{} ql_uncompressed_size:{size}",
