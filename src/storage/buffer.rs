@@ -485,6 +485,10 @@ fn sort_from(rows: &Rows, from: usize, sorted: &mut Vec<(RowKey, u32)>) {
     let Some(new) = rows.get_range(from..) else {
         return;
     };
+    // Exactly: `extend` grows a vector to twice its capacity at least, and a kept
+    // vector grown past `SORTED_KEPT` that way was dropped after the pass
+    // and grown from nothing again in the next, into fresh pages.
+    sorted.reserve_exact(new.len());
     sorted.extend(new.keys().zip(from..).map(|(k, at)| {
         (
             k.clone(),
