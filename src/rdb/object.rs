@@ -170,6 +170,20 @@ impl SharedLimits {
         set(&self.stream_bytes, l.stream.max_bytes);
         set(&self.stream_entries, l.stream.max_entries);
     }
+
+    /// Sets the quicklist's packed threshold (DEBUG
+    /// QUICKLIST-PACKED-THRESHOLD): 0 restores the default; `false`
+    /// (nothing changed) for a size at or past 4 GiB less 1 MiB, which
+    /// Redis refuses. A server's own, not the process's: the tests run
+    /// several servers in one process, and one's DEBUG changed what
+    /// another's DUMP wrote.
+    pub fn set_packed_threshold(&self, size: u64) -> bool {
+        if size > (1 << 32) - (1 << 20) {
+            return false;
+        }
+        self.list_plain_from.store(size, Ordering::Relaxed);
+        true
+    }
 }
 
 impl Limits {
@@ -199,22 +213,6 @@ pub struct BadData(pub &'static str);
 
 /// Redis's quicklist `packed_threshold` unless DEBUG changes it.
 const DEFAULT_PACKED_THRESHOLD: u64 = 1 << 30;
-
-impl SharedLimits {
-    /// Sets the quicklist's packed threshold (DEBUG
-    /// QUICKLIST-PACKED-THRESHOLD): 0 restores the default; `false`
-    /// (nothing changed) for a size at or past 4 GiB less 1 MiB, which
-    /// Redis refuses. A server's own, not the process's: the tests run
-    /// several servers in one process, and one's DEBUG changed what
-    /// another's DUMP wrote.
-    pub fn set_packed_threshold(&self, size: u64) -> bool {
-        if size > (1 << 32) - (1 << 20) {
-            return false;
-        }
-        self.list_plain_from.store(size, Ordering::Relaxed);
-        true
-    }
-}
 
 /// The quicklist node container codes.
 const CONTAINER_PLAIN: u64 = 1;
