@@ -1961,9 +1961,8 @@ impl<'t> WriteCtx<'t> {
     /// `ttl` row of a key with an expiry). Unlike [`WriteCtx::del`] it
     /// does not look the row up (a tree walk in the tables).
     pub fn del_seen(&mut self, table: Table, key: &[u8]) -> Result<(), StoreError> {
-        self.remember(table, key);
-        self.changed(table, key, true);
-        self.set(table, key, None);
+        self.state.pools.touched(table, key);
+        self.del_unpooled(table, key);
         Ok(())
     }
 
@@ -1971,9 +1970,14 @@ impl<'t> WriteCtx<'t> {
     /// came from the set's pool (`super::pools`), the pool has let it go
     /// and stays.
     pub fn del_popped(&mut self, key: &[u8]) {
-        self.remember(Table::Sub, key);
-        self.changed(Table::Sub, key, true);
-        self.set_unpooled(Table::Sub, key, None);
+        self.del_unpooled(Table::Sub, key);
+    }
+
+    /// [`WriteCtx::del_seen`] without telling the pools.
+    fn del_unpooled(&mut self, table: Table, key: &[u8]) {
+        self.remember(table, key);
+        self.changed(table, key, true);
+        self.set_unpooled(table, key, None);
     }
 
     /// [`ReadCtx::cache_ahead`] of the state this transaction began on.
