@@ -12,6 +12,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 
@@ -249,11 +250,14 @@ fn run_labelled(
     body: impl FnOnce(&ScriptVm) -> Reply,
 ) -> (Reply, std::time::Duration) {
     let handle = vm.kill_handle();
-    let began = std::time::Instant::now();
-    handle.set_running(Some((label, began)));
+    // In a shard's batch the run begins where the item before it ended,
+    // and its end is where the next one begins: one clock read a script
+    // (see `slowlog::run_began`).
+    let began = crate::families::slowlog::run_began();
+    handle.set_running(Some((label, began.0)));
     let reply = body(vm);
     handle.set_running(None);
-    (reply, began.elapsed())
+    (reply, crate::families::slowlog::run_took(began))
 }
 
 /// Cluster mode's checks before a script runs (Redis's
@@ -567,26 +571,33 @@ pub fn abort_for_shutdown(server: &Server) {
     }
 }
 
-/// The BUSY reply a command gets while a script (any, on any shard) has
-/// run longer than `busy-reply-threshold`, unless it is allowed then
-/// (`allow_busy`).
-pub fn busy(server: &Server, spec: &command::CommandSpec) -> Option<Reply> {
+/// The BUSY reply a command that arrived at `now` gets while a script
+/// (any, on any shard) has run longer than `busy-reply-threshold`, unless
+/// it is allowed then (`allow_busy`).
+pub fn busy(server: &Server, spec: &command::CommandSpec, now: Instant) -> Option<Reply> {
     // Asked of every command: the cheap test, whether a script runs at
     // all, goes first.
     if !server.scripts.running() || spec.has(flag::ALLOW_BUSY) {
         return None;
     }
-    busy_reply(server)
+    busy_reply_at(server, now)
 }
 
 /// The BUSY error while a script or function runs past
 /// `busy-reply-threshold`, whatever the command.
 pub fn busy_reply(server: &Server) -> Option<Reply> {
+    busy_reply_at(server, Instant::now())
+}
+
+/// [`busy_reply`] as of `now`. Under scripts at pipeline 16 nearly every
+/// command finds one running on some shard: the command's own start
+/// serves as the clock, and the scripts' starts are read without a lock.
+fn busy_reply_at(server: &Server, now: Instant) -> Option<Reply> {
     if !server.scripts.running() {
         return None;
     }
     let handle = server.scripts.longest_running()?;
-    let elapsed = handle.elapsed()?;
+    let elapsed = handle.elapsed_at(now)?;
     let threshold = server.busy_reply_threshold_ms();
     if elapsed.as_millis() < threshold as u128 {
         return None;

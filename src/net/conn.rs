@@ -1005,7 +1005,7 @@ async fn execute(
     } else {
         // A script past busy-reply-threshold holds every shard: only
         // commands allowed then (SCRIPT KILL, SHUTDOWN...) are answered.
-        crate::families::scripting::busy(server, checked)
+        crate::families::scripting::busy(server, checked, started)
     };
     if let Some(mut r) = refusal {
         refuse_in_multi(session);

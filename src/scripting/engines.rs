@@ -100,8 +100,8 @@ impl Engines {
     pub fn longest_running(&self) -> Option<&KillHandle> {
         self.handles
             .iter()
-            .filter_map(|h| Some((h.elapsed()?, h)))
-            .max_by_key(|(elapsed, _)| *elapsed)
+            .filter_map(|h| Some((h.started()?, h)))
+            .min_by_key(|(started, _)| *started)
             .map(|(_, h)| h)
     }
 

@@ -401,7 +401,7 @@ impl ScriptVm {
         });
         let _ = self.set_loading.call::<()>(false);
         self.kill.loading.store(false, Ordering::Release);
-        *self.kill.started.lock() = None;
+        self.kill.started.clear();
         let mut st = self.run.lock();
         let registered = st.loading.take().unwrap_or_default();
         match result {

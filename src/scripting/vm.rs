@@ -301,7 +301,7 @@ impl Drop for HostGuard<'_> {
     fn drop(&mut self) {
         self.run.lock().host = None;
         self.kill.running.store(false, Ordering::Release);
-        *self.kill.started.lock() = None;
+        self.kill.started.clear();
     }
 }
 
@@ -424,7 +424,7 @@ impl ScriptVm {
                 check_kill(&k)?;
                 release_worker(&k);
                 if k.loading.load(Ordering::Acquire)
-                    && k.started.lock().is_some_and(|t| t.elapsed() > LOAD_TIMEOUT)
+                    && k.started.get().is_some_and(|t| t.elapsed() > LOAD_TIMEOUT)
                 {
                     return Err(raise("ERR FUNCTION LOAD timeout"));
                 }
@@ -701,7 +701,7 @@ pub(super) unsafe fn push_array(state: *mut mlua::ffi::lua_State, items: &[Bytes
 /// pauses the script).
 fn release_worker(kill: &KillState) {
     use tokio::runtime::{Handle, RuntimeFlavor};
-    let Some(ran) = kill.started.lock().map(|t| t.elapsed()) else {
+    let Some(ran) = kill.started.get().map(|t| t.elapsed()) else {
         return;
     };
     let ms = ran.as_millis() as u64;
