@@ -52,14 +52,24 @@ impl Budget {
         }
     }
 
-    fn now_us(&self) -> u64 {
+    /// The budget's clock: microseconds since its start.
+    pub fn now_us(&self) -> u64 {
         self.start.elapsed().as_micros() as u64
+    }
+
+    /// Each shard's own cap, below which [`Budget::cap_of`] never goes.
+    pub fn own_cap(&self) -> usize {
+        self.cap
     }
 
     /// Shard `me`'s cap now: its own, plus what idle shards leave unused,
     /// up to [`BORROW`] times its own.
     pub fn cap_of(&self, me: usize) -> usize {
-        let now = self.now_us();
+        self.cap_at(me, self.now_us())
+    }
+
+    /// [`Budget::cap_of`] as of `now` ([`Budget::now_us`]).
+    pub fn cap_at(&self, me: usize, now: u64) -> usize {
         let idle_us = IDLE.as_micros() as u64;
         let others: usize = (self.slots.iter().enumerate())
             .filter(|(i, _)| *i != me)
@@ -82,9 +92,14 @@ impl Budget {
 
     /// Notes a commit of shard `me`, which now buffers `pending` bytes.
     pub fn committed(&self, me: usize, pending: usize) {
+        self.committed_at(me, pending, self.now_us());
+    }
+
+    /// [`Budget::committed`] at `now` ([`Budget::now_us`]).
+    pub fn committed_at(&self, me: usize, pending: usize, now: u64) {
         let slot = &self.slots[me];
         slot.pending.store(pending, Ordering::Relaxed);
-        slot.committed_us.store(self.now_us(), Ordering::Relaxed);
+        slot.committed_us.store(now, Ordering::Relaxed);
     }
 
     /// Notes that shard `me` now buffers `pending` bytes (its background

@@ -597,7 +597,10 @@ impl Store {
             let _pins = core.pins.lock();
             core.published.store(seq, Ordering::Release);
         }
-        let cap = self.cap();
+        // One reading of the budget's clock serves the commit's cap and
+        // its note in the budget (`hold_back`).
+        let now = core.clock();
+        let cap = core.cap_at(now);
         let bytes = active.bytes();
         if bytes >= Limits::growth_from(cap) {
             active.mark_growth();
@@ -611,7 +614,7 @@ impl Store {
             self.freeze(&mut wal, active)?;
         }
         drop(wal);
-        self.hold_back();
+        self.hold_back(now, cap);
         Ok(())
     }
 
@@ -653,7 +656,11 @@ impl Store {
     /// three quarters of the cap, where [`Store::commit`] starts to slow
     /// them down.
     pub fn calm(&self) -> bool {
-        self.pending() <= Limits::slow_from(self.cap())
+        // Asked before a client's thread runs its writes: below the least
+        // the cap can be, the answer needs no reading of the clock.
+        let pending = self.pending();
+        pending <= Limits::slow_from(self.core.cap_floor())
+            || pending <= Limits::slow_from(self.cap())
     }
 
     /// Bytes buffered and not yet in the tables (active and frozen).
@@ -672,12 +679,12 @@ impl Store {
     /// memory. From half the cap, while buffers froze at a quarter, a
     /// writer behind kept the shard slowed below the size of buffer that
     /// would have let it catch up.)
-    fn hold_back(&self) {
+    /// `clock` and `cap` are the commit's ([`Core::clock`], [`Core::cap_at`]).
+    fn hold_back(&self, clock: Option<u64>, cap: usize) {
         let now = self.pending();
-        if let Some(s) = self.core.share.get() {
-            s.budget.committed(s.me, now);
+        if let (Some(s), Some(clock)) = (self.core.share.get(), clock) {
+            s.budget.committed_at(s.me, now, clock);
         }
-        let cap = self.cap();
         let calm = Limits::slow_from(cap);
         if now <= calm {
             return;
@@ -737,8 +744,27 @@ impl Core {
     /// The shard's cap on buffered bytes now: its own, or what its share
     /// of the server's budget allows.
     fn cap(&self) -> usize {
+        self.cap_at(self.clock())
+    }
+
+    /// The budget's clock now (`Budget::now_us`), if the shard shares one.
+    fn clock(&self) -> Option<u64> {
+        self.share.get().map(|s| s.budget.now_us())
+    }
+
+    /// [`Core::cap`] as of `clock` ([`Core::clock`]).
+    fn cap_at(&self, clock: Option<u64>) -> usize {
+        match (self.share.get(), clock) {
+            (Some(s), Some(now)) => s.budget.cap_at(s.me, now),
+            (Some(s), None) => s.budget.cap_of(s.me),
+            (None, _) => self.cap,
+        }
+    }
+
+    /// The least [`Core::cap`] can be: the shard's own share.
+    fn cap_floor(&self) -> usize {
         match self.share.get() {
-            Some(s) => s.budget.cap_of(s.me),
+            Some(s) => s.budget.own_cap(),
             None => self.cap,
         }
     }
