@@ -319,17 +319,20 @@ impl Session {
     /// A new session for a registered client.
     pub fn new(server: Arc<Server>, entry: Arc<ClientEntry>) -> Session {
         let subs = crate::pubsub::Subscriptions::new(server.pubsub.clone(), entry.clone());
-        Session::with_subs(server, entry, subs)
+        let user = server.acl.default_user();
+        let authenticated = server.acl.default_is_open();
+        Session::with_subs(server, entry, subs, user, authenticated)
     }
 
     fn with_subs(
         server: Arc<Server>,
         entry: Arc<ClientEntry>,
         subs: crate::pubsub::Subscriptions,
+        user: Arc<crate::acl::UserSlot>,
+        authenticated: bool,
     ) -> Session {
-        let authenticated = server.acl.default_is_open();
         Session {
-            user: server.acl.default_user(),
+            user,
             subs,
             settled: false,
             qbuf: 0,
@@ -360,13 +363,12 @@ impl Session {
     pub fn for_script(server: Arc<Server>, entry: Arc<ClientEntry>, db: u8) -> Session {
         // The caller's subscriptions stay when the script's session ends.
         let subs = crate::pubsub::Subscriptions::borrowed(server.pubsub.clone(), entry.clone());
+        // Made for every script run: the default user is looked up only
+        // for a client that has not authenticated as another.
         let user = entry.info.lock().user.clone();
-        let mut s = Session::with_subs(server, entry, subs);
-        if let Some(u) = user {
-            s.user = u;
-        }
+        let user = user.unwrap_or_else(|| server.acl.default_user());
+        let mut s = Session::with_subs(server, entry, subs, user, true);
         s.db = db;
-        s.authenticated = true;
         s.in_exec = true;
         s.in_script = true;
         s
