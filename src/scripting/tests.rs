@@ -689,6 +689,39 @@ fn keys_and_argv() {
     );
 }
 
+/// A running script's start, which BUSY reads for every command while
+/// scripts run, is kept to the clock's resolution, is read without the
+/// clock (`elapsed_at`), and is gone once the script has ended.
+#[test]
+fn a_running_scripts_start_is_read_without_the_clock() {
+    use std::time::{Duration, Instant};
+    let vm = std::sync::Arc::new(ScriptVm::new().unwrap());
+    let handle = vm.kill_handle();
+    assert_eq!(handle.started(), None);
+    let before = Instant::now();
+    let watcher = std::thread::spawn(move || {
+        while !handle.is_running() {
+            std::thread::yield_now();
+        }
+        let started = handle.started().expect("running");
+        assert!(started >= before);
+        assert_eq!(handle.elapsed_at(started), Some(Duration::ZERO));
+        // An instant before the start (a command that arrived earlier)
+        // sees no time at all rather than a wrapped one.
+        assert_eq!(handle.elapsed_at(before), Some(Duration::ZERO));
+        std::thread::sleep(Duration::from_millis(30));
+        let later = Instant::now();
+        assert_eq!(handle.elapsed_at(later), Some(later - started));
+        assert!(handle.elapsed().unwrap() >= Duration::from_millis(30));
+        assert!(handle.kill());
+        handle
+    });
+    e(&vm, "local i = 0 while true do i = i + 1 end");
+    let handle = watcher.join().unwrap();
+    assert_eq!(handle.started(), None);
+    assert_eq!(handle.elapsed_at(Instant::now()), None);
+}
+
 // SCRIPT KILL during EVAL "local i = 0 while true do i = i + 1 end" 0 ->
 // ERR Script killed by user with SCRIPT KILL... script: 3fcf51a9b854b8f66cb8685600b0d7df968f4398, on @user_script:1.
 #[test]
