@@ -231,12 +231,6 @@ impl KillHandle {
         self.state.is_function.load(Ordering::Acquire)
     }
 
-    /// How long the running script has run (for BUSY after
-    /// busy-reply-threshold), or `None` when none runs.
-    pub fn elapsed(&self) -> Option<Duration> {
-        self.elapsed_at(Instant::now())
-    }
-
     /// Since when the running script has run, or `None` when none runs.
     pub fn started(&self) -> Option<Instant> {
         if !self.is_running() {
@@ -245,7 +239,8 @@ impl KillHandle {
         self.state.started.get()
     }
 
-    /// [`KillHandle::elapsed`] as of `now`: no clock read.
+    /// How long the running script has run as of `now` (for BUSY after
+    /// busy-reply-threshold), or `None` when none runs. No clock read.
     pub fn elapsed_at(&self, now: Instant) -> Option<Duration> {
         self.started().map(|t| now.saturating_duration_since(t))
     }

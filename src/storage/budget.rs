@@ -57,18 +57,13 @@ impl Budget {
         self.start.elapsed().as_micros() as u64
     }
 
-    /// Each shard's own cap, below which [`Budget::cap_of`] never goes.
+    /// Each shard's own cap, below which [`Budget::cap_at`] never goes.
     pub fn own_cap(&self) -> usize {
         self.cap
     }
 
-    /// Shard `me`'s cap now: its own, plus what idle shards leave unused,
-    /// up to [`BORROW`] times its own.
-    pub fn cap_of(&self, me: usize) -> usize {
-        self.cap_at(me, self.now_us())
-    }
-
-    /// [`Budget::cap_of`] as of `now` ([`Budget::now_us`]).
+    /// Shard `me`'s cap as of `now` ([`Budget::now_us`]): its own, plus
+    /// what idle shards leave unused, up to [`BORROW`] times its own.
     pub fn cap_at(&self, me: usize, now: u64) -> usize {
         let idle_us = IDLE.as_micros() as u64;
         let others: usize = (self.slots.iter().enumerate())
@@ -90,12 +85,8 @@ impl Budget {
             .clamp(self.cap, self.cap * BORROW)
     }
 
-    /// Notes a commit of shard `me`, which now buffers `pending` bytes.
-    pub fn committed(&self, me: usize, pending: usize) {
-        self.committed_at(me, pending, self.now_us());
-    }
-
-    /// [`Budget::committed`] at `now` ([`Budget::now_us`]).
+    /// Notes a commit of shard `me` at `now` ([`Budget::now_us`]), which
+    /// now buffers `pending` bytes.
     pub fn committed_at(&self, me: usize, pending: usize, now: u64) {
         let slot = &self.slots[me];
         slot.pending.store(pending, Ordering::Relaxed);
@@ -127,15 +118,23 @@ mod tests {
         let b = Budget::new(3, 100);
         // Nobody has committed for a while: all idle, nothing buffered.
         std::thread::sleep(IDLE);
-        assert_eq!(b.cap_of(0), 200, "borrows up to twice its cap");
-        b.committed(1, 10);
-        b.committed(2, 10);
-        assert_eq!(b.cap_of(0), 100, "busy shards keep their shares");
+        assert_eq!(b.cap_at(0, b.now_us()), 200, "borrows up to twice its cap");
+        b.committed_at(1, 10, b.now_us());
+        b.committed_at(2, 10, b.now_us());
+        assert_eq!(
+            b.cap_at(0, b.now_us()),
+            100,
+            "busy shards keep their shares"
+        );
         std::thread::sleep(IDLE);
-        assert_eq!(b.cap_of(0), 200, "idle again");
-        b.committed(2, 150);
-        assert_eq!(b.cap_of(0), 140, "one busy past its share, one idle");
+        assert_eq!(b.cap_at(0, b.now_us()), 200, "idle again");
+        b.committed_at(2, 150, b.now_us());
+        assert_eq!(
+            b.cap_at(0, b.now_us()),
+            140,
+            "one busy past its share, one idle"
+        );
         b.drained(2, 0);
-        assert_eq!(b.cap_of(0), 190, "drained, still busy");
+        assert_eq!(b.cap_at(0, b.now_us()), 190, "drained, still busy");
     }
 }

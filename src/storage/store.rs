@@ -682,7 +682,8 @@ impl Store {
     /// `clock` and `cap` are the commit's ([`Core::clock`], [`Core::cap_at`]).
     fn hold_back(&self, clock: Option<u64>, cap: usize) {
         let now = self.pending();
-        if let (Some(s), Some(clock)) = (self.core.share.get(), clock) {
+        if let Some(s) = self.core.share.get() {
+            let clock = clock.unwrap_or_else(|| s.budget.now_us());
             s.budget.committed_at(s.me, now, clock);
         }
         let calm = Limits::slow_from(cap);
@@ -744,7 +745,7 @@ impl Core {
     /// The shard's cap on buffered bytes now: its own, or what its share
     /// of the server's budget allows.
     fn cap(&self) -> usize {
-        self.cap_at(self.clock())
+        self.cap_at(None)
     }
 
     /// The budget's clock now (`Budget::now_us`), if the shard shares one.
@@ -752,12 +753,13 @@ impl Core {
         self.share.get().map(|s| s.budget.now_us())
     }
 
-    /// [`Core::cap`] as of `clock` ([`Core::clock`]).
+    /// [`Core::cap`] as of `clock` ([`Core::clock`]; read now if `None`).
     fn cap_at(&self, clock: Option<u64>) -> usize {
-        match (self.share.get(), clock) {
-            (Some(s), Some(now)) => s.budget.cap_at(s.me, now),
-            (Some(s), None) => s.budget.cap_of(s.me),
-            (None, _) => self.cap,
+        match self.share.get() {
+            Some(s) => s
+                .budget
+                .cap_at(s.me, clock.unwrap_or_else(|| s.budget.now_us())),
+            None => self.cap,
         }
     }
 
