@@ -271,6 +271,10 @@ pub struct ReadCtx {
     cache_first: bool,
     /// The rows [`ReadCtx::cache_ahead`] read last.
     ahead: parking_lot::Mutex<Option<ReadAhead>>,
+    /// Whether `ahead` holds a window: most views never read ahead, and
+    /// their point reads then skip the lock, two atomic operations that
+    /// also keep a read's cache misses from overlapping the next one's.
+    has_ahead: std::sync::atomic::AtomicBool,
     /// Keeps the versions this view reads, and the store open: whoever
     /// closes it (DEBUG RELOAD) waits until no snapshot holds it.
     _pin: Option<Pin>,
@@ -327,6 +331,7 @@ impl ReadCtx {
             rows: None,
             cache_first: false,
             ahead: Default::default(),
+            has_ahead: Default::default(),
             _pin: pin,
         }
     }
@@ -552,12 +557,19 @@ impl ReadCtx {
             window.rows.push((k.value().to_vec(), v.value().to_vec()));
         }
         *self.ahead.lock() = Some(window);
+        self.has_ahead
+            .store(true, std::sync::atomic::Ordering::Release);
         Ok(())
     }
 
     /// The tables' row at `key` if the rows read ahead cover it (`None`
     /// if they do not; `Some(None)` if the tables lack it).
     fn read_ahead(&self, table: Table, key: &[u8]) -> Option<Option<Vec<u8>>> {
+        // A window, once set, stays (replaced, never taken away), so a
+        // reader that sees none can go on without it.
+        if !self.has_ahead.load(std::sync::atomic::Ordering::Acquire) {
+            return None;
+        }
         let ahead = self.ahead.lock();
         let w = ahead.as_ref()?;
         if w.table != table || key < w.from.as_slice() || key >= w.to.as_slice() {
