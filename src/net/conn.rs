@@ -1318,7 +1318,7 @@ async fn execute(
                 let shared = server.shards.shard(shard);
                 match shared.batch_snapshot(&mut outbox.views).await {
                     Ok(snap) if reads.moved() => {
-                        let now = crate::shard::now_ms();
+                        let now = crate::shard::now_ms_at(started);
                         let view = crate::shard::ReadView::new(snap.clone(), now, shard, None);
                         let server = server.clone();
                         let rx = reads
@@ -1331,8 +1331,11 @@ async fn execute(
                         outbox.moved_reads = true;
                     }
                     Ok(snap) => {
-                        let view =
-                            crate::shard::ReadView::lent(snap, crate::shard::now_ms(), shard);
+                        let view = crate::shard::ReadView::lent(
+                            snap,
+                            crate::shard::now_ms_at(started),
+                            shard,
+                        );
                         let r = f(&view, server).unwrap_or_else(Reply::err);
                         let expired = view.take_expired();
                         reads.ran_here();
