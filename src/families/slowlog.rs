@@ -376,7 +376,12 @@ thread_local! {
 /// A shard is about to run writes back to back on this thread (see
 /// [`run_began`]); [`runs_end`] when it is done.
 pub fn runs_begin() {
-    RUNS_MARK.set(Some(std::time::Instant::now()));
+    runs_begin_at(std::time::Instant::now());
+}
+
+/// [`runs_begin`] with the clock read at `at` (just now) by the caller.
+pub fn runs_begin_at(at: std::time::Instant) {
+    RUNS_MARK.set(Some(at));
 }
 
 /// The writes [`runs_begin`] announced have run.

@@ -277,8 +277,13 @@ impl ShardCore {
     /// the one the last batch kept, while it still reads the store's
     /// buffers.
     fn base(&mut self) -> Result<Box<ReadCtx>, StoreError> {
+        self.base_at(now_ms())
+    }
+
+    /// [`ShardCore::base`] as of `now_ms`.
+    fn base_at(&mut self, now_ms: u64) -> Result<Box<ReadCtx>, StoreError> {
         let kept = self.kept_base.take();
-        self.shared.store()?.latest_from(kept, now_ms())
+        self.shared.store()?.latest_from(kept, now_ms)
     }
 
     /// Commits a transaction's changes: a commit of this shard alone,
@@ -394,7 +399,10 @@ impl ShardCore {
         batch: impl Iterator<Item = (WriteFn, T)>,
         n: usize,
     ) -> Result<Vec<(Reply, T)>, (StoreError, Vec<T>)> {
-        let base = match self.base() {
+        // One clock reading for the batch's wall time and its runs' first
+        // mark (see `slowlog::runs_begin_at`).
+        let began = Instant::now();
+        let base = match self.base_at(crate::shard::now_ms_at(began)) {
             Ok(b) => b,
             Err(e) => return Err((e, batch.map(|(_, t)| t).collect())),
         };
@@ -408,7 +416,7 @@ impl ShardCore {
         let mut ops = Vec::new();
         {
             let mut ctx = shared.transaction(&base, &mut self.state);
-            crate::families::slowlog::runs_begin();
+            crate::families::slowlog::runs_begin_at(began);
             for (f, reply) in batch {
                 if failure.is_some() {
                     out.push((Reply::Nil, reply));
