@@ -44,6 +44,53 @@ pub struct ClientEntry {
     pub trying: AtomicBool,
     /// How CLIENT UNBLOCK reaches its blocked command, if it is in one.
     pub unblock: parking_lot::Mutex<Option<crate::net::unblock::Blocked>>,
+    /// The last command it ran and when (CLIENT LIST's `cmd=` and
+    /// `idle=`), kept apart from `info`: its connection notes them on
+    /// every command, and a lock there was two atomic operations a
+    /// command for what only CLIENT LIST reads.
+    pub activity: Activity,
+}
+
+/// A client's last command and when it began: written by its connection
+/// alone, read by CLIENT LIST and CLIENT INFO.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// The command (null before the first).
+    cmd: std::sync::atomic::AtomicPtr<crate::command::CommandSpec>,
+    /// When it began, in milliseconds after the client's `created`, plus
+    /// one (0 before the first).
+    at_ms: AtomicU64,
+}
+
+impl Activity {
+    /// Notes that command `spec` began at `at` on a client created at
+    /// `created`.
+    pub fn ran(&self, spec: &'static crate::command::CommandSpec, created: Instant, at: Instant) {
+        let ms = at.saturating_duration_since(created).as_millis() as u64;
+        self.cmd
+            .store(std::ptr::from_ref(spec).cast_mut(), Ordering::Relaxed);
+        self.at_ms.store(ms.saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The last command's name, if one ran.
+    pub fn last_cmd(&self) -> Option<&'static str> {
+        let spec = self.cmd.load(Ordering::Relaxed);
+        // SAFETY: only `ran` stores here, and what it stores comes from a
+        // `&'static` command spec.
+        unsafe { spec.as_ref() }.map(|s| s.name)
+    }
+
+    /// Whole seconds since the last command began (0 before the first)
+    /// on a client created at `created`.
+    pub fn idle_secs(&self, created: Instant) -> u64 {
+        match self.at_ms.load(Ordering::Relaxed) {
+            0 => 0,
+            at => {
+                let age = created.elapsed().as_millis() as u64;
+                age.saturating_sub(at - 1) / 1000
+            }
+        }
+    }
 }
 
 impl ClientEntry {
@@ -81,6 +128,7 @@ impl ClientEntry {
             blocked: AtomicBool::new(false),
             trying: AtomicBool::new(false),
             unblock: Default::default(),
+            activity: Default::default(),
         }
     }
 }
@@ -94,10 +142,6 @@ pub struct ClientInfo {
     pub db: u8,
     /// RESP version.
     pub resp: u8,
-    /// Last command name ("" before the first).
-    pub last_cmd: &'static str,
-    /// When the last command ran.
-    pub last_active: Option<Instant>,
     /// CLIENT NO-EVICT.
     pub no_evict: bool,
     /// READONLY was sent (cluster mode).

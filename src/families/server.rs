@@ -274,7 +274,7 @@ pub(crate) fn client_line(
     running: &'static str,
 ) -> String {
     let info = e.info.lock().clone();
-    let idle = info.last_active.map_or(0, |t| t.elapsed().as_secs());
+    let idle = e.activity.idle_secs(e.created);
     // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), b
     // (blocked, or held by CLIENT PAUSE), t R B
     // (tracking, broken redirect, BCAST), d (a watched key changed), r
@@ -339,7 +339,7 @@ pub(crate) fn client_line(
         if me { s.qbuf } else { 0 },
         omem,
         omem,
-        if me { running } else if info.last_cmd.is_empty() { "NULL" } else { info.last_cmd },
+        if me { running } else { e.activity.last_cmd().unwrap_or("NULL") },
         info.user.as_ref().map_or_else(|| "default".into(), |u| u.name_str()),
         tracking.map_or(-1, |t| t.redirect.as_ref().map_or(0, |(id, _)| *id as i64)),
         info.resp,

@@ -1022,11 +1022,8 @@ async fn execute(
         reject(session, outbox, checked, r, refused);
         return false;
     }
-    {
-        let mut info = session.entry.info.lock();
-        info.last_cmd = checked.name;
-        info.last_active = Some(started);
-    }
+    let entry = &session.entry;
+    entry.activity.ran(checked, entry.created, started);
     // ASKING covers the one command after it (or a whole transaction).
     let asking = std::mem::take(&mut session.asking);
     if spec.name == "asking" || (asking && session.multi.is_some()) {
