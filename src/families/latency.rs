@@ -255,6 +255,9 @@ fn highest_equivalent(v: u64) -> u64 {
 #[derive(Debug, Default)]
 pub struct Histogram {
     counts: [OnceLock<Box<[AtomicU64]>>; crate::util::stripe::STRIPES],
+    /// What the counters summed to at the last reset (the counters are
+    /// their threads' own to write: see `util::stripe`).
+    base: parking_lot::Mutex<Option<Vec<u64>>>,
 }
 
 impl Histogram {
@@ -266,24 +269,37 @@ impl Histogram {
     /// Records one call of `ns` nanoseconds.
     pub fn record_ns(&self, ns: u64) {
         let ns = ns.clamp(1, MAX_NS);
-        let counts = self.counts[crate::util::stripe::stripe()]
+        let stripe = crate::util::stripe::stripe();
+        let counts = self.counts[stripe.index]
             .get_or_init(|| (0..COUNTS).map(|_| AtomicU64::new(0)).collect());
-        counts[index_of(ns)].fetch_add(1, Relaxed);
+        stripe.add(&counts[index_of(ns)], 1);
     }
 
-    /// Forgets every call (CONFIG RESETSTAT).
+    /// Forgets every call (CONFIG RESETSTAT): what the counters hold
+    /// becomes their baseline.
     pub fn reset(&self) {
-        for counts in self.counts.iter().filter_map(OnceLock::get) {
-            counts.iter().for_each(|c| c.store(0, Relaxed));
-        }
+        let mut base = self.base.lock();
+        *base = Some(self.sums());
     }
 
-    /// The counters, or `None` before a call was recorded.
-    fn snapshot(&self) -> Option<Vec<u64>> {
-        let mut sum = vec![0; COUNTS];
+    /// The counters summed over the threads, reset or not.
+    fn sums(&self) -> Vec<u64> {
+        let mut sum = vec![0u64; COUNTS];
         for counts in self.counts.iter().filter_map(OnceLock::get) {
             for (s, c) in sum.iter_mut().zip(counts.iter()) {
-                *s += c.load(Relaxed);
+                *s = s.wrapping_add(c.load(Relaxed));
+            }
+        }
+        sum
+    }
+
+    /// The counters since the last reset, or `None` before a call was
+    /// recorded.
+    fn snapshot(&self) -> Option<Vec<u64>> {
+        let mut sum = self.sums();
+        if let Some(base) = &*self.base.lock() {
+            for (s, b) in sum.iter_mut().zip(base) {
+                *s = s.saturating_sub(*b);
             }
         }
         (sum.iter().sum::<u64>() > 0).then_some(sum)
