@@ -57,19 +57,16 @@ pub struct ClientEntry {
 pub struct Activity {
     /// The command (null before the first).
     cmd: std::sync::atomic::AtomicPtr<crate::command::CommandSpec>,
-    /// When it began, in milliseconds after the client's `created`, plus
-    /// one (0 before the first).
-    at_ms: AtomicU64,
+    /// When it began.
+    at: crate::util::AtomicInstant,
 }
 
 impl Activity {
-    /// Notes that command `spec` began at `at` on a client created at
-    /// `created`.
-    pub fn ran(&self, spec: &'static crate::command::CommandSpec, created: Instant, at: Instant) {
-        let ms = at.saturating_duration_since(created).as_millis() as u64;
+    /// Notes that command `spec` began at `at`.
+    pub fn ran(&self, spec: &'static crate::command::CommandSpec, at: Instant) {
         self.cmd
             .store(std::ptr::from_ref(spec).cast_mut(), Ordering::Relaxed);
-        self.at_ms.store(ms.saturating_add(1), Ordering::Relaxed);
+        self.at.set(at);
     }
 
     /// The last command's name, if one ran.
@@ -80,16 +77,9 @@ impl Activity {
         unsafe { spec.as_ref() }.map(|s| s.name)
     }
 
-    /// Whole seconds since the last command began (0 before the first)
-    /// on a client created at `created`.
-    pub fn idle_secs(&self, created: Instant) -> u64 {
-        match self.at_ms.load(Ordering::Relaxed) {
-            0 => 0,
-            at => {
-                let age = created.elapsed().as_millis() as u64;
-                age.saturating_sub(at - 1) / 1000
-            }
-        }
+    /// Whole seconds since the last command began (0 before the first).
+    pub fn idle_secs(&self) -> u64 {
+        self.at.get().map_or(0, |t| t.elapsed().as_secs())
     }
 }
 

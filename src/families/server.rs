@@ -274,7 +274,7 @@ pub(crate) fn client_line(
     running: &'static str,
 ) -> String {
     let info = e.info.lock().clone();
-    let idle = e.activity.idle_secs(e.created);
+    let idle = e.activity.idle_secs();
     // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), b
     // (blocked, or held by CLIENT PAUSE), t R B
     // (tracking, broken redirect, BCAST), d (a watched key changed), r

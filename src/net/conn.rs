@@ -1022,8 +1022,7 @@ async fn execute(
         reject(session, outbox, checked, r, refused);
         return false;
     }
-    let entry = &session.entry;
-    entry.activity.ran(checked, entry.created, started);
+    session.entry.activity.ran(checked, started);
     // ASKING covers the one command after it (or a whole transaction).
     let asking = std::mem::take(&mut session.asking);
     if spec.name == "asking" || (asking && session.multi.is_some()) {

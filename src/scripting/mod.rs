@@ -147,8 +147,12 @@ pub(crate) struct KillState {
     kill: AtomicBool,
     /// FUNCTION LOAD is running library code (500 ms limit).
     loading: AtomicBool,
-    /// Since when the running script's Lua code has run (see [`RunClock`]).
-    started: RunClock,
+    /// Since when the running script's Lua code has run, read without a
+    /// lock: every command asks whether a script has run past
+    /// `busy-reply-threshold` while any runs (under EVALSHA at pipeline 16
+    /// the other states' locks and clock reads were 1-2% of the server's
+    /// time).
+    started: crate::util::AtomicInstant,
     /// When the running script's thread last tried to hand its other
     /// connections to another thread (`vm::release_worker`), in ms since
     /// `started`; 0 before the first try.
@@ -168,39 +172,6 @@ impl KillState {
     fn start_clock(&self) {
         self.started.set(Instant::now());
         self.released_ms.store(0, Ordering::Release);
-    }
-}
-
-/// When a state's running script began, read without a lock: every
-/// command asks whether a script has run past `busy-reply-threshold`
-/// while any runs (under EVALSHA at pipeline 16 the other states' locks
-/// and clock reads were 1-2% of the server's time). Nanoseconds past
-/// [`clock_base`], plus one; 0 while nothing runs.
-#[derive(Default)]
-struct RunClock(std::sync::atomic::AtomicU64);
-
-/// The instant [`RunClock`]s count from: the first time one is used,
-/// before any script of the process has started.
-fn clock_base() -> Instant {
-    static BASE: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-    *BASE.get_or_init(Instant::now)
-}
-
-impl RunClock {
-    fn set(&self, at: Instant) {
-        let ns = at.saturating_duration_since(clock_base()).as_nanos() as u64;
-        self.0.store(ns.saturating_add(1), Ordering::Release);
-    }
-
-    fn clear(&self) {
-        self.0.store(0, Ordering::Release);
-    }
-
-    fn get(&self) -> Option<Instant> {
-        match self.0.load(Ordering::Acquire) {
-            0 => None,
-            ns => Some(clock_base() + Duration::from_nanos(ns - 1)),
-        }
     }
 }
 

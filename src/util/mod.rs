@@ -38,6 +38,43 @@ pub fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// An instant or none, read and written without a lock: for times one
+/// thread notes and others only look at (a running script's start, which
+/// every command asks about while scripts run; a client's last command,
+/// which CLIENT LIST shows). Nanoseconds past a base the process takes on
+/// first use, plus one; 0 for none.
+#[derive(Debug, Default)]
+pub struct AtomicInstant(std::sync::atomic::AtomicU64);
+
+impl AtomicInstant {
+    /// The instant every `AtomicInstant` counts from: taken on first use,
+    /// before any instant one holds.
+    fn base() -> std::time::Instant {
+        static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        *BASE.get_or_init(std::time::Instant::now)
+    }
+
+    /// Holds `at`.
+    pub fn set(&self, at: std::time::Instant) {
+        let ns = at.saturating_duration_since(Self::base()).as_nanos() as u64;
+        self.0
+            .store(ns.saturating_add(1), std::sync::atomic::Ordering::Release);
+    }
+
+    /// Holds none.
+    pub fn clear(&self) {
+        self.0.store(0, std::sync::atomic::Ordering::Release);
+    }
+
+    /// The instant held, if any.
+    pub fn get(&self) -> Option<std::time::Instant> {
+        match self.0.load(std::sync::atomic::Ordering::Acquire) {
+            0 => None,
+            ns => Some(Self::base() + std::time::Duration::from_nanos(ns - 1)),
+        }
+    }
+}
+
 /// A small deterministic generator for tests (xorshift64): each call
 /// `next(n)` gives a number in `0..n`.
 #[cfg(test)]
