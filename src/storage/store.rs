@@ -679,11 +679,11 @@ impl Store {
     /// memory. From half the cap, while buffers froze at a quarter, a
     /// writer behind kept the shard slowed below the size of buffer that
     /// would have let it catch up.)
-    /// `clock` and `cap` are the commit's ([`Core::clock`], [`Core::cap_at`]).
+    /// `clock` and `cap` are the commit's ([`Core::clock`], [`Core::cap_at`]):
+    /// the clock is read exactly when the shard shares a budget.
     fn hold_back(&self, clock: Option<u64>, cap: usize) {
         let now = self.pending();
-        if let Some(s) = self.core.share.get() {
-            let clock = clock.unwrap_or_else(|| s.budget.now_us());
+        if let (Some(s), Some(clock)) = (self.core.share.get(), clock) {
             s.budget.committed_at(s.me, now, clock);
         }
         let calm = Limits::slow_from(cap);
