@@ -25,6 +25,7 @@ use crate::families::slowlog::run_time_here;
 use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
 use crate::server::{ClientEntry, Server};
+use crate::shard::actor::Ran;
 use crate::shard::pause::PauseKind;
 use crate::shard::WriteFn;
 
@@ -214,6 +215,9 @@ struct Outbox {
     slots: VecDeque<(Slot, ReplyTo)>,
     /// Where this client has writes in flight.
     inflight: Inflight,
+    /// Deferred commits of this client's writes run here (`always`), by
+    /// shard, which must be durable before their replies can go out.
+    durable: Vec<(usize, u64)>,
     /// This client's scripts in flight on a shard that may fall back.
     behind: Option<Behind>,
     out: BytesMut,
@@ -294,7 +298,13 @@ impl Outbox {
                 _ => Err(writes),
             };
             let slots: Vec<Slot> = match ran {
-                Ok(replies) => replies.into_iter().map(Slot::Ready).collect(),
+                Ok(Ran::Done(replies)) => replies.into_iter().map(Slot::Ready).collect(),
+                Ok(ran) => {
+                    let (txs, rxs): (Vec<_>, Vec<_>) =
+                        tos.iter().map(|_| tokio::sync::oneshot::channel()).unzip();
+                    self.send_ran(first, ran, txs);
+                    rxs.into_iter().map(|rx| Slot::Waiting(rx, None)).collect()
+                }
                 Err(writes) => {
                     self.inflight = Inflight::Shard(first);
                     let slots = writes.into_iter().map(|f| self.enqueue(first, f)).collect();
@@ -359,10 +369,8 @@ impl Outbox {
         let ran = shards.run_here(shard, fs);
         self.others += besides_runs(began);
         match ran {
-            Ok(replies) => {
-                for (r, tx) in replies.into_iter().zip(txs) {
-                    let _ = tx.send(r);
-                }
+            Ok(ran) => {
+                self.send_ran(shard, ran, txs);
                 if !behind.fell_back.load(Ordering::Acquire) {
                     return;
                 }
@@ -376,6 +384,29 @@ impl Outbox {
         }
         self.inflight = Inflight::Shard(shard);
         self.behind = Some(behind);
+    }
+
+    /// Sends the replies of writes run on this thread (`ShardSet::run_here`)
+    /// to `txs`: at once, or, where their commit was deferred (`always`),
+    /// once it is durable, which [`Outbox::drain`] sees to. Until then the
+    /// client's writes count as in flight on the shard: what it reads
+    /// there next runs behind them.
+    fn send_ran(&mut self, shard: usize, ran: Ran, txs: Vec<tokio::sync::oneshot::Sender<Reply>>) {
+        match ran {
+            Ran::Done(replies) => {
+                for (r, tx) in replies.into_iter().zip(txs) {
+                    let _ = tx.send(r);
+                }
+            }
+            Ran::Pending(seq, replies) => {
+                let send = crate::shard::actor::replies_when_durable(
+                    replies.into_iter().zip(txs).collect(),
+                );
+                self.server.shards.shard(shard).after_durable(seq, send);
+                self.durable.push((shard, seq));
+                self.inflight = Inflight::Shard(shard);
+            }
+        }
     }
 
     /// Runs a multi-shard plan on this thread if it is blind, its shards
@@ -475,6 +506,14 @@ impl Outbox {
         // Timed only when there is something to wait for: most drains
         // (the end of a batch of reads) have nothing in flight.
         let began = (!self.slots.is_empty()).then(|| (Instant::now(), run_time_here()));
+        if !self.durable.is_empty() {
+            // This thread's other clients run their writes first, so that
+            // one fsync covers theirs with these (see `storage::group`).
+            tokio::task::yield_now().await;
+            for (shard, seq) in std::mem::take(&mut self.durable) {
+                self.server.shards.durable(shard, seq).await;
+            }
+        }
         self.wait_slots().await;
         if let Some(began) = began {
             self.others += besides_runs(began);
@@ -687,6 +726,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut outbox = Outbox {
         slots: VecDeque::new(),
         inflight: Inflight::None,
+        durable: Vec::new(),
         moved_reads: false,
         behind: None,
         out: BytesMut::with_capacity(16 * 1024),
@@ -1250,9 +1290,9 @@ async fn execute(
                     // connections to another thread (`scripting::vm`), so
                     // SCRIPT KILL still gets through.
                     match server.shards.run_here(shard, vec![f]) {
-                        Ok(mut replies) => {
+                        Ok(ran) => {
                             let (tx, rx) = tokio::sync::oneshot::channel();
-                            let _ = tx.send(replies.pop().unwrap_or(Reply::Nil));
+                            outbox.send_ran(shard, ran, vec![tx]);
                             outbox.push_slot(Slot::Script(rx, fell_back, slow, None), to);
                         }
                         Err(mut writes) => {

@@ -8,9 +8,12 @@
 //! ([`ShardCore::run_here`]), and runs what others queue meanwhile as it
 //! gives the core back ([`Taken`]): a write then costs no hand-off to the
 //! actor's thread and back, two thread wake-ups that cost more than the
-//! write itself on a small machine. Writes still apply one batch at a
-//! time, in the order they were queued; the actor remains the path for
-//! everything else (`always` group commits, coordinators, timers, a core
+//! write itself on a small machine. Under `always` such a batch's commit
+//! is deferred: its replies, and everything else it decided, wait for a
+//! sync of the log that the client's thread leads or joins (see
+//! `storage::group`). Writes still apply one batch at a time, in the
+//! order they were queued; the actor remains the path for everything else
+//! (writes queued while the core was busy, coordinators, timers, a core
 //! held by a thread that leaves its queue to the actor).
 
 use std::panic::AssertUnwindSafe;
@@ -40,6 +43,31 @@ pub struct Submit {
     pub f: WriteFn,
     /// Where the reply goes after the commit.
     pub reply: tokio::sync::oneshot::Sender<Reply>,
+}
+
+/// What a client's writes run on its own thread come to
+/// ([`ShardCore::run_here`]).
+#[derive(Debug, PartialEq)]
+pub enum Ran {
+    /// Their replies.
+    Done(Vec<Reply>),
+    /// Their replies, which may go out only once the shard's commit with
+    /// this number is durable (`always`: see `storage::group`).
+    Pending(u64, Vec<Reply>),
+}
+
+/// Sends each reply of a deferred commit to its client once the commit
+/// is durable, or the error that kept it from being so (see
+/// `storage::group`). The clients may have gone; the writes stand
+/// regardless.
+pub fn replies_when_durable(
+    replies: Vec<(Reply, tokio::sync::oneshot::Sender<Reply>)>,
+) -> crate::storage::group::AfterDurable {
+    Box::new(move |synced| {
+        for (reply, tx) in replies {
+            let _ = tx.send(synced.map_or_else(Reply::err, |()| reply));
+        }
+    })
 }
 
 /// The writes waiting for a shard's next batch, oldest first, outside
@@ -315,9 +343,13 @@ impl ShardCore {
     /// after whatever is queued (their clients get their replies as from
     /// the actor), and returns their replies in order; or hands the writes
     /// back, untouched, when the shard should take them through its actor
-    /// instead (see [`ShardCore::runs_here`]).
-    pub fn run_here(&mut self, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
-        if !self.runs_here() {
+    /// instead (see [`ShardCore::runs_here`], [`ShardCore::defers_here`]).
+    /// Under `always` the batch's commit is deferred (see
+    /// `storage::group`): the replies come back with the commit they wait
+    /// for, and the queued writes' clients get theirs once it is durable.
+    pub fn run_here(&mut self, writes: Vec<WriteFn>) -> Result<Ran, Vec<WriteFn>> {
+        let defer = !writes.is_empty() && self.defers_here();
+        if !defer && !self.runs_here() {
             return Err(writes);
         }
         // The queued writes go first, in the same batch. The caller's own
@@ -328,21 +360,32 @@ impl ShardCore {
         let n = queued.len() + writes.len();
         if n == 0 {
             // A kick whose queue another thread took first: no empty batch.
-            return Ok(Vec::new());
+            return Ok(Ran::Done(Vec::new()));
         }
         let batch = queued
             .into_iter()
             .map(|s| (s.f, Some(s.reply)))
             .chain(writes.into_iter().map(|f| (f, None)));
         let mut replies = Vec::with_capacity(n);
-        for (reply, to) in self.run_batch(batch, n) {
+        let mut theirs = Vec::new();
+        let (pairs, deferred) = self.run_batch(batch, n, defer);
+        for (reply, to) in pairs {
             match to {
-                // The client may have gone; its write stands regardless.
-                Some(tx) => drop(tx.send(reply)),
+                Some(tx) => theirs.push((reply, tx)),
                 None => replies.push(reply),
             }
         }
-        Ok(replies)
+        let Some(seq) = deferred else {
+            // The clients may have gone; their writes stand regardless.
+            for (reply, tx) in theirs {
+                let _ = tx.send(reply);
+            }
+            return Ok(Ran::Done(replies));
+        };
+        if !theirs.is_empty() {
+            self.shared.after_durable(seq, replies_when_durable(theirs));
+        }
+        Ok(Ran::Pending(seq, replies))
     }
 
     /// The writes queued so far (see [`Queue`]), taken out.
@@ -361,7 +404,8 @@ impl ShardCore {
                 return;
             }
             let n = batch.len();
-            for (reply, tx) in self.run_batch(batch.into_iter().map(|s| (s.f, s.reply)), n) {
+            let (pairs, _) = self.run_batch(batch.into_iter().map(|s| (s.f, s.reply)), n, false);
+            for (reply, tx) in pairs {
                 // The client may have gone; its write stands regardless.
                 let _ = tx.send(reply);
             }
@@ -370,18 +414,21 @@ impl ShardCore {
 
     /// Applies `n` writes, each with where its reply goes, in one
     /// transaction and commits, counting the batch; a batch that failed
-    /// answers each of them with its error.
+    /// answers each of them with its error. With `defer`, the commit is
+    /// deferred (see `storage::group`) and its number comes back with the
+    /// replies, which must wait for it.
     fn run_batch<T>(
         &mut self,
         batch: impl Iterator<Item = (WriteFn, T)>,
         n: usize,
-    ) -> Vec<(Reply, T)> {
-        let pairs = match self.apply_batch(batch, n) {
-            Ok(pairs) => pairs,
+        defer: bool,
+    ) -> (Vec<(Reply, T)>, Option<u64>) {
+        let (pairs, deferred) = match self.apply_batch(batch, n, defer) {
+            Ok(ran) => ran,
             Err((e, to)) => {
                 tracing::error!(shard = self.shared.id, error = %e, "batch aborted");
                 let r = Reply::err(e);
-                to.into_iter().map(|t| (r.clone(), t)).collect()
+                (to.into_iter().map(|t| (r.clone(), t)).collect(), None)
             }
         };
         use std::sync::atomic::Ordering::Relaxed;
@@ -390,7 +437,7 @@ impl ShardCore {
         stats.batches.fetch_add(1, Relaxed);
         stats.batch_ops.fetch_add(n, Relaxed);
         stats.max_batch.fetch_max(n, Relaxed);
-        pairs
+        (pairs, deferred)
     }
 
     #[allow(clippy::type_complexity)]
@@ -398,7 +445,8 @@ impl ShardCore {
         &mut self,
         batch: impl Iterator<Item = (WriteFn, T)>,
         n: usize,
-    ) -> Result<Vec<(Reply, T)>, (StoreError, Vec<T>)> {
+        defer: bool,
+    ) -> Result<(Vec<(Reply, T)>, Option<u64>), (StoreError, Vec<T>)> {
         // One clock reading for the batch's wall time and its runs' first
         // mark (see `slowlog::runs_begin_at`).
         let began = Instant::now();
@@ -457,24 +505,34 @@ impl ShardCore {
             }
         }
         self.kept_base = Some(base);
-        let result = match failure {
-            None => self.commit(ops),
-            Some(e) => Err(e),
+        let result = match (failure, defer) {
+            (None, false) => self.commit(ops).map(|()| None),
+            (None, true) => self.commit_deferred(ops).map(Some),
+            (Some(e), _) => Err(e),
         };
-        if result.is_ok() {
-            for (w, r) in served {
-                deliver(&w, r);
+        match result {
+            Ok(None) => settle(&self.shared, served, signals, true),
+            Ok(Some(seq)) => {
+                // Nothing the batch decided leaves the server before its
+                // commit is durable: the clients it served, woke or sent
+                // messages to hear of it then (see `storage::group`).
+                let shared = self.shared.clone();
+                let counts = self.state.counts;
+                self.shared.after_durable(
+                    seq,
+                    Box::new(move |synced| {
+                        if synced.is_ok() {
+                            shared.committed();
+                            shared.publish_counts(&counts);
+                        }
+                        settle(&shared, served, signals, synced.is_ok());
+                    }),
+                );
             }
-            self.wake(signals);
-        } else {
-            // The pops did not happen: those clients wait again.
-            for (w, _) in served {
-                *w.stage.lock() = Stage::Waiting;
-                w.notify.notify_one();
-            }
+            Err(_) => settle(&self.shared, served, signals, false),
         }
         match result {
-            Ok(()) => Ok(out),
+            Ok(seq) => Ok((out, seq)),
             Err(e) => {
                 self.reload_state();
                 Err((e, out.into_iter().map(|(_, s)| s).collect()))
@@ -482,35 +540,18 @@ impl ShardCore {
         }
     }
 
+    /// Commits a batch's changes under `always` without waiting for the
+    /// fsync (see `storage::group`); returns the commit to wait for.
+    fn commit_deferred(&mut self, ops: Vec<RowOp>) -> Result<u64, StoreError> {
+        let started = Instant::now();
+        let seq = self.shared.store()?.commit_deferred(ops)?;
+        self.shared.latency.commit_took(false, started);
+        Ok(seq)
+    }
+
     /// Wakes clients blocked on keys that gained elements (after commit).
     fn wake(&self, w: Wakeups) {
-        use std::sync::atomic::Ordering::Relaxed;
-        let (hits, misses) = w.lookups;
-        self.shared.stats.hits.fetch_add(hits, Relaxed);
-        self.shared.stats.misses.fetch_add(misses, Relaxed);
-        self.shared.stats.expired_keys.fetch_add(w.expired, Relaxed);
-        self.shared.stats.changes.fetch_add(w.changes, Relaxed);
-        let blocked = &self.shared.blocked;
-        for (db, key) in w.signals {
-            blocked.signal(db, &key);
-        }
-        for (db, key) in w.broadcasts {
-            blocked.broadcast(db, &key);
-        }
-        for &db in &w.flushed {
-            blocked.broadcast_db(db);
-        }
-        publish(&self.shared.hub, w.messages);
-        // A flush tells every tracking client to drop everything, once
-        // (from shard 0, which every flush includes): the keys it removed
-        // need no messages of their own.
-        if !w.flushed.is_empty() {
-            if self.shared.id == 0 {
-                self.shared.hub.tracking.invalidate_all();
-            }
-        } else if !w.tracked.is_empty() {
-            invalidate(&self.shared.hub, w.tracked);
-        }
+        wake(&self.shared, w)
     }
 
     /// After an aborted transaction the in-memory counters may be ahead of
@@ -611,15 +652,25 @@ impl ShardCore {
         Ok(())
     }
 
-    /// Whether a client's thread may run writes here now: not under
-    /// `always`, where waiting for the fsync with other clients' writes
-    /// (group commit) is the point and the fsync must not hold a client
-    /// thread; not while the write buffers are past three quarters of
-    /// their cap, where commits are slowed down by sleeping (see
-    /// `Store::commit`); not once the shard has shut down.
+    /// Whether a client's thread may run writes here now with a commit
+    /// visible at once: not under `always` (where it may defer the commit
+    /// of its own writes instead: [`ShardCore::defers_here`], but leaves
+    /// writes queued by others to the actor, whose commit syncs); not
+    /// while the write buffers are past three quarters of their cap,
+    /// where commits are slowed down by sleeping (see `Store::commit`);
+    /// not once the shard has shut down.
     pub(super) fn runs_here(&self) -> bool {
         let calm = self.shared.store().is_ok_and(|s| s.calm());
         !self.closed && self.durability.get() != Durability::Always && calm
+    }
+
+    /// Whether a client's thread may run its writes here now under
+    /// `always`, deferring their commit (see `storage::group`): on the
+    /// conditions of [`ShardCore::runs_here`] but the first.
+    pub(super) fn defers_here(&self) -> bool {
+        !self.closed
+            && self.durability.get() == Durability::Always
+            && self.shared.store().is_ok_and(|s| s.calm())
     }
 
     /// Whether the shard must sync before it takes part in a round: only
@@ -644,7 +695,11 @@ impl ShardCore {
     fn serve_lock(&mut self, lock: Lock) {
         use super::coordinator::Step;
         self.flush();
-        if self.must_sync_for_round() {
+        // The state a round begins from here must be durable, for its
+        // redo after a crash (see `intent`): deferred commits of clients'
+        // threads (`always`) are made so first.
+        let deferred = self.shared.store().is_ok_and(|s| s.awaits_sync());
+        if self.must_sync_for_round() || deferred {
             if let Err(e) = self.sync() {
                 tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
                 return;
@@ -1095,7 +1150,10 @@ impl ShardCore {
     /// A durability tick: syncs if commits have been unsynced for longer
     /// than the policy allows.
     fn sync_tick(&mut self) {
-        if self.unsynced && self.last_sync.elapsed() >= self.sync_interval() {
+        // Deferred commits are synced by their clients' threads; should
+        // one be left (its client gone before it synced), this does it.
+        let left = self.shared.store().is_ok_and(|s| s.awaits_sync());
+        if left || (self.unsynced && self.last_sync.elapsed() >= self.sync_interval()) {
             if let Err(e) = self.sync() {
                 tracing::error!(shard = self.shared.id, error = %e, "sync failed");
             }
@@ -1183,6 +1241,61 @@ impl Handler<Shutdown> for ShardActor {
         self.take().shut_down();
         ctx.stop();
         let _ = msg.done.send(());
+    }
+}
+
+/// After a batch's commit (`committed`), or its failure: the blocked
+/// clients it served get their replies, and those waiting on the keys it
+/// fed are woken; on failure the pops did not happen, and the served wait
+/// again.
+fn settle(
+    shared: &ShardShared,
+    served: Vec<(Arc<Waiter>, Reply)>,
+    signals: Wakeups,
+    committed: bool,
+) {
+    if committed {
+        for (w, r) in served {
+            deliver(&w, r);
+        }
+        wake(shared, signals);
+    } else {
+        for (w, _) in served {
+            *w.stage.lock() = Stage::Waiting;
+            w.notify.notify_one();
+        }
+    }
+}
+
+/// Wakes clients blocked on keys that gained elements, and sends what a
+/// commit published and the invalidations it caused (after the commit).
+fn wake(shared: &ShardShared, w: Wakeups) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let (hits, misses) = w.lookups;
+    shared.stats.hits.fetch_add(hits, Relaxed);
+    shared.stats.misses.fetch_add(misses, Relaxed);
+    shared.stats.expired_keys.fetch_add(w.expired, Relaxed);
+    shared.stats.changes.fetch_add(w.changes, Relaxed);
+    let blocked = &shared.blocked;
+    for (db, key) in w.signals {
+        blocked.signal(db, &key);
+    }
+    for (db, key) in w.broadcasts {
+        blocked.broadcast(db, &key);
+    }
+    for &db in &w.flushed {
+        blocked.broadcast_db(db);
+    }
+    publish(&shared.hub, w.messages);
+    // A flush tells every tracking client to drop everything, once (from
+    // shard 0, which every flush includes): the keys it removed need no
+    // messages of their own.
+    if !w.flushed.is_empty() {
+        if shared.id == 0 {
+            shared.hub.tracking.invalidate_all();
+        }
+    } else if !w.tracked.is_empty() {
+        invalidate(&shared.hub, w.tracked);
     }
 }
 

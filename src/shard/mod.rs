@@ -97,7 +97,7 @@ pub struct ShardStats {
 
 impl ShardStats {
     /// Records a durable commit.
-    fn durable_now(&self) {
+    pub(super) fn durable_now(&self) {
         self.fsyncs.fetch_add(1, Ordering::Relaxed);
         let secs = now_ms() / 1000;
         self.last_durable.fetch_max(secs, Ordering::Relaxed);
@@ -275,6 +275,15 @@ impl ShardShared {
         ctx.tracked = self.hub.tracking.active().then(Default::default);
         ctx.found_expired = (!self.pause.writes_paused()).then(Default::default);
         ctx
+    }
+
+    /// Runs `f` once the shard's commit `seq` is durable (see
+    /// `storage::group`); at once, failed, if the shard has no open file.
+    pub fn after_durable(&self, seq: u64, f: crate::storage::group::AfterDurable) {
+        match self.store() {
+            Ok(store) => store.after_durable(seq, f),
+            Err(e) => f(Err(&e)),
+        }
     }
 
     /// The shard's storage.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::actor::{ShardActor, ShardCore, Shutdown, Submit, Taken};
+use super::actor::{Ran, ShardActor, ShardCore, Shutdown, Submit, Taken};
 use super::{ShardShared, WriteFn};
 use crate::cluster;
 use crate::config::{Config, Durability};
@@ -91,6 +91,9 @@ pub struct StoreOptions {
     /// What the store runs before it fsyncs a full log generation (see
     /// `Store::before_rotate`); set once the coordination log is open.
     pub before_rotate: Option<crate::storage::store::BeforeRotate>,
+    /// What the store runs before each sync of its log (see
+    /// `Store::before_sync`); set with `before_rotate`.
+    pub before_sync: Option<crate::storage::store::BeforeRotate>,
     /// Where the store publishes the log file it writes, for the other
     /// shards' `before_rotate` to make durable (see `wal::Current`).
     pub log: Option<crate::storage::wal::Current>,
@@ -146,6 +149,9 @@ fn finish_open_store(
 fn tie(store: &Store, options: &StoreOptions) {
     if let Some(hook) = &options.before_rotate {
         store.before_rotate(hook.clone());
+    }
+    if let Some(hook) = &options.before_sync {
+        store.before_sync(hook.clone());
     }
     if let Some(log) = &options.log {
         store.share_log(log.clone());
@@ -238,6 +244,7 @@ impl ShardSet {
                 row_cache: cfg.cache_mb * 1024 * 1024 / 8,
             },
             before_rotate: None,
+            before_sync: None,
             log: None,
             share: None,
         };
@@ -251,6 +258,8 @@ impl ShardSet {
         for (me, (((_, store), hook), log)) in dbs.iter().zip(hooks).zip(logs).enumerate() {
             let mut own = options.clone();
             own.before_rotate = Some(hook);
+            let coordination = intent.clone();
+            own.before_sync = Some(Arc::new(move || coordination.sync()));
             own.log = Some(log);
             own.share = Some(crate::storage::budget::Share {
                 budget: budget.clone(),
@@ -462,7 +471,7 @@ impl ShardSet {
     /// any client, are applied first. (Without that, a client that was
     /// seen blocked in XREADGROUP could have its first read overtaken by
     /// the XADD meant to wake it, and lose the entry to a later reader.)
-    pub fn run_here(&self, id: usize, writes: Vec<WriteFn>) -> Result<Vec<Reply>, Vec<WriteFn>> {
+    pub fn run_here(&self, id: usize, writes: Vec<WriteFn>) -> Result<Ran, Vec<WriteFn>> {
         use std::sync::atomic::Ordering::Acquire;
         if self.shared[id].mailed.load(Acquire) != 0 {
             return Err(writes);
@@ -470,6 +479,18 @@ impl ShardSet {
         match self.cores[id].try_lock() {
             Some(core) => Taken::new(core, false).run_here(writes),
             None => Err(writes),
+        }
+    }
+
+    /// Waits until shard `id`'s commit `seq` (a deferred one: see
+    /// [`Ran::Pending`]) is durable, syncing its log on this thread if no
+    /// other thread is (see `storage::group`).
+    pub async fn durable(&self, id: usize, seq: u64) {
+        let shared = &self.shared[id];
+        if let Ok(store) = shared.store() {
+            for _ in 0..store.durable(seq).await {
+                shared.stats.durable_now();
+            }
         }
     }
 
@@ -792,6 +813,7 @@ mod tests {
                 row_cache: 1 << 20,
             },
             before_rotate: None,
+            before_sync: None,
             log: None,
             share: None,
         }
@@ -989,7 +1011,10 @@ mod tests {
 
     /// Writes run on the caller's thread, in one batch after what the
     /// actor has queued, with their replies in order and visible at once;
-    /// under `always` they are handed back for the actor's group commit.
+    /// under `always` their commit is deferred: readers see it, and the
+    /// queued writes' clients hear of theirs, once it is durable, which
+    /// the caller's wait or the actor's next commit makes it. A kick
+    /// alone (no writes of the caller's) leaves the queue to the actor.
     #[test]
     fn run_here_commits_on_the_callers_thread_only_where_allowed() {
         let dir = tempfile::tempdir().unwrap();
@@ -999,7 +1024,7 @@ mod tests {
             let replies = set
                 .run_here(0, vec![put_key(b"a"), Box::new(|_| Ok(Reply::Int(7)))])
                 .unwrap_or_else(|_| panic!("an idle shard takes the writes"));
-            assert_eq!(replies, vec![Reply::Ok, Reply::Int(7)]);
+            assert_eq!(replies, Ran::Done(vec![Reply::Ok, Reply::Int(7)]));
             let snap = set.shard(0).snapshot().unwrap();
             assert_eq!(snap.get(Table::Meta, b"a").unwrap(), Some(b"v".to_vec()));
             // A held core hands them back.
@@ -1013,12 +1038,43 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         rt.block_on(async {
             let set = open_set(dir.path(), Durability::Always);
-            let back = set.run_here(0, vec![put_key(b"a")]);
-            let Err(mut writes) = back else {
-                panic!("always keeps the actor's group commit");
+            let ran = set.run_here(0, vec![put_key(b"a")]);
+            let Ok(Ran::Pending(seq, replies)) = ran else {
+                panic!("always defers the commit");
             };
-            let rx = set.submit(0, writes.pop().unwrap());
-            assert_eq!(rx.await.unwrap(), Reply::Ok);
+            assert_eq!(replies, vec![Reply::Ok]);
+            let store = set.shard(0).store().unwrap();
+            let read = |key: &[u8]| {
+                let snap = set.shard(0).snapshot().unwrap();
+                snap.get(Table::Meta, key).unwrap()
+            };
+            assert_eq!(read(b"a"), None, "not durable yet");
+            // The next writer reads it; a queued write waits with it.
+            let queued = set.enqueue(
+                0,
+                Box::new(|w| Ok(Reply::Bulk(w.get(Table::Meta, b"a")?.unwrap().into()))),
+            );
+            let Ok(Ran::Pending(next, _)) = set.run_here(0, vec![put_key(b"b")]) else {
+                panic!("deferred again");
+            };
+            assert!(next > seq && !store.is_durable(seq));
+            set.durable(0, seq).await;
+            assert!(store.is_durable(next), "one sync covers both");
+            assert_eq!(queued.await.unwrap(), Reply::Bulk(b"v".to_vec().into()));
+            assert_eq!(
+                (read(b"a"), read(b"b")),
+                (Some(b"v".to_vec()), Some(b"v".to_vec()))
+            );
+            // A kick alone goes to the actor, whose commit is durable.
+            assert!(set.run_here(0, Vec::new()).is_err());
+            let Ok(Ran::Pending(last, _)) = set.run_here(0, vec![put_key(b"c")]) else {
+                panic!("deferred");
+            };
+            assert_eq!(set.submit(0, put_key(b"d")).await.unwrap(), Reply::Ok);
+            assert!(
+                store.is_durable(last),
+                "the actor's commit syncs the deferred one"
+            );
             set.shutdown().await;
         });
     }
@@ -1072,7 +1128,7 @@ mod tests {
             let own = set
                 .run_here(0, vec![log(2)])
                 .unwrap_or_else(|_| panic!("the core is free"));
-            assert_eq!(own, vec![Reply::Int(2)]);
+            assert_eq!(own, Ran::Done(vec![Reply::Int(2)]));
             assert_eq!(earlier.await.unwrap(), Reply::Int(1));
             assert_eq!(*order.lock(), vec![1, 2]);
             set.shutdown().await;
@@ -1133,7 +1189,9 @@ mod tests {
                             n += 3;
                         } else {
                             match set.run_here(0, vec![write(n)]) {
-                                Ok(replies) => assert_eq!(replies, vec![Reply::Int(n as i64)]),
+                                Ok(replies) => {
+                                    assert_eq!(replies, Ran::Done(vec![Reply::Int(n as i64)]))
+                                }
                                 Err(mut back) => {
                                     let rx = set.submit(0, back.pop().unwrap());
                                     assert_eq!(rx.await.unwrap(), Reply::Int(n as i64));

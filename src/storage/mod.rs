@@ -7,6 +7,7 @@ pub mod budget;
 pub mod buffer;
 pub mod encoding;
 pub mod filter;
+pub mod group;
 pub mod journal;
 pub mod keyspace;
 pub mod merge;

@@ -30,6 +30,7 @@ use redb::{Database, ReadableDatabase};
 use super::budget::Share;
 use super::buffer::{Buffer, Change};
 use super::filter::KeyFilter;
+use super::group::{self, AfterDurable, Group};
 use super::rowcache::RowCache;
 use super::tables::{
     init_file, io_err, read_sys_prefix, read_sys_u64, ReadCtx, RowOp, StoreError, Table,
@@ -138,6 +139,17 @@ const GROUP_POLL: Duration = Duration::from_millis(20);
 /// key filter block (see `Store::write_out_with`).
 const FILTER_AHEAD: usize = 16;
 
+/// How a commit becomes visible to readers (see `group`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Visible {
+    /// At once (`everysec`, `no`, a multi-shard round's part).
+    Now,
+    /// Once the fsync that follows it has made it durable.
+    Durable,
+    /// Once some later sync has (see `group`).
+    Deferred,
+}
+
 /// What the background writer and the readers share.
 struct Core {
     db: Database,
@@ -150,8 +162,13 @@ struct Core {
     /// Sequences of the live snapshots (with how many hold each): versions
     /// they can see are kept.
     pins: parking_lot::Mutex<BTreeMap<u64, usize>>,
-    /// The last commit readers may see.
+    /// The last commit readers may see: under `always`, the last one the
+    /// log holds durably (see `group`).
     published: AtomicU64,
+    /// The last commit applied to the buffers, which the shard's writer
+    /// reads; ahead of `published` while deferred commits wait for an
+    /// fsync.
+    applied: AtomicU64,
     /// Bytes in frozen buffers not yet in the tables (packed ones at
     /// their packed size).
     frozen_bytes: AtomicUsize,
@@ -244,6 +261,12 @@ pub struct Store {
     /// Run before a log generation is made durable to move to the next
     /// (see [`Store::before_rotate`]).
     before_rotate: parking_lot::Mutex<Option<BeforeRotate>>,
+    /// Run before every sync of the log (see [`Store::before_sync`]).
+    before_sync: parking_lot::Mutex<Option<BeforeRotate>>,
+    /// The log's file being written, to sync without the log's lock.
+    log_file: parking_lot::Mutex<wal::Current>,
+    /// The leader lock of syncs and the deferred commits' waiters.
+    group: Group,
 }
 
 /// What must be durable before a log generation is (see
@@ -338,6 +361,7 @@ impl Store {
         let appender = Appender::new(&values);
         let (bytes, dead) = values.usage();
         let wal = Wal::create(&dir, &stem, gen + 1).map_err(io_err)?;
+        let log_file = parking_lot::Mutex::new(wal.current());
         let core = Arc::new(Core {
             db,
             dir,
@@ -345,6 +369,7 @@ impl Store {
             view: parking_lot::Mutex::new(vec![Arc::new(Buffer::new(gen + 1))]),
             pins: Default::default(),
             published: AtomicU64::new(seq),
+            applied: AtomicU64::new(seq),
             frozen_bytes: AtomicUsize::new(0),
             cap: limits.cap,
             cheap_rows: std::sync::atomic::AtomicBool::new(true),
@@ -382,6 +407,9 @@ impl Store {
             packer: parking_lot::Mutex::new(Some((pack_tx, packer))),
             writer: parking_lot::Mutex::new(Some((tx, thread))),
             before_rotate: Default::default(),
+            before_sync: Default::default(),
+            log_file,
+            group: Group::default(),
         }))
     }
 
@@ -393,6 +421,13 @@ impl Store {
     /// the others is not (see `shard::intent`).
     pub fn before_rotate(&self, hook: BeforeRotate) {
         *self.before_rotate.lock() = Some(hook);
+    }
+
+    /// Sets what runs before each sync of the log: the coordination log's
+    /// sync, so that no round's part is durable here while its record is
+    /// not (see `shard::intent`), whichever thread syncs.
+    pub fn before_sync(&self, hook: BeforeRotate) {
+        *self.before_sync.lock() = Some(hook);
     }
 
     /// Makes the shard's cap on buffered bytes the one `share` lends it
@@ -410,14 +445,16 @@ impl Store {
     /// Publishes the log file being written in `current` from now on, so
     /// that other threads can make it durable (see [`wal::Current`]).
     pub fn share_log(&self, current: wal::Current) {
-        self.wal.lock().publish_in(current);
+        let mut wal = self.wal.lock();
+        wal.publish_in(current);
+        *self.log_file.lock() = wal.current();
     }
 
     /// The sequence number of the last commit: the shard's next commit
     /// takes the one after it (a multi-shard round notes it, for
     /// recovery: `shard::intent`). Numbers go on across restarts.
     pub fn last_seq(&self) -> u64 {
-        self.core.published.load(Ordering::Acquire)
+        self.core.applied.load(Ordering::Acquire)
     }
 
     /// The redb file (tests and tools that look at the tables alone).
@@ -526,7 +563,7 @@ impl Store {
             // goes from the files while the old redb snapshot may still
             // point into it.
             if ctx.reads_layers(&view) && ctx.reads_values(&self.core.readable.lock()) {
-                ctx.advance(self.core.published.load(Ordering::Acquire), now_ms);
+                ctx.advance(self.core.applied.load(Ordering::Acquire), now_ms);
                 return Ok(ctx);
             }
         }
@@ -535,7 +572,8 @@ impl Store {
 
     /// The buffers, a redb snapshot and the published sequence, taken
     /// under the view lock so that they agree; `pinned` keeps the versions
-    /// the view reads while it lives.
+    /// the view reads while it lives. The unpinned view is the writer's,
+    /// at the last commit applied (published or not).
     fn view(self: &Arc<Self>, now_ms: u64, pinned: bool) -> Result<ReadCtx, StoreError> {
         let view = self.core.view.lock();
         let layers = view.clone();
@@ -544,7 +582,10 @@ impl Store {
         let epoch = self.core.rows.epoch();
         let txn = self.core.db.begin_read()?;
         let mut pins = self.core.pins.lock();
-        let seq = self.core.published.load(Ordering::Acquire);
+        let seq = match pinned {
+            true => self.core.published.load(Ordering::Acquire),
+            false => self.core.applied.load(Ordering::Acquire),
+        };
         if pinned {
             *pins.entry(seq).or_default() += 1;
         }
@@ -561,42 +602,89 @@ impl Store {
     }
 
     /// Commits a batch's changes: appends them to the log (fsynced if
-    /// `sync`) and makes them visible to new snapshots. Called by the
-    /// shard's one writer only: whoever holds its core (`shard::actor`).
+    /// `sync`) and makes them visible to new snapshots, with every commit
+    /// before them (deferred ones are made durable first: see `group`).
+    /// Called by the shard's one writer only: whoever holds its core (see
+    /// `shard::actor`).
     ///
     /// Large rows are appended to the value log first, and the buffer
     /// holds pointers to them (the log keeps them whole: see `vlog`). A
     /// failed append leaves nothing in the log.
-    pub fn commit(&self, mut ops: Vec<RowOp>, sync: bool) -> Result<(), StoreError> {
+    pub fn commit(&self, ops: Vec<RowOp>, sync: bool) -> Result<(), StoreError> {
         if ops.is_empty() {
             if sync {
                 self.sync()?;
             }
             return Ok(());
         }
+        let visible = match sync {
+            true => Visible::Durable,
+            false => Visible::Now,
+        };
+        self.append(ops, visible).map(drop)
+    }
+
+    /// Commits a batch's changes as [`Store::commit`] under `always`, but
+    /// without the fsync and without publishing them: the shard's next
+    /// writer reads them, readers do not until the log is durable past
+    /// them (see `group`). Returns the sequence number to wait for
+    /// ([`Store::after_durable`], [`Store::durable`]): this commit's, or,
+    /// with no changes, the last one applied, which the batch may have
+    /// read.
+    pub fn commit_deferred(&self, ops: Vec<RowOp>) -> Result<u64, StoreError> {
+        if ops.is_empty() {
+            return Ok(self.core.applied.load(Ordering::Acquire));
+        }
+        self.append(ops, Visible::Deferred)
+    }
+
+    /// Appends `ops` to the log and applies them to the active buffer as
+    /// the next commit, published as `visible` says; returns its number.
+    fn append(&self, mut ops: Vec<RowOp>, visible: Visible) -> Result<u64, StoreError> {
         let core = &self.core;
-        let seq = core.published.load(Ordering::Acquire) + 1;
+        let seq = core.applied.load(Ordering::Acquire) + 1;
         let mut wal = self.wal.lock();
         let (pointers, created) = self.appender.lock().append(seq, &ops).map_err(io_err)?;
         if created {
             core.publish_values();
         }
-        wal.append(seq, &ops, sync).map_err(io_err)?;
+        // A commit fsynced at once is written through, not mapped (each
+        // fsync write-protects the page again, for the next record's
+        // store to fault on). Deferred ones are stored through the map:
+        // one fault a sync, where a `pwrite` each was 0.4 syscalls a
+        // request at pipeline 1.
+        let through = visible == Visible::Durable;
+        wal.append_as(seq, &ops, through, false).map_err(io_err)?;
         for (i, pointer) in pointers {
             if let RowOp::Put(_, _, row) = &mut ops[i] {
                 *row = pointer.to_vec();
             }
         }
+        // Versions a reader may still see are kept: those of live
+        // snapshots, and the newest published one of each row.
         let keep = {
             let pins = core.pins.lock();
-            pins.keys().next().copied().unwrap_or(u64::MAX).min(seq - 1)
+            let published = core.published.load(Ordering::Acquire);
+            pins.keys()
+                .next()
+                .copied()
+                .unwrap_or(u64::MAX)
+                .min(published)
         };
         let active = core.view.lock()[0].clone();
         active.apply(seq, ops, keep);
-        {
-            let _pins = core.pins.lock();
-            core.published.store(seq, Ordering::Release);
+        core.applied.store(seq, Ordering::Release);
+        // Published at once only where nothing deferred waits below it: a
+        // deferred commit must not become visible with this one before
+        // it is durable. (A sync takes no log lock: see `lead_sync`.)
+        if visible == Visible::Now {
+            match core.published.load(Ordering::Acquire) + 1 < seq {
+                true => self.sync()?,
+                false => self.publish(seq),
+            }
         }
+        // Whether the fsync a durable commit needs is still to come.
+        let mut unsynced = visible == Visible::Durable;
         // One reading of the budget's clock serves the commit's cap and
         // its note in the budget (`hold_back`).
         let now = core.clock();
@@ -612,10 +700,110 @@ impl Store {
             || wal.len() >= cap as u64
         {
             self.freeze(&mut wal, active)?;
+            self.release(seq, Ok(()));
+            unsynced = false;
         }
         drop(wal);
+        if unsynced {
+            self.sync()?;
+        }
         self.hold_back(now, cap);
-        Ok(())
+        Ok(seq)
+    }
+
+    /// Publishes commits up to `seq`: new snapshots see them.
+    fn publish(&self, seq: u64) {
+        let core = &self.core;
+        let _pins = core.pins.lock();
+        if core.published.load(Ordering::Acquire) < seq {
+            core.published.store(seq, Ordering::Release);
+        }
+    }
+
+    /// Runs what waited for commits up to `seq`, now durable (or whose
+    /// fsync failed), in commit order: taken and run under one lock, so
+    /// that two threads releasing one after the other run theirs in that
+    /// order (a subscriber gets two commits' messages in commit order).
+    fn release(&self, seq: u64, result: Result<(), &StoreError>) {
+        if self.group.any() {
+            let _order = self.group.running.lock();
+            group::run(self.group.take_upto(seq), result);
+        }
+    }
+
+    /// The leader's work, its lock held: makes the log durable past every
+    /// commit applied so far and publishes them; returns the last of
+    /// them, with how the fsync went. It takes no lock of the log's, so a
+    /// commit holding that lock may sync.
+    fn lead_sync(&self) -> (u64, Result<(), StoreError>) {
+        let target = self.core.applied.load(Ordering::Acquire);
+        // Taken after the target: every record up to it is in this file
+        // or in an earlier generation, which was durable before this one
+        // began.
+        let file = self.log_file.lock().clone();
+        let hook = self.before_sync.lock().clone();
+        let synced = hook
+            .map_or(Ok(()), |hook| hook())
+            .and_then(|()| file.sync())
+            .map_err(io_err);
+        if synced.is_ok() {
+            self.publish(target);
+        }
+        (target, synced)
+    }
+
+    /// A sync led here (`lead` is the leader lock): what waited for it
+    /// runs once the lock is released, and threads waiting for a sync
+    /// are told.
+    fn led(&self, lead: parking_lot::MutexGuard<'_, ()>) -> Result<(), StoreError> {
+        let (target, result) = self.lead_sync();
+        drop(lead);
+        self.release(target, result.as_ref().map(|_| ()));
+        self.group.synced.notify_waiters();
+        result
+    }
+
+    /// Runs `f` once commit `seq` (from [`Store::commit_deferred`]) is
+    /// durable and published, in commit order with what else waits; at
+    /// once if it is already.
+    pub fn after_durable(&self, seq: u64, f: AfterDurable) {
+        self.group.wait(seq, f);
+        // A sync may have published `seq` before this joined the queue.
+        let published = self.core.published.load(Ordering::Acquire);
+        if published >= seq {
+            self.release(published, Ok(()));
+        }
+    }
+
+    /// Whether commit `seq` is published.
+    pub fn is_durable(&self, seq: u64) -> bool {
+        self.core.published.load(Ordering::Acquire) >= seq
+    }
+
+    /// Makes commit `seq` durable and published: syncs the log here if no
+    /// other thread is syncing it, else waits for that sync (without
+    /// holding the thread) and looks again. Returns how many syncs it led.
+    pub async fn durable(&self, seq: u64) -> u32 {
+        let mut led_here = 0;
+        loop {
+            let synced = self.group.synced.notified();
+            tokio::pin!(synced);
+            synced.as_mut().enable();
+            if self.is_durable(seq) {
+                return led_here;
+            }
+            let led = self.group.lead.try_lock().map(|lead| self.led(lead));
+            match led {
+                Some(Ok(())) => led_here += 1,
+                Some(Err(e)) => {
+                    // What waited got the error; the commits stay applied,
+                    // for the next sync to publish.
+                    tracing::error!(error = %e, "cannot sync the shard log");
+                    return led_here;
+                }
+                None => synced.await,
+            }
+        }
     }
 
     /// Hands the active buffer to the background writer now, if it holds
@@ -627,7 +815,9 @@ impl Store {
             return Ok(());
         }
         let active = self.core.view.lock()[0].clone();
-        self.freeze(&mut wal, active)
+        self.freeze(&mut wal, active)?;
+        self.release(self.core.applied.load(Ordering::Acquire), Ok(()));
+        Ok(())
     }
 
     /// Hands the active buffer to the background writer and starts a new
@@ -638,6 +828,11 @@ impl Store {
         }
         wal.rotate().map_err(io_err)?;
         let core = &self.core;
+        // The rotation made every commit durable: the deferred ones are
+        // published before the buffer goes, as it is read past its last
+        // commit once packed (see `Buffer::packed`). What waited for them
+        // is the caller's to release.
+        self.publish(core.applied.load(Ordering::Acquire));
         let spare = core.spare.lock().take();
         let next = match spare {
             Some(spare) => spare.renumbered(wal.gen()),
@@ -704,9 +899,18 @@ impl Store {
         }
     }
 
-    /// Makes every committed batch durable.
+    /// Makes every committed batch durable, and publishes the deferred
+    /// ones (see `group`).
     pub fn sync(&self) -> Result<(), StoreError> {
-        self.wal.lock().sync().map_err(io_err)
+        self.led(self.group.lead.lock())
+    }
+
+    /// Whether deferred commits wait for a sync: something waits on
+    /// them, or they are applied and not yet published.
+    pub fn awaits_sync(&self) -> bool {
+        self.group.any()
+            || self.core.applied.load(Ordering::Acquire)
+                > self.core.published.load(Ordering::Acquire)
     }
 
     /// Bytes held in write buffers (INFO).

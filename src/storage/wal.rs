@@ -278,6 +278,20 @@ impl Wal {
 
     /// Appends the record of commit `seq`, fsynced if `sync`.
     pub fn append(&mut self, seq: u64, ops: &[RowOp], sync: bool) -> io::Result<()> {
+        self.append_as(seq, ops, sync, sync)
+    }
+
+    /// Appends the record of commit `seq`: written with `pwrite` if
+    /// `through` (a record an fsync will follow soon: stored through the
+    /// map instead, each fsync would write-protect the page again and the
+    /// next record's store fault on it), and fsynced if `sync`.
+    pub fn append_as(
+        &mut self,
+        seq: u64,
+        ops: &[RowOp],
+        through: bool,
+        sync: bool,
+    ) -> io::Result<()> {
         let mut rec = std::mem::take(&mut self.scratch);
         rec.clear();
         rec.extend_from_slice(&[0; HEADER]);
@@ -291,7 +305,7 @@ impl Wal {
         rec[8..12].copy_from_slice(&crc.to_be_bytes());
         // A failed write may leave part of a record: the next append goes
         // over it, at the same place.
-        if sync || !self.store(&rec)? {
+        if through || !self.store(&rec)? {
             self.reserve(self.len + rec.len() as u64)?;
             self.file.file.write_all_at(&rec, self.len)?;
         }
@@ -311,6 +325,13 @@ impl Wal {
     /// Makes every appended record durable.
     pub fn sync(&mut self) -> io::Result<()> {
         self.file.sync()
+    }
+
+    /// The file being written now, to make durable without this log's
+    /// lock (see [`Current`]): it holds every record appended so far,
+    /// earlier generations being durable before the next one starts.
+    pub fn current(&self) -> Current {
+        self.current.clone()
     }
 
     /// Moves to the next generation, after making this one durable: a
