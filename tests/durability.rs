@@ -1093,3 +1093,97 @@ fn sigterm_saves_with_save_points() {
     assert!(exit.success(), "{exit}");
     assert!(data.join("dump.rdb").exists());
 }
+
+// Pins: under `always` a client's writes commit on its own thread and
+// their replies and effects wait for the log's fsync (see
+// `storage::group`), with the replies and effects everysec gives: a
+// pipeline reads its own writes, a blocked pop is served, a keyspace
+// notification goes out, WATCH sees another client's write, DBSIZE counts
+// it, and INCRs from several clients at once lose none.
+#[test]
+fn always_serves_writes_as_everysec_does() {
+    let srv = TestServer::start_with(|cfg| cfg.durability = Durability::Always);
+    let mut c = srv.client();
+    let fsyncs = |c: &mut Connection| common::field(&common::info_cairn(c), "fsyncs");
+    let before = fsyncs(&mut c);
+    let got: Vec<Value> = redis::pipe()
+        .cmd("SET")
+        .arg("a")
+        .arg("1")
+        .cmd("GET")
+        .arg("a")
+        .cmd("INCR")
+        .arg("a")
+        .cmd("GET")
+        .arg("a")
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(
+        got,
+        vec![
+            Value::Okay,
+            common::bulk("1"),
+            Value::Int(2),
+            common::bulk("2")
+        ]
+    );
+    assert!(fsyncs(&mut c) > before, "the writes were fsynced");
+    assert_eq!(int(&mut c, &["DBSIZE"]), 1);
+
+    let mut blocked = srv.client();
+    let pop = std::thread::spawn(move || -> Value {
+        redis::cmd("BLPOP")
+            .arg("list")
+            .arg(5)
+            .query(&mut blocked)
+            .unwrap()
+    });
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !common::text(common::q(&mut c, &["CLIENT", "LIST"])).contains("cmd=blpop") {
+        assert!(Instant::now() < deadline, "BLPOP never blocked");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(int(&mut c, &["LPUSH", "list", "x"]), 1);
+    assert_eq!(pop.join().unwrap(), common::arr(&["list", "x"]));
+
+    common::ok(&mut c, &["CONFIG", "SET", "notify-keyspace-events", "KA"]);
+    let mut sub = srv.client();
+    let mut events = sub.as_pubsub();
+    events.subscribe("__keyspace@0__:k").unwrap();
+    events
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    common::ok(&mut c, &["SET", "k", "v"]);
+    let event: String = events.get_message().unwrap().get_payload().unwrap();
+    assert_eq!(event, "set");
+
+    let mut other = srv.client();
+    common::ok(&mut c, &["WATCH", "k"]);
+    common::ok(&mut other, &["SET", "k", "w"]);
+    common::ok(&mut c, &["MULTI"]);
+    assert_eq!(
+        common::q(&mut c, &["SET", "k", "x"]),
+        Value::SimpleString("QUEUED".into())
+    );
+    assert_eq!(common::q(&mut c, &["EXEC"]), Value::Nil);
+    assert_eq!(get(&mut c, "k").as_deref(), Some("w"));
+
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let mut c = srv.client();
+            std::thread::spawn(move || {
+                for _ in 0..100 {
+                    int(&mut c, &["INCR", "n"]);
+                    int(&mut c, &["INCR", &format!("own{t}")]);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(get(&mut c, "n").as_deref(), Some("800"));
+    for t in 0..8 {
+        assert_eq!(get(&mut c, &format!("own{t}")).as_deref(), Some("100"));
+    }
+}

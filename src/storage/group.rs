@@ -46,14 +46,16 @@ pub(super) struct Group {
 }
 
 impl Group {
-    /// Queues `f` for commit `seq`, which is not yet published. The
-    /// caller checks that after queueing (see [`Group::take_upto`]'s
-    /// callers), so that a sync publishing it meanwhile does not leave
-    /// it behind.
+    /// Queues `f` for commit `seq`, after what waits for it or for an
+    /// earlier one: a client's thread queues its replies once its batch
+    /// returned, when another thread's later commit may have queued its
+    /// own. The caller looks at what is published after queueing (see
+    /// `Store::after_durable`), so that a sync publishing `seq` meanwhile
+    /// does not leave `f` behind.
     pub fn wait(&self, seq: u64, f: AfterDurable) {
         let mut waiting = self.waiting.lock();
-        debug_assert!(waiting.back().is_none_or(|(s, _)| *s <= seq));
-        waiting.push_back((seq, f));
+        let at = waiting.partition_point(|(s, _)| *s <= seq);
+        waiting.insert(at, (seq, f));
         self.any.store(true, Ordering::Release);
     }
 
@@ -86,9 +88,10 @@ mod tests {
 
     #[test]
     fn waiters_are_taken_in_commit_order_up_to_a_sequence() {
+        // One for 3 joins after those for 5 and 8: it still goes first.
         let group = Group::default();
         let seen = Arc::new(Mutex::new(Vec::new()));
-        for seq in [3, 3, 5, 8] {
+        for seq in [3, 5, 8, 3] {
             let seen = seen.clone();
             group.wait(
                 seq,
