@@ -12,9 +12,13 @@
 //! that finds the core free runs the queue and its own writes itself, and
 //! one that gives the core back runs what was queued while it held it (see
 //! `actor::Taken`). The actor's thread is woken only for writes no client
-//! thread may run: under `always` (the fsync must not hold a client
-//! thread), or while the core is taken otherwise. Only the thread differs;
-//! the batch, its commit and the order of batches are the same.
+//! thread may run: while the core is taken otherwise, and under `always`
+//! for writes queued by others. Under `always` a client's thread still
+//! runs its own writes (and the queue before them) when the core is free,
+//! but their commit is deferred: the replies wait for an fsync of the log
+//! that one of the waiting clients' threads leads, and which covers every
+//! commit made meanwhile (`storage::group`). Only the thread differs; the
+//! batch, its commit and the order of batches are the same.
 //!
 //! # Reads
 //! Reads do not visit the actor: a connection opens a redb read transaction
