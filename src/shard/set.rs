@@ -488,8 +488,16 @@ impl ShardSet {
     pub async fn durable(&self, id: usize, seq: u64) {
         let shared = &self.shared[id];
         if let Ok(store) = shared.store() {
-            for _ in 0..store.durable(seq).await {
+            let (syncs, longest) = store.durable(seq).await;
+            for _ in 0..syncs {
                 shared.stats.durable_now();
+            }
+            if syncs > 0 {
+                // As Redis reports its fsync under `always`.
+                let ms = longest.as_millis() as u64;
+                shared
+                    .latency
+                    .observe(crate::families::latency::FSYNC_ALWAYS, ms);
             }
         }
     }

@@ -782,9 +782,10 @@ impl Store {
 
     /// Makes commit `seq` durable and published: syncs the log here if no
     /// other thread is syncing it, else waits for that sync (without
-    /// holding the thread) and looks again. Returns how many syncs it led.
-    pub async fn durable(&self, seq: u64) -> u32 {
-        let mut led_here = 0;
+    /// holding the thread) and looks again. Returns how many syncs it led
+    /// and how long the longest took.
+    pub async fn durable(&self, seq: u64) -> (u32, Duration) {
+        let mut led_here = (0, Duration::ZERO);
         loop {
             let synced = self.group.synced.notified();
             tokio::pin!(synced);
@@ -792,9 +793,10 @@ impl Store {
             if self.is_durable(seq) {
                 return led_here;
             }
+            let began = std::time::Instant::now();
             let led = self.group.lead.try_lock().map(|lead| self.led(lead));
             match led {
-                Some(Ok(())) => led_here += 1,
+                Some(Ok(())) => led_here = (led_here.0 + 1, led_here.1.max(began.elapsed())),
                 Some(Err(e)) => {
                     // What waited got the error; the commits stay applied,
                     // for the next sync to publish.
