@@ -654,7 +654,7 @@ impl Store {
         // one fault a sync, where a `pwrite` each was 0.4 syscalls a
         // request at pipeline 1.
         let through = visible == Visible::Durable;
-        wal.append_as(seq, &ops, through, false).map_err(io_err)?;
+        wal.append_as(seq, &ops, through).map_err(io_err)?;
         for (i, pointer) in pointers {
             if let RowOp::Put(_, _, row) = &mut ops[i] {
                 *row = pointer.to_vec();
@@ -700,7 +700,6 @@ impl Store {
             || wal.len() >= cap as u64
         {
             self.freeze(&mut wal, active)?;
-            self.release(seq, Ok(()));
             unsynced = false;
         }
         drop(wal);
@@ -817,9 +816,7 @@ impl Store {
             return Ok(());
         }
         let active = self.core.view.lock()[0].clone();
-        self.freeze(&mut wal, active)?;
-        self.release(self.core.applied.load(Ordering::Acquire), Ok(()));
-        Ok(())
+        self.freeze(&mut wal, active)
     }
 
     /// Hands the active buffer to the background writer and starts a new
@@ -832,9 +829,11 @@ impl Store {
         let core = &self.core;
         // The rotation made every commit durable: the deferred ones are
         // published before the buffer goes, as it is read past its last
-        // commit once packed (see `Buffer::packed`). What waited for them
-        // is the caller's to release.
-        self.publish(core.applied.load(Ordering::Acquire));
+        // commit once packed (see `Buffer::packed`), and what waited for
+        // them runs.
+        let applied = core.applied.load(Ordering::Acquire);
+        self.publish(applied);
+        self.release(applied, Ok(()));
         let spare = core.spare.lock().take();
         let next = match spare {
             Some(spare) => spare.renumbered(wal.gen()),

@@ -278,20 +278,18 @@ impl Wal {
 
     /// Appends the record of commit `seq`, fsynced if `sync`.
     pub fn append(&mut self, seq: u64, ops: &[RowOp], sync: bool) -> io::Result<()> {
-        self.append_as(seq, ops, sync, sync)
+        self.append_as(seq, ops, sync)?;
+        if sync {
+            self.sync()?;
+        }
+        Ok(())
     }
 
-    /// Appends the record of commit `seq`: written with `pwrite` if
-    /// `through` (a record an fsync will follow soon: stored through the
-    /// map instead, each fsync would write-protect the page again and the
-    /// next record's store fault on it), and fsynced if `sync`.
-    pub fn append_as(
-        &mut self,
-        seq: u64,
-        ops: &[RowOp],
-        through: bool,
-        sync: bool,
-    ) -> io::Result<()> {
+    /// Appends the record of commit `seq`, without an fsync: written with
+    /// `pwrite` if `through` (a record an fsync will follow at once:
+    /// stored through the map instead, each fsync would write-protect the
+    /// page again and the next record's store fault on it).
+    pub fn append_as(&mut self, seq: u64, ops: &[RowOp], through: bool) -> io::Result<()> {
         let mut rec = std::mem::take(&mut self.scratch);
         rec.clear();
         rec.extend_from_slice(&[0; HEADER]);
@@ -315,9 +313,6 @@ impl Wal {
         // 512 MB string must not stay allocated after its commit.
         if rec.capacity() <= 1 << 20 {
             self.scratch = rec;
-        }
-        if sync {
-            self.sync()?;
         }
         Ok(())
     }
