@@ -25,7 +25,7 @@ use crate::families::slowlog::run_time_here;
 use crate::protocol::{Reply, RequestParser};
 use crate::pubsub::Push;
 use crate::server::{ClientEntry, Server};
-use crate::shard::actor::Ran;
+use crate::shard::actor::{Delivery, Ran, ReplySink};
 use crate::shard::pause::PauseKind;
 use crate::shard::WriteFn;
 
@@ -54,6 +54,11 @@ enum Slot {
     /// A read of a shard's snapshot run on a read thread (see
     /// `shard::disk_reads`): its reply and the keys it found expired.
     Read(tokio::sync::oneshot::Receiver<ReadDone>, usize),
+    /// The first of `n` writes whose replies come together, in order (see
+    /// `actor::ReplySink`); a [`Slot::Rest`] stands for each of the others.
+    Batch(tokio::sync::oneshot::Receiver<Vec<Reply>>, usize),
+    /// A later write of the [`Slot::Batch`] before it.
+    Rest,
 }
 
 /// What a read of a snapshot gives: its reply, and the keys it found
@@ -181,6 +186,14 @@ fn in_order<T>(
     }
 }
 
+/// The slots of `n` writes (at least one) whose replies come together
+/// from `rx`, in order.
+fn batch_slots(rx: tokio::sync::oneshot::Receiver<Vec<Reply>>, n: usize) -> Vec<Slot> {
+    std::iter::once(Slot::Batch(rx, n))
+        .chain((1..n).map(|_| Slot::Rest))
+        .collect()
+}
+
 /// Where a client's unacknowledged writes are: they may only be followed
 /// without waiting by writes that will be applied after them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,6 +228,8 @@ struct Outbox {
     slots: VecDeque<(Slot, ReplyTo)>,
     /// Where this client has writes in flight.
     inflight: Inflight,
+    /// Replies a [`Slot::Batch`] brought for the [`Slot::Rest`]s after it.
+    batch_rest: VecDeque<Reply>,
     /// Deferred commits of this client's writes run here (`always`), by
     /// shard, which must be durable before their replies can go out.
     durable: Vec<(usize, u64)>,
@@ -300,14 +315,19 @@ impl Outbox {
             let slots: Vec<Slot> = match ran {
                 Ok(Ran::Done(replies)) => replies.into_iter().map(Slot::Ready).collect(),
                 Ok(ran) => {
-                    let (txs, rxs): (Vec<_>, Vec<_>) =
-                        tos.iter().map(|_| tokio::sync::oneshot::channel()).unzip();
-                    self.send_ran(first, ran, txs);
-                    rxs.into_iter().map(|rx| Slot::Waiting(rx, None)).collect()
+                    let (sinks, rx) = ReplySink::group(tos.len());
+                    self.send_ran(first, ran, sinks);
+                    batch_slots(rx, tos.len())
                 }
                 Err(writes) => {
                     self.inflight = Inflight::Shard(first);
-                    let slots = writes.into_iter().map(|f| self.enqueue(first, f)).collect();
+                    let slots = match self.behind {
+                        Some(_) => writes.into_iter().map(|f| self.enqueue(first, f)).collect(),
+                        None => {
+                            let n = writes.len();
+                            batch_slots(self.server.shards.enqueue_group(first, writes), n)
+                        }
+                    };
                     self.server.shards.kick(first);
                     slots
                 }
@@ -370,7 +390,7 @@ impl Outbox {
         self.others += besides_runs(began);
         match ran {
             Ok(ran) => {
-                self.send_ran(shard, ran, txs);
+                self.send_ran(shard, ran, txs.into_iter().map(ReplySink::One).collect());
                 if !behind.fell_back.load(Ordering::Acquire) {
                     return;
                 }
@@ -387,20 +407,21 @@ impl Outbox {
     }
 
     /// Sends the replies of writes run on this thread (`ShardSet::run_here`)
-    /// to `txs`: at once, or, where their commit was deferred (`always`),
+    /// to `sinks`: at once, or, where their commit was deferred (`always`),
     /// once it is durable, which [`Outbox::drain`] sees to. Until then the
     /// client's writes count as in flight on the shard: what it reads
     /// there next runs behind them.
-    fn send_ran(&mut self, shard: usize, ran: Ran, txs: Vec<tokio::sync::oneshot::Sender<Reply>>) {
+    fn send_ran(&mut self, shard: usize, ran: Ran, sinks: Vec<ReplySink>) {
         match ran {
             Ran::Done(replies) => {
-                for (r, tx) in replies.into_iter().zip(txs) {
-                    let _ = tx.send(r);
+                let mut delivery = Delivery::default();
+                for (r, to) in replies.into_iter().zip(sinks) {
+                    delivery.give(r, to);
                 }
             }
             Ran::Pending(seq, replies) => {
                 let send = crate::shard::actor::replies_when_durable(
-                    replies.into_iter().zip(txs).collect(),
+                    replies.into_iter().zip(sinks).collect(),
                 );
                 self.server.shards.shard(shard).after_durable(seq, send);
                 self.durable.push((shard, seq));
@@ -543,6 +564,21 @@ impl Outbox {
                         Err(rx) => received(&self.server, rx, None).await,
                     }
                 }
+                Slot::Batch(rx, n) => {
+                    let mut got = rx.await.unwrap_or_default();
+                    if got.len() != n {
+                        // The shard shut down with the writes queued.
+                        got = vec![Reply::err("shard unavailable"); n];
+                    }
+                    let mut got = got.into_iter();
+                    let first = got.next().expect("a batch of one write at least");
+                    self.batch_rest.extend(got);
+                    first
+                }
+                Slot::Rest => self
+                    .batch_rest
+                    .pop_front()
+                    .expect("a batch's reply for each of its writes"),
                 Slot::Group(rx, flags, ready) => {
                     self.take_pushes(true);
                     let got = received(&self.server, rx, None).await;
@@ -726,6 +762,7 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
     let mut outbox = Outbox {
         slots: VecDeque::new(),
         inflight: Inflight::None,
+        batch_rest: VecDeque::new(),
         durable: Vec::new(),
         moved_reads: false,
         behind: None,
@@ -1292,7 +1329,7 @@ async fn execute(
                     match server.shards.run_here(shard, vec![f]) {
                         Ok(ran) => {
                             let (tx, rx) = tokio::sync::oneshot::channel();
-                            outbox.send_ran(shard, ran, vec![tx]);
+                            outbox.send_ran(shard, ran, vec![ReplySink::One(tx)]);
                             outbox.push_slot(Slot::Script(rx, fell_back, slow, None), to);
                         }
                         Err(mut writes) => {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 
-use super::actor::{Ran, ShardActor, ShardCore, Shutdown, Submit, Taken};
+use super::actor::{Ran, ReplySink, ShardActor, ShardCore, Shutdown, Submit, Taken};
 use super::{ShardShared, WriteFn};
 use crate::cluster;
 use crate::config::{Config, Durability};
@@ -441,8 +441,28 @@ impl ShardSet {
 
     /// [`ShardSet::enqueue`], replying through a channel the caller made.
     pub fn enqueue_with(&self, id: usize, f: WriteFn, reply: tokio::sync::oneshot::Sender<Reply>) {
+        let reply = ReplySink::One(reply);
         let refused = self.shared[id].queue.lock().push(Submit { f, reply });
         drop(refused);
+    }
+
+    /// Queues writes on a shard as [`ShardSet::enqueue`] does, in a row,
+    /// with one channel for all their replies, which come in order (see
+    /// `actor::ReplySink`).
+    pub fn enqueue_group(
+        &self,
+        id: usize,
+        writes: Vec<WriteFn>,
+    ) -> tokio::sync::oneshot::Receiver<Vec<Reply>> {
+        let (sinks, rx) = ReplySink::group(writes.len());
+        let mut refused = Vec::new();
+        let mut queue = self.shared[id].queue.lock();
+        for (f, reply) in writes.into_iter().zip(sinks) {
+            refused.extend(queue.push(Submit { f, reply }));
+        }
+        drop(queue);
+        drop(refused);
+        rx
     }
 
     /// Sees the writes queued on shard `id` run: by the thread holding
@@ -1023,6 +1043,39 @@ mod tests {
     /// queued writes' clients hear of theirs, once it is durable, which
     /// the caller's wait or the actor's next commit makes it. A kick
     /// alone (no writes of the caller's) leaves the queue to the actor.
+    /// Writes queued together while the core is held get their replies
+    /// through one channel, in order, among other clients' writes, also
+    /// when the group is split over two batches; a group queued after
+    /// shutdown gets none.
+    #[test]
+    fn a_group_queued_on_a_held_core_replies_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let mut cfg = crate::config::Config::defaults();
+            cfg.dir = dir.path().to_path_buf();
+            cfg.shards = 1;
+            cfg.max_batch = 2;
+            let set = ShardSet::open(&cfg).expect("shards open");
+            let int = |i: i64| -> WriteFn { Box::new(move |_| Ok(Reply::Int(i))) };
+            let held = set.cores[0].lock();
+            let alone = set.enqueue(0, int(0));
+            let group = set.enqueue_group(0, vec![int(1), put_key(b"a"), int(3)]);
+            let after = set.enqueue(0, int(4));
+            drop(held);
+            // The actor takes them two to a batch: [0, 1], [a, 3], [4].
+            set.shared[0].wake_actor();
+            assert_eq!(alone.await.unwrap(), Reply::Int(0));
+            assert_eq!(
+                group.await.unwrap(),
+                vec![Reply::Int(1), Reply::Ok, Reply::Int(3)]
+            );
+            assert_eq!(after.await.unwrap(), Reply::Int(4));
+            set.shutdown().await;
+            assert!(set.enqueue_group(0, vec![int(5), int(6)]).await.is_err());
+        });
+    }
+
     #[test]
     fn run_here_commits_on_the_callers_thread_only_where_allowed() {
         let dir = tempfile::tempdir().unwrap();
