@@ -1037,12 +1037,6 @@ mod tests {
         })
     }
 
-    /// Writes run on the caller's thread, in one batch after what the
-    /// actor has queued, with their replies in order and visible at once;
-    /// under `always` their commit is deferred: readers see it, and the
-    /// queued writes' clients hear of theirs, once it is durable, which
-    /// the caller's wait or the actor's next commit makes it. A kick
-    /// alone (no writes of the caller's) leaves the queue to the actor.
     /// Writes queued together while the core is held get their replies
     /// through one channel, in order, among other clients' writes, also
     /// when the group is split over two batches; a group queued after
@@ -1076,6 +1070,12 @@ mod tests {
         });
     }
 
+    /// Writes run on the caller's thread, in one batch after what the
+    /// actor has queued, with their replies in order and visible at once;
+    /// under `always` their commit is deferred: readers see it, and the
+    /// queued writes' clients hear of theirs, once it is durable, which
+    /// the caller's wait or the actor's next commit makes it. A kick
+    /// alone (no writes of the caller's) leaves the queue to the actor.
     #[test]
     fn run_here_commits_on_the_callers_thread_only_where_allowed() {
         let dir = tempfile::tempdir().unwrap();
