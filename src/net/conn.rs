@@ -413,12 +413,7 @@ impl Outbox {
     /// there next runs behind them.
     fn send_ran(&mut self, shard: usize, ran: Ran, sinks: Vec<ReplySink>) {
         match ran {
-            Ran::Done(replies) => {
-                let mut delivery = Delivery::default();
-                for (r, to) in replies.into_iter().zip(sinks) {
-                    delivery.give(r, to);
-                }
-            }
+            Ran::Done(replies) => Delivery::default().give_all(replies.into_iter().zip(sinks)),
             Ran::Pending(seq, replies) => {
                 let send = crate::shard::actor::replies_when_durable(
                     replies.into_iter().zip(sinks).collect(),
@@ -568,7 +563,7 @@ impl Outbox {
                     let mut got = rx.await.unwrap_or_default();
                     if got.len() != n {
                         // The shard shut down with the writes queued.
-                        got = vec![Reply::err("shard unavailable"); n];
+                        got = vec![unavailable(); n];
                     }
                     let mut got = got.into_iter();
                     let first = got.next().expect("a batch of one write at least");
@@ -710,6 +705,11 @@ impl Drop for Busy<'_> {
 /// or so, at each change of shard), and 1.5-1.9x more at -c 4.
 const FEW_BUSY: usize = 4;
 
+/// The reply of a write whose shard shut down before it answered.
+fn unavailable() -> Reply {
+    Reply::err("shard unavailable")
+}
+
 /// A shard's reply (the error a client gets if the shard went away); for
 /// a command queued behind a script (`retry`, see [`Behind`]) that handed
 /// its work back, that work's reply once queued again.
@@ -718,14 +718,10 @@ async fn received(
     rx: tokio::sync::oneshot::Receiver<Reply>,
     retry: Option<Retry>,
 ) -> Reply {
-    let unavailable = |_| Reply::err("shard unavailable");
-    let reply = rx.await.unwrap_or_else(unavailable);
+    let gone = |_| unavailable();
+    let reply = rx.await.unwrap_or_else(gone);
     match retry.and_then(|(shard, back)| Some((shard, back.lock().take()?))) {
-        Some((shard, f)) => server
-            .shards
-            .submit(shard, f)
-            .await
-            .unwrap_or_else(unavailable),
+        Some((shard, f)) => server.shards.submit(shard, f).await.unwrap_or_else(gone),
         None => reply,
     }
 }

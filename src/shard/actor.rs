@@ -98,6 +98,13 @@ impl Delivery {
             }
         }
     }
+
+    /// [`Delivery::give`] for each of `pairs`, in order.
+    pub fn give_all(&mut self, pairs: impl IntoIterator<Item = (Reply, ReplySink)>) {
+        for (reply, to) in pairs {
+            self.give(reply, to);
+        }
+    }
 }
 
 impl Drop for Delivery {
@@ -125,10 +132,10 @@ pub fn replies_when_durable(
     replies: Vec<(Reply, ReplySink)>,
 ) -> crate::storage::group::AfterDurable {
     Box::new(move |synced| {
-        let mut delivery = Delivery::default();
-        for (reply, to) in replies {
-            delivery.give(synced.map_or_else(Reply::err, |()| reply), to);
-        }
+        let replies = replies
+            .into_iter()
+            .map(|(reply, to)| (synced.map_or_else(Reply::err, |()| reply), to));
+        Delivery::default().give_all(replies);
     })
 }
 
@@ -438,10 +445,7 @@ impl ShardCore {
             }
         }
         let Some(seq) = deferred else {
-            let mut delivery = Delivery::default();
-            for (reply, to) in theirs {
-                delivery.give(reply, to);
-            }
+            Delivery::default().give_all(theirs);
             return Ok(Ran::Done(replies));
         };
         if !theirs.is_empty() {
@@ -469,9 +473,7 @@ impl ShardCore {
             }
             let n = batch.len();
             let (pairs, _) = self.run_batch(batch.into_iter().map(|s| (s.f, s.reply)), n, false);
-            for (reply, to) in pairs {
-                delivery.give(reply, to);
-            }
+            delivery.give_all(pairs);
         }
     }
 
