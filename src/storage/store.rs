@@ -792,10 +792,13 @@ impl Store {
             if self.is_durable(seq) {
                 return led_here;
             }
-            let began = std::time::Instant::now();
-            let led = self.group.lead.try_lock().map(|lead| self.led(lead));
+            let led = self.group.lead.try_lock().map(|lead| {
+                // Timed only where this thread syncs: a waiter reads no clock.
+                let began = std::time::Instant::now();
+                self.led(lead).map(|()| began.elapsed())
+            });
             match led {
-                Some(Ok(())) => led_here = (led_here.0 + 1, led_here.1.max(began.elapsed())),
+                Some(Ok(took)) => led_here = (led_here.0 + 1, led_here.1.max(took)),
                 Some(Err(e)) => {
                     // What waited got the error; the commits stay applied,
                     // for the next sync to publish.
