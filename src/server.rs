@@ -8,6 +8,7 @@ use std::time::Instant;
 use dashmap::DashMap;
 
 use crate::config::Config;
+use crate::protocol::Reply;
 use crate::shard::ShardSet;
 
 /// What CLIENT LIST / CLIENT INFO / CLIENT KILL need to know about a client.
@@ -242,6 +243,11 @@ pub struct Server {
     /// every read, so it keeps a copy rather than look the parameter up
     /// (see [`Server::configure_limits`]).
     pub idle_timeout: AtomicU64,
+    /// Whether `min-replicas-to-write` and `min-replicas-max-lag` are both
+    /// set: a primary needs that many good replicas to take a write, and
+    /// cairn never has one, so every write is refused with NOREPLICAS (see
+    /// [`Server::writes_refused`]). A copy, since every command asks.
+    replicas_required: AtomicBool,
     /// The shards.
     pub shards: Arc<ShardSet>,
     /// Where reads run: on their connection's thread, or on threads of
@@ -348,6 +354,22 @@ impl Server {
         self.limits.store(&limits_of(rt));
         self.idle_timeout
             .store(idle_timeout_of(rt), Ordering::Relaxed);
+        self.replicas_required
+            .store(replicas_required_of(rt), Ordering::Relaxed);
+    }
+
+    /// Redis's refusal of a write while `min-replicas-to-write` asks for
+    /// more good replicas than the primary has (here: any), or `None`.
+    pub fn writes_refused(&self) -> Option<Reply> {
+        self.replicas_required
+            .load(Ordering::Relaxed)
+            .then(|| Reply::Error(NOREPLICAS.into()))
+    }
+
+    /// INFO replication's `min_slaves_good_slaves` line, shown while the
+    /// requirement is set (cairn's count of good replicas is always 0).
+    pub fn replicas_required(&self) -> bool {
+        self.replicas_required.load(Ordering::Relaxed)
     }
 
     /// Creates the shared state.
@@ -378,6 +400,7 @@ impl Server {
             config,
             limits,
             idle_timeout: AtomicU64::new(idle_timeout_of(&runtime)),
+            replicas_required: AtomicBool::new(replicas_required_of(&runtime)),
             runtime: parking_lot::RwLock::new(runtime),
             shards,
             disk_reads: Default::default(),
@@ -505,6 +528,16 @@ impl Server {
 fn idle_timeout_of(rt: &Runtime) -> u64 {
     rt.int("timeout").max(0) as u64
 }
+
+/// Whether `rt` asks for good replicas before a write: Redis checks only
+/// while both `min-replicas-to-write` and `min-replicas-max-lag` are
+/// non-zero.
+fn replicas_required_of(rt: &Runtime) -> bool {
+    rt.int("min-replicas-to-write") > 0 && rt.int("min-replicas-max-lag") > 0
+}
+
+/// Redis's reply to a write refused for want of replicas.
+const NOREPLICAS: &str = "NOREPLICAS Not enough good replicas to write.";
 
 /// The compact-encoding thresholds set in `rt`.
 fn limits_of(rt: &Runtime) -> crate::rdb::object::Limits {

@@ -807,6 +807,28 @@ fn info_config_dbsize() {
     );
     let cluster: String = cmd(&["INFO", "cluster"]).query(&mut c).unwrap();
     assert_eq!(cluster, "# Cluster\r\ncluster_enabled:0\r\n");
+    // While min-replicas-to-write is in force Redis 7.0.15 counts its good
+    // replicas right after connected_slaves (none here, as on a primary
+    // without replicas); min-replicas-max-lag 0 turns the check off.
+    let replication =
+        |c: &mut Connection| -> String { cmd(&["INFO", "replication"]).query(c).unwrap() };
+    assert!(!replication(&mut c).contains("min_slaves_good_slaves"));
+    ok(&mut c, &["CONFIG", "SET", "min-replicas-to-write", "2"]);
+    assert!(replication(&mut c)
+        .starts_with("# Replication\r\nrole:master\r\nconnected_slaves:0\r\nmin_slaves_good_slaves:0\r\nmaster_failover_state:no-failover\r\n"));
+    ok(&mut c, &["CONFIG", "SET", "min-replicas-max-lag", "0"]);
+    assert!(!replication(&mut c).contains("min_slaves_good_slaves"));
+    ok(
+        &mut c,
+        &[
+            "CONFIG",
+            "SET",
+            "min-replicas-to-write",
+            "0",
+            "min-replicas-max-lag",
+            "10",
+        ],
+    );
     assert!(
         !default.contains("# Commandstats"),
         "INFO without arguments lists commandstats"

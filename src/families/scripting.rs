@@ -389,6 +389,13 @@ fn script_action(
         return (None, r.into());
     }
     let server = session.server.clone();
+    // A script without a shebang meets NOREPLICAS at its first write (one
+    // that has written already goes on: it cannot be undone).
+    if counted.has(flag::WRITE) && !run.wrote() {
+        if let Some(r) = server.writes_refused() {
+            return (None, r.into());
+        }
+    }
     if let Some(cluster) = &server.cluster {
         let refused =
             crate::cluster::routing::check_in_script(&server, cluster, (counted, args.all()));
@@ -614,17 +621,26 @@ fn busy_reply_at(server: &Server, now: Instant) -> Option<Reply> {
 /// declaring `no-writes`. A script or function not found may write: the
 /// call waits, then fails as it would have.
 pub fn may_write(server: &Server, name: &str, args: &Args) -> bool {
-    let flags = match name {
-        "eval" => crate::scripting::script_flags(args.get(1)),
-        "evalsha" => server
-            .scripts
-            .registry()
-            .flags(&String::from_utf8_lossy(args.get(1))),
-        "fcall" => server
-            .scripts
-            .registry()
-            .function_flags(&String::from_utf8_lossy(args.get(1))),
+    !declared_flags(server, name, args).is_some_and(|f| f.no_writes)
+}
+
+/// Whether EVAL, EVALSHA, FCALL or a read-only form is a write command
+/// for the checks made before it runs (Redis's evalGetCommandFlags and
+/// fcallGetCommandFlags): a script with a shebang, or a function, that
+/// does not declare `no-writes`. A script without a shebang is not: each
+/// write it calls is checked as it comes. One not found is not either.
+pub fn declares_writes(server: &Server, name: &str, args: &Args) -> bool {
+    declared_flags(server, name, args).is_some_and(|f| !f.eval_compat && !f.no_writes)
+}
+
+/// The flags of the script or function a call names: an EVAL's from its
+/// body, an EVALSHA's and an FCALL's from the cache and the libraries.
+fn declared_flags(server: &Server, name: &str, args: &Args) -> Option<ScriptFlags> {
+    let registry = server.scripts.registry();
+    match name {
+        "eval" | "eval_ro" => crate::scripting::script_flags(args.get(1)),
+        "evalsha" | "evalsha_ro" => registry.flags(&String::from_utf8_lossy(args.get(1))),
+        "fcall" | "fcall_ro" => registry.function_flags(&String::from_utf8_lossy(args.get(1))),
         _ => None,
-    };
-    !flags.is_some_and(|f| f.no_writes)
+    }
 }

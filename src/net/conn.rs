@@ -1083,14 +1083,7 @@ async fn execute(
     if let Some(mut r) = refusal {
         refuse_in_multi(session);
         if spec.name == "exec" {
-            // A refused EXEC discards the transaction and the watches, in
-            // or out of MULTI, and says why (Redis's execCommandAbort).
-            session.multi = None;
-            session.watching = Default::default();
-            if let Reply::Error(text) = &r {
-                let why = text.strip_prefix("ERR ").unwrap_or(text);
-                r = Reply::Error(format!("EXECABORT Transaction discarded because of: {why}"));
-            }
+            r = abort_exec(session, r);
         }
         reject(session, outbox, checked, r, refused);
         return false;
@@ -1127,6 +1120,16 @@ async fn execute(
             reject(session, outbox, checked, r, refused);
             return false;
         }
+    }
+    if let Some(r) = replicas_refusal(session, checked, &args) {
+        refuse_in_multi(session);
+        let r = if spec.name == "exec" {
+            abort_exec(session, r)
+        } else {
+            r
+        };
+        reject(session, outbox, checked, r, refused);
+        return false;
     }
     if let Some(r) = mode_refusal(session, checked) {
         refuse_in_multi(session);
@@ -1511,23 +1514,65 @@ async fn wait_blocked<T>(
     done
 }
 
-/// Whether CLIENT PAUSE WRITE holds this command back: Redis holds what
-/// may write or replicate (write commands, scripts that may write,
-/// PUBLISH, SPUBLISH, PFCOUNT), and an EXEC whose queue holds any of them.
-fn held_by_write_pause(session: &Session, checked: &command::CommandSpec, args: &Args) -> bool {
-    let may_write = |spec: &command::CommandSpec, args: &Args| match spec.name {
-        "eval" | "evalsha" | "fcall" => {
-            crate::families::scripting::may_write(&session.server, spec.name, args)
+/// A refused EXEC discards the transaction and the watches, in or out of
+/// MULTI, and says why (Redis's execCommandAbort).
+fn abort_exec(session: &mut Session, r: Reply) -> Reply {
+    session.multi = None;
+    session.watching = Default::default();
+    match &r {
+        Reply::Error(text) => {
+            let why = text.strip_prefix("ERR ").unwrap_or(text);
+            Reply::Error(format!("EXECABORT Transaction discarded because of: {why}"))
         }
-        _ => spec.has(flag::WRITE) || spec.may_replicate(),
-    };
+        _ => r,
+    }
+}
+
+/// Whether `test` holds for the command or, for EXEC, for any command its
+/// transaction queued (Redis judges an EXEC by the flags of its queue).
+fn runs_any(
+    session: &Session,
+    checked: &command::CommandSpec,
+    args: &Args,
+    test: impl Fn(&command::CommandSpec, &Args) -> bool,
+) -> bool {
     match (&session.multi, checked.name) {
         (Some(multi), "exec") => multi
             .queue
             .iter()
-            .any(|(spec, args)| may_write(command::call_spec(spec, args).unwrap_or(spec), args)),
-        _ => may_write(checked, args),
+            .any(|(spec, args)| test(command::call_spec(spec, args).unwrap_or(spec), args)),
+        _ => test(checked, args),
     }
+}
+
+/// Whether CLIENT PAUSE WRITE holds this command back: Redis holds what
+/// may write or replicate (write commands, scripts that may write,
+/// PUBLISH, SPUBLISH, PFCOUNT), and an EXEC whose queue holds any of them.
+fn held_by_write_pause(session: &Session, checked: &command::CommandSpec, args: &Args) -> bool {
+    runs_any(session, checked, args, |spec, args| match spec.name {
+        "eval" | "evalsha" | "fcall" => {
+            crate::families::scripting::may_write(&session.server, spec.name, args)
+        }
+        _ => spec.has(flag::WRITE) || spec.may_replicate(),
+    })
+}
+
+/// NOREPLICAS for a write command while `min-replicas-to-write` is set
+/// (cairn has no replicas): a command flagged write, a script or function
+/// that does not declare `no-writes`, an EXEC that queued either. Checked
+/// after routing and before MULTI queues, as Redis does.
+fn replicas_refusal(
+    session: &Session,
+    checked: &command::CommandSpec,
+    args: &Args,
+) -> Option<Reply> {
+    let refusal = session.server.writes_refused()?;
+    let server = &session.server;
+    runs_any(session, checked, args, |spec, args| {
+        spec.has(flag::WRITE)
+            || crate::families::scripting::declares_writes(server, spec.name, args)
+    })
+    .then_some(refusal)
 }
 
 /// MONITOR shows a transaction's commands when EXEC runs them, before
