@@ -114,6 +114,20 @@ pub fn parse_card_limit(a: &Args, from: usize) -> Result<usize, Reply> {
     Ok(limit)
 }
 
+/// The members of the set `v`, in numeric order, if every one is an
+/// integer (the caller has checked that there are few enough for an
+/// intset); `None` as soon as one is not.
+fn intset_members(r: &dyn KvRead, v: &View) -> Result<Option<Vec<Vec<u8>>>, Fail> {
+    let mut members = Vec::with_capacity(v.size as usize);
+    let mut ints = true;
+    v.scan(r, &mut |m, _| {
+        ints = crate::util::num::parse_i64(m).is_some();
+        members.push(m.to_vec());
+        ints
+    })?;
+    Ok((ints && super::set::numeric_order(&mut members, usize::MAX)).then_some(members))
+}
+
 /// Collections up to this size are scanned in one reply with cursor 0, as
 /// Redis does for its small encodings (listpacks, intsets).
 const SCAN_ALL_AT_ONCE: u64 = 128;
@@ -197,6 +211,19 @@ pub fn scan_members(
             Err(r) => return Ok(r),
         };
         let mut out = Vec::new();
+        // An intset is scanned whole in one reply too, in numeric order.
+        let intset = match ktype {
+            KeyType::Set if !v.converted() => server.encoding_limits().set_intset_entries as u64,
+            _ => 0,
+        };
+        if v.size <= intset {
+            if let Some(ints) = intset_members(r, &v)? {
+                for m in ints.iter().filter(|m| opts.matches(m, ktype)) {
+                    emit(m, &[], &mut out);
+                }
+                return Ok(reply(0, out));
+            }
+        }
         if v.size <= SCAN_ALL_AT_ONCE {
             v.scan(r, &mut |m, val| {
                 if opts.matches(m, ktype) {
@@ -268,6 +295,12 @@ pub struct View {
 }
 
 impl View {
+    /// Whether the collection (a set, hash or sorted set) has left its
+    /// compact encoding (see [`CONVERTED`]).
+    pub fn converted(&self) -> bool {
+        self.extra == CONVERTED
+    }
+
     /// The collection at `key` if it exists and has type `ktype`.
     pub fn load(r: &dyn KvRead, key: Key, ktype: KeyType) -> Result<Option<View>, Fail> {
         match keyspace::lookup(r, key)? {

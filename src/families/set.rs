@@ -16,17 +16,68 @@ use crate::util::num::parse_i64;
 
 const SET: KeyType = KeyType::Set;
 
-/// Every member of the set at `key`: `None` if missing, WRONGTYPE if not a set.
-fn members(r: &dyn KvRead, key: Key) -> Result<Option<Vec<Vec<u8>>>, Fail> {
+/// A set's members in the order Redis 7.0 iterates them, which is the
+/// order its replies list them in: an intset (at most
+/// `set-max-intset-entries` members, every one an integer, never
+/// converted) holds them in numeric order; a hash table's order is no
+/// order a client can count on, so there they stay in the rows' order.
+struct Members {
+    items: Vec<Vec<u8>>,
+}
+
+/// Every member of the set at `key` (`limit`: `set-max-intset-entries`):
+/// `None` if missing, WRONGTYPE if not a set.
+fn members(r: &dyn KvRead, key: Key, limit: usize) -> Result<Option<Members>, Fail> {
     let Some(v) = View::load(r, key, SET)? else {
         return Ok(None);
     };
-    let mut out = Vec::with_capacity(v.size as usize);
+    Ok(Some(Members {
+        items: view_members(r, &v, limit)?,
+    }))
+}
+
+/// The members of the set `v`, in its own order (see [`Members`]).
+fn view_members(r: &dyn KvRead, v: &View, limit: usize) -> Result<Vec<Vec<u8>>, Fail> {
+    let mut items = Vec::with_capacity(v.size as usize);
     v.scan(r, &mut |m, _| {
-        out.push(m.to_vec());
+        items.push(m.to_vec());
         true
     })?;
-    Ok(Some(out))
+    if !v.converted() {
+        numeric_order(&mut items, limit);
+    }
+    Ok(items)
+}
+
+/// Orders the members of a set Redis builds afresh (SUNION's result, and
+/// the whole set SPOP or SRANDMEMBER return when asked for at least all
+/// of it): an intset while the members allow one, so numeric order then,
+/// else a hash table, whose order means nothing (bytes order here, so that
+/// replies do not change from one call to the next).
+fn in_union_order(items: &mut Vec<Vec<u8>>, limit: usize) {
+    if !numeric_order(items, limit) {
+        items.sort_unstable();
+    }
+}
+
+/// Puts `items` in numeric order if they would make an intset: at most
+/// `limit` of them, each an integer as Redis would store one. Whether they
+/// would.
+pub(crate) fn numeric_order(items: &mut Vec<Vec<u8>>, limit: usize) -> bool {
+    if items.len() > limit {
+        return false;
+    }
+    let Some(ints) = items
+        .iter()
+        .map(|m| parse_i64(m))
+        .collect::<Option<Vec<i64>>>()
+    else {
+        return false;
+    };
+    let mut keyed: Vec<(i64, Vec<u8>)> = ints.into_iter().zip(items.drain(..)).collect();
+    keyed.sort_unstable_by_key(|(n, _)| *n);
+    items.extend(keyed.into_iter().map(|(_, m)| m));
+    true
 }
 
 fn bulk_set(items: impl IntoIterator<Item = Vec<u8>>) -> Reply {
@@ -96,8 +147,10 @@ pub fn smismember(s: &mut Session, a: Args) -> Action {
 
 /// SMEMBERS key
 pub fn smembers(s: &mut Session, a: Args) -> Action {
-    s.read(a.get(1), |r, k| {
-        Ok(bulk_set(members(r, k)?.unwrap_or_default()))
+    let limit = s.server.encoding_limits().set_intset_entries;
+    s.read(a.get(1), move |r, k| {
+        let items = members(r, k, limit)?.map(|m| m.items);
+        Ok(bulk_set(items.unwrap_or_default()))
     })
 }
 
@@ -107,6 +160,7 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
         Ok(c) => c,
         Err(r) => return r.into(),
     };
+    let limit = s.server.encoding_limits().set_intset_entries;
     s.write(a.get(1), move |w, k| {
         let Some(mut set) = Edit::load(w, k, SET)? else {
             return Ok(match count {
@@ -115,7 +169,11 @@ pub fn spop(s: &mut Session, a: Args) -> Action {
             });
         };
         let want = count.map_or(1, |c| c.min(set.size)) as usize;
-        let picked = set.pop_random(w, want)?;
+        let whole = count.is_some_and(|c| c >= set.size);
+        let mut picked = set.pop_random(w, want)?;
+        if whole {
+            in_union_order(&mut picked, limit);
+        }
         let emptied = set.size == 0;
         set.save(w, k)?;
         if !picked.is_empty() {
@@ -146,14 +204,23 @@ pub fn srandmember(s: &mut Session, a: Args) -> Action {
         _ => return error(SYNTAX).into(),
     };
     let overflow = collection::PickOverflow::check(s, count);
+    let limit = s.server.encoding_limits().set_intset_entries;
     s.read(a.get(1), move |r, k| {
-        Ok(match (View::load(r, k, SET)?, &overflow) {
-            (Some(_), Some(o)) => o.close(),
-            (Some(v), None) => v.pick_reply(r, count, |out, m, _| {
-                View::put_pick(out, m, false, false, |_| {})
-            })?,
-            (None, _) => Reply::Array(Vec::new()),
-        })
+        let Some(v) = View::load(r, k, SET)? else {
+            return Ok(Reply::Array(Vec::new()));
+        };
+        if let Some(o) = &overflow {
+            return Ok(o.close());
+        }
+        // Asked for at least all of it: the whole set, in its own order
+        // (SMEMBERS's), as Redis answers.
+        if count > 0 && count as u64 >= v.size {
+            let items = view_members(r, &v, limit)?;
+            return Ok(Reply::Array(items.into_iter().map(Reply::bulk).collect()));
+        }
+        Ok(v.pick_reply(r, count, |out, m, _| {
+            View::put_pick(out, m, false, false, |_| {})
+        })?)
     })
 }
 
@@ -272,50 +339,111 @@ enum Op {
     Diff,
 }
 
-/// Applies `op` to the loaded sets (None = missing key = empty set).
-fn combine(op: Op, sets: Vec<Option<Vec<Vec<u8>>>>) -> Vec<Vec<u8>> {
-    let mut iter = sets.into_iter();
-    let first: Vec<Vec<u8>> = iter.next().flatten().unwrap_or_default();
+/// What a set operation gives: its members in the order Redis 7.0 replies
+/// them, and whether Redis holds them in a hash table although they would
+/// make an intset (so that a stored result says so, see `store_set`).
+struct Combined {
+    items: Vec<Vec<u8>>,
+    hashtable: bool,
+}
+
+/// Applies `op` to the loaded sets (None: a missing key, an empty set),
+/// the way Redis 7.0 does, which decides the order of the result: SINTER
+/// walks the smallest set (the first of equal ones) and keeps what every
+/// other set has; SUNION and SDIFF gather their result into a new set,
+/// an intset while it can be one, and list that. `limit` is
+/// `set-max-intset-entries`.
+fn combine(op: Op, sets: Vec<Option<Members>>, limit: usize) -> Combined {
+    let done = |items| Combined {
+        items,
+        hashtable: false,
+    };
     match op {
-        Op::Union => {
-            let mut seen: HashSet<Vec<u8>> = first.into_iter().collect();
-            for s in iter.flatten() {
-                seen.extend(s);
-            }
-            seen.into_iter().collect()
-        }
         Op::Inter => {
-            let mut acc: HashSet<Vec<u8>> = first.into_iter().collect();
-            for s in iter {
-                let other: HashSet<Vec<u8>> = s.unwrap_or_default().into_iter().collect();
-                acc.retain(|m| other.contains(m));
+            if sets.iter().any(Option::is_none) {
+                return done(Vec::new());
             }
-            acc.into_iter().collect()
+            let mut sets: Vec<Members> = sets.into_iter().flatten().collect();
+            let Some(smallest) = (0..sets.len()).min_by_key(|&i| sets[i].items.len()) else {
+                return done(Vec::new());
+            };
+            let walked = sets.swap_remove(smallest);
+            let others: Vec<HashSet<&[u8]>> = sets
+                .iter()
+                .map(|s| s.items.iter().map(Vec::as_slice).collect())
+                .collect();
+            let items = walked
+                .items
+                .into_iter()
+                .filter(|m| others.iter().all(|o| o.contains(m.as_slice())))
+                .collect();
+            done(items)
+        }
+        Op::Union => {
+            let all: HashSet<Vec<u8>> = sets.into_iter().flatten().flat_map(|s| s.items).collect();
+            let mut items: Vec<Vec<u8>> = all.into_iter().collect();
+            in_union_order(&mut items, limit);
+            done(items)
         }
         Op::Diff => {
-            let mut acc: HashSet<Vec<u8>> = first.into_iter().collect();
-            for s in iter.flatten() {
-                for m in s {
-                    acc.remove(&m);
-                }
-            }
-            acc.into_iter().collect()
+            let mut sets = sets.into_iter();
+            let Some(first) = sets.next().flatten() else {
+                return done(Vec::new());
+            };
+            let rest: Vec<Members> = sets.flatten().collect();
+            // Redis picks between walking the first set (checking each
+            // member against the others) and copying it whole, then
+            // removing the others' members: the copy is a hash table as
+            // soon as the first set could not be an intset, whatever is
+            // left of it.
+            let first_len = first.items.len();
+            let walk_work = first_len * (1 + rest.len()) / 2;
+            let copy_work = first_len + rest.iter().map(|s| s.items.len()).sum::<usize>();
+            let copied_whole = walk_work > copy_work;
+            let first_ints = copied_whole && {
+                first_len <= limit && first.items.iter().all(|m| parse_i64(m).is_some())
+            };
+            let others: Vec<HashSet<&[u8]>> = rest
+                .iter()
+                .map(|s| s.items.iter().map(Vec::as_slice).collect())
+                .collect();
+            let mut items: Vec<Vec<u8>> = first
+                .items
+                .into_iter()
+                .filter(|m| !others.iter().any(|o| o.contains(m.as_slice())))
+                .collect();
+            let hashtable = if copied_whole && !first_ints {
+                !items.is_empty()
+                    && items.len() <= limit
+                    && items.iter().all(|m| parse_i64(m).is_some())
+            } else {
+                numeric_order(&mut items, limit);
+                false
+            };
+            Combined { items, hashtable }
         }
     }
 }
 
 /// Loads every key's set from its reader, type-checking all of them.
-fn load_all(readers: &[&dyn KvRead], keys: &[Key]) -> Result<Vec<Option<Vec<Vec<u8>>>>, Fail> {
+fn load_all(
+    readers: &[&dyn KvRead],
+    keys: &[Key],
+    limit: usize,
+) -> Result<Vec<Option<Members>>, Fail> {
     readers
         .iter()
         .zip(keys)
-        .map(|(r, k)| members(*r, *k))
+        .map(|(r, k)| members(*r, *k, limit))
         .collect()
 }
 
 fn set_op(s: &mut Session, a: Args, op: Op) -> Action {
+    let limit = s.server.encoding_limits().set_intset_entries;
     s.read_many(a.from(1).to_vec(), move |readers, keys| {
-        Ok(bulk_set(combine(op, load_all(readers, keys)?)))
+        Ok(bulk_set(
+            combine(op, load_all(readers, keys, limit)?, limit).items,
+        ))
     })
 }
 
@@ -348,32 +476,41 @@ pub fn sintercard(s: &mut Session, a: Args) -> Action {
         Err(r) => return r.into(),
     };
     let keys = a.all()[2..2 + numkeys].to_vec();
+    let intset = s.server.encoding_limits().set_intset_entries;
     s.read_many(keys, move |readers, keys| {
-        let n = combine(Op::Inter, load_all(readers, keys)?).len();
+        let n = combine(Op::Inter, load_all(readers, keys, intset)?, intset)
+            .items
+            .len();
         Ok(Reply::Int(if limit > 0 { n.min(limit) } else { n } as i64))
     })
 }
 
-/// Replaces `dest` with a set of `items` (deleting it when empty).
-fn store_set(w: &mut WriteCtx, dest: Key, items: &[Vec<u8>]) -> Result<(), Fail> {
+/// Replaces `dest` with a set of the result's members (deleting it when
+/// empty), marked as a hash table where Redis would hold it in one
+/// although its members would make an intset.
+fn store_set(w: &mut WriteCtx, dest: Key, result: &Combined) -> Result<(), Fail> {
     keyspace::delete_if_live(w, dest)?;
     let mut set = Edit::load_or_create(w, dest, SET)?;
-    for m in items {
+    for m in &result.items {
         set.put(w, m, &[])?;
+    }
+    if result.hashtable {
+        set.mark_converted();
     }
     set.save(w, dest)?;
     Ok(())
 }
 
 fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
+    let limit = s.server.encoding_limits().set_intset_entries;
     super::load_then_store(
         s,
         a.from(2).to_vec(),
         a.get(1).clone(),
-        members,
+        move |r, k| members(r, k, limit),
         move |w, kd, sets| {
-            let result = combine(op, sets);
-            if result.is_empty() {
+            let result = combine(op, sets, limit);
+            if result.items.is_empty() {
                 w.delete_reported(kd)?;
             } else {
                 let existed = keyspace::delete_if_live(w, kd)?;
@@ -385,7 +522,7 @@ fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
                 };
                 w.event(notify::SET, event, kd);
             }
-            Ok(Reply::Int(result.len() as i64))
+            Ok(Reply::Int(result.items.len() as i64))
         },
     )
 }

@@ -87,6 +87,9 @@ struct Opts {
     store: Option<Bytes>,
     /// Run by a script (Redis's CLIENT_SCRIPT).
     in_script: bool,
+    /// `set-max-intset-entries`: a set kept in its own order lists an
+    /// intset's members in numeric order.
+    intset_limit: usize,
 }
 
 impl Opts {
@@ -114,6 +117,7 @@ fn parse(a: &Args, readonly: bool) -> Result<Opts, Reply> {
         alpha: false,
         store: None,
         in_script: false,
+        intset_limit: 0,
     };
     let mut j = 2;
     while j < argv.len() {
@@ -157,6 +161,7 @@ fn sort_command(s: &mut Session, a: Args, readonly: bool) -> Action {
         Err(r) => return r.into(),
     };
     opts.in_script = s.in_script;
+    opts.intset_limit = s.server.encoding_limits().set_intset_entries;
     let opts = Arc::new(opts);
     let src = a.get(1).clone();
     let db = s.db;
@@ -537,11 +542,17 @@ fn load(r: &dyn KvRead, k: Key, o: &Opts) -> Result<Job, Fail> {
             elems.push(m.to_vec());
             true
         })?,
-        // A set's rows are its members, in member order.
-        KeyType::Set => v.scan(r, &mut |m, _| {
-            elems.push(m.to_vec());
-            true
-        })?,
+        // A set's rows are its members, in member order; kept in its own
+        // order, an intset lists them in numeric order, as Redis does.
+        KeyType::Set => {
+            v.scan(r, &mut |m, _| {
+                elems.push(m.to_vec());
+                true
+            })?;
+            if !job.sort && !v.converted() {
+                super::set::numeric_order(&mut elems, o.intset_limit);
+            }
+        }
         // A list's rows hold its elements in index order.
         _ => v.scan(r, &mut |_, val| {
             elems.push(val.to_vec());
