@@ -425,7 +425,7 @@ mod tests {
                     }
                 }
                 let meta = Meta {
-                    raw: false,
+                    form: crate::storage::encoding::StringForm::Fresh,
                     ktype,
                     expire_ms: 0,
                     body: MetaBody::Collection {

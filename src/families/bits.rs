@@ -35,7 +35,7 @@ fn store_bytes(
 /// leaves it raw (OBJECT ENCODING) even when no bit changes. That is no
 /// change a WATCH or an event sees, so the flag is stored quietly.
 fn keep_raw(w: &mut crate::storage::WriteCtx, k: Key, old: Option<&Meta>) -> Result<(), Fail> {
-    if let Some(m) = old.filter(|m| !m.raw) {
+    if let Some(m) = old.filter(|m| m.form != crate::storage::encoding::StringForm::Raw) {
         let v = string_bytes(m).to_vec();
         w.quietly(&k.meta_key(), |w| store_bytes(w, k, Some(m), v), |_| 0)?;
     }

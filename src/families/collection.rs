@@ -609,7 +609,7 @@ impl Edit {
             return Ok(e);
         }
         let meta = Meta {
-            raw: false,
+            form: crate::storage::encoding::StringForm::Fresh,
             ktype,
             expire_ms: 0,
             body: MetaBody::Collection {

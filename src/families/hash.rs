@@ -215,9 +215,10 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
         let new = cur
             .checked_add(by)
             .ok_or_else(|| Reply::err("increment or decrement would overflow"))?;
-        h.put(w, &f, new.to_string().as_bytes())?;
-        // Redis checks only the field count here, not the lengths.
-        note_written(&mut h, 0, &limits);
+        let new_text = new.to_string();
+        h.put(w, &f, new_text.as_bytes())?;
+        // Redis checks the field and the new value as it stores them.
+        note_written(&mut h, f.len().max(new_text.len()), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hincrby", k);
         Ok(Reply::Int(new))
@@ -237,7 +238,7 @@ pub fn hincrbyfloat(s: &mut Session, a: Args) -> Action {
         let cur = h.get(w, &f)?;
         let text = num::hincrbyfloat(cur.as_deref(), &by).map_err(incr_float_error)?;
         h.put(w, &f, text.as_bytes())?;
-        note_written(&mut h, 0, &limits);
+        note_written(&mut h, f.len().max(text.len()), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hincrbyfloat", k);
         Ok(Reply::bulk(text))

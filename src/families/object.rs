@@ -22,6 +22,7 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::rdb::keys;
 use crate::rdb::object::{Limits, Value};
+use crate::storage::encoding::StringForm;
 use crate::util::num::parse_i64;
 
 /// log2 of the access table's slots (1M slots, 8 MiB).
@@ -173,6 +174,10 @@ fn grow(counter: u64) -> u64 {
     }
 }
 
+/// The longest string Redis 7.0 keeps in one allocation with its object
+/// (`embstr`).
+const EMBSTR_MAX: usize = 44;
+
 /// The encoding Redis 7.0 would keep `v` in.
 pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
     match v {
@@ -182,7 +187,7 @@ pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
                 "raw"
             } else if s.len() <= 20 && parse_i64(s).is_some() {
                 "int"
-            } else if s.len() <= 44 {
+            } else if s.len() <= EMBSTR_MAX {
                 "embstr"
             } else {
                 "raw"
@@ -230,26 +235,28 @@ pub fn limits_for(limits: Limits, meta: &crate::storage::Meta) -> Limits {
 }
 
 /// The live key `k` read whole, with the thresholds that decide its
-/// encoding (see [`limits_for`]) and whether it is a raw string (see
-/// `Meta::raw`): what OBJECT ENCODING and DUMP need.
+/// encoding (see [`limits_for`]) and the form a string's history gave it
+/// (see [`StringForm`]): what OBJECT ENCODING and DUMP need.
 pub fn read_encodable(
     r: &dyn crate::storage::KvRead,
     k: crate::storage::keyspace::Key,
     limits: Limits,
-) -> Result<Option<(Value, Limits, bool)>, super::Fail> {
+) -> Result<Option<(Value, Limits, StringForm)>, super::Fail> {
     let Some(meta) = crate::storage::keyspace::lookup(r, k)? else {
         return Ok(None);
     };
-    let (limits, raw) = (limits_for(limits, &meta), meta.raw);
-    Ok(Some((keys::read_meta(r, k, meta)?.value, limits, raw)))
+    let (limits, form) = (limits_for(limits, &meta), meta.form);
+    Ok(Some((keys::read_meta(r, k, meta)?.value, limits, form)))
 }
 
-/// The encoding OBJECT ENCODING names for `v`, read by [`read_encodable`].
-pub fn encoding_name(v: &Value, limits: &Limits, raw: bool) -> &'static str {
-    if raw {
-        "raw"
-    } else {
-        encoding_of(v, limits)
+/// The encoding OBJECT ENCODING names for `v`, read by [`read_encodable`]:
+/// a string's history may decide it (see [`StringForm`]).
+pub fn encoding_name(v: &Value, limits: &Limits, form: StringForm) -> &'static str {
+    match (form, v) {
+        (StringForm::Raw, _) => "raw",
+        (StringForm::Text, Value::String(s)) if s.len() <= EMBSTR_MAX => "embstr",
+        (StringForm::Text, _) => "raw",
+        (StringForm::Fresh, _) => encoding_of(v, limits),
     }
 }
 
@@ -299,7 +306,9 @@ pub fn object(s: &mut Session, a: Args) -> Action {
             s.read_unnoticed(&key, move |r, k| {
                 Ok(match read_encodable(r, k, limits)? {
                     None => Reply::Nil,
-                    Some((value, limits, raw)) => Reply::bulk(encoding_name(&value, &limits, raw)),
+                    Some((value, limits, form)) => {
+                        Reply::bulk(encoding_name(&value, &limits, form))
+                    }
                 })
             })
         }

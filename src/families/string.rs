@@ -515,11 +515,12 @@ pub fn incrbyfloat(s: &mut Session, a: Args) -> Action {
             _ => error(args::NOT_FLOAT),
         })?;
         let expire = old.as_ref().map_or(0, |m| m.expire_ms);
+        // Redis stores the formatted number as text, never as an integer.
         keyspace::store(
             w,
             k,
             old.as_ref(),
-            &Meta::string(text.clone().into_bytes(), expire),
+            &Meta::text_string(text.clone().into_bytes(), expire),
         )?;
         w.event(notify::STRING, "incrbyfloat", k);
         Ok(Reply::bulk(text))

@@ -263,7 +263,7 @@ pub fn write(
                 }
             };
             Meta {
-                raw: false,
+                form: crate::storage::encoding::StringForm::Fresh,
                 ktype,
                 expire_ms,
                 body: MetaBody::Collection {

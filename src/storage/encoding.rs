@@ -52,7 +52,8 @@ impl KeyType {
     }
 }
 
-/// Encoding version written in the high 4 bits of the flags byte.
+/// Encoding version, written in bits 4 and 5 of the flags byte (bits 6
+/// and 7 hold a string's [`StringForm`]).
 pub const ENCODING_VERSION: u8 = 0;
 
 /// Namespace of a logical database (SELECT n). One byte holding `n`, so that
@@ -210,16 +211,34 @@ pub struct Meta {
     pub expire_ms: u64,
     /// Type-specific payload.
     pub body: MetaBody,
-    /// A string Redis would hold `raw` whatever its contents: one that
-    /// APPEND, SETRANGE or a bit command wrote in place. Redis keeps it so
-    /// until a command stores a new value (OBJECT ENCODING shows it).
-    /// Stored as [`RAW_STRING`] in the row's first byte.
-    pub raw: bool,
+    /// How Redis would hold a string, where its history decides that
+    /// (OBJECT ENCODING shows it). Stored in the row's first byte.
+    pub form: StringForm,
 }
 
-/// The bit of a `meta` row's first byte that marks a raw string (the type
-/// code is the low nibble, the encoding version the rest).
+/// How Redis holds a string value, where its history rather than its
+/// contents decides it. Redis keeps a string so until a command stores a
+/// new value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StringForm {
+    /// Stored by a command that encodes its value afresh (SET, INCR...):
+    /// an integer that fits is `int`, any other `embstr` or `raw` by its
+    /// length.
+    #[default]
+    Fresh,
+    /// A string object whatever it reads like (INCRBYFLOAT's result):
+    /// `embstr` or `raw` by its length, never `int`.
+    Text,
+    /// Written in place (APPEND, SETRANGE, a bit command): `raw` whatever
+    /// its length or contents.
+    Raw,
+}
+
+/// The bits of a `meta` row's first byte that mark a string's
+/// [`StringForm`] (the type code is the low nibble, the encoding version
+/// the bits left).
 const RAW_STRING: u8 = 0x80;
+const TEXT_STRING: u8 = 0x40;
 
 /// Type-specific part of a metadata row.
 #[derive(Clone, Debug, PartialEq)]
@@ -241,17 +260,26 @@ impl Meta {
     /// A string value with an optional expiry.
     pub fn string(value: Vec<u8>, expire_ms: u64) -> Meta {
         Meta {
-            raw: false,
+            form: StringForm::Fresh,
             ktype: KeyType::String,
             expire_ms,
             body: MetaBody::String(value),
         }
     }
 
-    /// A string value Redis would hold `raw` (see [`Meta::raw`]).
+    /// A string value Redis would hold `raw` (see [`StringForm::Raw`]).
     pub fn raw_string(value: Vec<u8>, expire_ms: u64) -> Meta {
         Meta {
-            raw: true,
+            form: StringForm::Raw,
+            ..Meta::string(value, expire_ms)
+        }
+    }
+
+    /// A string value Redis would hold as text, never as an integer (see
+    /// [`StringForm::Text`]).
+    pub fn text_string(value: Vec<u8>, expire_ms: u64) -> Meta {
+        Meta {
+            form: StringForm::Text,
             ..Meta::string(value, expire_ms)
         }
     }
@@ -282,12 +310,12 @@ impl Meta {
 
     /// Appends the encoded row to `out` (a row rewritten in place).
     pub fn encode_into(&self, out: &mut Vec<u8>) {
-        let raw = if self.raw && self.ktype == KeyType::String {
-            RAW_STRING
-        } else {
-            0
+        let form = match (self.ktype, self.form) {
+            (KeyType::String, StringForm::Raw) => RAW_STRING,
+            (KeyType::String, StringForm::Text) => TEXT_STRING,
+            _ => 0,
         };
-        out.push((ENCODING_VERSION << 4) | raw | self.ktype as u8);
+        out.push((ENCODING_VERSION << 4) | form | self.ktype as u8);
         out.extend_from_slice(&self.expire_ms.to_be_bytes());
         match &self.body {
             MetaBody::String(v) => out.extend_from_slice(v),
@@ -319,7 +347,11 @@ impl Meta {
             }
         };
         Ok(Meta {
-            raw: ktype == KeyType::String && raw[0] & RAW_STRING != 0,
+            form: match ktype {
+                KeyType::String if raw[0] & RAW_STRING != 0 => StringForm::Raw,
+                KeyType::String if raw[0] & TEXT_STRING != 0 => StringForm::Text,
+                _ => StringForm::Fresh,
+            },
             ktype,
             expire_ms,
             body,
@@ -357,8 +389,17 @@ mod tests {
     fn meta_round_trips() {
         let s = Meta::string(b"hello".to_vec(), 1234);
         assert_eq!(Meta::decode(&s.encode()).unwrap(), s);
+        // A string's form travels in the first byte, beside its type.
+        for form in [Meta::raw_string, Meta::text_string] {
+            let m = form(b"100".to_vec(), 5);
+            assert_eq!(Meta::decode(&m.encode()).unwrap(), m);
+            assert_eq!(
+                Meta::peek_header(&m.encode()).unwrap(),
+                (KeyType::String, 5)
+            );
+        }
         let c = Meta {
-            raw: false,
+            form: StringForm::Fresh,
             ktype: KeyType::List,
             expire_ms: 0,
             body: MetaBody::Collection {

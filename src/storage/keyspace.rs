@@ -630,7 +630,7 @@ mod tests {
                     .unwrap();
                 }
                 let m = Meta {
-                    raw: false,
+                    form: crate::storage::encoding::StringForm::Fresh,
                     ktype: KeyType::Hash,
                     expire_ms: 0,
                     body: MetaBody::Collection {

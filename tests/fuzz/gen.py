@@ -217,8 +217,12 @@ class Gen:
     def g_keyspace(self):
         c = self.ch(["DEL", "UNLINK", "EXISTS", "TYPE", "RENAME", "RENAMENX", "COPY", "EXPIRE", "PEXPIRE",
                      "EXPIREAT", "PEXPIREAT", "TTL", "PTTL", "EXPIRETIME", "PEXPIRETIME", "PERSIST", "DBSIZE",
-                     "KEYS", "TOUCH", "EXPIRE", "TTL", "TYPE", "EXISTS"])
+                     "KEYS", "TOUCH", "EXPIRE", "TTL", "TYPE", "EXISTS", "OBJECT"])
         k = self.key()
+        if c == "OBJECT":
+            # The encoding cairn works out must follow Redis's conversions
+            # through any history of writes.
+            return ["OBJECT", "ENCODING", k], "strict"
         if c in ("DEL", "UNLINK", "EXISTS", "TOUCH"):
             return [c] + self.keys(1, 3), "strict"
         if c in ("TYPE", "PERSIST"):

@@ -33,13 +33,16 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
                 return Ok(Reply::err("no such key"));
             };
             let meta = Meta::decode(&row)?;
-            let (limits, raw) = (crate::families::object::limits_for(limits, &meta), meta.raw);
+            let (limits, form) = (
+                crate::families::object::limits_for(limits, &meta),
+                meta.form,
+            );
             let (value, _) = super::digest::with_value(r, key, meta)?;
             let idle = server.access.idle_secs(db, &name);
             let lru = (crate::shard::now_ms() / 1000).saturating_sub(idle) & LRU_CLOCK_MAX;
             Ok(Reply::Status(describe(
                 &value,
-                (&limits, raw),
+                (&limits, form),
                 compressed,
                 db,
                 &name,
@@ -52,7 +55,7 @@ pub fn object(s: &Session, key: &bytes::Bytes) -> Action {
 
 fn describe(
     value: &Value,
-    (limits, raw): (&Limits, bool),
+    (limits, form): (&Limits, crate::storage::encoding::StringForm),
     compressed: bool,
     db: u8,
     name: &[u8],
@@ -70,7 +73,7 @@ fn describe(
     let mut line = format!(
         "Value at:{:#x} refcount:{refcount} encoding:{} serializedlength:{} lru:{lru} lru_seconds_idle:{idle}",
         address(db, name),
-        encoding_name(value, limits, raw),
+        encoding_name(value, limits, form),
         // Without the type byte, as Redis's rdbSavedObjectLen counts.
         body.len() - 1,
     );
@@ -104,7 +107,7 @@ mod tests {
         let l = Limits::default();
         let s = describe(
             &Value::String(b"bar".to_vec()),
-            (&l, false),
+            (&l, crate::storage::encoding::StringForm::Fresh),
             false,
             0,
             b"k",
@@ -116,7 +119,7 @@ mod tests {
         );
         let n = describe(
             &Value::String(b"123".to_vec()),
-            (&l, false),
+            (&l, crate::storage::encoding::StringForm::Fresh),
             false,
             0,
             b"k",
@@ -125,7 +128,15 @@ mod tests {
         );
         assert!(n.contains(" refcount:2147483647 encoding:int serializedlength:2 "));
         let items = vec![b"a".to_vec(), b"b".to_vec(), b"c".to_vec()];
-        let q = describe(&Value::List(items), (&l, false), false, 0, b"k", 5, 0);
+        let q = describe(
+            &Value::List(items),
+            (&l, crate::storage::encoding::StringForm::Fresh),
+            false,
+            0,
+            b"k",
+            5,
+            0,
+        );
         assert!(q.ends_with(" serializedlength:19 lru:5 lru_seconds_idle:0 ql_nodes:1 ql_avg_node:3.00 ql_listpack_max:-2 ql_compressed:0 ql_uncompressed_size:16"));
     }
 }

@@ -330,7 +330,7 @@ pub fn from_meta(m: Option<Meta>, key: Key) -> Result<Option<Stream>, Fail> {
 pub fn create(w: &mut WriteCtx, key: Key) -> Stream {
     let version = w.new_version();
     let meta = Meta {
-        raw: false,
+        form: crate::storage::encoding::StringForm::Fresh,
         ktype: KeyType::Stream,
         expire_ms: 0,
         body: MetaBody::Collection {
