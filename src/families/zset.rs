@@ -1062,6 +1062,19 @@ pub fn zrandmember(s: &mut Session, a: Args) -> Action {
         if let Some(o) = &overflow {
             return Ok(o.close());
         }
+        if count > 0 && count as u64 >= v.size {
+            // Asked for at least all of it: Redis lists the whole set from
+            // its highest score down (its iterator starts at the tail).
+            let mut out = crate::protocol::reply::Encoder::array_body();
+            let mut len = 0;
+            walk(r, &v.prefix, true, &mut |m, score| {
+                len += View::put_pick(&mut out, m, with_scores, resp3, |out| {
+                    out.double(score, resp3)
+                });
+                true
+            })?;
+            return Ok(out.into_array(len));
+        }
         Ok(v.pick_reply(r, count, |out, m, sc| {
             View::put_pick(out, m, with_scores, resp3, |out| {
                 out.double(decode_score(sc), resp3)
