@@ -87,7 +87,7 @@ class Gen:
             cmd, norm = getattr(self, "g_" + fam)()
         cmd = [str(x) for x in cmd]
         # arity mutations
-        if self.p(0.015) and cmd[0] not in ("SPOP", "SRANDMEMBER"):
+        if self.p(0.015) and cmd[0] not in ("SPOP", "SRANDMEMBER", "ZRANDMEMBER"):
             if len(cmd) > 1:
                 cmd = cmd[:self.r.randint(1, len(cmd) - 1)]
         elif self.p(0.01):
@@ -447,8 +447,14 @@ class Gen:
                      "ZRANK", "ZREVRANK", "ZREM", "ZREMRANGEBYRANK", "ZREMRANGEBYSCORE", "ZREMRANGEBYLEX",
                      "ZPOPMIN", "ZPOPMAX", "ZUNIONSTORE", "ZINTERSTORE", "ZUNION", "ZINTER", "ZDIFF",
                      "ZDIFFSTORE", "ZINTERCARD", "ZCOUNT", "ZLEXCOUNT", "ZMPOP", "ZRANGESTORE", "ZSCAN",
-                     "BZPOPMIN", "BZMPOP"])
+                     "BZPOPMIN", "BZMPOP", "ZRANDMEMBER"])
         k = self.key()
+        if c == "ZRANDMEMBER":
+            # Only counts that take the whole set: its order is Redis's.
+            cmd = ["ZRANDMEMBER", k, self.ch(["100", "1000"])]
+            if self.p(0.5):
+                cmd.append("WITHSCORES")
+            return cmd, "strict"
         if not self.lex:
             while c in ("ZRANGEBYLEX", "ZREVRANGEBYLEX", "ZREMRANGEBYLEX", "ZLEXCOUNT"):
                 c = self.ch(["ZRANGE", "ZRANGEBYSCORE", "ZCOUNT", "ZADD", "ZRANGESTORE"])
