@@ -224,6 +224,22 @@ pub fn scan_members(
                 return Ok(reply(0, out));
             }
         }
+        // A sorted set Redis holds as a listpack is scanned whole, in
+        // score order (the listpack's); a small skiplist's order is its
+        // dict's, no order at all, so score order serves it too.
+        let listpack = match ktype {
+            KeyType::ZSet if !v.converted() => server.encoding_limits().zset_entries as u64,
+            _ => 0,
+        };
+        if ktype == KeyType::ZSet && (v.size <= SCAN_ALL_AT_ONCE || v.size <= listpack) {
+            super::zset::walk(r, &v.prefix, false, &mut |m, score| {
+                if opts.matches(m, ktype) {
+                    emit(m, &score.to_be_bytes(), &mut out);
+                }
+                true
+            })?;
+            return Ok(reply(0, out));
+        }
         if v.size <= SCAN_ALL_AT_ONCE {
             v.scan(r, &mut |m, val| {
                 if opts.matches(m, ktype) {
