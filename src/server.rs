@@ -366,8 +366,8 @@ impl Server {
             .then(|| Reply::Error(NOREPLICAS.into()))
     }
 
-    /// INFO replication's `min_slaves_good_slaves` line, shown while the
-    /// requirement is set (cairn's count of good replicas is always 0).
+    /// Whether `min-replicas-to-write` is in force (INFO replication then
+    /// shows `min_slaves_good_slaves`, always 0 here).
     pub fn replicas_required(&self) -> bool {
         self.replicas_required.load(Ordering::Relaxed)
     }

@@ -118,14 +118,23 @@ pub fn parse_card_limit(a: &Args, from: usize) -> Result<usize, Reply> {
 /// integer (the caller has checked that there are few enough for an
 /// intset); `None` as soon as one is not.
 fn intset_members(r: &dyn KvRead, v: &View) -> Result<Option<Vec<Vec<u8>>>, Fail> {
-    let mut members = Vec::with_capacity(v.size as usize);
+    let mut keyed = Vec::with_capacity(v.size as usize);
     let mut ints = true;
-    v.scan(r, &mut |m, _| {
-        ints = crate::util::num::parse_i64(m).is_some();
-        members.push(m.to_vec());
-        ints
+    v.scan(r, &mut |m, _| match crate::util::num::parse_i64(m) {
+        Some(n) => {
+            keyed.push((n, m.to_vec()));
+            true
+        }
+        None => {
+            ints = false;
+            false
+        }
     })?;
-    Ok((ints && super::set::numeric_order(&mut members, usize::MAX)).then_some(members))
+    if !ints {
+        return Ok(None);
+    }
+    keyed.sort_unstable_by_key(|(n, _)| *n);
+    Ok(Some(keyed.into_iter().map(|(_, m)| m).collect()))
 }
 
 /// Collections up to this size are scanned in one reply with cursor 0, as

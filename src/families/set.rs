@@ -21,9 +21,7 @@ const SET: KeyType = KeyType::Set;
 /// `set-max-intset-entries` members, every one an integer, never
 /// converted) holds them in numeric order; a hash table's order is no
 /// order a client can count on, so there they stay in the rows' order.
-struct Members {
-    items: Vec<Vec<u8>>,
-}
+type Members = Vec<Vec<u8>>;
 
 /// Every member of the set at `key` (`limit`: `set-max-intset-entries`):
 /// `None` if missing, WRONGTYPE if not a set.
@@ -31,13 +29,11 @@ fn members(r: &dyn KvRead, key: Key, limit: usize) -> Result<Option<Members>, Fa
     let Some(v) = View::load(r, key, SET)? else {
         return Ok(None);
     };
-    Ok(Some(Members {
-        items: view_members(r, &v, limit)?,
-    }))
+    Ok(Some(view_members(r, &v, limit)?))
 }
 
 /// The members of the set `v`, in its own order (see [`Members`]).
-fn view_members(r: &dyn KvRead, v: &View, limit: usize) -> Result<Vec<Vec<u8>>, Fail> {
+fn view_members(r: &dyn KvRead, v: &View, limit: usize) -> Result<Members, Fail> {
     let mut items = Vec::with_capacity(v.size as usize);
     v.scan(r, &mut |m, _| {
         items.push(m.to_vec());
@@ -149,8 +145,7 @@ pub fn smismember(s: &mut Session, a: Args) -> Action {
 pub fn smembers(s: &mut Session, a: Args) -> Action {
     let limit = s.server.encoding_limits().set_intset_entries;
     s.read(a.get(1), move |r, k| {
-        let items = members(r, k, limit)?.map(|m| m.items);
-        Ok(bulk_set(items.unwrap_or_default()))
+        Ok(bulk_set(members(r, k, limit)?.unwrap_or_default()))
     })
 }
 
@@ -364,23 +359,19 @@ fn combine(op: Op, sets: Vec<Option<Members>>, limit: usize) -> Combined {
                 return done(Vec::new());
             }
             let mut sets: Vec<Members> = sets.into_iter().flatten().collect();
-            let Some(smallest) = (0..sets.len()).min_by_key(|&i| sets[i].items.len()) else {
+            let Some(smallest) = (0..sets.len()).min_by_key(|&i| sets[i].len()) else {
                 return done(Vec::new());
             };
             let walked = sets.swap_remove(smallest);
-            let others: Vec<HashSet<&[u8]>> = sets
-                .iter()
-                .map(|s| s.items.iter().map(Vec::as_slice).collect())
-                .collect();
+            let others = lookups(&sets);
             let items = walked
-                .items
                 .into_iter()
                 .filter(|m| others.iter().all(|o| o.contains(m.as_slice())))
                 .collect();
             done(items)
         }
         Op::Union => {
-            let all: HashSet<Vec<u8>> = sets.into_iter().flatten().flat_map(|s| s.items).collect();
+            let all: HashSet<Vec<u8>> = sets.into_iter().flatten().flatten().collect();
             let mut items: Vec<Vec<u8>> = all.into_iter().collect();
             in_union_order(&mut items, limit);
             done(items)
@@ -396,19 +387,14 @@ fn combine(op: Op, sets: Vec<Option<Members>>, limit: usize) -> Combined {
             // removing the others' members: the copy is a hash table as
             // soon as the first set could not be an intset, whatever is
             // left of it.
-            let first_len = first.items.len();
+            let first_len = first.len();
             let walk_work = first_len * (1 + rest.len()) / 2;
-            let copy_work = first_len + rest.iter().map(|s| s.items.len()).sum::<usize>();
+            let copy_work = first_len + rest.iter().map(Vec::len).sum::<usize>();
             let copied_whole = walk_work > copy_work;
-            let first_ints = copied_whole && {
-                first_len <= limit && first.items.iter().all(|m| parse_i64(m).is_some())
-            };
-            let others: Vec<HashSet<&[u8]>> = rest
-                .iter()
-                .map(|s| s.items.iter().map(Vec::as_slice).collect())
-                .collect();
+            let first_ints =
+                copied_whole && first_len <= limit && first.iter().all(|m| parse_i64(m).is_some());
+            let others = lookups(&rest);
             let mut items: Vec<Vec<u8>> = first
-                .items
                 .into_iter()
                 .filter(|m| !others.iter().any(|o| o.contains(m.as_slice())))
                 .collect();
@@ -423,6 +409,13 @@ fn combine(op: Op, sets: Vec<Option<Members>>, limit: usize) -> Combined {
             Combined { items, hashtable }
         }
     }
+}
+
+/// Each set as a lookup table of its members.
+fn lookups(sets: &[Members]) -> Vec<HashSet<&[u8]>> {
+    sets.iter()
+        .map(|s| s.iter().map(Vec::as_slice).collect())
+        .collect()
 }
 
 /// Loads every key's set from its reader, type-checking all of them.
