@@ -202,7 +202,28 @@ def gen_round(seed, n):
     fams = rng.sample(FAMILIES, rng.choice([1, 1, 2, 2, 3]))
     g = Gen(rng, fams)
     seq = [g.gen() for _ in range(n)]
+    if rng.random() < 0.3:
+        seq = with_transactions(rng, seq)
     return seq + dump_cmds(), fams
+
+
+def with_transactions(rng, seq):
+    """Wraps some runs of commands compared byte for byte in MULTI ... EXEC:
+    each must be queued (or refused) as Redis does, and EXEC's array must
+    be Redis's (blocking commands run as their non-blocking forms there)."""
+    out, i = [], 0
+    while i < len(seq):
+        k = rng.randint(1, 4)
+        run = seq[i:i + k]
+        if rng.random() < 0.1 and all(norm == "strict" for _, norm in run):
+            out.append((["MULTI"], "strict"))
+            out.extend(run)
+            out.append((["EXEC"], "strict"))
+            i += k
+        else:
+            out.append(seq[i])
+            i += 1
+    return out
 
 
 # ---------------------------------------------------------------- shrinking
