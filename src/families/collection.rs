@@ -118,23 +118,16 @@ pub fn parse_card_limit(a: &Args, from: usize) -> Result<usize, Reply> {
 /// integer (the caller has checked that there are few enough for an
 /// intset); `None` as soon as one is not.
 fn intset_members(r: &dyn KvRead, v: &View) -> Result<Option<Vec<Vec<u8>>>, Fail> {
-    let mut keyed = Vec::with_capacity(v.size as usize);
+    let mut members = Vec::with_capacity(v.size as usize);
     let mut ints = true;
-    v.scan(r, &mut |m, _| match crate::util::num::parse_i64(m) {
-        Some(n) => {
-            keyed.push((n, m.to_vec()));
-            true
+    v.scan(r, &mut |m, _| {
+        ints = crate::util::num::parse_i64(m).is_some();
+        if ints {
+            members.push(m.to_vec());
         }
-        None => {
-            ints = false;
-            false
-        }
+        ints
     })?;
-    if !ints {
-        return Ok(None);
-    }
-    keyed.sort_unstable_by_key(|(n, _)| *n);
-    Ok(Some(keyed.into_iter().map(|(_, m)| m).collect()))
+    Ok((ints && super::set::numeric_order(&mut members, usize::MAX)).then_some(members))
 }
 
 /// Collections up to this size are scanned in one reply with cursor 0, as
@@ -221,8 +214,9 @@ pub fn scan_members(
         };
         let mut out = Vec::new();
         // An intset is scanned whole in one reply too, in numeric order.
+        let limits = server.encoding_limits();
         let intset = match ktype {
-            KeyType::Set if !v.converted() => server.encoding_limits().set_intset_entries as u64,
+            KeyType::Set if !v.converted() => limits.set_intset_entries as u64,
             _ => 0,
         };
         if v.size <= intset {
@@ -237,7 +231,7 @@ pub fn scan_members(
         // score order (the listpack's); a small skiplist's order is its
         // dict's, no order at all, so score order serves it too.
         let listpack = match ktype {
-            KeyType::ZSet if !v.converted() => server.encoding_limits().zset_entries as u64,
+            KeyType::ZSet if !v.converted() => limits.zset_entries as u64,
             _ => 0,
         };
         if ktype == KeyType::ZSet && (v.size <= SCAN_ALL_AT_ONCE || v.size <= listpack) {

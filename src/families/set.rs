@@ -56,6 +56,12 @@ fn in_union_order(items: &mut Vec<Vec<u8>>, limit: usize) {
     }
 }
 
+/// Whether `items` would make an intset: at most `limit` of them, each an
+/// integer as Redis would store one.
+fn would_be_intset(items: &[Vec<u8>], limit: usize) -> bool {
+    items.len() <= limit && items.iter().all(|m| parse_i64(m).is_some())
+}
+
 /// Puts `items` in numeric order if they would make an intset: at most
 /// `limit` of them, each an integer as Redis would store one. Whether they
 /// would.
@@ -391,17 +397,14 @@ fn combine(op: Op, sets: Vec<Option<Members>>, limit: usize) -> Combined {
             let walk_work = first_len * (1 + rest.len()) / 2;
             let copy_work = first_len + rest.iter().map(Vec::len).sum::<usize>();
             let copied_whole = walk_work > copy_work;
-            let first_ints =
-                copied_whole && first_len <= limit && first.iter().all(|m| parse_i64(m).is_some());
+            let first_ints = copied_whole && would_be_intset(&first, limit);
             let others = lookups(&rest);
             let mut items: Vec<Vec<u8>> = first
                 .into_iter()
                 .filter(|m| !others.iter().any(|o| o.contains(m.as_slice())))
                 .collect();
             let hashtable = if copied_whole && !first_ints {
-                !items.is_empty()
-                    && items.len() <= limit
-                    && items.iter().all(|m| parse_i64(m).is_some())
+                !items.is_empty() && would_be_intset(&items, limit)
             } else {
                 numeric_order(&mut items, limit);
                 false
