@@ -33,7 +33,7 @@ fn members(r: &dyn KvRead, key: Key, limit: usize) -> Result<Option<Members>, Fa
 }
 
 /// The members of the set `v`, in its own order (see [`Members`]).
-fn view_members(r: &dyn KvRead, v: &View, limit: usize) -> Result<Members, Fail> {
+pub(crate) fn view_members(r: &dyn KvRead, v: &View, limit: usize) -> Result<Members, Fail> {
     let mut items = Vec::with_capacity(v.size as usize);
     v.scan(r, &mut |m, _| {
         items.push(m.to_vec());

@@ -542,17 +542,9 @@ fn load(r: &dyn KvRead, k: Key, o: &Opts) -> Result<Job, Fail> {
             elems.push(m.to_vec());
             true
         })?,
-        // A set's rows are its members, in member order; kept in its own
-        // order, an intset lists them in numeric order, as Redis does.
-        KeyType::Set => {
-            v.scan(r, &mut |m, _| {
-                elems.push(m.to_vec());
-                true
-            })?;
-            if !job.sort && !v.converted() {
-                super::set::numeric_order(&mut elems, o.intset_limit);
-            }
-        }
+        // A set in its own order, SMEMBERS's (kept so without sorting, as
+        // Redis keeps it).
+        KeyType::Set => elems = super::set::view_members(r, &v, o.intset_limit)?,
         // A list's rows hold its elements in index order.
         _ => v.scan(r, &mut |_, val| {
             elems.push(val.to_vec());
