@@ -751,24 +751,37 @@ impl ShardCore {
     /// Whether a thread holding this core (a client's, or the
     /// coordinator task's) may run a multi-shard round here (see
     /// `ShardSet::run_round_here`): as for a client's writes, and only if
-    /// the round needs no sync first (that is the actor's to do).
-    pub(super) fn takes_round_here(&self) -> bool {
-        self.runs_here() && !self.must_sync_for_round()
+    /// the round needs no sync first (that is the actor's to do). Under
+    /// `always` only the coordinator's thread may, on the conditions of
+    /// [`ShardCore::defers_here`]: its rounds' records are fsynced, and it
+    /// makes a shard's deferred commits durable before a round begins
+    /// there ([`ShardCore::ready_for_round`]), as the actor would.
+    pub(super) fn takes_round_here(&self, client: bool) -> bool {
+        match self.durability.get() {
+            Durability::Always => !client && self.defers_here(),
+            _ => self.runs_here() && !self.must_sync_for_round(),
+        }
+    }
+
+    /// Makes the state a round begins from here durable where its redo
+    /// after a crash needs it (see `intent`): when the coordination log
+    /// is long, and under `always` when clients' threads left deferred
+    /// commits (see `storage::group`).
+    fn ready_for_round(&mut self) -> Result<(), StoreError> {
+        let deferred = self.shared.store().is_ok_and(|s| s.awaits_sync());
+        match self.must_sync_for_round() || deferred {
+            true => self.sync(),
+            false => Ok(()),
+        }
     }
 
     /// Serves a coordinator until it commits or aborts.
     fn serve_lock(&mut self, lock: Lock) {
         use super::coordinator::Step;
         self.flush();
-        // The state a round begins from here must be durable, for its
-        // redo after a crash (see `intent`): deferred commits of clients'
-        // threads (`always`) are made so first.
-        let deferred = self.shared.store().is_ok_and(|s| s.awaits_sync());
-        if self.must_sync_for_round() || deferred {
-            if let Err(e) = self.sync() {
-                tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
-                return;
-            }
+        if let Err(e) = self.ready_for_round() {
+            tracing::error!(shard = self.shared.id, error = %e, "cannot lock shard");
+            return;
         }
         let base = match self.base() {
             Ok(b) => b,
@@ -960,6 +973,9 @@ pub(super) fn run_round_here(
     let all = |r: Reply| vec![r; n];
     for core in cores.iter_mut() {
         core.flush();
+        if let Err(e) = core.ready_for_round() {
+            return all(Reply::err(e));
+        }
     }
     let shareds: Vec<Arc<ShardShared>> = cores.iter().map(|c| c.shared.clone()).collect();
     let bases = match cores

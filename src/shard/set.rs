@@ -554,11 +554,13 @@ impl ShardSet {
     /// mailboxes (and the coordinator) are checked again: a round of the
     /// coordinator that will lock any of these shards has not asked for
     /// them yet, and takes its id later, so each shard's rounds keep
-    /// ascending ids, as redo after a crash needs (see `intent`). Not
-    /// under `always`, whose rounds fsync their record on the shards'
-    /// threads. A round of pipelines' independent writes (`independent`)
-    /// leaves no record in the coordination log (see
-    /// `CommitRound::record`).
+    /// ascending ids, as redo after a crash needs (see `intent`). Under
+    /// `always` only the coordinator runs rounds here, each fsyncing its
+    /// record before its parts commit (a client's round would block its
+    /// thread in that fsync, alone: the coordinator's gather many
+    /// clients' commands under one). Otherwise a round of pipelines'
+    /// independent writes (`independent`) leaves no record in the
+    /// coordination log (see `CommitRound::record`).
     pub(super) fn run_round_here(
         &self,
         ids: &[usize],
@@ -576,13 +578,14 @@ impl ShardSet {
                     .iter()
                     .all(|&id| self.shared[id].mailed.load(SeqCst) == 0)
         };
-        if self.durability() == Durability::Always || !free(&ids) {
+        let always = self.durability() == Durability::Always;
+        if (always && client) || !free(&ids) {
             return Err(plans);
         }
         let mut cores = Vec::with_capacity(ids.len());
         for &id in &ids {
             match self.cores[id].try_lock() {
-                Some(core) if core.takes_round_here() => cores.push(Taken::new(core, false)),
+                Some(core) if core.takes_round_here(client) => cores.push(Taken::new(core, false)),
                 _ => return Err(plans),
             }
         }
@@ -591,8 +594,10 @@ impl ShardSet {
             with: super::intent::encode_with(&ids),
             parts: Default::default(),
             log: self.intent.clone(),
-            sync: false,
-            record: !independent,
+            // Under `always` the record, fsynced, is the round's
+            // durability on every shard, independent writes included.
+            sync: always,
+            record: !independent || always,
             messages: Default::default(),
             tracked: Default::default(),
         };
@@ -1392,6 +1397,46 @@ mod tests {
             assert_eq!(records[0].starts, starts);
             assert_eq!(seq(0), starts[0].unwrap() + 1);
             assert_eq!(seq(1), starts[1].unwrap() + 1);
+            set.shutdown().await;
+        });
+    }
+
+    /// Under `always` the coordinator's thread runs a round here, a
+    /// client's does not: the shard's deferred commit (a client's write
+    /// awaiting its sync) is made durable and published first, the round
+    /// begins right after it, and its record is in the coordination log,
+    /// fsynced, before its parts commit.
+    #[test]
+    fn under_always_the_coordinator_runs_a_round_here_from_a_durable_state() {
+        use crate::shard::coordinator::spread;
+        let dir = tempfile::tempdir().unwrap();
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let set = open_shards(dir.path(), Durability::Always, 2);
+            let Ok(Ran::Pending(deferred, replies)) = set.run_here(0, vec![put_key(b"z")]) else {
+                panic!("a free core defers a client's write under always");
+            };
+            assert_eq!(replies, vec![Reply::Ok]);
+            let store = set.shard(0).store().unwrap();
+            assert!(!store.is_durable(deferred));
+            let plan = || spread(vec![(0, put_key(b"a")), (1, put_key(b"b"))]);
+            assert!(set.run_plan_here(&[0, 1], plan(), true).is_err());
+            let replies = set
+                .run_round_here(&[0, 1], vec![plan()], false, true)
+                .unwrap_or_else(|_| panic!("free shards take the coordinator's round"));
+            assert_eq!(replies, vec![Reply::Array(vec![Reply::Ok, Reply::Ok])]);
+            assert!(store.is_durable(deferred));
+            assert!(store.is_durable(deferred + 1));
+            // Independent writes, yet recorded: the record is their fsync.
+            let (_, records) = IntentLog::open(dir.path(), 2, 0).unwrap();
+            assert_eq!(records.len(), 1);
+            assert_eq!(records[0].starts[0], Some(deferred));
+            let snap = set.shard(1).snapshot().unwrap();
+            assert_eq!(snap.get(Table::Meta, b"b").unwrap(), Some(b"v".to_vec()));
+            assert_eq!(
+                set.shard(0).stats.coordinated_here.load(Ordering::Relaxed),
+                1
+            );
             set.shutdown().await;
         });
     }
