@@ -438,9 +438,9 @@ commands! {
         "Return a serialized version of the value stored at the specified key.", "key", "nondeterministic_output";
     "echo", 2, "loading stale fast", (0, 0, 0), "", "@fast @connection", "connection", "1.0.0", server::echo,
         "Echo the given string.", "message", "";
-    "eval", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "2.6.0", scripting::eval,
+    "eval", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst, RW and UPDATE", "@slow @scripting", "scripting", "2.6.0", scripting::eval,
         "Execute a Lua script server side.", "script numkeys [key [key ...]] [arg [arg ...]]", "";
-    "eval_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "7.0.0", scripting::eval_ro,
+    "eval_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS | We cannot tell how the keys will be used so we assume the worst, RO and ACCESS", "@slow @scripting", "scripting", "7.0.0", scripting::eval_ro,
         "Execute a read-only Lua script server side.", "script numkeys [key [key ...]] [arg [arg ...]]", "";
     "evalsha", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE", "@slow @scripting", "scripting", "2.6.0", scripting::evalsha,
         "Execute a Lua script server side.", "sha1 numkeys [key [key ...]] [arg [arg ...]]", "";
@@ -456,9 +456,9 @@ commands! {
         "Set the expiration for a key as a UNIX timestamp.", "key unix-time-seconds [NX|XX|GT|LT]", "";
     "expiretime", 2, "readonly fast", (1, 1, 1), "RO ACCESS", "@keyspace @read @fast", "generic", "7.0.0", generic::expiretime,
         "Get the expiration Unix timestamp for a key.", "key", "";
-    "fcall", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "7.0.0", functions::fcall,
+    "fcall", -3, "noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RW ACCESS UPDATE | We cannot tell how the keys will be used so we assume the worst, RW and UPDATE", "@slow @scripting", "scripting", "7.0.0", functions::fcall,
         "Invoke a function.", "function numkeys [key [key ...]] [arg [arg ...]]", "";
-    "fcall_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS | We cannot tell how the keys will be used so we assume the worst", "@slow @scripting", "scripting", "7.0.0", functions::fcall_ro,
+    "fcall_ro", -3, "readonly noscript stale skip_monitor no_mandatory_keys", (2, 3, 0), "RO ACCESS | We cannot tell how the keys will be used so we assume the worst, RO and ACCESS", "@slow @scripting", "scripting", "7.0.0", functions::fcall_ro,
         "Invoke a read-only function.", "function numkeys [key [key ...]] [arg [arg ...]]", "";
     "flushall", -1, "write", (0, 0, 0), "", "@keyspace @write @slow @dangerous", "server", "1.0.0", generic::flushall,
         "Remove all keys from all databases.", "[ASYNC|SYNC]", "request_policy:all_shards response_policy:all_succeeded";
