@@ -698,6 +698,8 @@ pub fn lcs(s: &mut Session, a: Args) -> Action {
         }
         Ok((want_len, want_idx, with_len, min_len))
     };
+    // The DP table Redis refuses past proto-max-bulk-len (see `util::lcs`).
+    let max_table = s.server.runtime.read().proto_max_bulk_len();
     s.read_many(keys, move |r, k| {
         let sa = read_string(r[0], k[0]);
         let sb = read_string(r[1], k[1]);
@@ -709,7 +711,10 @@ pub fn lcs(s: &mut Session, a: Args) -> Action {
             }
         };
         let (want_len, want_idx, with_len, min_len) = parse()?;
-        let result = lcs_algo::lcs(&sa, &sb);
+        let result = match lcs_algo::lcs(&sa, &sb, max_table) {
+            Ok(result) => result,
+            Err(refused) => return Ok(Reply::err(refused.message())),
+        };
         if want_len {
             return Ok(Reply::Int(result.len as i64));
         }

@@ -13,10 +13,10 @@
 //!   when the run is broken or reaches the start of either string — so
 //!   matches are listed from the end of the strings towards the start.
 //!
-//! The table costs `(a.len() + 1) * (b.len() + 1)` `u32`s, as in Redis;
-//! callers should bound the input sizes (Redis refuses with "ERR
-//! Insufficient memory, transient memory for LCS exceeds
-//! proto-max-bulk-len" when that table would be too large).
+//! The table costs `(a.len() + 1) * (b.len() + 1)` `u32`s, as in Redis,
+//! and is refused as Redis refuses it (see [`Refused`]): past
+//! `proto-max-bulk-len` bytes, or when it cannot be allocated. Two strings
+//! of 100 KB would otherwise ask for 40 GB and end the process.
 
 /// One `IDX` match: a run of bytes common to both strings.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,10 +62,23 @@ pub fn filter_matches(matches: &[Match], min_match_len: usize) -> Vec<Match> {
 /// Computes the longest common subsequence of `a` and `b` and its match
 /// ranges exactly as Redis 7.0's `LCS` does (see the module docs for the
 /// tie-breaking that picks among equally long answers).
-pub fn lcs(a: &[u8], b: &[u8]) -> Lcs {
+pub fn lcs(a: &[u8], b: &[u8], max_table_bytes: u64) -> Result<Lcs, Refused> {
+    // Lengths that would not fit the table's `u32` cells.
+    if a.len() as u64 >= u64::from(u32::MAX) - 1 || b.len() as u64 >= u64::from(u32::MAX) - 1 {
+        return Err(Refused::TooLong);
+    }
     let width = b.len() + 1;
+    let cells = (a.len() as u64 + 1) * width as u64;
+    if cells.saturating_mul(4) > max_table_bytes {
+        return Err(Refused::OverLimit);
+    }
     // table[i * width + j] = LCS length of a[..i] and b[..j].
-    let mut table = vec![0u32; (a.len() + 1) * width];
+    let cells = usize::try_from(cells).map_err(|_| Refused::NoMemory)?;
+    let mut table = Vec::new();
+    table
+        .try_reserve_exact(cells)
+        .map_err(|_| Refused::NoMemory)?;
+    table.resize(cells, 0u32);
     for i in 1..=a.len() {
         for j in 1..=b.len() {
             table[i * width + j] = if a[i - 1] == b[j - 1] {
@@ -115,10 +128,35 @@ pub fn lcs(a: &[u8], b: &[u8]) -> Lcs {
             });
         }
     }
-    Lcs {
+    Ok(Lcs {
         string,
         len: total,
         matches,
+    })
+}
+
+/// Why [`lcs`] refused to build its table: Redis 7.0's errors, in the
+/// order it checks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// A string too long for the table's cells.
+    TooLong,
+    /// A table larger than `proto-max-bulk-len`.
+    OverLimit,
+    /// A table the allocator could not give.
+    NoMemory,
+}
+
+impl Refused {
+    /// The error reply's text.
+    pub fn message(self) -> &'static str {
+        match self {
+            Refused::TooLong => "String too long for LCS",
+            Refused::OverLimit => {
+                "Insufficient memory, transient memory for LCS exceeds proto-max-bulk-len"
+            }
+            Refused::NoMemory => "Insufficient memory, failed allocating transient memory for LCS",
+        }
     }
 }
 
@@ -135,9 +173,18 @@ mod tests {
     }
 
     #[test]
+    fn a_table_past_the_limit_is_refused_before_it_is_allocated() {
+        // (3 + 1) * (2 + 1) cells of 4 bytes: 48 bytes.
+        assert!(lcs(b"abc", b"ab", 48).is_ok());
+        assert_eq!(lcs(b"abc", b"ab", 47), Err(Refused::OverLimit));
+        let big = vec![b'x'; 1 << 20];
+        assert_eq!(lcs(&big, &big, 512 << 20), Err(Refused::OverLimit));
+    }
+
+    #[test]
     fn redis_docs_example() {
         // LCS k1 k2 IDX WITHMATCHLEN on ohmytext / mynewtext.
-        let r = lcs(b"ohmytext", b"mynewtext");
+        let r = lcs(b"ohmytext", b"mynewtext", u64::MAX).unwrap();
         assert_eq!(r.string, b"mytext");
         assert_eq!(r.len, 6);
         assert_eq!(r.matches, vec![m((4, 7), (5, 8)), m((2, 3), (0, 1))]);
@@ -156,7 +203,7 @@ mod tests {
             (b"abc", b"xyz"),
             (b"", b""),
         ] {
-            let r = lcs(a, b);
+            let r = lcs(a, b, u64::MAX).unwrap();
             assert_eq!(r.len, 0);
             assert!(r.string.is_empty());
             assert!(r.matches.is_empty());
@@ -166,15 +213,15 @@ mod tests {
     #[test]
     fn tie_breaking_matches_redis() {
         // Observed: "aaaa" vs "aa" matches the *last* two bytes of a.
-        let r = lcs(b"aaaa", b"aa");
+        let r = lcs(b"aaaa", b"aa", u64::MAX).unwrap();
         assert_eq!(r.matches, vec![m((2, 3), (0, 1))]);
         // "abcabc" vs "cba": of the length-2 answers ("cb", "ca", "ba") the
         // walk yields "cb", at a[2], a[4] against b[0], b[1].
-        let r = lcs(b"abcabc", b"cba");
+        let r = lcs(b"abcabc", b"cba", u64::MAX).unwrap();
         assert_eq!(r.matches, vec![m((4, 4), (1, 1)), m((2, 2), (0, 0))]);
         assert_eq!(r.string, b"cb");
         // "ab" vs "ba": a single one-byte match at the start.
-        let r = lcs(b"ab", b"ba");
+        let r = lcs(b"ab", b"ba", u64::MAX).unwrap();
         assert_eq!(r.matches, vec![m((1, 1), (0, 0))]);
         assert_eq!(r.string, b"b");
     }
@@ -187,7 +234,7 @@ mod tests {
         }
         let a = b"the quick brown fox jumps over the lazy dog";
         let b = b"pack my box with five dozen liquor jugs";
-        let r = lcs(a, b);
+        let r = lcs(a, b, u64::MAX).unwrap();
         assert!(is_subseq(&r.string, a) && is_subseq(&r.string, b));
         assert_eq!(r.string.len(), r.len);
         // The ranges cover exactly the subsequence, back to front.
