@@ -1,4 +1,5 @@
 import random
+import zlib
 
 KEYS = ["k1", "k2", "k3", "k4"]
 FIELDS = ["f1", "f2", "f3", "a", "b", ""]
@@ -27,6 +28,11 @@ class Gen:
         self.intmembers = rng.random() < 0.2
         self.maxvar = 4 if not big else 12
         self.safe_weights = rng.random() < 0.7
+        # Set once a SORT has run: Redis then holds a small sorted set it
+        # sorted as a skiplist, which cairn does not (DESIGN-NOTES, "SORT
+        # and a small sorted set's encoding"): OBJECT ENCODING and a -0
+        # score, which a skiplist keeps, are left out from there on.
+        self.sorted = False
 
     # ---------- helpers ----------
     def ch(self, seq):
@@ -86,11 +92,15 @@ class Gen:
             fam = self.ch(self.families) if self.p(0.85) else self.ch(list(FAMILIES))
             cmd, norm = getattr(self, "g_" + fam)()
         cmd = [str(x) for x in cmd]
+        if self.sorted and cmd[0].upper().startswith(("Z", "GEO", "BZ")):
+            cmd = [cmd[0]] + ["0" if x == "-0" else x for x in cmd[1:]]
         # arity mutations
         # Cut short, these become random picks or SCAN pages, whose
         # contents Redis does not fix.
+        # Geo searches and SORT lose the option that fixed their order.
         if self.p(0.015) and cmd[0] not in ("SPOP", "SRANDMEMBER", "ZRANDMEMBER", "SSCAN",
-                                            "HSCAN", "ZSCAN"):
+                                            "HSCAN", "ZSCAN", "GEOSEARCH", "GEORADIUS",
+                                            "GEORADIUSBYMEMBER", "SORT", "SORT_RO"):
             if len(cmd) > 1:
                 cmd = cmd[:self.r.randint(1, len(cmd) - 1)]
         elif self.p(0.01):
@@ -105,7 +115,8 @@ class Gen:
         c = self.ch(["SET", "SET", "SET", "GET", "GET", "GETDEL", "GETEX", "APPEND", "INCR", "DECR", "INCRBY",
                      "DECRBY", "INCRBYFLOAT", "SETRANGE", "GETRANGE", "SUBSTR", "STRLEN", "MSET", "MGET",
                      "MSETNX", "SETNX", "SETEX", "PSETEX", "GETSET", "SETBIT", "GETBIT", "BITCOUNT",
-                     "BITPOS", "BITOP", "LCS", "SETBIT", "BITCOUNT", "BITPOS"])
+                     "BITPOS", "BITOP", "LCS", "SETBIT", "BITCOUNT", "BITPOS", "BITFIELD",
+                     "BITFIELD", "BITFIELD_RO"])
         k = self.key()
         if c == "SET":
             cmd = ["SET", k, self.val()]
@@ -202,6 +213,8 @@ class Gen:
             if op == "NOT" and self.p(0.8):
                 return ["BITOP", op, self.key(), self.key()], "strict"
             return ["BITOP", op, self.key()] + self.keys(1, 3), "strict"
+        if c in ("BITFIELD", "BITFIELD_RO"):
+            return self.bitfield(c, k), "strict"
         if c == "LCS":
             cmd = ["LCS", self.key(), self.key()]
             o = self.ch(["", "LEN", "IDX", "IDXM"])
@@ -216,6 +229,176 @@ class Gen:
             return cmd, "strict"
         raise Exception(c)
 
+    def bitfield(self, c, k):
+        """BITFIELD's operations in any order: types signed and unsigned of
+        every width (and invalid ones), offsets plain and `#`-scaled, the
+        three overflow policies."""
+        cmd = [c, k]
+        for _ in range(self.r.randint(0, 4)):
+            op = self.ch(["GET", "GET", "SET", "INCRBY", "OVERFLOW"]) if c == "BITFIELD" else "GET"
+            if op == "OVERFLOW":
+                cmd += [op, self.ch(["WRAP", "SAT", "FAIL", "fail", "x"])]
+                continue
+            width = self.ch(["1", "3", "4", "8", "8", "16", "31", "32", "63", "64", "0", "65"])
+            kind = self.ch(["u", "i", "i", "U", "x"]) if self.p(0.1) else self.ch(["u", "i"])
+            offset = self.ch(["0", "1", "3", "7", "8", "13", "100", "#0", "#1", "#3", "-1", "x"])
+            cmd += [op, kind + width, offset]
+            if op == "SET":
+                cmd.append(self.sint(-300, 300))
+            elif op == "INCRBY":
+                cmd.append(self.ch(["1", "-1", "100", "-100", "127", "-128", "300", "x"]))
+        if self.p(0.05):
+            cmd.append(self.ch(["GET", "SET", "u8", "OVERFLOW"]))
+        return cmd
+
+    # ---------- HyperLogLog ----------
+    def g_hll(self):
+        """PFADD, PFCOUNT and PFMERGE over few and many elements: the sparse
+        and dense encodings and the conversion between them, whose bytes
+        GET compares at the end of a round."""
+        c = self.ch(["PFADD", "PFADD", "PFADD", "PFCOUNT", "PFCOUNT", "PFMERGE"])
+        k = self.key()
+        if c == "PFADD":
+            if self.p(0.15):
+                # Enough distinct elements to pass hll-sparse-max-bytes.
+                base = self.r.randint(0, 10 ** 6)
+                n = self.r.randint(200, 3000)
+                return ["PFADD", k] + ["e%d" % (base + i) for i in range(n)], "strict"
+            return ["PFADD", k] + [self.member() for _ in range(self.r.randint(0, 4))], "strict"
+        if c == "PFCOUNT":
+            return ["PFCOUNT"] + self.keys(1, 3), "strict"
+        return ["PFMERGE", self.key()] + self.keys(0, 3), "strict"
+
+    # ---------- geo ----------
+    def lonlat(self):
+        if self.p(0.05):
+            return [self.ch(["181", "-180.1", "x", "0"]), self.ch(["86", "-85.06", "0", "y"])]
+        return [self.ch(["13.361389", "13.361389", "15.087269", "-122.4194", "0", "179.9", "-179.9",
+                         "2.3522", "13.5"]),
+                self.ch(["38.115556", "37.502669", "37.7749", "0", "85.05", "-85.05", "48.8566",
+                         "38.0"])]
+
+    def member_lonlat(self, m):
+        """Where a member lies: a place of its own, the same each time, so
+        that no two members share one. Redis orders members at equal
+        distances (a COUNT below the number found sorts only part of
+        them) in a way that depends on its sort's internals."""
+        h = zlib.crc32(m.encode())
+        return ["%.6f" % (-179 + (h % 358000) / 1000.0),
+                "%.6f" % (-84 + ((h >> 8) % 168000) / 1000.0)]
+
+    def geo_shape(self):
+        if self.p(0.5):
+            out = ["BYRADIUS", self.ch(["0", "1", "100", "200", "500", "20000", "-1", "x"])]
+        else:
+            out = ["BYBOX", self.ch(["100", "400", "1000", "0"]), self.ch(["100", "400", "5000", "-1"])]
+        return out + [self.ch(["m", "km", "km", "mi", "ft", "KM", "parsec"])]
+
+    def geo_options(self, store=False):
+        """Shared by GEOSEARCH, GEOSEARCHSTORE and GEORADIUS: an order, a
+        count (ANY or not) and, unless storing, what to return with each
+        member. Without an order or a count, Redis lists what it found in
+        the order it walked the geohash boxes: compared as a set."""
+        opts, norm = [], "sortlist"
+        if self.p(0.6):
+            opts.append(self.ch(["ASC", "DESC", "asc"]))
+            norm = "strict"
+        if self.p(0.4):
+            opts += ["COUNT", self.ch(["1", "2", "3", "0", "-1"])]
+            norm = "strict"
+            if not store and self.p(0.2):
+                # ANY stops at the first members found, which depend on
+                # the order the boxes are walked in: only how many.
+                opts.append("ANY")
+                norm = "arraylen"
+        if store:
+            norm = "strict"
+        else:
+            for w in ("WITHCOORD", "WITHDIST", "WITHHASH"):
+                if self.p(0.35):
+                    opts.append(w)
+        self.r.shuffle(opts) if self.p(0.2) else None
+        return opts, norm
+
+    def g_geo(self):
+        c = self.ch(["GEOADD", "GEOADD", "GEOADD", "GEODIST", "GEOPOS", "GEOHASH", "GEOSEARCH",
+                     "GEOSEARCH", "GEOSEARCHSTORE", "GEORADIUS", "GEORADIUSBYMEMBER"])
+        k = self.key()
+        if c == "GEOADD":
+            # Members' scores are their places': lex ranges over them are
+            # Redis-undefined from here on.
+            self.lex = False
+            cmd = ["GEOADD", k]
+            if self.p(0.2):
+                cmd.append(self.ch(["NX", "XX"]))
+            if self.p(0.2):
+                cmd.append("CH")
+            for _ in range(self.r.randint(1, 3)):
+                m = self.member()
+                where = self.lonlat() if self.p(0.03) else self.member_lonlat(m)
+                cmd += where + [m]
+            return cmd, "strict"
+        if c == "GEODIST":
+            cmd = ["GEODIST", k, self.member(), self.member()]
+            if self.p(0.6):
+                cmd.append(self.ch(["m", "km", "mi", "ft", "x"]))
+            return cmd, "strict"
+        if c in ("GEOPOS", "GEOHASH"):
+            return [c, k] + [self.member() for _ in range(self.r.randint(0, 3))], "strict"
+        if c in ("GEOSEARCH", "GEOSEARCHSTORE"):
+            cmd = [c, self.key(), k] if c == "GEOSEARCHSTORE" else [c, k]
+            center = ["FROMMEMBER", self.member()] if self.p(0.5) else ["FROMLONLAT"] + self.lonlat()
+            opts, norm = self.geo_options(store=c == "GEOSEARCHSTORE")
+            cmd += center + self.geo_shape() + opts
+            if c == "GEOSEARCHSTORE" and self.p(0.4):
+                cmd.append("STOREDIST")
+            return cmd, norm
+        store = self.p(0.3)
+        opts, norm = self.geo_options(store=store)
+        radius = [self.ch(["1", "100", "500", "20000", "-1"]), self.ch(["m", "km", "mi", "ft"])]
+        if c == "GEORADIUS":
+            cmd = [c, k] + self.lonlat() + radius + opts
+        else:
+            cmd = [c, k, self.member()] + radius + opts
+        if store:
+            cmd += [self.ch(["STORE", "STOREDIST"]), self.key()]
+        return cmd, norm
+
+    # ---------- SORT ----------
+    def g_sort(self):
+        """SORT and SORT_RO of lists, sets and sorted sets, by the elements
+        themselves or through patterns that read other keys (the elements
+        1-4 name k1-k4) and hash fields, with GET, LIMIT and STORE."""
+        c = self.ch(["SORT", "SORT", "SORT", "SORT_RO"])
+        cmd = [c, self.key()]
+        self.sorted = True
+        by = None
+        if self.p(0.4):
+            by = self.ch(["k*", "k*->f1", "k*->a", "nosort", "x*", "k*->"])
+            cmd += ["BY", by]
+        limit = self.p(0.3) and by != "nosort"
+        if limit:
+            cmd += ["LIMIT", self.sint(-1, 3), self.sint(-1, 5)]
+        for _ in range(self.r.randint(0, 2) if self.p(0.4) else 0):
+            cmd += ["GET", self.ch(["#", "k*", "k*->f1", "k*->b", "x*"])]
+        if self.p(0.3):
+            cmd.append(self.ch(["ASC", "DESC"]))
+        alpha = self.p(0.4)
+        if alpha:
+            cmd.append("ALPHA")
+        # Where Redis leaves an order to its hash tables, only the members
+        # are compared: a set's BY nosort (Redis fixes an intset's order
+        # only: set_order.txt pins that), and ALPHA BY a pattern, which
+        # Redis does not break ties of (equal or missing weights keep the
+        # order elements were loaded in, a set's or sorted set's from its
+        # hash table; with LIMIT, its partial sort picks which of them).
+        unordered = by == "nosort" or (alpha and by is not None)
+        if c == "SORT" and not unordered and self.p(0.2):
+            cmd += ["STORE", self.key()]
+        if not unordered:
+            return cmd, "strict"
+        return cmd, "arraylen" if limit else "sortlist"
+
     # ---------- keyspace ----------
     def g_keyspace(self):
         c = self.ch(["DEL", "UNLINK", "EXISTS", "TYPE", "RENAME", "RENAMENX", "COPY", "EXPIRE", "PEXPIRE",
@@ -225,6 +408,8 @@ class Gen:
         if c == "OBJECT":
             # The encoding cairn works out must follow Redis's conversions
             # through any history of writes.
+            if self.sorted:
+                return ["TYPE", k], "strict"
             return ["OBJECT", "ENCODING", k], "strict"
         if c in ("DEL", "UNLINK", "EXISTS", "TOUCH"):
             return [c] + self.keys(1, 3), "strict"
@@ -722,4 +907,4 @@ class Gen:
         raise Exception(c)
 
 
-FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream"]
+FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream", "hll", "geo", "sort"]

@@ -5,6 +5,7 @@
 #
 #   tests/redis_suite/run.sh pause tracking type/list     # named units
 #   tests/redis_suite/run.sh                              # the default set
+#   CAIRN_ARGS="--durability always" tests/redis_suite/run.sh multi
 #
 # It fetches Debian's source package of redis (the same 7.0.15 as the
 # redis-server the transcripts are recorded from) into target/redis-src,
@@ -60,7 +61,10 @@ fi
 cargo build --release --quiet
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 data=$(mktemp -d)
-"$root/target/release/cairn" --port "$port" --dir "$data" --enable-debug-command yes \
+# CAIRN_ARGS adds options, for example `--durability always` to run the
+# units through the write path of that mode.
+# shellcheck disable=SC2086
+"$root/target/release/cairn" --port "$port" --dir "$data" --enable-debug-command yes ${CAIRN_ARGS:-} \
   >"$data/cairn.log" 2>&1 &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$data"' EXIT
