@@ -159,6 +159,15 @@ enum Op {
     Val(u8, usize),
 }
 
+impl Op {
+    /// How many registers the run covers.
+    fn len(&self) -> usize {
+        match *self {
+            Op::Zeros(n) | Op::Val(_, n) => n,
+        }
+    }
+}
+
 /// The opcode at `p` of a whole value and its size in bytes. An XZERO cut
 /// off by the end reads its second byte as zero, like Redis reading the
 /// string's terminator.
@@ -211,18 +220,16 @@ pub fn to_dense(v: &mut Vec<u8>) -> Result<(), Corrupt> {
     let mut p = HEADER;
     while p < v.len() {
         let (op, size) = op_at(v, p);
-        match op {
-            Op::Zeros(n) => idx += n,
-            Op::Val(val, n) => {
-                if idx + n > REGISTERS {
-                    break;
-                }
-                for i in idx..idx + n {
-                    dense_set(regs, i, val);
-                }
-                idx += n;
+        let n = op.len();
+        if idx + n > REGISTERS {
+            return Err(Corrupt);
+        }
+        if let Op::Val(val, _) = op {
+            for i in idx..idx + n {
+                dense_set(regs, i, val);
             }
         }
+        idx += n;
         p += size;
     }
     if idx != REGISTERS {
@@ -388,18 +395,16 @@ pub fn merge_into(max: &mut [u8], v: &[u8]) -> Result<(), Corrupt> {
     let mut p = HEADER;
     while p < v.len() {
         let (op, size) = op_at(v, p);
-        match op {
-            Op::Zeros(n) => i += n,
-            Op::Val(val, n) => {
-                if i + n > REGISTERS {
-                    break;
-                }
-                for m in &mut max[i..i + n] {
-                    *m = (*m).max(val);
-                }
-                i += n;
+        let n = op.len();
+        if i + n > REGISTERS {
+            return Err(Corrupt);
+        }
+        if let Op::Val(val, _) = op {
+            for m in &mut max[i..i + n] {
+                *m = (*m).max(val);
             }
         }
+        i += n;
         p += size;
     }
     if i == REGISTERS {
@@ -717,6 +722,21 @@ mod tests {
             i += 1;
         }
         assert_eq!(v.len(), DENSE_SIZE);
+    }
+
+    #[test]
+    fn a_run_past_the_last_register_is_corrupt_even_if_the_count_ends_right() {
+        // XZERO over all 16384 registers, then a VAL run: the runs cover
+        // 16385 registers. Redis 7.0.15 (as Debian ships it, with the
+        // fix of CVE-2025-32023) refuses it in PFCOUNT of several keys
+        // and PFMERGE alike, at any run that passes the end.
+        let mut v = new_sparse();
+        v.push(0x80);
+        assert_eq!(merge_into(&mut [0u8; REGISTERS], &v), Err(Corrupt));
+        assert_eq!(to_dense(&mut v.clone()), Err(Corrupt));
+        let mut v = new_sparse();
+        v.extend_from_slice(&[0x40, 0x00]);
+        assert_eq!(merge_into(&mut [0u8; REGISTERS], &v), Err(Corrupt));
     }
 
     #[test]
