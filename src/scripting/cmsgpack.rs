@@ -200,7 +200,8 @@ fn pack_number(n: f64, out: &mut Vec<u8>) {
             out.push(0xd3);
             out.extend_from_slice(&i.to_be_bytes());
         }
-    } else if (n as f32) as f64 == n || n.is_nan() {
+    } else if (n as f32) as f64 == n {
+        // NaN is never equal to itself: a double, as in Redis.
         out.push(0xca);
         out.extend_from_slice(&(n as f32).to_be_bytes());
     } else {
