@@ -364,6 +364,122 @@ class Gen:
             cmd += [self.ch(["STORE", "STOREDIST"]), self.key()]
         return cmd, norm
 
+    # ---------- Lua libraries ----------
+    def lua_value(self, depth=0):
+        """A Lua expression of a random value: numbers of every kind
+        cjson and cmsgpack format differently, strings with escapes and
+        high bytes, booleans, cjson.null, and (not too deep) arrays, maps,
+        mixed and empty tables."""
+        kinds = ["int", "num", "str", "bool", "null"] + (["arr", "map", "mixed"] if depth < 3 else [])
+        k = self.ch(kinds)
+        if k == "int":
+            return self.ch(["0", "1", "-1", "42", "127", "128", "255", "256", "-32", "-33", "-128",
+                            "-129", "65535", "65536", "-32768", "-32769", "4294967295", "4294967296",
+                            "-2147483648", "-2147483649", "9007199254740993", "2^53", "2^63", "-2^63",
+                            "1e15", "123456789012345"])
+        if k == "num":
+            return self.ch(["0.5", "-0.5", "3.14159", "1/3", "1e300", "-1e-300", "1e-7", "0.1",
+                            "100.25", "-0.0", "1/0", "-1/0", "0/0", "2.5e10", "123456.789e3",
+                            "1e21", "1e14", "1e16"])
+        if k == "str":
+            return self.ch([r'""', r'"a"', r'"hello world"', r'"\\"', r'"\""', r'"/"', r'"\n\t\r"',
+                            r'"\0x"', r'"\255\254"', r'"\1\31\127"', r'"caf\195\169"', r'"1"',
+                            r'"-1.5"', "string.rep('x', 40)", "string.rep('ab', 20)"])
+        if k == "bool":
+            return self.ch(["true", "false"])
+        if k == "null":
+            return self.ch(["cjson.null", "nil"])
+        n = self.r.randint(0, 4)
+        if k == "arr":
+            return "{" + ", ".join(self.lua_value(depth + 1) for _ in range(n)) + "}"
+        if k == "map":
+            keys = self.r.sample(["a", "b", "key", "x y", "1", "k2", ""], min(n, 7))
+            return "{" + ", ".join("[%s] = %s" % (self.lua_str(key), self.lua_value(depth + 1)) for key in keys) + "}"
+        parts = [self.lua_value(depth + 1) for _ in range(n)]
+        parts.append("[%s] = %s" % (self.ch(['"z"', "10", "-1", "1.5", "0"]), self.lua_value(depth + 1)))
+        return "{" + ", ".join(parts) + "}"
+
+    @staticmethod
+    def lua_str(text):
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    def json_text(self):
+        return self.ch([
+            '{"a":1,"b":[1,2,3],"c":{"d":null}}', '[1,2.5,-3e2,"x",true,false,null]', '"str"',
+            # Not 1e400: Redis's cjson leaves strtod's ERANGE in errno, and
+            # a later SORT of numbers then fails on it.
+            '123', '-0', '[]', '{}', '[[[[1]]]]', '{"a":', '[1,]', '{"a" 1}', 'nul',
+            '"\\u00e9\\u20ac"', '"\\ud83d\\ude00"', '"bad \\x escape"', '  [ 1 , 2 ]  ', '',
+            '[1] x', '0x10', '01', '1.', '.5', '"\\/"', '{"1":1,"2":2}', '[1e-7, 100000000000000]',
+            '"' + 'a' * 5 + '"', '{"a":{"b":{"c":{"d":{"e":[]}}}}}', 'true', '{"":0}',
+        ])
+
+    def g_lua(self):
+        """EVAL of one expression over Redis's Lua libraries (cjson,
+        cmsgpack, struct, bit) and of the conversions of a script's result
+        to a reply: compared byte for byte, errors included."""
+        c = self.ch(["cjson.encode", "cjson.encode", "cjson.decode", "cjson.roundtrip", "cmsgpack",
+                     "cmsgpack.unpack", "bit", "struct", "result", "result", "redis"])
+        if c == "cjson.encode":
+            body = "return cjson.encode(%s)" % self.lua_value()
+        elif c == "cjson.decode":
+            return ["EVAL", "local v = cjson.decode(ARGV[1]) if type(v) == 'table' then "
+                    "return cjson.encode(v) end return {type(v), tostring(v)}", "0", self.json_text()], "strict"
+        elif c == "cjson.roundtrip":
+            body = "return cjson.encode(cjson.decode(cjson.encode(%s)))" % self.lua_value()
+        elif c == "cmsgpack":
+            vals = ", ".join(self.lua_value() for _ in range(self.r.randint(1, 2)))
+            body = "return cmsgpack.pack(%s)" % vals
+        elif c == "cmsgpack.unpack":
+            body = "return cjson.encode({cmsgpack.unpack(cmsgpack.pack(%s))})" % self.lua_value()
+        elif c == "bit":
+            f = self.ch(["band", "bor", "bxor", "lshift", "rshift", "arshift", "rol", "ror", "tohex",
+                         "tobit", "bnot", "bswap"])
+            nums = [self.ch(["0", "1", "-1", "7", "31", "32", "33", "0xff", "0x7fffffff", "0x80000000",
+                             "0xffffffff", "2^32", "2^40+5", "-2^31", "1.5", "-1.5", "2^52", "3", "-8"])
+                    for _ in range(self.r.randint(1, 3))]
+            body = "return tostring(bit.%s(%s))" % (f, ", ".join(nums))
+        elif c == "struct":
+            fmt = self.ch(["<i4", ">I2", "b", "B", "h", "H", "l", "L", "i8", "d", "f", "s", "c3", "c0",
+                           "i3", "<i2>i2", "!4i2i4", "x", "i", "bbb", "I16", "i17", "c"])
+            args = ", ".join(self.ch(["1", "-1", "255", "65535", "1.5", "'abc'", "2^31", "-2^31", "0"])
+                             for _ in range(self.r.randint(0, 3)))
+            body = ("local ok, p = pcall(struct.pack, %s%s) if not ok then return {err = p} end "
+                    "return {p, struct.size and pcall(struct.size, %s) and struct.size(%s) or -1,"
+                    " cjson.encode({pcall(struct.unpack, %s, p)})}"
+                    % (self.lua_str(fmt), ", " + args if args else "", self.lua_str(fmt),
+                       self.lua_str(fmt), self.lua_str(fmt)))
+        elif c == "result":
+            body = "return %s" % self.lua_value()
+        else:
+            body = self.ch([
+                "return redis.status_reply(%s)" % self.ch(['"OK"', '"x y"', '""', "1"]),
+                "return redis.error_reply(%s)" % self.ch(['"ERR x"', '"My error"', '""', '"-ERR z"']),
+                "return {err = %s}" % self.ch(['"boom"', '"ERR boom"', "1", "{}"]),
+                "return {ok = %s}" % self.ch(['"fine"', '""', "1"]),
+                "return redis.sha1hex(%s)" % self.ch(['""', '"abc"', "1", "string.rep('a', 100)"]),
+                "return type(redis.REDIS_VERSION_NUM)",
+                "return {1, 2, nil, 4}",
+                "return {1, {2, {3, {4}}}, 'x', false, true}",
+                # Not error({}): Redis 7.0.15 crashes on it (SIGSEGV).
+                "error(%s)" % self.ch(['"raw"', "{err = 'tbl'}", "1", "nil"]),
+                "return redis.pcall('%s')" % self.ch(["GET", "NOSUCH", "SET"]),
+                "return redis.call('%s')" % self.ch(["GET", "NOSUCH", "PING"]),
+                # Not of a table: that prints its address.
+                "return tostring(%s)" % self.lua_value(depth=3),
+                "return math.huge",
+                "return -0.0",
+                "return 3.99",
+                "return -3.99",
+                "return loadstring('return 1')()",
+                "return x_undefined_global",
+                "x_new_global = 1",
+                "return string.format('%%d %%5.2f %%s %%q', 3, 2.5, 'a', 'b\n')",
+                "return table.concat({1, 2, 'x'}, ',')",
+                "return #KEYS + #ARGV",
+            ])
+        return ["EVAL", body, "0"], "strict"
+
     # ---------- SORT ----------
     def g_sort(self):
         """SORT and SORT_RO of lists, sets and sorted sets, by the elements
@@ -907,4 +1023,4 @@ class Gen:
         raise Exception(c)
 
 
-FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream", "hll", "geo", "sort"]
+FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream", "hll", "geo", "sort", "lua"]
