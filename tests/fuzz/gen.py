@@ -351,6 +351,9 @@ class Gen:
             opts, norm = self.geo_options(store=c == "GEOSEARCHSTORE")
             cmd += center + self.geo_shape() + opts
             if c == "GEOSEARCHSTORE" and self.p(0.4):
+                # Distances as scores read back as places that coincide:
+                # kept apart from the keys the searches read.
+                cmd[1] = "k5"
                 cmd.append("STOREDIST")
             return cmd, norm
         store = self.p(0.3)
@@ -361,7 +364,8 @@ class Gen:
         else:
             cmd = [c, k, self.member()] + radius + opts
         if store:
-            cmd += [self.ch(["STORE", "STOREDIST"]), self.key()]
+            how = self.ch(["STORE", "STOREDIST"])
+            cmd += [how, self.key() if how == "STORE" else "k5"]
         return cmd, norm
 
     # ---------- Lua libraries ----------

@@ -76,7 +76,27 @@ class Conn:
                 v, p = self._parse(p)
                 items.append(v)
             return ("*", items), p
-        # RESP3 or garbage
+        # RESP3 (after HELLO 3): aggregates as lists (a map's keys and
+        # values alternate), simple types as their text.
+        if t in (b"%", b"~", b">", b"|"):
+            n = int(line) * (2 if t in (b"%", b"|") else 1)
+            items = []
+            for _ in range(n):
+                v, p = self._parse(p)
+                items.append(v)
+            if t == b"|":
+                # Attributes come before the reply they describe.
+                return self._parse(p)
+            return (t.decode(), items), p
+        if t in (b"=", b"!"):
+            n = int(line)
+            while len(self.buf) < p + n + 2:
+                self._fill()
+            return (t.decode(), self.buf[p:p + n]), p + n + 2
+        if t == b"_":
+            return ("_", None), p
+        if t in (b",", b"#", b"("):
+            return (t.decode(), line), p
         return ("?", t + line), p
 
     def read(self):
