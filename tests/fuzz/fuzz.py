@@ -289,7 +289,10 @@ def gen_round(seed, n, families=FAMILIES):
 
 # Run by EVAL: the command's reply goes through Lua and back (RESP2), and
 # an error raised by redis.call carries the script's name and line.
-SCRIPTS = ["return redis.call(unpack(ARGV))", "return redis.pcall(unpack(ARGV))"]
+SCRIPTS = ["return redis.call(unpack(ARGV))", "return redis.pcall(unpack(ARGV))",
+           # Replies reach the script in RESP3 (maps, sets, doubles, big
+           # numbers, booleans as Lua tables) and go back in the client's.
+           "redis.setresp(3) return redis.call(unpack(ARGV))"]
 
 
 def in_scripts(rng, seq):
