@@ -757,6 +757,9 @@ pub fn lmove_action(
             Err(Fail::Reply(r)) => return Ok(Err(r)),
             Err(Fail::Store(e)) => return Err(e.into()),
         }
+        // Redis reports the push before the pop (as the one-shard path
+        // does): the pop's events take the place after the push's.
+        let place = locked.reserve_place();
         let v = locked
             .run(is_, move |w| {
                 let k = Key::new(db, &src);
@@ -764,6 +767,7 @@ pub fn lmove_action(
                 let v = l.pop(w, from_left)?.unwrap_or_default();
                 let emptied = l.len() == 0;
                 l.save(w, k)?;
+                w.message_place = (place, 1);
                 popped(w, k, from_left, emptied);
                 // Redis counts a move once: the destination's step does.
                 w.count_changes(0);
@@ -777,6 +781,7 @@ pub fn lmove_action(
                 let mut l = checked(ListEdit::load_or_create(w, k))?;
                 push_side(&mut l, w, to_left, &v2)?;
                 l.save(w, k)?;
+                w.message_place = (place, 0);
                 pushed(w, k, to_left);
                 Ok(())
             })

@@ -648,12 +648,20 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
             }
         }
         let lookup = std::sync::Arc::new(lookup);
+        // Each key's `set` event takes its place among the arguments, as
+        // Redis sends them, whichever shard holds it.
+        let place = locked.reserve_place();
         for &id in &uniq {
-            let mine = keys_of(id);
+            let mine: Vec<(u64, Bytes)> = (0u64..)
+                .zip(keys.iter().zip(&ids))
+                .filter(|(_, (_, &i))| i == id)
+                .map(|(at, (k, _))| (at, k.clone()))
+                .collect();
             let lookup = lookup.clone();
             locked
                 .run(id, move |w| {
-                    for k in &mine {
+                    for (at, k) in &mine {
+                        w.message_place = (place, *at);
                         if let Err(Fail::Store(e)) = put_string(w, Key::new(db, k), &lookup[k], 0) {
                             return Err(e);
                         }
