@@ -149,10 +149,11 @@ class Runner:
             v, _ = conn.call(["FLUSHALL"])
             assert v == ("+", b"OK"), v
 
-    def run(self, seq, stop_first=True):
+    def run(self, seq, stop_first=True, flush=True):
         """Run seq of (cmd, norm). Return list of diffs (index, cmd, redis, cairn, rawr, rawc)."""
         try:
-            self.flush()
+            if flush:
+                self.flush()
         except (OSError, ConnectionError):
             self.reconnect()
             self.flush()
@@ -239,6 +240,58 @@ def restored_view(conn, key):
         v, _ = conn.call(cmd)
         out.append((" ".join(cmd), normalize(v, norm)))
     return out
+
+
+class Events:
+    """A subscriber on each server to every keyspace and keyevent
+    notification (notify-keyspace-events KEA): what a round's commands
+    published, in order, must be Redis's. Active expiry's `expired`
+    events come when the reaper gets there, and are left out."""
+
+    def __init__(self):
+        self.subs = None
+
+    def start(self, runner):
+        """Turns notifications on, subscribes once, and drops whatever
+        earlier commands published."""
+        for conn in (runner.r, runner.c):
+            conn.call(["CONFIG", "SET", "notify-keyspace-events", "KEA"])
+        if self.subs is None:
+            self.subs = (Conn(REDIS), Conn(CAIRN))
+            for sub in self.subs:
+                v, _ = sub.call(["PSUBSCRIBE", "__key*__:*"])
+                assert v[0] == "*", v
+        self.take()
+
+    def take(self):
+        """Every message each subscriber got so far: a PING answers after
+        what was published before it."""
+        out = []
+        for sub in self.subs:
+            sub.send(["PING"])
+            got = []
+            while True:
+                v, _ = sub.read()
+                items = v[1] if v[0] == "*" else None
+                if items and items[0] == ("$", b"pong"):
+                    break
+                if items and items[0] == ("$", b"pmessage") and items[3][1] != b"expired":
+                    got.append((items[2][1], items[3][1]))
+            out.append(got)
+        return out
+
+    def compare(self):
+        """The first difference between the two servers' messages, with
+        the messages before it, or None."""
+        time.sleep(0.05)
+        r, c = self.take()
+        for i in range(max(len(r), len(c))):
+            a = r[i] if i < len(r) else None
+            b = c[i] if i < len(c) else None
+            if a != b:
+                return {"index": i, "before": [x for x in r[max(0, i - 6):i]], "redis": a, "cairn": b,
+                        "counts": (len(r), len(c))}
+        return None
 
 
 def dump_check(runner):
@@ -373,11 +426,15 @@ def main():
     ap.add_argument("--dumps", action="store_true",
                     help="after each round without differences, move every key both ways with"
                          " DUMP and RESTORE and compare the copies")
+    ap.add_argument("--events", action="store_true",
+                    help="subscribe to every keyspace notification and compare what each round"
+                         " published, in order")
     ap.add_argument("--families", default=",".join(FAMILIES),
                     help="comma-separated families a round draws from (a few commands of the"
                          " others still come)")
     args = ap.parse_args()
     families = args.families.split(",")
+    events = Events() if args.events else None
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         ap.error("unknown families: %s (known: %s)" % (",".join(unknown), ",".join(FAMILIES)))
@@ -411,9 +468,23 @@ def main():
         seq, fams = gen_round(seed, args.n, families)
         rounds += 1
         fuzz_cmds_before = runner.ncmds
+        if events:
+            runner.flush()
+            events.start(runner)
         # run; on known error-only differences continue, else stop the round
-        ds = runner.run(seq, stop_first=False)
+        ds = runner.run(seq, stop_first=False, flush=not events)
         fuzz_cmds += runner.ncmds - fuzz_cmds_before
+        if events and not ds:
+            d = events.compare()
+            if d is not None:
+                sig = "EVENTS %r | %r" % (d["redis"], d["cairn"])
+                sig = re.sub(r"\d+", "N", sig)[:100]
+                if sig not in known:
+                    known[sig] = 1
+                    rec = {"sig": sig, "seed": seed, "events": repr(d), "repro": [c for c, _ in seq]}
+                    out.write(json.dumps(rec) + "\n")
+                    out.flush()
+                    print("NEW:", sig, "\n   ", repr(d)[:700], flush=True)
         if not ds and args.dumps:
             for k, what in dump_check(runner):
                 sig = "DUMPCHECK " + re.sub(r"'.*", "", what)[:60]
