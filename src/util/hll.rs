@@ -159,15 +159,6 @@ enum Op {
     Val(u8, usize),
 }
 
-impl Op {
-    /// How many registers the run covers.
-    fn len(&self) -> usize {
-        match *self {
-            Op::Zeros(n) | Op::Val(_, n) => n,
-        }
-    }
-}
-
 /// The opcode at `p` of a whole value and its size in bytes. An XZERO cut
 /// off by the end reads its second byte as zero, like Redis reading the
 /// string's terminator.
@@ -206,6 +197,33 @@ fn push_zeros(seq: &mut Vec<u8>, len: usize) {
     }
 }
 
+/// Walks a sparse value's runs in order, calling `f(first, value, len)`
+/// for each (value 0 for a zero run). A value whose runs pass the last
+/// register, anywhere, or end short of it is corrupt (Redis 7.0.15 as
+/// Debian ships it, with the fix of CVE-2025-32023); the walk stops at the
+/// first run past the end.
+fn sparse_runs(v: &[u8], mut f: impl FnMut(usize, u8, usize)) -> Result<(), Corrupt> {
+    let mut idx = 0;
+    let mut p = HEADER;
+    while p < v.len() {
+        let (op, size) = op_at(v, p);
+        let (val, n) = match op {
+            Op::Zeros(n) => (0, n),
+            Op::Val(val, n) => (val, n),
+        };
+        if idx + n > REGISTERS {
+            return Err(Corrupt);
+        }
+        f(idx, val, n);
+        idx += n;
+        p += size;
+    }
+    match idx == REGISTERS {
+        true => Ok(()),
+        false => Err(Corrupt),
+    }
+}
+
 /// Converts a sparse value to dense in place (the header, cached
 /// cardinality included, is kept). A dense value is left as it is.
 pub fn to_dense(v: &mut Vec<u8>) -> Result<(), Corrupt> {
@@ -216,25 +234,13 @@ pub fn to_dense(v: &mut Vec<u8>) -> Result<(), Corrupt> {
     dense[..HEADER].copy_from_slice(&v[..HEADER]);
     dense[4] = DENSE;
     let regs = &mut dense[HEADER..];
-    let mut idx = 0;
-    let mut p = HEADER;
-    while p < v.len() {
-        let (op, size) = op_at(v, p);
-        let n = op.len();
-        if idx + n > REGISTERS {
-            return Err(Corrupt);
-        }
-        if let Op::Val(val, _) = op {
-            for i in idx..idx + n {
+    sparse_runs(v, |first, val, n| {
+        if val > 0 {
+            for i in first..first + n {
                 dense_set(regs, i, val);
             }
         }
-        idx += n;
-        p += size;
-    }
-    if idx != REGISTERS {
-        return Err(Corrupt);
-    }
+    })?;
     *v = dense;
     Ok(())
 }
@@ -391,34 +397,19 @@ pub fn merge_into(max: &mut [u8], v: &[u8]) -> Result<(), Corrupt> {
         }
         return Ok(());
     }
-    let mut i = 0;
-    let mut p = HEADER;
-    while p < v.len() {
-        let (op, size) = op_at(v, p);
-        let n = op.len();
-        if i + n > REGISTERS {
-            return Err(Corrupt);
+    sparse_runs(v, |first, val, n| {
+        for m in &mut max[first..first + n] {
+            *m = (*m).max(val);
         }
-        if let Op::Val(val, _) = op {
-            for m in &mut max[i..i + n] {
-                *m = (*m).max(val);
-            }
-        }
-        i += n;
-        p += size;
-    }
-    if i == REGISTERS {
-        Ok(())
-    } else {
-        Err(Corrupt)
-    }
+    })
 }
 
 /// How many registers hold each value (0-63).
 type Histogram = [u32; 64];
 
 /// The register histogram of a value; for a sparse value also whether its
-/// runs cover exactly the 16384 registers.
+/// runs cover exactly the 16384 registers (the histogram of one that does
+/// not is partial).
 fn histogram(v: &[u8]) -> (Histogram, bool) {
     let mut h = [0u32; 64];
     if v[4] == DENSE {
@@ -432,23 +423,8 @@ fn histogram(v: &[u8]) -> (Histogram, bool) {
         }
         return (h, true);
     }
-    let mut idx = 0;
-    let mut p = HEADER;
-    while p < v.len() {
-        let (op, size) = op_at(v, p);
-        match op {
-            Op::Zeros(n) => {
-                idx += n;
-                h[0] += n as u32;
-            }
-            Op::Val(val, n) => {
-                idx += n;
-                h[val as usize] += n as u32;
-            }
-        }
-        p += size;
-    }
-    (h, idx == REGISTERS)
+    let valid = sparse_runs(v, |_, val, n| h[val as usize] += n as u32).is_ok();
+    (h, valid)
 }
 
 /// Ertl's sigma series.
