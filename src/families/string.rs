@@ -624,18 +624,19 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
         let mut uniq = ids.clone();
         uniq.sort_unstable();
         uniq.dedup();
-        let keys_of = |id: usize| -> Vec<Bytes> {
-            keys.iter()
-                .zip(&ids)
-                .filter(|(_, &i)| i == id)
-                .map(|(k, _)| k.clone())
+        // A shard's keys, each with its place among the arguments.
+        let keys_of = |id: usize| -> Vec<(u64, Bytes)> {
+            (0u64..)
+                .zip(keys.iter().zip(&ids))
+                .filter(|(_, (_, &i))| i == id)
+                .map(|(at, (k, _))| (at, k.clone()))
                 .collect()
         };
         for &id in &uniq {
             let mine = keys_of(id);
             let any = locked
                 .run(id, move |w| {
-                    for k in &mine {
+                    for (_, k) in &mine {
                         if keyspace::lookup_for_write(w, Key::new(db, k))?.is_some() {
                             return Ok(true);
                         }
@@ -652,11 +653,7 @@ pub fn msetnx(s: &mut Session, a: Args) -> Action {
         // Redis sends them, whichever shard holds it.
         let place = locked.reserve_place();
         for &id in &uniq {
-            let mine: Vec<(u64, Bytes)> = (0u64..)
-                .zip(keys.iter().zip(&ids))
-                .filter(|(_, (_, &i))| i == id)
-                .map(|(at, (k, _))| (at, k.clone()))
-                .collect();
+            let mine = keys_of(id);
             let lookup = lookup.clone();
             locked
                 .run(id, move |w| {
