@@ -199,44 +199,34 @@ def signature(cmd, rv, cv):
     return "%s | redis=%s | cairn=%s" % (name, kind(rv), kind(cv))
 
 
+def contents(k):
+    """The reads that show what key `k` holds, whatever its type."""
+    return [
+        (["TYPE", k], "strict"),
+        (["GET", k], "strict"),
+        (["HGETALL", k], "sortpairs"),
+        (["LRANGE", k, "0", "-1"], "strict"),
+        (["SMEMBERS", k], "sortlist"),
+        (["ZRANGE", k, "0", "-1", "WITHSCORES"], "strict"),
+        (["XRANGE", k, "-", "+"], "strict"),
+        (["XINFO", "STREAM", k], "xinfo_stream"),
+        (["XINFO", "GROUPS", k], "strict"),
+    ]
+
+
 def dump_cmds():
     out = []
     for k in KEYS:
-        out += [
-            (["TYPE", k], "strict"),
-            (["TTL", k], "ttl"),
-            (["GET", k], "strict"),
-            (["HGETALL", k], "sortpairs"),
-            (["LRANGE", k, "0", "-1"], "strict"),
-            (["SMEMBERS", k], "sortlist"),
-            (["ZRANGE", k, "0", "-1", "WITHSCORES"], "strict"),
-            (["XRANGE", k, "-", "+"], "strict"),
-            (["XINFO", "STREAM", k], "xinfo_stream"),
-            (["XINFO", "GROUPS", k], "strict"),
-        ]
+        out += contents(k) + [(["TTL", k], "ttl")]
     out.append((["DBSIZE"], "strict"))
     return out
 
 
-# What is compared of a key restored from a DUMP payload.
-RESTORED_VIEWS = [
-    (["TYPE"], "strict"),
-    (["OBJECT", "ENCODING"], "strict"),
-    (["GET"], "strict"),
-    (["HGETALL"], "sortpairs"),
-    (["LRANGE", "0", "-1"], "strict"),
-    (["SMEMBERS"], "sortlist"),
-    (["ZRANGE", "0", "-1", "WITHSCORES"], "strict"),
-    (["XRANGE", "-", "+"], "strict"),
-    (["XINFO", "STREAM"], "xinfo_stream"),
-    (["XINFO", "GROUPS"], "strict"),
-]
-
-
 def restored_view(conn, key):
+    """What is compared of a key restored from a DUMP payload: its
+    contents and its encoding."""
     out = []
-    for words, norm in RESTORED_VIEWS:
-        cmd = words[:1] + ([words[1], key] + words[2:] if words[0] in ("OBJECT", "XINFO") else [key] + words[1:])
+    for cmd, norm in contents(key) + [(["OBJECT", "ENCODING", key], "strict")]:
         v, _ = conn.call(cmd)
         out.append((" ".join(cmd), normalize(v, norm)))
     return out
