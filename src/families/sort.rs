@@ -104,8 +104,11 @@ impl Opts {
 }
 
 /// Parses the options after the key with Redis's rules: later options win,
-/// GETs add up, and the first bad word ends parsing with an error.
-fn parse(a: &Args, readonly: bool) -> Result<Opts, Reply> {
+/// GETs add up, and the first bad word ends parsing with an error. In
+/// cluster mode (`cluster`) a BY pattern with a `*` and any GET are refused
+/// where they stand, as Redis 7.0 refuses them: the keys they name may live
+/// on other nodes.
+fn parse(a: &Args, readonly: bool, cluster: bool) -> Result<Opts, Reply> {
     let argv = a.all();
     let mut o = Opts {
         by: None,
@@ -141,10 +144,15 @@ fn parse(a: &Args, readonly: bool) -> Result<Opts, Reply> {
             // Once set, "don't sort" stays set (Redis never clears it).
             if !c_str(p).contains(&b'*') {
                 o.dontsort = true;
+            } else if cluster {
+                return Err(error("ERR BY option of SORT denied in Cluster mode."));
             }
             o.by = Some(p.clone());
             j += 1;
         } else if is(w, "get") && left >= 1 {
+            if cluster {
+                return Err(error("ERR GET option of SORT denied in Cluster mode."));
+            }
             o.gets.push(argv[j + 1].clone());
             j += 1;
         } else {
@@ -156,7 +164,7 @@ fn parse(a: &Args, readonly: bool) -> Result<Opts, Reply> {
 }
 
 fn sort_command(s: &mut Session, a: Args, readonly: bool) -> Action {
-    let mut opts = match parse(&a, readonly) {
+    let mut opts = match parse(&a, readonly, s.server.cluster.is_some()) {
         Ok(o) => o,
         Err(r) => return r.into(),
     };
