@@ -59,7 +59,8 @@ enum Kind {
     /// `!cluster` (first line only): the file runs on a fresh cluster node.
     Cluster,
     /// `!debug` (first line only): the file runs on a fresh server that
-    /// allows DEBUG from local clients (`enable-debug-command local`).
+    /// allows the protected commands from local clients
+    /// (`enable-debug-command local`, `enable-module-command local`).
     Debug,
     /// `!conn <name>`: later entries use the connection `<name>`, opened on
     /// first use.
@@ -1421,12 +1422,14 @@ fn file_kind(dir: &Path, name: &str) -> Option<Kind> {
         .filter(|k| matches!(k, Kind::Cluster | Kind::Debug))
 }
 
-/// A fresh plain server that allows DEBUG from local clients, as
-/// record.py starts Redis for a `!debug` case.
+/// A fresh plain server that allows the protected commands (DEBUG; MODULE
+/// LOAD, LOADEX, UNLOAD) from local clients, as record.py starts Redis for
+/// a `!debug` case.
 fn start_debug_server() -> common::TestServer {
     common::TestServer::start_with(|cfg| {
-        cfg.redis
-            .insert("enable-debug-command".into(), "local".into());
+        for switch in ["enable-debug-command", "enable-module-command"] {
+            cfg.redis.insert(switch.into(), "local".into());
+        }
     })
 }
 

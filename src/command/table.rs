@@ -5,8 +5,8 @@
 use super::args::Args;
 use crate::families::{
     acl, bits, blocking, cluster, debug, dump, functions, generic, geo, hash, hll, latency, list,
-    lolwut, memory, object, persistence, pubsub, scripting, server, set, slowlog, sort, stream,
-    string, transaction, zset,
+    lolwut, memory, module, object, persistence, pubsub, scripting, server, set, slowlog, sort,
+    stream, string, transaction, zset,
 };
 use crate::net::session::{Action, Session};
 
@@ -582,6 +582,8 @@ commands! {
         "Get the values of all the given keys.", "key [key ...]", "request_policy:multi_shard";
     "migrate", -6, "write movablekeys", (3, 3, 1), "RW ACCESS DELETE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::migrate,
         "Atomically transfer a key from a Redis instance to another one.", "host port key|\"\" destination-db timeout [COPY] [REPLACE] [AUTH password] [AUTH2 username password] [KEYS key [key ...]]", "nondeterministic_output";
+    "module", -2, "", (0, 0, 0), "", "@slow", "server", "4.0.0", module::module,
+        "A container for module commands", "", "";
     "monitor", 1, "admin noscript loading stale", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", pubsub::monitor,
         "Listen for all requests received by the server in real time", "", "";
     "move", 3, "write fast", (1, 1, 1), "RW ACCESS UPDATE", "@keyspace @write @fast", "generic", "1.0.0", generic::move_,
@@ -1091,6 +1093,16 @@ commands! {
         "Show memory usage details", "", "nondeterministic_output request_policy:all_shards response_policy:special";
     "memory|usage", -3, "readonly", (2, 2, 1), "RO", "@read @slow", "server", "4.0.0", memory::memory,
         "Estimate the memory usage of a key", "key [SAMPLES count]", "";
+    "module|help", 2, "loading stale", (0, 0, 0), "", "@slow", "server", "5.0.0", module::module,
+        "Show helpful text about the different subcommands", "", "";
+    "module|list", 2, "admin noscript", (0, 0, 0), "", "@admin @slow @dangerous", "server", "4.0.0", module::module,
+        "List all modules loaded by the server", "", "nondeterministic_output_order";
+    "module|load", -3, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "4.0.0", module::module,
+        "Load a module", "path [arg [arg ...]]", "";
+    "module|loadex", -3, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "7.0.0", module::module,
+        "Load a module with extended parameters", "path [CONFIG name value [CONFIG name value ...]] [ARGS args [args ...]]", "";
+    "module|unload", 3, "admin noscript no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "4.0.0", module::module,
+        "Unload a module", "name", "";
     "object|encoding", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "2.2.3", object::object,
         "Inspect the internal encoding of a Redis object", "key", "nondeterministic_output";
     "object|freq", 3, "readonly", (2, 2, 1), "RO", "@keyspace @read @slow", "generic", "4.0.0", object::object,

@@ -1282,6 +1282,25 @@ fn protected_allowed(s: &Session, vals: &Values) -> bool {
     allowed_to(s, vals.get("enable-protected-configs"))
 }
 
+/// Redis's refusal of a protected command (DEBUG; MODULE LOAD, LOADEX and
+/// UNLOAD) that its switch (`enable-debug-command`,
+/// `enable-module-command`, read at start) does not allow this client.
+/// Redis checks it right after the arity, before authentication and before
+/// a transaction queues the command, so the connection asks it there.
+pub fn protected_refusal(s: &Session, full_name: &str) -> Option<Reply> {
+    let (command, switch) = match full_name {
+        "debug" => ("DEBUG", "enable-debug-command"),
+        "module|load" | "module|loadex" | "module|unload" => ("MODULE", "enable-module-command"),
+        _ => return None,
+    };
+    let setting = s.server.runtime.read().get(switch).to_string();
+    (!allowed_to(s, &setting)).then(|| {
+        Reply::err(format!(
+            "{command} command not allowed. If the {switch} option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server."
+        ))
+    })
+}
+
 /// Whether a protected feature's setting (`enable-protected-configs`,
 /// `enable-debug-command`) lets this client use it: `yes`, or `local` and
 /// the client is on a loopback address.

@@ -22,6 +22,7 @@ pub mod latency_doctor;
 pub mod list;
 pub mod lolwut;
 pub mod memory;
+pub mod module;
 pub mod moveslot;
 pub mod object;
 pub mod persistence;

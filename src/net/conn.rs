@@ -1069,6 +1069,8 @@ async fn execute(
             "wrong number of arguments for '{}' command",
             checked.name
         )))
+    } else if let Some(r) = crate::families::config::protected_refusal(session, checked.name) {
+        Some(r)
     } else if !session.authenticated && !checked.has(flag::NO_AUTH) && server.acl.auth_required() {
         Some(Reply::Error("NOAUTH Authentication required.".into()))
     } else if session.multi.is_some() && checked.has(flag::NO_MULTI) {

@@ -18,7 +18,8 @@ with apt-get (Debian package `redis-server`).  The server runs on a free port on
 127.0.0.1 with a temporary directory and no persistence, and is stopped at the
 end.  A case whose first line is `!cluster` runs on a fresh cluster-mode server
 of its own, one whose first line is `!debug` on a fresh server started with
-`--enable-debug-command local`.  Nothing is ever sent anywhere but 127.0.0.1.
+`--enable-debug-command local --enable-module-command local`.  Nothing is
+ever sent anywhere but 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -641,8 +642,10 @@ class RedisServer:
                 "--daemonize", "no",
                 "--logfile", os.path.join(self.dir, "redis.log")]
         if debug:
-            # DEBUG from local clients (a `!debug` case).
-            argv += ["--enable-debug-command", "local"]
+            # The protected commands (DEBUG; MODULE LOAD, LOADEX, UNLOAD)
+            # from local clients (a `!debug` case).
+            argv += ["--enable-debug-command", "local",
+                     "--enable-module-command", "local"]
         if cluster:
             # A fresh node that knows only itself and owns no slots. The
             # announced ip makes CLUSTER NODES/SLOTS/SHARDS show 127.0.0.1

@@ -5,7 +5,9 @@
 //! answer as unknown subcommands, and DEBUG HELP lists only the others.
 //!
 //! The whole command is refused unless `enable-debug-command` (read at
-//! start) is `yes`, or `local` and the client is on a loopback address.
+//! start) is `yes`, or `local` and the client is on a loopback address:
+//! the connection checks it before anything else runs or queues it
+//! (`config::protected_refusal`).
 
 mod digest;
 mod object;
@@ -20,9 +22,6 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::keyspace::Key;
 use crate::util::num::parse_i64;
-
-/// Redis's refusal while `enable-debug-command` does not allow the client.
-const NOT_ALLOWED: &str = "ERR DEBUG command not allowed. If the enable-debug-command option is set to \"local\", you can run it from a local connection, otherwise you need to set this option in the configuration file, and then restart the server.";
 
 /// DEBUG HELP: Redis's lines for the subcommands cairn implements.
 const HELP: &[&str] = &[
@@ -92,15 +91,6 @@ const HELP: &[&str] = &[
 
 /// DEBUG subcommand [arg ...]
 pub fn debug(s: &mut Session, a: Args) -> Action {
-    let setting = s
-        .server
-        .runtime
-        .read()
-        .get("enable-debug-command")
-        .to_string();
-    if !super::config::allowed_to(s, &setting) {
-        return Reply::Error(NOT_ALLOWED.into()).into();
-    }
     let sub = a.get(1).to_ascii_lowercase();
     let argc = a.len();
     let switches = &s.server.shards.switches;
