@@ -356,6 +356,7 @@ impl Server {
             .store(idle_timeout_of(rt), Ordering::Relaxed);
         self.replicas_required
             .store(replicas_required_of(rt), Ordering::Relaxed);
+        self.access.configure(rt);
     }
 
     /// Redis's refusal of a write while `min-replicas-to-write` asks for
@@ -391,6 +392,8 @@ impl Server {
         let scripts = crate::scripting::Engines::new(shards.len()).expect("the Lua engines start");
         let limits = crate::rdb::object::SharedLimits::default();
         limits.store(&limits_of(&runtime));
+        let access = crate::families::object::AccessClock::default();
+        access.configure(&runtime);
         Server {
             slowlog,
             latency,
@@ -426,7 +429,7 @@ impl Server {
             stopping: AtomicBool::new(false),
             scan_cursors: Default::default(),
             persistence: Default::default(),
-            access: Default::default(),
+            access,
             migrate_conns: Default::default(),
             cluster: None,
         }

@@ -14,8 +14,17 @@
 //! counter and its last access time; a key whose slot another key took
 //! (or that was not touched since the server started) reads as idle since
 //! the start, with the initial frequency.
+//!
+//! Redis keeps either an LRU clock or LFU data in one field of a value,
+//! whichever `maxmemory-policy` asks for when the value is touched: an
+//! access under an LRU policy leaves no counter behind, and after a switch
+//! to an LFU policy the counter reads as what the LRU clock decays to,
+//! (nearly always) 0. So an access grows the counter only under an LFU
+//! policy and clears it otherwise; the policy, `lfu-log-factor` and
+//! `lfu-decay-time` are copied here when they are set
+//! ([`AccessClock::configure`]).
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::command::args::Args;
 use crate::net::session::{Action, Session};
@@ -40,6 +49,12 @@ pub struct AccessClock {
     slots: Box<[AtomicU64]>,
     /// Server start, Unix seconds.
     started: u64,
+    /// The `maxmemory-policy` is an LFU one.
+    lfu: AtomicBool,
+    /// `lfu-log-factor`.
+    log_factor: AtomicU64,
+    /// `lfu-decay-time`: minutes a decrement takes (0: none).
+    decay_minutes: AtomicU64,
 }
 
 impl Default for AccessClock {
@@ -49,6 +64,9 @@ impl Default for AccessClock {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             started: now_secs(),
+            lfu: AtomicBool::new(false),
+            log_factor: AtomicU64::new(10),
+            decay_minutes: AtomicU64::new(1),
         }
     }
 }
@@ -68,6 +86,46 @@ fn pack(tag: u64, counter: u64, secs: u64) -> u64 {
 }
 
 impl AccessClock {
+    /// Takes the policy and the LFU parameters from the configuration.
+    pub fn configure(&self, rt: &crate::server::Runtime) {
+        let lfu = rt.get("maxmemory-policy").contains("lfu");
+        self.lfu.store(lfu, Ordering::Relaxed);
+        let int = |name| rt.int(name).max(0) as u64;
+        self.log_factor
+            .store(int("lfu-log-factor"), Ordering::Relaxed);
+        self.decay_minutes
+            .store(int("lfu-decay-time"), Ordering::Relaxed);
+    }
+
+    /// `counter`, last touched at `at`, decayed to `now` (Unix seconds):
+    /// one decrement per `lfu-decay-time` minutes, counted, as Redis
+    /// counts them, between the minutes the two times fall in.
+    fn decay(&self, counter: u64, at: u64, now: u64) -> u64 {
+        match self.decay_minutes.load(Ordering::Relaxed) {
+            0 => counter,
+            per => counter.saturating_sub((now / 60).saturating_sub(at / 60) / per),
+        }
+    }
+
+    /// Redis's logarithmic increment: likelier the smaller the counter.
+    fn grow(&self, counter: u64) -> u64 {
+        use rand::Rng;
+        if counter >= 255 {
+            return 255;
+        }
+        if counter <= LFU_INIT {
+            // Certain (p = 1): no need to draw.
+            return counter + 1;
+        }
+        let base = (counter - LFU_INIT) as f64;
+        let p = 1.0 / (base * self.log_factor.load(Ordering::Relaxed) as f64 + 1.0);
+        if rand::thread_rng().gen::<f64>() < p {
+            counter + 1
+        } else {
+            counter
+        }
+    }
+
     fn locate(db: u8, key: &[u8]) -> Spot {
         // A fixed seed is enough: keys that share a slot only share an
         // approximate access time, as Redis's sampling approximates too.
@@ -83,9 +141,10 @@ impl AccessClock {
     }
 
     /// Records an access at `now_ms` (the command's clock, so that a read
-    /// or write costs no clock read of its own): the time, and the counter
-    /// grown the way Redis grows it (logarithmically, `lfu-log-factor` 10)
-    /// after its decay (one per `lfu-decay-time` minute). A slot that would
+    /// or write costs no clock read of its own): the time, and under an
+    /// LFU policy the counter grown the way Redis grows it
+    /// (logarithmically, by `lfu-log-factor`) after its decay (see
+    /// [`AccessClock::decay`]); under another policy no counter. A slot that would
     /// not change is not written, so that hot keys read by several threads
     /// do not bounce its cache line between them.
     pub fn touch(&self, db: u8, key: &[u8], now_ms: u64) {
@@ -117,7 +176,8 @@ impl AccessClock {
         let now = now_ms / 1000;
         let old = self.slots[i].load(Ordering::Relaxed);
         let counter = match unpack(old, tag) {
-            Some((c, at)) => grow(decay(c, now.saturating_sub(at))),
+            _ if !self.lfu.load(Ordering::Relaxed) => 0,
+            Some((c, at)) => self.grow(self.decay(c, at, now)),
             None => LFU_INIT,
         };
         let new = pack(tag, counter, now);
@@ -126,12 +186,16 @@ impl AccessClock {
         }
     }
 
-    /// Sets a key's idle time or frequency (RESTORE IDLETIME / FREQ).
+    /// Sets a key's idle time or frequency (RESTORE IDLETIME / FREQ); a
+    /// frequency counts only under an LFU policy, as in Redis.
     pub fn set(&self, db: u8, key: &[u8], idle_secs: Option<u64>, freq: Option<u64>) {
         let now = now_secs();
         let Spot(i, tag) = Self::locate(db, key);
         let at = now.saturating_sub(idle_secs.unwrap_or(0));
-        let counter = freq.unwrap_or(LFU_INIT).min(255);
+        let counter = match self.lfu.load(Ordering::Relaxed) {
+            true => freq.unwrap_or(LFU_INIT).min(255),
+            false => 0,
+        };
         self.slots[i].store(pack(tag, counter, at), Ordering::Relaxed);
     }
 
@@ -146,31 +210,7 @@ impl AccessClock {
     pub fn freq(&self, db: u8, key: &[u8]) -> u64 {
         let now = now_secs();
         let (c, at) = self.read(db, key).unwrap_or((LFU_INIT, self.started));
-        decay(c, now.saturating_sub(at))
-    }
-}
-
-/// One decrement per minute idle (`lfu-decay-time` 1).
-fn decay(counter: u64, idle_secs: u64) -> u64 {
-    counter.saturating_sub(idle_secs / 60)
-}
-
-/// Redis's logarithmic increment: likelier the smaller the counter.
-fn grow(counter: u64) -> u64 {
-    use rand::Rng;
-    if counter >= 255 {
-        return 255;
-    }
-    if counter <= LFU_INIT {
-        // Certain (p = 1): no need to draw.
-        return counter + 1;
-    }
-    let base = (counter - LFU_INIT) as f64;
-    let p = 1.0 / (base * 10.0 + 1.0);
-    if rand::thread_rng().gen::<f64>() < p {
-        counter + 1
-    } else {
-        counter
+        self.decay(c, at, now)
     }
 }
 
