@@ -36,6 +36,12 @@ pub fn fcall_ro(s: &mut Session, a: Args) -> Action {
 }
 
 fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
+    let name = String::from_utf8_lossy(a.get(1)).into_owned();
+    // Redis looks the function up before it reads numkeys. (One deleted
+    // before the call runs still fails there, with the same error.)
+    if s.server.scripts.registry().function_flags(&name).is_none() {
+        return Reply::err("Function not found").into();
+    }
     let split = a
         .int(2)
         .map_err(|_| Reply::err("Bad number of keys provided"))
@@ -44,7 +50,6 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
         Ok(n) => n,
         Err(r) => return r.into(),
     };
-    let name = String::from_utf8_lossy(a.get(1)).into_owned();
     let label: Label = Arc::new((name, a.into_vec()));
     let l = label.clone();
     let run = move |vm: &ScriptVm, host: &mut dyn Host| {

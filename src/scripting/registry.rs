@@ -39,7 +39,7 @@ struct Scripts {
 struct Libraries {
     /// Sorted by name.
     list: Vec<LibraryInfo>,
-    /// Function name -> its flags.
+    /// Every function's flags by its name in lower case.
     flags: HashMap<String, ScriptFlags>,
 }
 
@@ -102,9 +102,14 @@ impl Registry {
         self.libraries.read().list.clone()
     }
 
-    /// A function's flags (for the checks made before FCALL).
+    /// A function's flags (for the checks made before FCALL), `None` if
+    /// no function has the name; names are case-insensitive, as in FCALL.
     pub fn function_flags(&self, name: &str) -> Option<ScriptFlags> {
-        self.libraries.read().flags.get(name).copied()
+        self.libraries
+            .read()
+            .flags
+            .get(&name.to_ascii_lowercase())
+            .copied()
     }
 
     /// Moves with every change of the libraries.
@@ -126,7 +131,11 @@ impl Registry {
         list.sort_by(|a, b| a.name.cmp(&b.name));
         let flags = list
             .iter()
-            .flat_map(|lib| lib.functions.iter().map(|f| (f.name.clone(), f.flags)))
+            .flat_map(|lib| {
+                lib.functions
+                    .iter()
+                    .map(|f| (f.name.to_ascii_lowercase(), f.flags))
+            })
             .collect();
         let mut l = self.libraries.write();
         *l = Libraries { list, flags };
