@@ -65,7 +65,7 @@ pub async fn check(
     for (spec, argv) in cmds {
         any_write |= spec.has(flag::WRITE);
         is_migrate |= spec.name == "migrate";
-        for pos in spec.key_positions(argv) {
+        for pos in spec.routing_key_positions(argv) {
             let key = &argv[pos];
             let this = super::key_slot(key);
             nkeys += 1;
@@ -168,7 +168,7 @@ pub fn check_in_script(server: &Server, cluster: &Cluster, cmd: Routed<'_>) -> O
     let (spec, argv) = cmd;
     let view = cluster.view();
     let mut slot = None;
-    for pos in spec.key_positions(argv) {
+    for pos in spec.routing_key_positions(argv) {
         let this = super::key_slot(&argv[pos]);
         if slot.is_some_and(|s| s != this) || !view.serves(this) {
             return Some(Reply::err(

@@ -212,6 +212,94 @@ impl CommandSpec {
     }
 }
 
+impl CommandSpec {
+    /// The indexes of the keys cluster routing checks (and a script's call
+    /// in cluster mode), as Redis's getKeysFromCommand finds them: through
+    /// the command's own key finder where Redis has one, which reads a
+    /// malformed call differently from the key specs that ACL and COMMAND
+    /// GETKEYS go by ([`CommandSpec::key_positions`]). A call whose keys
+    /// that finder cannot place routes as keyless, runs, and fails with
+    /// its own error (an odd XREAD, `LMPOP 5 a b LEFT`).
+    pub fn routing_key_positions(&self, argv: &[bytes::Bytes]) -> Vec<usize> {
+        let argc = argv.len();
+        match (self.name, self.keys) {
+            ("xread" | "xreadgroup", _) => xread_key_positions(argv),
+            ("georadius" | "georadiusbymember", _) => {
+                // The last STORE or STOREDIST names the destination, as
+                // in the command itself; Redis's georadiusGetKeys looks from
+                // argument 5 for both commands.
+                let mut keys = vec![1];
+                let mut i = 5;
+                let mut dest = None;
+                while i < argc {
+                    let word = &argv[i];
+                    if (word.eq_ignore_ascii_case(b"store")
+                        || word.eq_ignore_ascii_case(b"storedist"))
+                        && i + 1 < argc
+                    {
+                        dest = Some(i + 1);
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                keys.extend(dest);
+                keys
+            }
+            (
+                _,
+                KeySpec::Keynum {
+                    numkeys,
+                    first,
+                    dest,
+                },
+            ) => {
+                // Redis's genericGetKeys reads the count with atoi ("2x"
+                // is 2) and places no key for one below 1 or past the
+                // arguments.
+                let n = argv.get(numkeys).map_or(0, |a| crate::util::num::atoi(a));
+                if n < 1 || n as u64 > argc.saturating_sub(first) as u64 {
+                    return Vec::new();
+                }
+                let counted = first..first + n as usize;
+                dest.then_some(1).into_iter().chain(counted).collect()
+            }
+            _ => self.key_positions(argv),
+        }
+    }
+}
+
+/// XREAD's and XREADGROUP's keys as Redis's xreadGetKeys finds them: the
+/// options before STREAMS are walked (BLOCK, COUNT and GROUP skip their
+/// arguments, NOACK stands alone) and any other word ends the walk with no
+/// keys, as does an odd or empty list after STREAMS; the keys are its
+/// first half.
+fn xread_key_positions(argv: &[bytes::Bytes]) -> Vec<usize> {
+    let word = |i: usize, w: &str| argv[i].eq_ignore_ascii_case(w.as_bytes());
+    let mut i = 1;
+    let mut streams = None;
+    while i < argv.len() {
+        if word(i, "block") || word(i, "count") {
+            i += 1;
+        } else if word(i, "group") {
+            i += 2;
+        } else if word(i, "streams") {
+            streams = Some(i);
+            break;
+        } else if !word(i, "noack") {
+            break;
+        }
+        i += 1;
+    }
+    let Some(at) = streams else {
+        return Vec::new();
+    };
+    let rest = argv.len() - at - 1;
+    if rest == 0 || !rest.is_multiple_of(2) {
+        return Vec::new();
+    }
+    (at + 1..at + 1 + rest / 2).collect()
+}
+
 /// SORT's keys as Redis's sortGetKeys finds them: the source, then the
 /// destination of the last STORE. LIMIT's two arguments and BY's and GET's
 /// one are skipped; any other word is taken alone (so `STORE STORE x`

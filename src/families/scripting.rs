@@ -405,7 +405,7 @@ fn script_action(
         // One slot per script unless it may cross them.
         if let Some(allowed) = &mut session.script_slot {
             let used = counted
-                .key_positions(args.all())
+                .routing_key_positions(args.all())
                 .first()
                 .map(|&i| crate::cluster::key_slot(args.get(i)));
             match (*allowed, used) {

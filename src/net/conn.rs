@@ -1168,7 +1168,13 @@ async fn execute(
             spec.name,
             "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
         ) {
-            multi.queue.push((spec, args));
+            // Once EXEC is bound to fail (a command was refused, or a
+            // watched key changed), Redis answers QUEUED but keeps nothing:
+            // EXEC's own checks (its keys' slots, whether it writes) see
+            // only what came before.
+            if !multi.failed && !session.watching.modified() {
+                multi.queue.push((spec, args));
+            }
             let to = ReplyTo {
                 resp3: session.resp3,
                 suppressed,

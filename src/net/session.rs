@@ -287,10 +287,15 @@ pub struct Watching {
 impl Watching {
     /// Whether EXEC must fail: a watched key was modified, or expired.
     pub fn failed(&self, now_ms: u64) -> bool {
+        self.modified() || self.keys.iter().any(|(_, w)| w.expired_by(now_ms))
+    }
+
+    /// Whether a write has marked the CAS flag (expiry aside): EXEC
+    /// will fail.
+    pub fn modified(&self) -> bool {
         self.dirty
             .as_ref()
             .is_some_and(|d| d.load(std::sync::atomic::Ordering::Acquire))
-            || self.keys.iter().any(|(_, w)| w.expired_by(now_ms))
     }
 
     /// The CAS flag a new watch of this client marks.

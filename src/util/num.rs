@@ -1100,6 +1100,36 @@ impl Big {
     }
 }
 
+/// C's atoi as glibc has it (`(int) strtol(s, NULL, 10)`): optional blanks
+/// and sign, then the digits there are (0 when none); a value past `long`
+/// saturates, and the cast to `int` keeps its low 32 bits.
+pub fn atoi(s: &[u8]) -> i64 {
+    let start = s
+        .iter()
+        .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r'))
+        .unwrap_or(s.len());
+    let s = &s[start..];
+    let (neg, digits) = match s.first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let magnitude = digits
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .try_fold(0i64, |n, &d| {
+            n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))
+        });
+    // Accumulated as a negative number, so that LONG_MIN fits.
+    let long = match (magnitude, neg) {
+        (Some(n), true) => n,
+        (Some(n), false) => n.checked_neg().unwrap_or(i64::MAX),
+        (None, true) => i64::MIN,
+        (None, false) => i64::MAX,
+    };
+    i64::from(long as i32)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1618,5 +1648,19 @@ mod tests {
         t.sub(&Big::from_u128(u128::MAX - 7));
         assert_eq!(t, Big::from_u128(7));
         assert_eq!(Big::from_u128(0).to_decimal(), "0");
+    }
+
+    /// atoi as glibc's: blanks, sign, digits; past `long` it saturates,
+    /// and the cast to `int` keeps the low 32 bits.
+    #[test]
+    fn atoi_reads_as_c_does() {
+        assert_eq!(atoi(b"2x"), 2);
+        assert_eq!(atoi(b" \t\x0b-12abc"), -12);
+        assert_eq!(atoi(b"+7"), 7);
+        assert_eq!(atoi(b"abc"), 0);
+        assert_eq!(atoi(b""), 0);
+        assert_eq!(atoi(b"4294967297"), 1);
+        assert_eq!(atoi(b"99999999999999999999"), -1);
+        assert_eq!(atoi(b"-99999999999999999999"), 0);
     }
 }

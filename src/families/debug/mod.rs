@@ -21,7 +21,7 @@ use crate::command::args::{is, Args, NOT_INTEGER};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::storage::keyspace::Key;
-use crate::util::num::parse_i64;
+use crate::util::num::{atoi, parse_i64};
 
 /// DEBUG HELP: Redis's lines for the subcommands cairn implements.
 const HELP: &[&str] = &[
@@ -151,27 +151,6 @@ pub fn debug(s: &mut Session, a: Args) -> Action {
         (b"reload", _) => reload(s, &a),
         (b"loadaof", _) => loadaof(s),
         _ => subcommand_syntax(&a).into(),
-    }
-}
-
-/// C's atoi: optional blanks and sign, then digits; 0 when there are none.
-fn atoi(s: &[u8]) -> i64 {
-    let s = s.trim_ascii_start();
-    let (neg, digits) = match s.first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    let n = digits
-        .iter()
-        .take_while(|b| b.is_ascii_digit())
-        .fold(0i64, |n, &d| {
-            n.wrapping_mul(10).wrapping_add(i64::from(d - b'0'))
-        });
-    if neg {
-        -n
-    } else {
-        n
     }
 }
 
