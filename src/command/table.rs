@@ -210,9 +210,7 @@ impl CommandSpec {
             }
         }
     }
-}
 
-impl CommandSpec {
     /// The indexes of the keys cluster routing checks (and a script's call
     /// in cluster mode), as Redis's getKeysFromCommand finds them: through
     /// the command's own key finder where Redis has one, which reads a
