@@ -18,6 +18,9 @@ maxclients = 500
 
 log_level = "warn"
 
+# Durability, set by CONFIG SET appendfsync too.
+durability = "everysec"
+
 # Redis parameters.
 [redis]
 # Eviction policy comment.
@@ -85,6 +88,8 @@ fn rewrite_keeps_comments_and_restart_reads_values() {
             "100 10",
             "hash-max-listpack-entries",
             "512",
+            "appendfsync",
+            "always",
         ],
     );
     ok(&mut c, &["CONFIG", "REWRITE"]);
@@ -115,6 +120,8 @@ fn rewrite_keeps_comments_and_restart_reads_values() {
     assert!(!text.lines().any(|l| l.starts_with("hz")), "{text}");
     // cairn's own keys stay where they were.
     assert!(text.contains("log_level = \"warn\""), "{text}");
+    // appendfsync is written as the durability it sets, which loads again.
+    assert!(text.contains("durability = \"always\""), "{text}");
 
     let server = start(&file, data);
     let mut c = server.client();
@@ -124,6 +131,7 @@ fn rewrite_keeps_comments_and_restart_reads_values() {
     assert_eq!(get(&mut c, "notify-keyspace-events"), bulk("AKE"));
     assert_eq!(get(&mut c, "save"), bulk("100 10"));
     assert_eq!(get(&mut c, "maxmemory-policy"), bulk("allkeys-lru"));
+    assert_eq!(get(&mut c, "appendfsync"), bulk("always"));
     // A second rewrite with nothing changed leaves the file as it is.
     ok(&mut c, &["CONFIG", "REWRITE"]);
     assert_eq!(std::fs::read_to_string(&file).unwrap(), text);

@@ -1552,7 +1552,9 @@ pub fn rewrite(server: &Server) -> Result<(), String> {
                     // `warn` and `warning` are one level: the file's word stays.
                     continue;
                 }
-                let new = if matches!(*key, "requirepass" | "log_level") {
+                // Text keys keep text (`durability = "always"`): a number
+                // there would not load again.
+                let new = if matches!(*key, "requirepass" | "log_level" | "durability") {
                     toml_edit::Value::from(value.as_str())
                 } else {
                     toml_edit::Value::from(value.parse::<i64>().unwrap_or(0))
