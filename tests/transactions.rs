@@ -285,3 +285,45 @@ fn pipelined_transactions_across_shards_reply_in_order() {
         +OK\r\n+QUEUED\r\n*1\r\n:7\r\n*2\r\n$1\r\n3\r\n$1\r\n7\r\n";
     read_exactly(&mut raw, want);
 }
+
+/// Commands whose work waits on the shards (a FUNCTION change stores the
+/// libraries on shard 0; CLIENT TRACKING ON waits for every shard's running
+/// transaction) run inside a transaction's own hold of its shards. As jobs
+/// of their own they waited for the transaction, which waited for them: the
+/// EXEC never answered and every later command over those shards hung.
+#[test]
+fn exec_of_commands_that_wait_on_the_shards_finishes() {
+    let server = TestServer::start();
+    let mut c = server.client();
+    let (a, b) = keys_on_both_shards("held");
+    ok(&mut c, &["MULTI"]);
+    for args in [
+        vec!["SET", &a, "1"],
+        vec!["SET", &b, "1"],
+        vec![
+            "FUNCTION",
+            "LOAD",
+            "#!lua name=lib\nredis.register_function('f', function() return 7 end)",
+        ],
+        vec!["FUNCTION", "DELETE", "lib"],
+        vec!["FUNCTION", "FLUSH"],
+        vec!["CLIENT", "TRACKING", "ON"],
+    ] {
+        assert_eq!(q(&mut c, &args), Value::SimpleString("QUEUED".into()));
+    }
+    // The client's read timeout (10 s) fails the test if EXEC hangs.
+    assert_eq!(
+        q(&mut c, &["EXEC"]),
+        Value::Array(vec![
+            Value::Okay,
+            Value::Okay,
+            Value::BulkString(b"lib".to_vec()),
+            Value::Okay,
+            Value::Okay,
+            Value::Okay,
+        ])
+    );
+    let mut other = server.client();
+    ok(&mut other, &["FLUSHALL"]);
+    assert_eq!(q(&mut other, &["FUNCTION", "LIST"]), Value::Array(vec![]));
+}

@@ -189,14 +189,17 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
     })
 }
 
-/// Applies `f` to the libraries as one change (on the plan state, on a
-/// blocking thread: every state sees it before the reply) and, if it
-/// succeeded, stores the libraries on shard 0 before replying.
+/// One change of the libraries: `f` edits them on the plan state, then the
+/// rows of shard 0 are rewritten to match, in one coordinated step that
+/// holds shard 0. So a change queued in a transaction runs inside the
+/// transaction's own hold of the shards (a job that waited for shard 0
+/// there would wait for the transaction itself, which held it: EXEC of
+/// `SET k 1` and `FUNCTION FLUSH` with k on shard 0 never finished).
 fn change(
     server: Arc<Server>,
     f: impl FnOnce(&mut LibraryEdit) -> Result<Reply, Reply> + Send + 'static,
 ) -> Action {
-    Action::Job(Box::pin(async move {
+    super::coordinated(vec![0], move |locked| async move {
         let _serial = server.functions_lock.lock().await;
         let engines = server.scripts.clone();
         let done = tokio::task::spawn_blocking(move || {
@@ -207,27 +210,17 @@ fn change(
         .await;
         let (reply, libs) = match done {
             Ok(Ok(v)) => v,
-            Ok(Err(r)) => return r,
-            Err(e) => return Reply::err(format!("script engine failed: {e}")),
+            Ok(Err(r)) => return Ok(Err(r)),
+            Err(e) => return Ok(Err(Reply::err(format!("script engine failed: {e}")))),
         };
         count(&server, &libs);
         let rows: Vec<(Vec<u8>, Bytes)> = libs
             .into_iter()
             .map(|lib| ([ROW_PREFIX, lib.name.as_bytes()].concat(), lib.code))
             .collect();
-        let stored = server.shards.submit(
-            0,
-            Box::new(move |w: &mut WriteCtx| {
-                store_rows(w, &rows)?;
-                Ok(Reply::Ok)
-            }),
-        );
-        match stored.await {
-            Ok(Reply::Ok) => reply,
-            Ok(other) => other,
-            Err(_) => Reply::err("shard unavailable"),
-        }
-    }))
+        locked.run(0, move |w| store_rows(w, &rows)).await?;
+        Ok(Ok(reply))
+    })
 }
 
 /// Replaces the stored libraries by `rows`.
