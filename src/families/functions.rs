@@ -37,18 +37,16 @@ pub fn fcall_ro(s: &mut Session, a: Args) -> Action {
 
 fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
     let name = String::from_utf8_lossy(a.get(1)).into_owned();
-    // Redis looks the function up before it reads numkeys. (One deleted
-    // before the call runs still fails there, with the same error.)
-    if s.server.scripts.registry().function_flags(&name).is_none() {
-        return Reply::err("Function not found").into();
-    }
     let split = a
         .int(2)
         .map_err(|_| Reply::err("Bad number of keys provided"))
         .and_then(|n| super::scripting::keys_end(n, a.len()));
     let split = match split {
         Ok(n) => n,
-        Err(r) => return r.into(),
+        // Redis looks the function up before it reads numkeys (a call that
+        // runs fails there alike). In a transaction the lookup waits for
+        // the commands queued before it, which may load or delete it.
+        Err(bad_numkeys) => return not_found_or(s, name, bad_numkeys),
     };
     let label: Label = Arc::new((name, a.into_vec()));
     let l = label.clone();
@@ -58,15 +56,39 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
     dispatch(s, true, label, split, run)
 }
 
+/// "Function not found" if no function has `name`, else `other`: looked up
+/// now, or in a transaction once the commands queued before have run.
+fn not_found_or(s: &Session, name: String, other: Reply) -> Action {
+    let server = s.server.clone();
+    let answer = move || match server.scripts.registry().function_flags(&name) {
+        None => Reply::err("Function not found"),
+        Some(_) => other,
+    };
+    if s.in_exec {
+        return Action::Job(Box::pin(async move { answer() }));
+    }
+    answer().into()
+}
+
+/// What FUNCTION LIST, STATS and DUMP answer: at once, or in a transaction
+/// once the commands queued before (a FUNCTION LOAD...) have run.
+fn reading(s: &Session, read: impl FnOnce(&Server) -> Reply + Send + 'static) -> Action {
+    let server = s.server.clone();
+    if s.in_exec {
+        return Action::Job(Box::pin(async move { read(&server) }));
+    }
+    read(&server).into()
+}
+
 /// FUNCTION subcommand [arg ...]
 pub fn function(s: &mut Session, a: Args) -> Action {
     let sub = a.get(1).clone();
     let server = s.server.clone();
     match String::from_utf8_lossy(&sub).to_ascii_lowercase().as_str() {
-        "load" => load(server, &a),
+        "load" => load(server, s.in_exec, &a),
         "delete" => {
             let name = String::from_utf8_lossy(a.get(2)).into_owned();
-            change(server, move |libs| {
+            change(server, s.in_exec, move |libs| {
                 if libs.delete(&name) {
                     Ok(Reply::Ok)
                 } else {
@@ -81,29 +103,29 @@ pub fn function(s: &mut Session, a: Args) -> Action {
             if !super::sync_or_async(a.from(2)) {
                 return Reply::err("FUNCTION FLUSH only supports SYNC|ASYNC option").into();
             }
-            change(server, |libs| {
+            change(server, s.in_exec, |libs| {
                 libs.flush();
                 Ok(Reply::Ok)
             })
         }
-        "list" => list(&server, &a).into(),
-        "dump" => {
+        "list" => reading(s, move |server| list(server, &a)),
+        "dump" => reading(s, |server| {
             let mut body = Vec::new();
             for lib in server.scripts.registry().libraries() {
                 body.push(rdb::OPCODE_FUNCTION2);
                 rdb::put_string(&mut body, &lib.code);
             }
-            Reply::bulk(rdb::seal(body)).into()
-        }
-        "restore" => restore(server, &a),
-        "stats" => stats(&server).into(),
+            Reply::bulk(rdb::seal(body))
+        }),
+        "restore" => restore(server, s.in_exec, &a),
+        "stats" => reading(s, stats),
         "kill" => kill_running(&server, false).into(),
         _ => help(),
     }
 }
 
 /// FUNCTION LOAD [REPLACE] code
-fn load(server: Arc<Server>, a: &Args) -> Action {
+fn load(server: Arc<Server>, in_exec: bool, a: &Args) -> Action {
     let mut replace = false;
     let mut at = 2;
     while at < a.len() - 1 {
@@ -122,7 +144,7 @@ fn load(server: Arc<Server>, a: &Args) -> Action {
         return Reply::err("Function code is missing").into();
     }
     let code = a.get(at).clone();
-    change(server, move |libs| {
+    change(server, in_exec, move |libs| {
         libs.load(&code, replace).map(|lib| Reply::bulk(lib.name))
     })
 }
@@ -136,7 +158,7 @@ enum Policy {
 }
 
 /// FUNCTION RESTORE payload [FLUSH|APPEND|REPLACE]
-fn restore(server: Arc<Server>, a: &Args) -> Action {
+fn restore(server: Arc<Server>, in_exec: bool, a: &Args) -> Action {
     if a.len() > 4 {
         return super::subcommand_syntax(a).into();
     }
@@ -155,7 +177,7 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
     let payload = a.get(2).clone();
     let check_crc = super::dump::crc_checked(&server);
     // All or nothing: a failed change leaves the libraries as they were.
-    change(server, move |libs| {
+    change(server, in_exec, move |libs| {
         let Some(body) = rdb::unseal_checked(&payload, check_crc) else {
             return Err(Reply::err("DUMP payload version or checksum are wrong"));
         };
@@ -189,38 +211,78 @@ fn restore(server: Arc<Server>, a: &Args) -> Action {
     })
 }
 
-/// One change of the libraries: `f` edits them on the plan state, then the
-/// rows of shard 0 are rewritten to match, in one coordinated step that
-/// holds shard 0. So a change queued in a transaction runs inside the
-/// transaction's own hold of the shards (a job that waited for shard 0
-/// there would wait for the transaction itself, which held it: EXEC of
-/// `SET k 1` and `FUNCTION FLUSH` with k on shard 0 never finished).
+/// Applies `f` to the libraries as one change (on the plan state, on a
+/// blocking thread: every state sees it before the reply) and, if it
+/// succeeded, stores the libraries on shard 0 before replying. Alone, that
+/// is a job, which the connection finishes before it reads on (a pipelined
+/// FCALL finds the function). Queued in a transaction (`in_exec`), it is a
+/// coordinated plan over shard 0, which EXEC runs inside its own hold of
+/// its shards: as a job waiting for shard 0 it waited there for the
+/// transaction itself (EXEC of `SET k 1` and `FUNCTION FLUSH`, k on shard
+/// 0, never finished).
 fn change(
     server: Arc<Server>,
+    in_exec: bool,
     f: impl FnOnce(&mut LibraryEdit) -> Result<Reply, Reply> + Send + 'static,
 ) -> Action {
-    super::coordinated(vec![0], move |locked| async move {
-        let _serial = server.functions_lock.lock().await;
-        let engines = server.scripts.clone();
-        let done = tokio::task::spawn_blocking(move || {
-            engines
-                .plan()
-                .edit_libraries(|libs| Ok((f(libs)?, libs.list())))
-        })
-        .await;
-        let (reply, libs) = match done {
-            Ok(Ok(v)) => v,
-            Ok(Err(r)) => return Ok(Err(r)),
-            Err(e) => return Ok(Err(Reply::err(format!("script engine failed: {e}")))),
+    if in_exec {
+        return super::coordinated(vec![0], move |locked| async move {
+            let (reply, rows) = match edit(&server, f).await {
+                Ok(done) => done,
+                Err(r) => return Ok(Err(r)),
+            };
+            locked.run(0, move |w| store_rows(w, &rows)).await?;
+            Ok(Ok(reply))
+        });
+    }
+    Action::Job(Box::pin(async move {
+        let (reply, rows) = match edit(&server, f).await {
+            Ok(done) => done,
+            Err(r) => return r,
         };
-        count(&server, &libs);
-        let rows: Vec<(Vec<u8>, Bytes)> = libs
-            .into_iter()
-            .map(|lib| ([ROW_PREFIX, lib.name.as_bytes()].concat(), lib.code))
-            .collect();
-        locked.run(0, move |w| store_rows(w, &rows)).await?;
-        Ok(Ok(reply))
+        let stored = server.shards.submit(
+            0,
+            Box::new(move |w: &mut WriteCtx| {
+                store_rows(w, &rows)?;
+                Ok(Reply::Ok)
+            }),
+        );
+        match stored.await {
+            Ok(Reply::Ok) => reply,
+            Ok(other) => other,
+            Err(_) => Reply::err("shard unavailable"),
+        }
+    }))
+}
+
+/// The rows of shard 0's `sys` table that hold the libraries.
+type LibraryRows = Vec<(Vec<u8>, Bytes)>;
+
+/// Runs `f` on the libraries (under `Server::functions_lock`) and returns
+/// its reply with the rows that store the libraries it left.
+async fn edit(
+    server: &Arc<Server>,
+    f: impl FnOnce(&mut LibraryEdit) -> Result<Reply, Reply> + Send + 'static,
+) -> Result<(Reply, LibraryRows), Reply> {
+    let _serial = server.functions_lock.lock().await;
+    let engines = server.scripts.clone();
+    let done = tokio::task::spawn_blocking(move || {
+        engines
+            .plan()
+            .edit_libraries(|libs| Ok((f(libs)?, libs.list())))
     })
+    .await;
+    let (reply, libs) = match done {
+        Ok(Ok(v)) => v,
+        Ok(Err(r)) => return Err(r),
+        Err(e) => return Err(Reply::err(format!("script engine failed: {e}"))),
+    };
+    count(server, &libs);
+    let rows = libs
+        .into_iter()
+        .map(|lib| ([ROW_PREFIX, lib.name.as_bytes()].concat(), lib.code))
+        .collect();
+    Ok((reply, rows))
 }
 
 /// Replaces the stored libraries by `rows`.
@@ -420,7 +482,7 @@ fn help() -> Action {
 /// Loads function libraries (replacing libraries of the same name) and
 /// stores them, as loading an RDB file does with the libraries it holds.
 pub async fn import_libraries(server: Arc<Server>, codes: Vec<Vec<u8>>) -> Reply {
-    let job = change(server, move |libs| {
+    let job = change(server, false, move |libs| {
         for code in &codes {
             libs.load(code, true)?;
         }

@@ -118,13 +118,26 @@ pub fn tracking(s: &mut Session, a: &Args) -> Action {
     s.tracking = Some(t);
     s.caching = false;
     // Writes already running when tracking started do not collect the
-    // keys they change: hold every shard once, between their transactions,
-    // so no change this client may read goes untold. As a coordinated plan
-    // it runs inside a transaction's own hold of the shards when MULTI
-    // queued it (a job waiting on the shards waited there for the
-    // transaction itself, which never finished).
-    let ids = (0..s.server.shards.len()).collect();
-    super::coordinated(ids, |_| async { Ok(Ok(Reply::Ok)) })
+    // keys they change: wait until every shard has finished its current
+    // transaction, so no change this client may read goes untold. Queued
+    // in a transaction, the wait is a coordinated plan over every shard,
+    // which EXEC runs inside its own hold of the shards (a job waiting on
+    // the shards waited there for the transaction itself, which never
+    // finished).
+    let shards = s.server.shards.clone();
+    if s.in_exec {
+        let ids = (0..shards.len()).collect();
+        return super::coordinated(ids, |_| async { Ok(Ok(Reply::Ok)) });
+    }
+    Action::Job(Box::pin(async move {
+        let waits: Vec<_> = (0..shards.len())
+            .map(|i| shards.submit(i, Box::new(|_| Ok(Reply::Ok))))
+            .collect();
+        for w in waits {
+            let _ = w.await;
+        }
+        Reply::Ok
+    }))
 }
 
 /// CLIENT CACHING YES|NO

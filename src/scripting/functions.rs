@@ -450,7 +450,9 @@ impl ScriptVm {
             Err(e) => return Reply::err(e),
         };
         let func = f.func.clone();
-        self.execute(name, true, ro, host, || {
+        // Errors name the function as registered, whatever case FCALL used.
+        let registered = f.name.clone();
+        self.execute(&registered, true, ro, host, || {
             let h = self.handler.clone();
             self.run_function.call::<(bool, Value)>((func, h, k, a))
         })
