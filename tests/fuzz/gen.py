@@ -484,6 +484,61 @@ class Gen:
             ])
         return ["EVAL", body, "0"], "strict"
 
+    # ---------- functions ----------
+    # Libraries a round loads and replaces: functions that read, write,
+    # fail, or return what they were given; some with flags and a
+    # description, two sharing a name across libraries, one library whose
+    # code does not load.
+    LIBRARIES = [
+        "#!lua name=lib1\n"
+        "redis.register_function('fa', function(k, a) return redis.call('GET', k[1]) end)\n"
+        "redis.register_function{function_name='fb', callback=function(k, a) "
+        "return redis.call('SET', k[1], a[1] or 'v') end, description='writes'}",
+        "#!lua name=lib2\n"
+        "redis.register_function{function_name='fc', callback=function(k, a) return {#k, #a, a[1]} end, "
+        "flags={'no-writes'}}\n"
+        "redis.register_function{function_name='FD', callback=function(k, a) "
+        "return redis.call('INCR', k[1]) end, flags={'allow-oom'}}",
+        "#!lua name=lib3\n"
+        "redis.register_function('fe', function(k, a) return redis.pcall('LPUSH', k[1], 'x') end)\n"
+        "redis.register_function{function_name='ff', callback=function() error('boom') end, "
+        "flags={'no-writes', 'allow-stale'}}",
+        "#!lua name=lib4\nredis.register_function('fa', function() return 1 end)",
+        "#!lua name=lib5\nredis.call('SET', 'x', 1)",
+        "#!lua name=lib6\nredis.register_function('fg', function() return redis.setresp(3) end)\n"
+        # A hash's fields sorted: cairn does not keep a small hash's
+        # insertion order (DESIGN-NOTES).
+        "redis.register_function{function_name='fh', callback=function(k) "
+        "local f = redis.call('HKEYS', k[1]) table.sort(f) return f end, flags={'no-writes'}}",
+    ]
+    FUNCTIONS = ["fa", "fb", "fc", "FD", "fd", "fe", "ff", "fg", "fh", "Fa", "nosuch"]
+
+    def g_functions(self):
+        """FUNCTION LOAD, DELETE, LIST, STATS, FLUSH and FCALL / FCALL_RO of
+        a few libraries, over keys the other families fill."""
+        c = self.ch(["load", "load", "fcall", "fcall", "fcall", "fcall_ro", "delete", "list",
+                     "stats", "flush"])
+        if c == "load":
+            lib = self.ch(self.LIBRARIES)
+            return ["FUNCTION", "LOAD"] + (["REPLACE"] if self.p(0.4) else []) + [lib], "strict"
+        if c in ("fcall", "fcall_ro"):
+            n = self.ch(["0", "1", "1", "2", "-1", "3", "x"])
+            keys = [self.key() for _ in range(2)]
+            args = [self.val() for _ in range(self.r.randint(0, 2))]
+            return [c.upper(), self.ch(self.FUNCTIONS), n] + keys + args, "strict"
+        if c == "delete":
+            return ["FUNCTION", "DELETE", self.ch(["lib1", "lib2", "lib3", "LIB1", "nolib"])], "strict"
+        if c == "list":
+            # One library, or none: the libraries' order is Redis's hash
+            # table's (so is their functions', which the runner sorts).
+            cmd = ["FUNCTION", "LIST", "LIBRARYNAME", self.ch(["lib1", "lib2", "lib3", "nolib", "LIB2"])]
+            if self.p(0.5):
+                cmd.append("WITHCODE")
+            return cmd, "function_list"
+        if c == "stats":
+            return ["FUNCTION", "STATS"], "strict"
+        return ["FUNCTION", "FLUSH"] + ([self.ch(["SYNC", "ASYNC", "x"])] if self.p(0.3) else []), "strict"
+
     # ---------- SORT ----------
     def g_sort(self):
         """SORT and SORT_RO of lists, sets and sorted sets, by the elements
@@ -1027,4 +1082,5 @@ class Gen:
         raise Exception(c)
 
 
-FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream", "hll", "geo", "sort", "lua"]
+FAMILIES = ["string", "keyspace", "hash", "list", "set", "zset", "stream", "hll", "geo", "sort", "lua",
+            "functions"]
