@@ -184,17 +184,11 @@ impl CommandSpec {
                 first,
                 dest,
             } => {
-                // A count that is not a positive number, or that runs past
-                // the arguments, places no keys at all (Redis: invalid).
+                // The key specs read the count strictly (Redis: invalid).
                 let n = argv
                     .get(numkeys)
-                    .and_then(|a| crate::util::num::parse_i64(a))
-                    .filter(|&n| n >= 1 && n as u64 <= argc.saturating_sub(first) as u64);
-                let Some(n) = n else {
-                    return Vec::new();
-                };
-                let counted = first..first + n as usize;
-                dest.then_some(1).into_iter().chain(counted).collect()
+                    .and_then(|a| crate::util::num::parse_i64(a));
+                counted_keys(argc, n.unwrap_or(0), first, dest)
             }
             KeySpec::Range { first, last, step } => {
                 let last = if last < 0 {
@@ -252,18 +246,24 @@ impl CommandSpec {
                 },
             ) => {
                 // Redis's genericGetKeys reads the count with atoi ("2x"
-                // is 2) and places no key for one below 1 or past the
-                // arguments.
+                // is 2).
                 let n = argv.get(numkeys).map_or(0, |a| crate::util::num::atoi(a));
-                if n < 1 || n as u64 > argc.saturating_sub(first) as u64 {
-                    return Vec::new();
-                }
-                let counted = first..first + n as usize;
-                dest.then_some(1).into_iter().chain(counted).collect()
+                counted_keys(argc, n, first, dest)
             }
             _ => self.key_positions(argv),
         }
     }
+}
+
+/// The keys a count `n` places from `first` of `argc` arguments, after a
+/// destination at 1 if `dest`: none for a count below 1 or one that runs
+/// past the arguments, as Redis treats both.
+fn counted_keys(argc: usize, n: i64, first: usize, dest: bool) -> Vec<usize> {
+    if n < 1 || n as u64 > argc.saturating_sub(first) as u64 {
+        return Vec::new();
+    }
+    let counted = first..first + n as usize;
+    dest.then_some(1).into_iter().chain(counted).collect()
 }
 
 /// XREAD's and XREADGROUP's keys as Redis's xreadGetKeys finds them: the

@@ -97,6 +97,12 @@ impl AccessClock {
             .store(int("lfu-decay-time"), Ordering::Relaxed);
     }
 
+    /// Whether the `maxmemory-policy` is an LFU one (FREQ answers then,
+    /// IDLETIME does not).
+    pub fn lfu(&self) -> bool {
+        self.lfu.load(Ordering::Relaxed)
+    }
+
     /// `counter`, last touched at `at`, decayed to `now` (Unix seconds):
     /// one decrement per `lfu-decay-time` minutes, counted, as Redis
     /// counts them, between the minutes the two times fall in.
@@ -176,7 +182,7 @@ impl AccessClock {
         let now = now_ms / 1000;
         let old = self.slots[i].load(Ordering::Relaxed);
         let counter = match unpack(old, tag) {
-            _ if !self.lfu.load(Ordering::Relaxed) => 0,
+            _ if !self.lfu() => 0,
             Some((c, at)) => self.grow(self.decay(c, at, now)),
             None => LFU_INIT,
         };
@@ -192,7 +198,7 @@ impl AccessClock {
         let now = now_secs();
         let Spot(i, tag) = Self::locate(db, key);
         let at = now.saturating_sub(idle_secs.unwrap_or(0));
-        let counter = match self.lfu.load(Ordering::Relaxed) {
+        let counter = match self.lfu() {
             true => freq.unwrap_or(LFU_INIT).min(255),
             false => 0,
         };
@@ -300,15 +306,6 @@ pub fn encoding_name(v: &Value, limits: &Limits, form: StringForm) -> &'static s
     }
 }
 
-/// Whether the `maxmemory-policy` is an LFU one.
-fn lfu_policy(s: &Session) -> bool {
-    s.server
-        .runtime
-        .read()
-        .get("maxmemory-policy")
-        .contains("lfu")
-}
-
 const HELP: &[&str] = &[
     "OBJECT <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
     "ENCODING <key>",
@@ -364,7 +361,7 @@ pub fn object(s: &mut Session, a: Args) -> Action {
             })
         }),
         "idletime" | "freq" => {
-            let lfu = lfu_policy(s);
+            let lfu = s.server.access.lfu();
             let idle = sub == "idletime";
             s.read_unnoticed(&key, move |r, k| {
                 // Redis looks the key up before it checks the policy.
