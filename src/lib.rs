@@ -126,6 +126,7 @@ pub mod net;
 pub mod protocol;
 pub mod pubsub;
 pub mod rdb;
+pub mod replication;
 pub mod run;
 pub mod scripting;
 pub mod server;

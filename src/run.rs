@@ -123,6 +123,7 @@ pub async fn start(config: Config) -> Result<Running, StartError> {
     server
         .port
         .store(local.port() as u64, std::sync::atomic::Ordering::Relaxed);
+    crate::replication::start_configured(&server);
     Ok(Running {
         server,
         addr: local,

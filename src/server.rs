@@ -137,6 +137,8 @@ pub struct ClientInfo {
     pub no_evict: bool,
     /// READONLY was sent (cluster mode).
     pub readonly: bool,
+    /// The connection this replica applies its primary's stream through.
+    pub primary: bool,
     /// The client's WATCH flag while it watches keys (CLIENT LIST's `d`).
     pub watch_dirty: Option<Arc<AtomicBool>>,
     /// The ACL user it authenticated as (`None`: default), for CLIENT
@@ -322,8 +324,11 @@ pub struct Server {
     /// ACL users and the ACL LOG.
     pub acl: crate::acl::Acl,
     /// The replication id (INFO's master_replid, PSYNC's FULLRESYNC):
-    /// drawn at start and by DEBUG CHANGE-REPL-ID.
+    /// drawn at start and by DEBUG CHANGE-REPL-ID; a replica's is its
+    /// primary's.
     pub replid: parking_lot::Mutex<String>,
+    /// REPLICAOF: the primary this server replicates, if any.
+    pub replication: crate::replication::Replication,
 }
 
 impl Server {
@@ -399,6 +404,7 @@ impl Server {
             latency,
             acl,
             replid: parking_lot::Mutex::new(crate::util::hex_id()),
+            replication: Default::default(),
             pubsub,
             config,
             limits,

@@ -4,9 +4,10 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::real_redis::RealRedis;
 use common::{bulk, cmd, err, int, ok, q, shard_of, TestServer};
 use redis::{Connection, Value};
 
@@ -17,87 +18,6 @@ fn info_number(c: &mut Connection, section: &str, field: &str) -> i64 {
         .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or_else(|| panic!("INFO {section} has no {field}"))
-}
-
-/// A redis-server 7.0 on a free loopback port, without persistence,
-/// killed on drop. It is installed with apt-get when missing, as the
-/// compatibility recorder does.
-struct RealRedis {
-    port: u16,
-    child: Child,
-    _dir: tempfile::TempDir,
-}
-
-impl RealRedis {
-    fn start() -> RealRedis {
-        Self::start_from(None)
-    }
-
-    /// A redis-server that loads `file` at start.
-    fn start_with_file(file: &std::path::Path) -> RealRedis {
-        Self::start_from(Some(file))
-    }
-
-    fn start_from(file: Option<&std::path::Path>) -> RealRedis {
-        if Command::new("redis-server")
-            .arg("--version")
-            .output()
-            .is_err()
-        {
-            let _ = Command::new("apt-get")
-                .args(["install", "-y", "-qq", "redis-server"])
-                .stdout(Stdio::null())
-                .status();
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let dir = tempfile::tempdir().unwrap();
-        if let Some(f) = file {
-            std::fs::copy(f, dir.path().join("dump.rdb")).unwrap();
-        }
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--dir"])
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server (Debian package redis-server) must be installed");
-        let r = RealRedis {
-            port,
-            child,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        // Up and done loading.
-        loop {
-            assert!(Instant::now() < deadline, "redis-server did not start");
-            if let Ok(c) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) {
-                if let Ok(mut conn) = c.get_connection() {
-                    if redis::cmd("PING").query::<String>(&mut conn).is_ok() {
-                        break;
-                    }
-                }
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        r
-    }
-
-    fn client(&self) -> Connection {
-        let c = redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap();
-        c.get_connection_with_timeout(Duration::from_secs(5))
-            .unwrap()
-    }
-}
-
-impl Drop for RealRedis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Builds one value of every type and encoding under `prefix` (the same
@@ -741,7 +661,7 @@ fn redis_rdb_imports_into_cairn() {
     ok(&mut r, &["SET", "short", "lived", "PX", "300"]);
     ok(&mut r, &["SAVE"]);
     std::thread::sleep(Duration::from_millis(400));
-    let file = redis._dir.path().join("dump.rdb");
+    let file = redis.dir().join("dump.rdb");
     let data = tempfile::tempdir().unwrap();
     let mut cfg = cairn::config::Config::defaults();
     cfg.dir = data.path().to_path_buf();

@@ -360,6 +360,10 @@ pub mod flag {
     pub const ADMIN: u32 = 1 << 3;
     /// `noscript`.
     pub const NOSCRIPT: u32 = 1 << 5;
+    /// `loading`.
+    pub const LOADING: u32 = 1 << 7;
+    /// `stale`.
+    pub const STALE: u32 = 1 << 8;
     /// `skip_monitor`.
     pub const SKIP_MONITOR: u32 = 1 << 9;
     /// `skip_slowlog`.
@@ -736,6 +740,8 @@ commands! {
         "Create a key using the provided serialized value, previously obtained using DUMP.", "key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]", "";
     "restore-asking", -4, "write denyoom asking", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "server", "3.0.0", dump::restore,
         "An internal command for migrating keys in a cluster", "", "";
+    "replicaof", 3, "admin noscript stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "5.0.0", persistence::replicaof,
+        "Make the server a replica of another instance, or promote it as master.", "host port|NO ONE", "";
     "role", 1, "noscript loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "2.8.12", persistence::role,
         "Return the role of the instance in the context of replication", "", "";
     "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,
@@ -782,6 +788,8 @@ commands! {
         "Intersect multiple sets and store the resulting set in a key.", "destination key [key ...]", "";
     "sismember", 3, "readonly fast", (1, 1, 1), "RO", "@read @set @fast", "set", "1.0.0", set::sismember,
         "Determine if a given value is a member of a set.", "key member", "";
+    "slaveof", 3, "admin noscript stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "1.0.0", persistence::replicaof,
+        "Make the server a replica of another instance, or promote it as master.", "host port|NO ONE", "";
     "slowlog", -2, "", (0, 0, 0), "", "@slow", "server", "2.2.12", slowlog::slowlog,
         "A container for slow log commands", "", "";
     "smembers", 2, "readonly", (1, 1, 1), "RO ACCESS", "@read @set @slow", "set", "1.0.0", set::smembers,

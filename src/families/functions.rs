@@ -479,6 +479,18 @@ fn help() -> Action {
     .into()
 }
 
+/// Drops every function library, as FUNCTION FLUSH does (a replica's,
+/// before it loads its primary's copy).
+pub async fn flush_libraries(server: Arc<Server>) -> Reply {
+    match change(server, false, |libs| {
+        libs.flush();
+        Ok(Reply::Ok)
+    }) {
+        Action::Job(j) => j.await,
+        _ => unreachable!("change always returns a job"),
+    }
+}
+
 /// Loads function libraries (replacing libraries of the same name) and
 /// stores them, as loading an RDB file does with the libraries it holds.
 pub async fn import_libraries(server: Arc<Server>, codes: Vec<Vec<u8>>) -> Reply {

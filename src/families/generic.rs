@@ -642,8 +642,9 @@ pub fn flushall(s: &mut Session, a: Args) -> Action {
     }))
 }
 
-/// FLUSHALL's writes: every table of every shard emptied.
-fn flush_all(s: &Session) -> Action {
+/// FLUSHALL's writes: every table of every shard emptied (also a
+/// replica's, before it loads its primary's copy).
+pub(crate) fn flush_all(s: &Session) -> Action {
     on_all_shards(
         s,
         |w, _| {

@@ -213,23 +213,7 @@ pub fn section(s: &Session, name: &str, out: &mut String) {
                 let _ = write!(out, "{name}:{value}\r\n");
             }
         }
-        "replication" => {
-            // A primary that never had a replica, as Redis 7.0 reports one:
-            // its replication id is real (PSYNC answers with it, DEBUG
-            // CHANGE-REPL-ID draws a new one), its backlog never started.
-            let good = if srv.replicas_required() {
-                "min_slaves_good_slaves:0\r\n"
-            } else {
-                ""
-            };
-            let _ = write!(
-                out,
-                "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n{good}master_failover_state:no-failover\r\nmaster_replid:{}\r\nmaster_replid2:{}\r\nmaster_repl_offset:0\r\nsecond_repl_offset:-1\r\nrepl_backlog_active:0\r\nrepl_backlog_size:{}\r\nrepl_backlog_first_byte_offset:0\r\nrepl_backlog_histlen:0\r\n",
-                srv.replid.lock(),
-                "0".repeat(40),
-                srv.runtime.read().size("repl-backlog-size"),
-            );
-        }
+        "replication" => srv.replication.info(srv, out),
         "cpu" => {
             let (user, sys) = cpu_seconds();
             let _ = write!(

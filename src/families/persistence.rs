@@ -266,14 +266,33 @@ pub fn replconf(_s: &mut Session, a: Args) -> Action {
     Reply::Ok.into()
 }
 
-/// ROLE: cairn is always a primary, with no replicas.
-pub fn role(_s: &mut Session, _a: Args) -> Action {
-    Reply::Array(vec![
-        Reply::bulk("master"),
-        Reply::Int(0),
-        Reply::Array(Vec::new()),
-    ])
-    .into()
+/// ROLE: a primary (cairn feeds no replicas), or a replica of its
+/// primary with its link's state and offset.
+pub fn role(s: &mut Session, _a: Args) -> Action {
+    s.server.replication.role().into()
+}
+
+/// REPLICAOF (SLAVEOF) host port | NO ONE: replicate a Redis primary, or
+/// stop and be a primary again, keeping the data (see `replication`).
+pub fn replicaof(s: &mut Session, a: Args) -> Action {
+    if s.server.cluster.is_some() {
+        return Reply::err("REPLICAOF not allowed in cluster mode.").into();
+    }
+    let server = s.server.clone();
+    if is(a.get(1), "no") && is(a.get(2), "one") {
+        server.replication.stop(&server);
+        return Reply::Ok.into();
+    }
+    let port = match crate::util::num::parse_i64(a.get(2)) {
+        Some(p @ 0..=65535) => p as u16,
+        _ => return Reply::err("Invalid master port").into(),
+    };
+    let host = String::from_utf8_lossy(a.get(1)).into_owned();
+    if server.replication.start(&server, host, port) {
+        Reply::Ok.into()
+    } else {
+        Reply::Simple("OK Already connected to specified master").into()
+    }
 }
 
 /// WAIT numreplicas timeout: no replica ever acknowledges, so the answer
@@ -289,6 +308,9 @@ pub fn wait(s: &mut Session, a: Args) -> Action {
         Some(t) if t < 0 => return Reply::err("timeout is negative").into(),
         Some(t) => std::time::Duration::from_millis(t as u64),
     };
+    if s.server.replication.is_replica() {
+        return Reply::err("WAIT cannot be used with replica instances. Please also note that since Redis 4.0 if a replica is configured to be writable (which is not the default) writes to replicas are just local and are not propagated.").into();
+    }
     if wanted <= 0 || s.in_exec {
         return Reply::Int(0).into();
     }

@@ -389,6 +389,13 @@ fn script_action(
         return (None, r.into());
     }
     let server = session.server.clone();
+    // A read-only replica refuses a script's writes as its clients'.
+    if counted.has(flag::WRITE) && server.replication.refuses_writes(&server) {
+        return (
+            None,
+            Reply::Error(crate::replication::READONLY.into()).into(),
+        );
+    }
     // A script without a shebang meets NOREPLICAS at its first write (one
     // that has written already goes on: it cannot be undone).
     if counted.has(flag::WRITE) && !run.wrote() {

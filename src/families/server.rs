@@ -275,7 +275,8 @@ pub(crate) fn client_line(
 ) -> String {
     let info = e.info.lock().clone();
     let idle = e.activity.idle_secs();
-    // In Redis's order: O (MONITOR), P (subscribed), x (MULTI), b
+    // In Redis's order: O (MONITOR), M (this replica's primary), P
+    // (subscribed), x (MULTI), b
     // (blocked, or held by CLIENT PAUSE), t R B
     // (tracking, broken redirect, BCAST), d (a watched key changed), r
     // (READONLY), e (NO-EVICT).
@@ -283,6 +284,9 @@ pub(crate) fn client_line(
     let mailbox = &e.mailbox;
     if s.server.pubsub.monitors.contains(e.id) {
         flags.push('O');
+    }
+    if info.primary {
+        flags.push('M');
     }
     if mailbox.subscribed() {
         flags.push('P');

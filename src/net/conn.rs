@@ -744,17 +744,64 @@ pub async fn run(server: Arc<Server>, mut stream: TcpStream, peer: SocketAddr) {
     }
     server.clients.insert(id, entry.clone());
     let mut session = Session::new(server.clone(), entry.clone());
-    crate::families::slowlog::counting_runs(serve(&mut session, &mut stream)).await;
-    entry.mailbox.close();
-    server.pubsub.tracking.disable(id);
-    server.pubsub.monitors.remove(id);
-    server.clients.remove(&id);
+    let buf = BytesMut::with_capacity(16 * 1024);
+    crate::families::slowlog::counting_runs(serve(&mut session, &mut stream, buf)).await;
+    unregister(&server, &entry);
 }
 
-async fn serve(session: &mut Session, stream: &mut TcpStream) {
+/// What a client leaves behind when its connection ends.
+fn unregister(server: &Server, entry: &ClientEntry) {
+    entry.mailbox.close();
+    server.pubsub.tracking.disable(entry.id);
+    server.pubsub.monitors.remove(entry.id);
+    server.clients.remove(&entry.id);
+}
+
+/// A registered client for the connection to this replica's primary
+/// (CLIENT LIST's `M`), and its session: authenticated, never refused as
+/// a read-only replica's clients are, its replies dropped.
+pub fn primary_session(server: &Arc<Server>, stream: &TcpStream) -> Session {
+    let id = server.next_client_id.fetch_add(1, Ordering::Relaxed);
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let laddr = stream
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let entry = Arc::new(ClientEntry::new(id, peer, laddr));
+    entry.info.lock().primary = true;
+    let mut session = Session::new(server.clone(), entry);
+    session.authenticated = true;
+    session.from_primary = true;
+    session
+}
+
+/// Applies the primary's stream of commands, as this replica's primary
+/// sends them on `stream`, starting with what `buf` holds already; returns
+/// when the link breaks or is closed. Each command moves the replication
+/// offset on by its length once it has been handed to its shard.
+pub async fn serve_primary(mut session: Session, mut stream: TcpStream, buf: BytesMut) {
+    /// Unregisters the client however the link ends (REPLICAOF drops
+    /// this future where it waits).
+    struct Registered(Arc<Server>, Arc<ClientEntry>);
+    impl Drop for Registered {
+        fn drop(&mut self) {
+            unregister(&self.0, &self.1);
+        }
+    }
+    let server = session.server.clone();
+    server
+        .clients
+        .insert(session.entry.id, session.entry.clone());
+    let _registered = Registered(server, session.entry.clone());
+    crate::families::slowlog::counting_runs(serve(&mut session, &mut stream, buf)).await;
+}
+
+async fn serve(session: &mut Session, stream: &mut TcpStream, mut buf: BytesMut) {
     let server = session.server.clone();
     let mut parser = RequestParser::new(server.runtime.read().proto_max_bulk_len());
-    let mut buf = BytesMut::with_capacity(16 * 1024);
     let mut outbox = Outbox {
         slots: VecDeque::new(),
         inflight: Inflight::None,
@@ -804,7 +851,12 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
                 pushes_only = false;
                 session.qbuf = queued;
                 outbox.parsed_ahead = !ahead.is_empty();
-                if execute(&server, session, &mut outbox, args, stream, &mut buf).await {
+                let len = args.frame().map_or(0, |f| f.len());
+                let quit = execute(&server, session, &mut outbox, args, stream, &mut buf).await;
+                if session.from_primary {
+                    server.replication.advance(len as u64, session.db);
+                }
+                if quit {
                     close = true;
                     break;
                 }
@@ -903,7 +955,13 @@ async fn serve(session: &mut Session, stream: &mut TcpStream) {
         // CONFIG `timeout`: a client idle this many seconds is closed, as
         // Redis does (0 = never). Blocked commands wait inside `execute`,
         // so they are not idle here.
-        let idle_secs = server.idle_timeout.load(Ordering::Relaxed);
+        // A primary is never idle: it pings every repl-ping-replica-period,
+        // and a link silent for repl-timeout is dead.
+        let idle_secs = if session.from_primary {
+            server.runtime.read().int("repl-timeout").max(1) as u64
+        } else {
+            server.idle_timeout.load(Ordering::Relaxed)
+        };
         busy.set(false);
         let idle = async {
             if idle_secs > 0 {
@@ -1033,7 +1091,8 @@ async fn execute(
     if mode_before == ReplyMode::Skip {
         session.reply_mode = ReplyMode::On;
     }
-    let mut suppressed = mode_before != ReplyMode::On;
+    // A primary reads no replies (REPLCONF GETACK answers as a push).
+    let mut suppressed = mode_before != ReplyMode::On || session.from_primary;
     // A refusal counts as an error reply but not as a failed call.
     let refused = ReplyTo {
         resp3: session.resp3,
@@ -1124,6 +1183,16 @@ async fn execute(
         }
     }
     if let Some(r) = replicas_refusal(session, checked, &args) {
+        refuse_in_multi(session);
+        let r = if spec.name == "exec" {
+            abort_exec(session, r)
+        } else {
+            r
+        };
+        reject(session, outbox, checked, r, refused);
+        return false;
+    }
+    if let Some(r) = replica_refusal(session, checked, &args) {
         refuse_in_multi(session);
         let r = if spec.name == "exec" {
             abort_exec(session, r)
@@ -1581,6 +1650,30 @@ fn replicas_refusal(
             || crate::families::scripting::declares_writes(server, spec.name, args)
     })
     .then_some(refusal)
+}
+
+/// What a replica refuses its clients (see `Replication::refusal`); its
+/// primary's commands are never refused.
+fn replica_refusal(
+    session: &Session,
+    checked: &command::CommandSpec,
+    args: &Args,
+) -> Option<Reply> {
+    if session.from_primary {
+        return None;
+    }
+    let server = &session.server;
+    server.replication.refusal(
+        server,
+        || {
+            runs_any(session, checked, args, |spec, args| {
+                spec.has(flag::WRITE)
+                    || crate::families::scripting::declares_writes(server, spec.name, args)
+            })
+        },
+        || !runs_any(session, checked, args, |spec, _| !spec.has(flag::STALE)),
+        || !runs_any(session, checked, args, |spec, _| !spec.has(flag::LOADING)),
+    )
 }
 
 /// MONITOR shows a transaction's commands when EXEC runs them, before

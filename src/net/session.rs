@@ -258,6 +258,10 @@ pub struct Session {
     /// use (its declared keys', else the first one used), unless the script
     /// may cross slots (`None`).
     pub script_slot: Option<Option<u16>>,
+    /// The connection this replica's primary feeds its stream through:
+    /// its commands are never refused as clients' writes to a read-only
+    /// replica are, and its replies are dropped.
+    pub from_primary: bool,
 }
 
 /// A transaction being queued.
@@ -360,6 +364,7 @@ impl Session {
             shown_watching: false,
             asking: false,
             script_slot: None,
+            from_primary: false,
         }
     }
 

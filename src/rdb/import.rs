@@ -98,7 +98,11 @@ pub async fn import(config: Config, path: &Path) -> Result<ImportStats, ImportEr
     Ok(stats)
 }
 
-async fn load(
+/// Loads the RDB file at `path` into the running shards of `server`: keys
+/// already there are replaced, keys that have expired are skipped,
+/// function libraries are added (replacing those of the same name). The
+/// file is not checked first (see [`check`]).
+pub(crate) async fn load(
     server: &Arc<Server>,
     shards: &Arc<ShardSet>,
     path: &Path,

@@ -11,6 +11,7 @@ use std::time::Duration;
 pub mod cluster;
 pub mod etcd;
 pub mod process;
+pub mod real_redis;
 pub mod waiting;
 
 use cairn::config::{Config, Durability};
