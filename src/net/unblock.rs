@@ -143,3 +143,14 @@ pub fn redirect_unserved(
         }
     }
 }
+
+/// Ends the wait of every client blocked in a command (on keys, or in
+/// WAIT) with `reply`: a server turning replica unblocks them all, as
+/// Redis's disconnectAllBlockedClients does.
+pub fn end_all(clients: impl Iterator<Item = Arc<ClientEntry>>, reply: &Reply) {
+    for c in clients {
+        if let Some(b) = c.unblock.lock().take() {
+            let _ = b.tx.send(Unblock::Redirect(reply.clone()));
+        }
+    }
+}

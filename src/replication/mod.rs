@@ -277,14 +277,15 @@ impl Replication {
         }
         if let Some(old) = p.take() {
             stop(old);
-        } else {
-            // A primary turning replica: clients blocked on keys are
-            // unblocked with an error in Redis; their next write is
-            // refused here, which is what they would see after.
-            tracing::info!(
-                "Before turning into a replica, the data set is kept until the first copy"
-            );
         }
+        // Whatever blocked clients wait for may now never come from here.
+        crate::net::unblock::end_all(
+            server.clients.iter().map(|e| e.value().clone()),
+            &crate::protocol::Reply::Error(
+                "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
+                    .into(),
+            ),
+        );
         let cancel = tokio_util::sync::CancellationToken::new();
         *p = Some(Primary {
             host: host.clone(),
