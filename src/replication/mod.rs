@@ -297,6 +297,7 @@ impl Replication {
         });
         self.replica.store(true, Ordering::Release);
         drop(p);
+        set_directive(server, &format!("{host} {port}"));
         tracing::info!("REPLICAOF {host}:{port} enabled");
         tokio::spawn(link::run(server.clone(), host, port, cancel));
         true
@@ -310,6 +311,7 @@ impl Replication {
         };
         self.replica.store(false, Ordering::Release);
         stop(old);
+        set_directive(server, "");
         let offset = self.offset().max(0);
         self.offset.store(offset, Ordering::Release);
         let mut id = server.replid.lock();
@@ -424,6 +426,15 @@ impl Replication {
             rt.size("repl-backlog-size"),
             if active == 1 { offset + 1 } else { 0 },
         );
+    }
+}
+
+/// Keeps the `replicaof` directive (CONFIG GET, CONFIG REWRITE) what
+/// REPLICAOF last made it, as Redis does: it is immutable to CONFIG SET
+/// only.
+fn set_directive(server: &Server, value: &str) {
+    if let Err(e) = server.runtime.write().load("replicaof", value) {
+        tracing::warn!("replicaof: {e}");
     }
 }
 
