@@ -169,6 +169,12 @@ fn a_replica_copies_its_primary_then_follows_its_stream() {
             Some("state=online")
         );
         assert!(common::text(q(&mut c, &["CLIENT", "LIST"])).contains(" flags=M "));
+        let hello = q(&mut c, &["HELLO", "2"]);
+        let Value::Array(pairs) = hello else {
+            panic!("HELLO: {hello:?}");
+        };
+        let role = pairs.iter().position(|v| *v == bulk("role")).unwrap();
+        assert_eq!(pairs[role + 1], bulk("replica"));
     }
 }
 
@@ -184,10 +190,10 @@ fn a_broken_link_continues_where_it_stopped() {
 
     // The connection the stream comes through is killed; the primary goes
     // on in database 3 without selecting it again.
-    let list = common::text(q(&mut c, &["CLIENT", "LIST"]));
-    let line = list.lines().find(|l| l.contains(" flags=M ")).unwrap();
-    let id = line.split(' ').next().unwrap().trim_start_matches("id=");
-    assert_eq!(int(&mut c, &["CLIENT", "KILL", "ID", id]), 1);
+    let list = common::text(q(&mut c, &["CLIENT", "LIST", "TYPE", "master"]));
+    assert_eq!(list.lines().count(), 1);
+    assert!(list.contains(" flags=M "), "{list}");
+    assert_eq!(int(&mut c, &["CLIENT", "KILL", "TYPE", "master"]), 1);
     ok(&mut p, &["SET", "b", "2"]);
     eventually("the link to come back", || {
         link_state(&mut c) == "connected"

@@ -216,7 +216,14 @@ pub fn hello(s: &mut Session, a: Args) -> Action {
         (b("proto"), Reply::Int(if s.resp3 { 3 } else { 2 })),
         (b("id"), Reply::Int(s.entry.id as i64)),
         (b("mode"), b("standalone")),
-        (b("role"), b("master")),
+        (
+            b("role"),
+            b(if s.server.replication.is_replica() {
+                "replica"
+            } else {
+                "master"
+            }),
+        ),
         (b("modules"), Reply::Array(Vec::new())),
     ])
     .into()
@@ -252,10 +259,13 @@ fn valid_name(n: &[u8]) -> Result<(), Reply> {
     Ok(())
 }
 
-/// A client's class for CLIENT LIST / KILL TYPE: `pubsub` while it is
-/// subscribed, else `normal` (cairn has no replicas or masters).
+/// A client's class for CLIENT LIST / KILL TYPE: `master` for the link
+/// a replica applies its primary's stream through, `pubsub` while it is
+/// subscribed, else `normal` (cairn feeds no replicas).
 fn client_class(e: &crate::server::ClientEntry) -> &'static str {
-    if e.mailbox.subscribed() {
+    if e.info.lock().primary {
+        "master"
+    } else if e.mailbox.subscribed() {
         "pubsub"
     } else {
         "normal"

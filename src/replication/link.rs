@@ -97,9 +97,7 @@ async fn attempt(
         tracing::info!("Full resync from master: {id}:{offset}");
         repl.set_state(cancel, LinkState::Sync);
         let file = receive(server, &mut link).await?;
-        let loaded = load(server, &session, &file).await;
-        let _ = std::fs::remove_file(&file);
-        loaded?;
+        load(server, &session, &file.0).await?;
         repl.copied(server, id, offset);
         tracing::info!("MASTER <-> REPLICA sync: Finished with success");
     } else if let Some(rest) = reply.strip_prefix("+CONTINUE") {
@@ -240,9 +238,19 @@ impl Link {
 /// Length of the mark around a diskless copy (`$EOF:<mark>`).
 const EOF_MARK: usize = 40;
 
-/// Receives a full copy into a file of the data directory; returns its
-/// path. What follows the copy (the stream's start) stays in `link.buf`.
-async fn receive(server: &Server, link: &mut Link) -> Result<PathBuf, LinkError> {
+/// A copy's file, removed once loaded, or when the link fails or is
+/// replaced on the way.
+struct CopyFile(PathBuf);
+
+impl Drop for CopyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Receives a full copy into a file of the data directory. What follows
+/// the copy (the stream's start) stays in `link.buf`.
+async fn receive(server: &Server, link: &mut Link) -> Result<CopyFile, LinkError> {
     let header = link.reply().await?;
     let Some(size) = header.strip_prefix('$') else {
         return Err(format!(
@@ -262,11 +270,13 @@ async fn receive(server: &Server, link: &mut Link) -> Result<PathBuf, LinkError>
     let progress = &server.replication.sync;
     progress.total.store(total, Ordering::Relaxed);
     progress.read.store(0, Ordering::Relaxed);
-    let path = server
-        .config
-        .dir
-        .join(format!("temp-replica-{}.rdb", std::process::id()));
-    let mut file = std::fs::File::create(&path).map_err(|e| {
+    let path = CopyFile(
+        server
+            .config
+            .dir
+            .join(format!("temp-replica-{}.rdb", std::process::id())),
+    );
+    let mut file = std::fs::File::create(&path.0).map_err(|e| {
         format!("Opening the temp file needed for MASTER <-> REPLICA synchronization: {e}")
     })?;
     let mut write = |bytes: &[u8]| -> Result<(), LinkError> {

@@ -1,0 +1,124 @@
+#!/usr/bin/env python3
+"""Replication fuzzer: cairn as a replica of redis-server 7.0.15.
+
+The same random rounds as fuzz.py run on a Redis primary only; cairn
+follows it (REPLICAOF). After each round, once the primary's WAIT says the
+replica has everything, the two datasets are compared with DEBUG DIGEST
+(cairn computes Redis's digest); where they differ, key by key with
+DEBUG DIGEST-VALUE, and the round is written out. See tests/fuzz/README.md.
+
+    CAIRN_PORT=7431 REDIS_PORT=7432 python3 tests/fuzz/replica.py --minutes 5
+
+cairn must allow DEBUG (`enable-debug-command yes`). Python 3 standard
+library only.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from resp import Conn  # noqa: E402
+from fuzz import gen_round  # noqa: E402
+from gen import FAMILIES  # noqa: E402
+
+CAIRN = int(os.environ.get("CAIRN_PORT", 7431))
+REDIS = int(os.environ.get("REDIS_PORT", 7432))
+
+# What would end the experiment rather than test replication: the primary
+# going away or changing role, a client killing the link, DEBUG's reloads
+# and sleeps, CONFIG changes that the replica does not share.
+SKIP = {"SHUTDOWN", "REPLICAOF", "SLAVEOF", "DEBUG", "CLIENT", "CONFIG", "FAILOVER",
+        "MONITOR", "SUBSCRIBE", "PSUBSCRIBE", "SSUBSCRIBE", "QUIT", "SYNC", "PSYNC",
+        "WAIT", "SAVE", "BGSAVE", "BGREWRITEAOF"}
+
+
+def call(conn, args):
+    v, _ = conn.call(args)
+    return v
+
+
+def keys_by_db(conn):
+    """{db: {key: digest}} of every database holding keys."""
+    out = {}
+    for db in range(16):
+        call(conn, ["SELECT", db])
+        kind, keys = call(conn, ["KEYS", "*"])
+        if not keys:
+            continue
+        digests = call(conn, ["DEBUG", "DIGEST-VALUE"] + [k for _, k in keys])[1]
+        out[db] = {k: d for (_, k), (_, d) in zip(keys, digests)}
+    call(conn, ["SELECT", 0])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--minutes", type=float, default=5)
+    ap.add_argument("--out", default="replica-findings.jsonl")
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    args = ap.parse_args()
+    families = args.families.split(",")
+
+    primary, replica = Conn(REDIS), Conn(CAIRN)
+    call(primary, ["FLUSHALL"])
+    call(primary, ["FUNCTION", "FLUSH"])
+    call(primary, ["CONFIG", "SET", "repl-diskless-sync-delay", "0"])
+    call(replica, ["REPLICAOF", "127.0.0.1", REDIS])
+    deadline = time.time() + 20
+    while call(replica, ["ROLE"])[1][3][1] != b"connected":
+        if time.time() > deadline:
+            raise SystemExit("the replica did not connect")
+        time.sleep(0.05)
+
+    out = open(args.out, "a")
+    t0, rounds, cmds, found = time.time(), 0, 0, 0
+    while time.time() - t0 < args.minutes * 60:
+        seed = args.seed * 1000003 + rounds
+        seq, _ = gen_round(seed, args.n, families)
+        rounds += 1
+        seq = [c for c, _ in seq if c[0].upper() not in SKIP]
+        call(primary, ["RESET"])
+        for c in seq:
+            primary.send(c)
+        for _ in seq:
+            primary.read()
+        cmds += len(seq)
+        call(primary, ["RESET"])
+        acked = call(primary, ["WAIT", 1, 5000])
+        if acked != (":", 1):
+            print("round %d: WAIT answered %r" % (rounds, acked), flush=True)
+        # The replica acknowledges what it has queued; give its shards a
+        # moment before deciding it differs.
+        same = False
+        for _ in range(20):
+            if call(primary, ["DEBUG", "DIGEST"]) == call(replica, ["DEBUG", "DIGEST"]):
+                same = True
+                break
+            time.sleep(0.05)
+        if not same:
+            p, r = keys_by_db(primary), keys_by_db(replica)
+            diff = []
+            for db in sorted(set(p) | set(r)):
+                pk, rk = p.get(db, {}), r.get(db, {})
+                for k in sorted(set(pk) | set(rk)):
+                    if pk.get(k) != rk.get(k):
+                        diff.append([db, k.decode(errors="replace"),
+                                     (pk.get(k) or b"-").decode(), (rk.get(k) or b"-").decode()])
+            found += 1
+            rec = {"seed": seed, "diff": diff[:20],
+                   "repro": [[a if isinstance(a, str) else str(a) for a in c] for c in seq]}
+            out.write(json.dumps(rec) + "\n")
+            out.flush()
+            print("DIFF round %d seed %d: %s" % (rounds, seed, diff[:5]), flush=True)
+            # Start the next round from equal datasets.
+            call(primary, ["FLUSHALL"])
+            call(primary, ["FUNCTION", "FLUSH"])
+    print("rounds %d, commands %d, rounds that differed %d" % (rounds, cmds, found))
+
+
+if __name__ == "__main__":
+    main()
