@@ -299,3 +299,34 @@ fn turning_replica_ends_blocked_commands() {
         );
     }
 }
+
+#[test]
+fn the_stream_waits_behind_a_busy_script() {
+    let (redis, mut p) = primary(true);
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    follow(&mut c, &redis);
+    ok(&mut c, &["CONFIG", "SET", "busy-reply-threshold", "50"]);
+    // A read-only script (a replica's clients may run one) that spins for
+    // 600 ms: past the threshold other clients are answered BUSY, but the
+    // primary's writes must wait and then apply, not be refused.
+    let mut spinner = cairn.client();
+    let spin = std::thread::spawn(move || {
+        let script = "#!lua flags=no-writes\nlocal t = redis.call('TIME')\n\
+                      local start = t[1] * 1000000 + t[2]\n\
+                      while true do\n\
+                        local n = redis.call('TIME')\n\
+                        if n[1] * 1000000 + n[2] - start > 600000 then return 1 end\n\
+                      end";
+        int(&mut spinner, &["EVAL", script, "0"])
+    });
+    let mut other = cairn.client();
+    eventually(
+        "the script to be busy",
+        || matches!(cmd(&["PING"]).query::<String>(&mut other), Err(e) if e.code() == Some("BUSY")),
+    );
+    ok(&mut p, &["SET", "during", "busy"]);
+    assert_eq!(spin.join().unwrap(), 1);
+    caught_up(&mut p, &mut c);
+    assert_eq!(q(&mut c, &["GET", "during"]), bulk("busy"));
+}

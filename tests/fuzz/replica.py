@@ -81,7 +81,11 @@ def main():
         seq, _ = gen_round(seed, args.n, families)
         rounds += 1
         seq = [c for c, _ in seq if c[0].upper() not in SKIP]
+        # Each round starts empty, so that its commands alone reproduce
+        # what it found (the flush replicates too).
         call(primary, ["RESET"])
+        call(primary, ["FLUSHALL"])
+        call(primary, ["FUNCTION", "FLUSH"])
         for c in seq:
             primary.send(c)
         for _ in seq:
@@ -109,14 +113,19 @@ def main():
                         diff.append([db, k.decode(errors="replace"),
                                      (pk.get(k) or b"-").decode(), (rk.get(k) or b"-").decode()])
             found += 1
-            rec = {"seed": seed, "diff": diff[:20],
+            for d in diff[:3]:
+                db, k = d[0], d[1]
+                for name, conn in (("redis", primary), ("cairn", replica)):
+                    call(conn, ["SELECT", db])
+                    t = call(conn, ["TYPE", k])
+                    d.append([name, t, call(conn, ["DEBUG", "DIGEST-VALUE", k]),
+                              call(conn, ["DUMP", k])])
+                    call(conn, ["SELECT", 0])
+            rec = {"seed": seed, "diff": [[repr(x) for x in d] for d in diff[:20]],
                    "repro": [[a if isinstance(a, str) else str(a) for a in c] for c in seq]}
             out.write(json.dumps(rec) + "\n")
             out.flush()
             print("DIFF round %d seed %d: %s" % (rounds, seed, diff[:5]), flush=True)
-            # Start the next round from equal datasets.
-            call(primary, ["FLUSHALL"])
-            call(primary, ["FUNCTION", "FLUSH"])
     print("rounds %d, commands %d, rounds that differed %d" % (rounds, cmds, found))
 
 
