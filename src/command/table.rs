@@ -734,14 +734,14 @@ commands! {
         "Rename a key, only if the new key does not exist.", "key newkey", "";
     "replconf", -1, "admin noscript loading stale allow_busy", (0, 0, 0), "", "@admin @slow @dangerous", "server", "3.0.0", persistence::replconf,
         "An internal command for configuring the replication stream", "", "";
+    "replicaof", 3, "admin noscript stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "5.0.0", persistence::replicaof,
+        "Make the server a replica of another instance, or promote it as master.", "host port|NO ONE", "";
     "reset", 1, "noscript loading stale fast no_auth allow_busy", (0, 0, 0), "", "@fast @connection", "connection", "6.2.0", server::reset,
         "Reset the connection.", "", "";
     "restore", -4, "write denyoom", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "generic", "2.6.0", dump::restore,
         "Create a key using the provided serialized value, previously obtained using DUMP.", "key ttl serialized-value [REPLACE] [ABSTTL] [IDLETIME seconds] [FREQ frequency]", "";
     "restore-asking", -4, "write denyoom asking", (1, 1, 1), "OW UPDATE", "@keyspace @write @slow @dangerous", "server", "3.0.0", dump::restore,
         "An internal command for migrating keys in a cluster", "", "";
-    "replicaof", 3, "admin noscript stale no_async_loading", (0, 0, 0), "", "@admin @slow @dangerous", "server", "5.0.0", persistence::replicaof,
-        "Make the server a replica of another instance, or promote it as master.", "host port|NO ONE", "";
     "role", 1, "noscript loading stale fast", (0, 0, 0), "", "@admin @fast @dangerous", "server", "2.8.12", persistence::role,
         "Return the role of the instance in the context of replication", "", "";
     "rpop", -2, "write fast", (1, 1, 1), "RW ACCESS DELETE", "@write @list @fast", "list", "1.0.0", list::rpop,

@@ -60,6 +60,9 @@ def main():
     ap.add_argument("--minutes", type=float, default=5)
     ap.add_argument("--out", default="replica-findings.jsonl")
     ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--keep", action="store_true",
+                    help="keep the data from round to round (longer histories, larger"
+                         " values; a finding then needs the rounds before it)")
     args = ap.parse_args()
     families = args.families.split(",")
 
@@ -84,8 +87,9 @@ def main():
         # Each round starts empty, so that its commands alone reproduce
         # what it found (the flush replicates too).
         call(primary, ["RESET"])
-        call(primary, ["FLUSHALL"])
-        call(primary, ["FUNCTION", "FLUSH"])
+        if not args.keep:
+            call(primary, ["FLUSHALL"])
+            call(primary, ["FUNCTION", "FLUSH"])
         for c in seq:
             primary.send(c)
         for _ in seq:
