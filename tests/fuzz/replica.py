@@ -34,6 +34,18 @@ SKIP = {"SHUTDOWN", "REPLICAOF", "SLAVEOF", "DEBUG", "CLIENT", "CONFIG", "FAILOV
         "WAIT", "SAVE", "BGSAVE", "BGREWRITEAOF"}
 
 
+def undefined(c):
+    """Writes whose result Redis leaves undefined, where cairn's may
+    differ (fuzz.py compares their replies loosely): a lex range over
+    members of different scores, geo members at equal distances cut by
+    COUNT."""
+    words = [w.upper() if isinstance(w, str) else "" for w in c]
+    if words[0] == "ZREMRANGEBYLEX" or (words[0] == "ZRANGESTORE" and "BYLEX" in words):
+        return True
+    return words[0].startswith("GEO") and "COUNT" in words and (
+        words[0] == "GEOSEARCHSTORE" or "STORE" in words or "STOREDIST" in words)
+
+
 def call(conn, args):
     v, _ = conn.call(args)
     return v
@@ -83,7 +95,7 @@ def main():
         seed = args.seed * 1000003 + rounds
         seq, _ = gen_round(seed, args.n, families)
         rounds += 1
-        seq = [c for c, _ in seq if c[0].upper() not in SKIP]
+        seq = [c for c, _ in seq if c[0].upper() not in SKIP and not undefined(c)]
         # Each round starts empty, so that its commands alone reproduce
         # what it found (the flush replicates too).
         call(primary, ["RESET"])
