@@ -365,10 +365,10 @@ impl Server {
     }
 
     /// Redis's refusal of a write while `min-replicas-to-write` asks for
-    /// more good replicas than the primary has (here: any), or `None`.
+    /// more good replicas than the primary has (here: any), or `None`. A
+    /// replica counts no replicas of its own (Redis checks a primary only).
     pub fn writes_refused(&self) -> Option<Reply> {
-        self.replicas_required
-            .load(Ordering::Relaxed)
+        (self.replicas_required.load(Ordering::Relaxed) && !self.replication.is_replica())
             .then(|| Reply::Error(NOREPLICAS.into()))
     }
 

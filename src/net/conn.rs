@@ -1187,17 +1187,10 @@ async fn execute(
             return false;
         }
     }
-    if let Some(r) = replicas_refusal(session, checked, &args) {
-        refuse_in_multi(session);
-        let r = if spec.name == "exec" {
-            abort_exec(session, r)
-        } else {
-            r
-        };
-        reject(session, outbox, checked, r, refused);
-        return false;
-    }
-    if let Some(r) = replica_refusal(session, checked, &args) {
+    // NOREPLICAS on a primary, READONLY and the like on a replica.
+    let refusal = replicas_refusal(session, checked, &args)
+        .or_else(|| replica_refusal(session, checked, &args));
+    if let Some(r) = refusal {
         refuse_in_multi(session);
         let r = if spec.name == "exec" {
             abort_exec(session, r)
