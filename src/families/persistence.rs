@@ -258,10 +258,17 @@ pub fn sync(s: &mut Session, a: Args) -> Action {
 }
 
 /// REPLCONF option value ...: accepted (what a replica or `redis-cli
-/// --rdb` announces before SYNC).
-pub fn replconf(_s: &mut Session, a: Args) -> Action {
+/// --rdb` announces before SYNC). From this replica's primary, GETACK
+/// asks for the offset applied so far, before the GETACK itself, as a
+/// Redis replica answers it: `REPLCONF ACK <offset>`, sent as a push on
+/// the link (its replies are otherwise dropped).
+pub fn replconf(s: &mut Session, a: Args) -> Action {
     if a.len().is_multiple_of(2) {
         return error(SYNTAX).into();
+    }
+    if s.from_primary && is(a.get(1), "getack") {
+        let offset = s.server.replication.offset();
+        s.entry.mailbox.send(crate::replication::link::ack(offset));
     }
     Reply::Ok.into()
 }
