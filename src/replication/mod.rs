@@ -312,8 +312,7 @@ impl Replication {
         self.replica.store(false, Ordering::Release);
         stop(old);
         set_directive(server, "");
-        let offset = self.offset().max(0);
-        self.offset.store(offset, Ordering::Release);
+        let offset = self.offset();
         let mut id = server.replid.lock();
         *self.previous.lock() = Some((
             std::mem::replace(&mut *id, crate::util::hex_id()),
@@ -330,7 +329,7 @@ impl Replication {
         match p.as_ref() {
             None => Reply::Array(vec![
                 Reply::bulk("master"),
-                Reply::Int(self.offset().max(0)),
+                Reply::Int(self.offset()),
                 Reply::Array(Vec::new()),
             ]),
             Some(p) => Reply::Array(vec![
@@ -415,7 +414,7 @@ impl Replication {
             .lock()
             .clone()
             .unwrap_or_else(|| ("0".repeat(40), -1));
-        let offset = self.offset().max(0);
+        let offset = self.offset();
         // A replica keeps a backlog of the stream it applies once it has a
         // copy, as Redis's does (cairn keeps none: it never feeds replicas).
         let active = self.synced.load(Ordering::Acquire) as u8;
