@@ -65,6 +65,51 @@ def keys_by_db(conn):
     return out
 
 
+def same(primary, replica):
+    """Whether the datasets agree, given the replica a moment to apply
+    what it has acknowledged."""
+    for _ in range(20):
+        if call(primary, ["DEBUG", "DIGEST"]) == call(replica, ["DEBUG", "DIGEST"]):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def replay(primary, replica, seq):
+    """Runs one round a command at a time (a transaction as one step),
+    stopping at the first step after which the datasets differ: prints it,
+    the step's commands and replies, and what the differing keys hold on
+    each side before and after."""
+    step, before = [], None
+    for c in seq:
+        if not step:
+            call(primary, ["HELLO", "2"])
+            before = {k: call(primary, ["DUMP", k]) for _, k in call(primary, ["KEYS", "*"])[1]}
+        step.append((c, call(primary, c)))
+        if c[0].upper() == "MULTI" and step[-1][1][0] == "+":
+            continue
+        if len(step) > 1 and step[0][0][0].upper() == "MULTI" and \
+                c[0].upper() not in ("EXEC", "DISCARD"):
+            continue
+        call(primary, ["WAIT", 1, 5000])
+        if not same(primary, replica):
+            print("the datasets differ after:")
+            for cmd, reply in step:
+                print("   ", cmd, "->", reply)
+            p, r = keys_by_db(primary), keys_by_db(replica)
+            for db in sorted(set(p) | set(r)):
+                for k in sorted(set(p.get(db, {})) | set(r.get(db, {}))):
+                    if p.get(db, {}).get(k) != r.get(db, {}).get(k):
+                        print("  db %d key %r before (Redis's DUMP): %r" % (db, k, before.get(k)))
+                        for name, conn in (("redis", primary), ("cairn", replica)):
+                            call(conn, ["SELECT", db])
+                            print("    %s: %r" % (name, call(conn, ["DUMP", k])))
+                            call(conn, ["SELECT", 0])
+            return
+        step = []
+    print("the round left the datasets alike")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=1)
@@ -75,6 +120,10 @@ def main():
     ap.add_argument("--keep", action="store_true",
                     help="keep the data from round to round (longer histories, larger"
                          " values; a finding then needs the rounds before it)")
+    ap.add_argument("--replay", type=int, metavar="ROUND",
+                    help="run the rounds before ROUND (0-based, as found), then ROUND one"
+                         " command at a time, and show the first that leaves the datasets"
+                         " differing")
     args = ap.parse_args()
     families = args.families.split(",")
 
@@ -91,11 +140,18 @@ def main():
 
     out = open(args.out, "a")
     t0, rounds, cmds, found = time.time(), 0, 0, 0
-    while time.time() - t0 < args.minutes * 60:
+    while args.replay is not None or time.time() - t0 < args.minutes * 60:
         seed = args.seed * 1000003 + rounds
         seq, _ = gen_round(seed, args.n, families)
-        rounds += 1
         seq = [c for c, _ in seq if c[0].upper() not in SKIP and not undefined(c)]
+        if rounds == args.replay:
+            call(primary, ["RESET"])
+            if not args.keep:
+                call(primary, ["FLUSHALL"])
+                call(primary, ["FUNCTION", "FLUSH"])
+            replay(primary, replica, seq)
+            return
+        rounds += 1
         # Each round starts empty, so that its commands alone reproduce
         # what it found (the flush replicates too).
         call(primary, ["RESET"])
@@ -111,15 +167,9 @@ def main():
         acked = call(primary, ["WAIT", 1, 5000])
         if acked != (":", 1):
             print("round %d: WAIT answered %r" % (rounds, acked), flush=True)
-        # The replica acknowledges what it has queued; give its shards a
-        # moment before deciding it differs.
-        same = False
-        for _ in range(20):
-            if call(primary, ["DEBUG", "DIGEST"]) == call(replica, ["DEBUG", "DIGEST"]):
-                same = True
-                break
-            time.sleep(0.05)
-        if not same:
+        if args.replay is not None:
+            continue
+        if not same(primary, replica):
             p, r = keys_by_db(primary), keys_by_db(replica)
             diff = []
             for db in sorted(set(p) | set(r)):
@@ -141,7 +191,7 @@ def main():
                    "repro": [[a if isinstance(a, str) else str(a) for a in c] for c in seq]}
             out.write(json.dumps(rec) + "\n")
             out.flush()
-            print("DIFF round %d seed %d: %s" % (rounds, seed, diff[:5]), flush=True)
+            print("DIFF round %d seed %d: %s" % (rounds - 1, seed, diff[:5]), flush=True)
     print("rounds %d, commands %d, rounds that differed %d" % (rounds, cmds, found))
 
 
