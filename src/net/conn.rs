@@ -982,6 +982,9 @@ async fn serve(session: &mut Session, stream: &mut TcpStream, mut buf: BytesMut)
                     }
                     server.stats.net_in.fetch_add(n as u64, Ordering::Relaxed);
                     server.stats.reads.fetch_add(1, Ordering::Relaxed);
+                    if session.from_primary {
+                        server.replication.touch();
+                    }
                 }
             },
             // Taken, with whatever else is queued by then, at the top of

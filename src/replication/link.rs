@@ -189,12 +189,11 @@ struct Link {
 
 impl Link {
     async fn send(&mut self, args: &[&str]) -> Result<(), LinkError> {
-        let mut out = format!("*{}\r\n", args.len());
-        for a in args {
-            out.push_str(&format!("${}\r\n{a}\r\n", a.len()));
-        }
+        let parts: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let mut out = Vec::new();
+        crate::protocol::encode_command(&mut out, &parts);
         self.stream
-            .write_all(out.as_bytes())
+            .write_all(&out)
             .await
             .map_err(|e| format!("Error writing to the MASTER: {e}"))
     }
@@ -380,12 +379,8 @@ async fn acknowledge(server: Arc<Server>, entry: Arc<crate::server::ClientEntry>
 
 /// REPLCONF ACK `offset` as the primary reads it.
 pub fn ack(offset: i64) -> crate::pubsub::Push {
+    let mut out = Vec::new();
     let n = offset.to_string();
-    crate::pubsub::Push::Line(
-        format!(
-            "*3\r\n$8\r\nREPLCONF\r\n$3\r\nACK\r\n${}\r\n{n}\r\n",
-            n.len()
-        )
-        .into(),
-    )
+    crate::protocol::encode_command(&mut out, &[b"REPLCONF", b"ACK", n.as_bytes()]);
+    crate::pubsub::Push::Line(out.into())
 }

@@ -161,27 +161,17 @@ impl Replication {
         self.is_replica() && server.runtime.read().get("replica-read-only") == "yes"
     }
 
-    /// The primary's address, while this server is a replica.
-    pub fn primary(&self) -> Option<(String, u16)> {
-        self.primary
-            .lock()
-            .as_ref()
-            .map(|p| (p.host.clone(), p.port))
-    }
-
-    /// The link's state, while this server is a replica.
-    pub fn state(&self) -> Option<LinkState> {
-        self.primary.lock().as_ref().map(|p| p.state)
-    }
-
     /// Whether this server is a replica whose link is not up (for
     /// `replica-serve-stale-data no`).
     pub fn is_stale(&self) -> bool {
-        self.state().is_some_and(|s| s != LinkState::Connected)
+        self.primary
+            .lock()
+            .as_ref()
+            .is_some_and(|p| p.state != LinkState::Connected)
     }
 
-    /// The offset of the primary's stream applied so far (-1 before the
-    /// first copy).
+    /// The offset of the primary's stream applied so far (the copy's
+    /// offset plus the stream's bytes since; 0 before any copy).
     pub fn offset(&self) -> i64 {
         self.offset.load(Ordering::Acquire)
     }
@@ -191,7 +181,6 @@ impl Replication {
     pub fn advance(&self, bytes: u64, db: u8) {
         self.offset.fetch_add(bytes as i64, Ordering::AcqRel);
         self.stream_db.store(db, Ordering::Relaxed);
-        self.touch();
     }
 
     /// The database a continued stream starts in.
@@ -199,7 +188,9 @@ impl Replication {
         self.stream_db.load(Ordering::Relaxed)
     }
 
-    /// Notes that the primary sent something now.
+    /// Notes that the primary sent something now (INFO's
+    /// `master_last_io_seconds_ago`): once a read from the link, not once
+    /// a command, which would read the clock for every command.
     pub fn touch(&self) {
         self.last_io.store(unix_secs(), Ordering::Relaxed);
     }
@@ -406,7 +397,7 @@ impl Replication {
             out.push_str("role:master\r\n");
         }
         let _ = write!(out, "connected_slaves:0\r\n");
-        if self.primary.lock().is_none() && server.replicas_required() {
+        if !self.is_replica() && server.replicas_required() {
             out.push_str("min_slaves_good_slaves:0\r\n");
         }
         let (id2, second) = self
