@@ -59,15 +59,12 @@ fn fcall_generic(s: &mut Session, a: Args, ro: bool) -> Action {
 /// "Function not found" if no function has `name`, else `other`: looked up
 /// now, or in a transaction once the commands queued before have run.
 fn not_found_or(s: &Session, name: String, other: Reply) -> Action {
-    let server = s.server.clone();
-    let answer = move || match server.scripts.registry().function_flags(&name) {
-        None => Reply::err("Function not found"),
-        Some(_) => other,
-    };
-    if s.in_exec {
-        return Action::Job(Box::pin(async move { answer() }));
-    }
-    answer().into()
+    reading(s, move |server| {
+        match server.scripts.registry().function_flags(&name) {
+            None => Reply::err("Function not found"),
+            Some(_) => other,
+        }
+    })
 }
 
 /// What FUNCTION LIST, STATS and DUMP answer: at once, or in a transaction
@@ -235,24 +232,31 @@ fn change(
             Ok(Ok(reply))
         });
     }
-    Action::Job(Box::pin(async move {
-        let (reply, rows) = match edit(&server, f).await {
-            Ok(done) => done,
-            Err(r) => return r,
-        };
-        let stored = server.shards.submit(
-            0,
-            Box::new(move |w: &mut WriteCtx| {
-                store_rows(w, &rows)?;
-                Ok(Reply::Ok)
-            }),
-        );
-        match stored.await {
-            Ok(Reply::Ok) => reply,
-            Ok(other) => other,
-            Err(_) => Reply::err("shard unavailable"),
-        }
-    }))
+    Action::Job(Box::pin(change_now(server, f)))
+}
+
+/// [`change`] outside a transaction: the libraries edited, then stored on
+/// shard 0 (a write of its own), then the reply.
+async fn change_now(
+    server: Arc<Server>,
+    f: impl FnOnce(&mut LibraryEdit) -> Result<Reply, Reply> + Send + 'static,
+) -> Reply {
+    let (reply, rows) = match edit(&server, f).await {
+        Ok(done) => done,
+        Err(r) => return r,
+    };
+    let stored = server.shards.submit(
+        0,
+        Box::new(move |w: &mut WriteCtx| {
+            store_rows(w, &rows)?;
+            Ok(Reply::Ok)
+        }),
+    );
+    match stored.await {
+        Ok(Reply::Ok) => reply,
+        Ok(other) => other,
+        Err(_) => Reply::err("shard unavailable"),
+    }
 }
 
 /// The rows of shard 0's `sys` table that hold the libraries.
@@ -482,26 +486,21 @@ fn help() -> Action {
 /// Drops every function library, as FUNCTION FLUSH does (a replica's,
 /// before it loads its primary's copy).
 pub async fn flush_libraries(server: Arc<Server>) -> Reply {
-    match change(server, false, |libs| {
+    change_now(server, |libs| {
         libs.flush();
         Ok(Reply::Ok)
-    }) {
-        Action::Job(j) => j.await,
-        _ => unreachable!("change always returns a job"),
-    }
+    })
+    .await
 }
 
 /// Loads function libraries (replacing libraries of the same name) and
 /// stores them, as loading an RDB file does with the libraries it holds.
 pub async fn import_libraries(server: Arc<Server>, codes: Vec<Vec<u8>>) -> Reply {
-    let job = change(server, false, move |libs| {
+    change_now(server, move |libs| {
         for code in &codes {
             libs.load(code, true)?;
         }
         Ok(Reply::Ok)
-    });
-    match job {
-        Action::Job(j) => j.await,
-        _ => unreachable!("change always returns a job"),
-    }
+    })
+    .await
 }
