@@ -33,6 +33,10 @@ const ZSCORE: u8 = 3;
 const END: u8 = 4;
 /// A key that no longer exists on the source: `name`.
 const DELETE: u8 = 5;
+/// A `zscore` row with a value (the sign of a -0 score, see
+/// `encoding::zscore_value`): the part after its version prefix, and the
+/// value. A tag of its own keeps [`ZSCORE`] records as they were.
+const ZSCORE_VALUED: u8 = 6;
 
 /// How many bytes of records a frame holds before it is sent: small
 /// enough that applying one on the target is a transaction of a few ms.
@@ -151,7 +155,8 @@ fn write_key<F: FnMut(Vec<u8>) -> bool>(
     keyspace::scan_version(r, key, &meta, &mut |t, suffix, v| {
         match t {
             Table::Sub => out.record(SUB, &[suffix, v]),
-            _ => out.record(ZSCORE, &[suffix]),
+            _ if v.is_empty() => out.record(ZSCORE, &[suffix]),
+            _ => out.record(ZSCORE_VALUED, &[suffix, v]),
         }
         !out.closed
     })?;
@@ -224,7 +229,7 @@ impl Import {
             let tag = frame[at];
             at += 1;
             let fields = match tag {
-                KEY | SUB => 2,
+                KEY | SUB | ZSCORE_VALUED => 2,
                 ZSCORE | DELETE => 1,
                 END => 0,
                 _ => return Ok(Err("unknown record")),
@@ -300,18 +305,19 @@ impl Import {
                     dead,
                 });
             }
-            SUB | ZSCORE => {
+            SUB | ZSCORE | ZSCORE_VALUED => {
                 let Some(p) = &self.pending else {
                     return Ok(Err("a row outside a key"));
                 };
                 let mut row = Vec::with_capacity(p.prefix.len() + a.len());
                 row.extend_from_slice(&p.prefix);
                 row.extend_from_slice(a);
-                if tag == SUB {
-                    w.put(Table::Sub, &row, b)?;
+                let table = if tag == SUB {
+                    Table::Sub
                 } else {
-                    w.put(Table::ZScore, &row, &[])?;
-                }
+                    Table::ZScore
+                };
+                w.put(table, &row, b)?;
             }
             _ => {
                 let Some(p) = self.pending.take() else {
@@ -420,8 +426,11 @@ mod tests {
                     )
                     .unwrap();
                     if ktype == KeyType::ZSet {
-                        let z = encoding::zscore_key(&prefix, f64::from(m) - 0.5, &member);
-                        w.put(Table::ZScore, &z, &[]).unwrap();
+                        // The first member's -0 goes with its sign.
+                        let score = if m == 0 { -0.0 } else { f64::from(m) - 0.5 };
+                        let z = encoding::zscore_key(&prefix, score, &member);
+                        w.put(Table::ZScore, &z, encoding::zscore_value(score))
+                            .unwrap();
                     }
                 }
                 let meta = Meta {

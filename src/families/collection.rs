@@ -523,7 +523,7 @@ fn prefix_of(key: Key, m: &Meta) -> Vec<u8> {
 /// passes a `*-max-*` limit and never back while it lives, so OBJECT
 /// ENCODING (and DUMP's format) must remember it: the contents alone
 /// cannot tell a set shrunk back under the limits from one never over.
-const CONVERTED: &[u8] = &[1];
+pub(crate) const CONVERTED: &[u8] = &[1];
 
 /// Whether `m` is a collection that has left its compact encoding.
 pub fn is_converted(m: &Meta) -> bool {

@@ -129,7 +129,7 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
     });
     let value = parse_payload(a.get(3), crc_checked(&s.server));
     let server = s.server.clone();
-    let nodes = server.encoding_limits().stream;
+    let limits = server.encoding_limits();
     s.write(a.get(1), move |w, k| {
         if !o.replace && keyspace::lookup_for_write(w, k)?.is_some() {
             return Ok(Reply::Error(
@@ -156,7 +156,7 @@ pub fn restore(s: &mut Session, a: Args) -> Action {
             return Ok(Reply::Ok);
         }
         let expire_ms = expire_ms as u64;
-        keys::write(w, k, &value, expire_ms, &nodes)?;
+        keys::write(w, k, &value, expire_ms, &limits)?;
         w.event(notify::GENERIC, "restore", k);
         if o.idle.is_some() || o.freq.is_some() {
             server.access.set(k.db, k.name, o.idle, o.freq);

@@ -549,6 +549,7 @@ fn search_cmd(s: &mut Session, a: Args, v: Variant) -> Action {
         let resp3 = s.resp3;
         return s.read(&src, move |r, k| Ok(found_reply(find(r, k, &a, v)?, resp3)));
     };
+    let limits = s.server.encoding_limits();
     super::load_then_store(
         s,
         vec![src],
@@ -562,7 +563,7 @@ fn search_cmd(s: &mut Session, a: Args, v: Variant) -> Action {
             } else {
                 "georadiusstore"
             };
-            zset::store_entries(w, kd, &items, event)?;
+            zset::store_entries(w, kd, &items, event, zset::Build::Whole, &limits)?;
             Ok(Reply::Int(items.len() as i64))
         },
     )

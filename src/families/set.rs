@@ -306,9 +306,6 @@ pub fn smove(s: &mut Session, a: Args) -> Action {
     })
 }
 
-/// SMOVE's addition to the destination. A member already there leaves
-/// the destination untouched, as in Redis: no write, no event, and a
-/// client watching it is not told it changed.
 /// Records that `set` left its compact encoding (an intset) if members
 /// `added` (some of them new) make it: a member that is not an integer, or
 /// more members than `set-max-intset-entries` (`limit`).
@@ -319,7 +316,9 @@ fn note_added(set: &mut Edit, added: &[Bytes], limit: usize) {
     }
 }
 
-/// Adds SMOVE's `member` to the set at `key`; whether it was new there.
+/// Adds SMOVE's `member` to the set at `key`; whether it was new there. A
+/// member already there leaves the destination untouched, as in Redis: no
+/// write, no event, and a client watching it is not told it changed.
 fn add_moved(w: &mut WriteCtx, key: Key, member: &Bytes, limit: usize) -> Result<bool, Fail> {
     let mut to = Edit::load_or_create(w, key, SET)?;
     if to.get(w, member)?.is_some() {
@@ -482,15 +481,17 @@ pub fn sintercard(s: &mut Session, a: Args) -> Action {
 }
 
 /// Replaces `dest` with a set of the result's members (deleting it when
-/// empty), marked as a hash table where Redis would hold it in one
-/// although its members would make an intset.
-fn store_set(w: &mut WriteCtx, dest: Key, result: &Combined) -> Result<(), Fail> {
+/// empty), marked as a hash table where Redis holds it in one: members
+/// that cannot make an intset (`limit` is `set-max-intset-entries`), or
+/// ones that could but that Redis gathered in a hash table. The mark
+/// stays while the set lives, as Redis never converts back.
+fn store_set(w: &mut WriteCtx, dest: Key, result: &Combined, limit: usize) -> Result<(), Fail> {
     keyspace::delete_if_live(w, dest)?;
     let mut set = Edit::load_or_create(w, dest, SET)?;
     for m in &result.items {
         set.put(w, m, &[])?;
     }
-    if result.hashtable {
+    if result.hashtable || !would_be_intset(&result.items, limit) {
         set.mark_converted();
     }
     set.save(w, dest)?;
@@ -510,7 +511,7 @@ fn set_op_store(s: &mut Session, a: Args, op: Op) -> Action {
                 w.delete_reported(kd)?;
             } else {
                 let existed = keyspace::delete_if_live(w, kd)?;
-                w.replacing(existed, |w| store_set(w, kd, &result))?;
+                w.replacing(existed, |w| store_set(w, kd, &result, limit))?;
                 let event = match op {
                     Op::Inter => "sinterstore",
                     Op::Union => "sunionstore",

@@ -14,7 +14,7 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::rdb::object::Limits;
-use crate::storage::encoding::{self, score_from_bytes};
+use crate::storage::encoding;
 use crate::storage::keyspace::{self, Key};
 use crate::storage::merge::Order;
 use crate::storage::{KeyType, KvRead, StoreError, Table, WriteCtx};
@@ -70,8 +70,8 @@ pub(crate) fn walk_scores(
         Table::ZScore,
         (&start, end.as_deref()),
         order,
-        &mut |k, _| {
-            let score = score_from_bytes(k[n..n + 8].try_into().unwrap());
+        &mut |k, v| {
+            let score = encoding::zscore_of_row(k[n..n + 8].try_into().unwrap(), v);
             visit(&k[n + 8..], score)
         },
     )
@@ -111,41 +111,90 @@ impl ZEdit {
     }
 
     /// Sets a member's score; true if the member is new.
-    fn set(&mut self, w: &mut WriteCtx, member: &[u8], score: f64) -> Result<bool, StoreError> {
-        Ok(self.put_score(w, member, score)?.is_none())
+    fn set(
+        &mut self,
+        w: &mut WriteCtx,
+        member: &[u8],
+        score: f64,
+        limits: &Limits,
+    ) -> Result<bool, StoreError> {
+        Ok(self.put_score(w, member, score, limits)?.is_none())
     }
 
-    /// Sets a member's score and returns the old one. The member row is
-    /// written first: the write hands back the old score in the same tree
-    /// walk, so no separate lookup is needed to fix the score index.
+    /// Sets a member's score and returns the old one, converting the
+    /// sorted set as Redis would (see [`ZEdit::note_new`]). The member row
+    /// is written first: the write hands back the old score in the same
+    /// tree walk, so no separate lookup is needed to fix the score index.
+    ///
+    /// Redis's listpack reads a score of -0 back as 0, while its skiplist
+    /// keeps the sign; and an old score equal to the new one (0 and -0 are)
+    /// is left as it was.
     fn put_score(
         &mut self,
         w: &mut WriteCtx,
         member: &[u8],
         score: f64,
+        limits: &Limits,
     ) -> Result<Option<f64>, StoreError> {
-        // Redis's small encoding reads -0 back as 0; keep one zero.
-        let score = if score == 0.0 { 0.0 } else { score };
+        let negative_zero = score == 0.0 && score.is_sign_negative();
+        let score = if negative_zero && !self.big_after_writing(w, member, limits)? {
+            0.0
+        } else {
+            score
+        };
         let old = self
             .e
             .swap(w, member, &score.to_be_bytes())?
             .map(|v| decode_score(&v));
-        if let Some(old) = old {
-            if old.to_bits() == score.to_bits() {
+        match old {
+            None => self.note_new(member, limits),
+            Some(old) if old == score => {
+                if old.to_bits() != score.to_bits() {
+                    self.e.swap(w, member, &old.to_be_bytes())?;
+                }
                 return Ok(Some(old));
             }
-            w.del_seen(
+            Some(old) => w.del_seen(
                 Table::ZScore,
                 &encoding::zscore_key(&self.e.prefix, old, member),
-            )?;
+            )?,
         }
         w.put(
             Table::ZScore,
             &encoding::zscore_key(&self.e.prefix, score, member),
-            &[],
+            encoding::zscore_value(score),
         )?;
         self.grew |= old.is_none();
         Ok(old)
+    }
+
+    /// Records that the sorted set left its compact encoding (a listpack)
+    /// if the new `member` just added makes it, as Redis 7.0 decides on
+    /// each new member: more members than `zset-max-listpack-entries`, or
+    /// a member longer than `zset-max-listpack-value`. An updated member
+    /// converts nothing.
+    fn note_new(&mut self, member: &[u8], limits: &Limits) {
+        if !self.e.converted()
+            && (self.e.size > limits.zset_entries as u64 || member.len() > limits.zset_value)
+        {
+            self.e.mark_converted();
+        }
+    }
+
+    /// Whether the sorted set is in its big encoding once `member` is
+    /// written: it is already, or `member` is new and converts it.
+    fn big_after_writing(
+        &self,
+        w: &WriteCtx,
+        member: &[u8],
+        limits: &Limits,
+    ) -> Result<bool, StoreError> {
+        if self.e.converted() {
+            return Ok(true);
+        }
+        let converts =
+            self.e.size >= limits.zset_entries as u64 || member.len() > limits.zset_value;
+        Ok(converts && self.e.get(w, member)?.is_none())
     }
 
     fn remove(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<bool, StoreError> {
@@ -170,27 +219,6 @@ impl ZEdit {
             &encoding::zscore_key(&self.e.prefix, score, member),
         )?;
         self.e.remove_seen(w, member)
-    }
-
-    /// Records that the sorted set left its compact encoding (a listpack)
-    /// if a ZADD whose first member is `first` makes it, as Redis 7.0
-    /// decides: one it creates starts big when `zset-max-listpack-entries`
-    /// is 0 or `first` is longer than `zset-max-listpack-value`; after
-    /// that, an added member that long, or more members than the limit,
-    /// converts it. `longest_added` is the length of the longest member
-    /// added.
-    fn note_added(&mut self, first: &[u8], longest_added: usize, limits: &Limits) {
-        if self.e.converted() {
-            return;
-        }
-        let created_big =
-            self.e.is_new() && (limits.zset_entries == 0 || first.len() > limits.zset_value);
-        if created_big
-            || longest_added > limits.zset_value
-            || self.e.size > limits.zset_entries as u64
-        {
-            self.e.mark_converted();
-        }
     }
 
     fn save(self, w: &mut WriteCtx, key: Key) -> Result<(), StoreError> {
@@ -466,11 +494,12 @@ fn zadd_one(
     f: AddFlags,
     member: &[u8],
     score: f64,
+    limits: &Limits,
 ) -> Result<Result<AddOutcome, Reply>, StoreError> {
     // Without conditions the score is written whatever the member held:
     // one write that also returns the old score.
     if !(f.nx || f.xx || f.gt || f.lt || f.incr) {
-        let old = z.put_score(w, member, score)?;
+        let old = z.put_score(w, member, score, limits)?;
         return Ok(Ok((
             old.is_none(),
             old.is_some_and(|o| o != score),
@@ -492,7 +521,7 @@ fn zadd_one(
             }
             let changed = new != cur;
             if changed {
-                z.set(w, member, new)?;
+                z.set(w, member, new, limits)?;
             }
             Ok(Ok((false, changed, Some(new))))
         }
@@ -500,7 +529,7 @@ fn zadd_one(
             if f.xx {
                 return Ok(Ok((false, false, None)));
             }
-            z.set(w, member, score)?;
+            z.set(w, member, score, limits)?;
             Ok(Ok((true, false, Some(score))))
         }
     }
@@ -558,21 +587,16 @@ pub fn zadd(s: &mut Session, a: Args) -> Action {
                 let mut z = ZEdit::load_or_create(w, k)?;
                 let (mut added, mut changed) = (0, 0);
                 let mut last = None;
-                let mut longest_added = 0;
                 for (sc, m) in &pairs {
-                    match zadd_one(w, &mut z, f, m, *sc)? {
+                    match zadd_one(w, &mut z, f, m, *sc, &limits)? {
                         Ok((a, c, s)) => {
                             added += a as i64;
                             changed += c as i64;
                             last = s;
-                            if a {
-                                longest_added = longest_added.max(m.len());
-                            }
                         }
                         Err(r) => return Ok((r, 0)),
                     }
                 }
-                z.note_added(&pairs[0].1, longest_added, &limits);
                 z.save(w, k)?;
                 let count = (added + changed) as u64;
                 if count > 0 {
@@ -611,12 +635,10 @@ pub fn zincrby(s: &mut Session, a: Args) -> Action {
                     incr: true,
                     ..AddFlags::default()
                 };
-                let (out, added) = match zadd_one(w, &mut z, f, &m, by)? {
-                    Ok((a, c, s)) => ((s.map_or(Reply::Nil, Reply::Double), a || c), a),
+                let out = match zadd_one(w, &mut z, f, &m, by, &limits)? {
+                    Ok((a, c, s)) => (s.map_or(Reply::Nil, Reply::Double), a || c),
                     Err(r) => return Ok((r, false)),
                 };
-                let longest_added = if added { m.len() } else { 0 };
-                z.note_added(&m, longest_added, &limits);
                 z.save(w, k)?;
                 if out.1 {
                     w.event(notify::ZSET, "zincr", k);
@@ -832,6 +854,8 @@ pub fn zrangestore(s: &mut Session, a: Args) -> Action {
         Ok(q) => q,
         Err(r) => return r.into(),
     };
+    let by_rank = matches!(q.range, Range::Rank(..));
+    let limits = s.server.encoding_limits();
     let load = move |r: &dyn KvRead, k: Key| -> Result<Vec<Entry>, Fail> {
         let Some(v) = View::load(r, k, ZSET)? else {
             return Ok(Vec::new());
@@ -843,22 +867,42 @@ pub fn zrangestore(s: &mut Session, a: Args) -> Action {
         vec![a.get(2).clone()],
         a.get(1).clone(),
         load,
-        |w, kd, mut found| {
+        move |w, kd, mut found| {
             let items = found.pop().unwrap_or_default();
-            store_entries(w, kd, &items, "zrangestore")?;
+            // Redis sizes the destination for a range of ranks; by score
+            // or by lex it starts small.
+            let size_hint = if by_rank { items.len() } else { 0 };
+            let build = Build::InOrder { size_hint };
+            store_entries(w, kd, &items, "zrangestore", build, &limits)?;
             Ok(Reply::Int(items.len() as i64))
         },
     )
 }
 
-/// Replaces `dest` with a zset of `items` (deleting it when empty), and
-/// reports it as Redis does: `event` (the storing command's), or `del`
-/// when an empty result deleted the key.
+/// How Redis builds a sorted set a command stores, which decides its
+/// encoding, and so whether a score of -0 keeps its sign (see
+/// [`ZEdit::put_score`]).
+#[derive(Clone, Copy)]
+pub(crate) enum Build {
+    /// In the big encoding, converted to a listpack at the end if the
+    /// result is small enough: ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE,
+    /// GEOSEARCHSTORE.
+    Whole,
+    /// Member by member, as ZADD adds them, into a sorted set created for
+    /// `size_hint` members: ZRANGESTORE.
+    InOrder { size_hint: usize },
+}
+
+/// Replaces `dest` with a zset of `items` (deleting it when empty), built
+/// as `build` says, and reports it as Redis does: `event` (the storing
+/// command's), or `del` when an empty result deleted the key.
 pub(crate) fn store_entries(
     w: &mut WriteCtx,
     dest: Key,
     items: &[Entry],
     event: &str,
+    build: Build,
+    limits: &Limits,
 ) -> Result<(), Fail> {
     let deleted = keyspace::delete_if_live(w, dest)?;
     if items.is_empty() {
@@ -869,8 +913,18 @@ pub(crate) fn store_entries(
     }
     w.replacing(deleted, |w| -> Result<(), Fail> {
         let mut z = ZEdit::load_or_create(w, dest)?;
+        let starts_big = match build {
+            Build::Whole => {
+                items.len() > limits.zset_entries
+                    || items.iter().any(|(m, _)| m.len() > limits.zset_value)
+            }
+            Build::InOrder { size_hint } => size_hint > limits.zset_entries,
+        };
+        if starts_big {
+            z.e.mark_converted();
+        }
         for (m, sc) in items {
-            z.set(w, m, *sc)?;
+            z.set(w, m, *sc, limits)?;
         }
         z.save(w, dest)?;
         Ok(())
@@ -1328,6 +1382,7 @@ fn combine_store(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Act
         Err(r) => return r.into(),
     };
     let (weights, agg) = (c.weights, c.agg);
+    let limits = s.server.encoding_limits();
     super::load_then_store(
         s,
         c.keys,
@@ -1339,7 +1394,7 @@ fn combine_store(s: &mut Session, a: Args, op: SetOp, name: &'static str) -> Act
                 return Ok(e);
             }
             let result = combine(op, inputs, &weights, agg);
-            store_entries(w, kd, &result, name)?;
+            store_entries(w, kd, &result, name, Build::Whole, &limits)?;
             Ok(Reply::Int(result.len() as i64))
         },
     )
@@ -1461,9 +1516,10 @@ mod tests {
                 (b"ninf", f64::NEG_INFINITY),
                 (b"zero", -0.0),
             ] {
-                assert!(z.set(w, m, s).unwrap());
+                assert!(z.set(w, m, s, &Limits::default()).unwrap());
             }
-            assert!(!z.set(w, b"neg", -3.0).unwrap(), "update is not an add");
+            let update = z.set(w, b"neg", -3.0, &Limits::default()).unwrap();
+            assert!(!update, "update is not an add");
             assert!(z.remove(w, b"pinf").unwrap());
             z.save(w, k).unwrap();
             let v = View::load(w, k, ZSET).unwrap().unwrap();
@@ -1471,7 +1527,7 @@ mod tests {
             let names: Vec<&[u8]> = all.iter().map(|(m, _)| m.as_slice()).collect();
             assert_eq!(names, [&b"ninf"[..], b"neg", b"zero", b"a", b"b"]);
             assert_eq!(all[1].1, -3.0);
-            assert_eq!(all[2].1.to_bits(), 0.0f64.to_bits(), "-0 is stored as 0");
+            assert_eq!(all[2].1.to_bits(), 0.0f64.to_bits(), "a listpack's -0 is 0");
             let min = parse_score_bound(b"(-3").unwrap();
             let max = parse_score_bound(b"1").unwrap();
             let mid = select(w, &v.prefix, v.size, &query(Range::Score(min, max), true)).unwrap();
@@ -1484,6 +1540,42 @@ mod tests {
             })
             .unwrap();
             assert_eq!(rows, 5, "one index row per member");
+        });
+    }
+
+    /// A sorted set in its big encoding keeps a score of -0 in both rows
+    /// (ZSCORE reads one, ZRANGE the other), ties it with 0 by member, and
+    /// leaves it as it was when set to 0.
+    #[test]
+    fn a_big_sorted_set_keeps_negative_zero() {
+        with_shard(|w| {
+            let k = Key::new(0, b"z");
+            let limits = Limits {
+                zset_entries: 1,
+                ..Limits::default()
+            };
+            let mut z = ZEdit::load_or_create(w, k).unwrap();
+            let is_negative_zero = |s: f64| s.to_bits() == (-0.0f64).to_bits();
+            z.set(w, b"b", -0.0, &limits).unwrap();
+            assert!(!is_negative_zero(z.score(w, b"b").unwrap().unwrap()));
+            z.set(w, b"c", 1.0, &limits).unwrap();
+            assert!(z.e.converted(), "the second member converts it");
+            z.set(w, b"a", -0.0, &limits).unwrap();
+            z.set(w, b"d", 0.0, &limits).unwrap();
+            z.set(w, b"d", -0.0, &limits).unwrap();
+            z.set(w, b"a", 0.0, &limits).unwrap();
+            assert!(is_negative_zero(z.score(w, b"a").unwrap().unwrap()));
+            assert!(!is_negative_zero(z.score(w, b"d").unwrap().unwrap()));
+            z.save(w, k).unwrap();
+            let v = View::load(w, k, ZSET).unwrap().unwrap();
+            let all = select(w, &v.prefix, v.size, &query(Range::Rank(0, -1), false)).unwrap();
+            let got: Vec<(&[u8], bool)> = all
+                .iter()
+                .map(|(m, s)| (m.as_slice(), is_negative_zero(*s)))
+                .collect();
+            let want: [(&[u8], bool); 4] =
+                [(b"a", true), (b"b", false), (b"d", false), (b"c", false)];
+            assert_eq!(got, want);
         });
     }
 }

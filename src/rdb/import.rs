@@ -112,7 +112,7 @@ pub(crate) async fn load(
     let mut pending: VecDeque<(String, tokio::sync::oneshot::Receiver<Reply>)> = VecDeque::new();
     let mut functions = Vec::new();
     let now = crate::shard::now_ms();
-    let nodes = server.encoding_limits().stream;
+    let limits = server.encoding_limits();
     while let Some(item) = l.next()? {
         match item {
             Item::Function(code) => functions.push(code),
@@ -135,7 +135,7 @@ pub(crate) async fn load(
                 let rx = shards.submit(
                     shard,
                     Box::new(move |w| {
-                        keys::write(w, Key::new(db, &key), &value, expire_ms, &nodes)?;
+                        keys::write(w, Key::new(db, &key), &value, expire_ms, &limits)?;
                         Ok(Reply::Ok)
                     }),
                 );

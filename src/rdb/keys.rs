@@ -4,9 +4,9 @@
 
 use bytes::Bytes;
 
-use super::object::Value;
+use super::object::{Limits, Value};
 use super::stream::{GroupValue, NodeLimits, StreamValue};
-use crate::families::collection::View;
+use crate::families::collection::{self, View};
 use crate::families::stream::id::StreamId;
 use crate::families::stream::store::{self, Consumer, Group, Nack};
 use crate::families::Fail;
@@ -208,18 +208,31 @@ fn write_stream(
 /// Writes `value` as `key` with `expire_ms`, replacing whatever is there
 /// (the caller decides whether replacing is allowed). Lists and sorted
 /// sets arriving wake clients blocked on the key.
-/// A stream's entries are packed into nodes by `stream_nodes`
-/// (`stream-node-max-*`), as XADD would pack them.
+/// A stream's entries are packed into nodes by `limits.stream`
+/// (`stream-node-max-*`), as XADD would pack them. A set, hash or sorted
+/// set too big for its compact encoding under `limits` is marked as having
+/// left it, as Redis loads one in its big encoding and keeps it there.
 pub fn write(
     w: &mut WriteCtx,
     key: Key,
     value: &Value,
     expire_ms: u64,
-    stream_nodes: &NodeLimits,
+    limits: &Limits,
 ) -> Result<(), StoreError> {
     if let Value::Stream(s) = value {
-        return write_stream(w, key, s, expire_ms, stream_nodes);
+        return write_stream(w, key, s, expire_ms, &limits.stream);
     }
+    let big = matches!(
+        crate::families::object::encoding_of(value, limits),
+        "hashtable" | "skiplist"
+    );
+    let extra = || {
+        if big {
+            collection::CONVERTED.to_vec()
+        } else {
+            Vec::new()
+        }
+    };
     let old = keyspace::lookup_for_write(w, key)?;
     let meta = match value {
         Value::String(s) => Meta::string(s.clone(), expire_ms),
@@ -233,23 +246,24 @@ pub fn write(
                     for (f, v) in pairs {
                         w.put(Table::Sub, &sub(f), v)?;
                     }
-                    (KeyType::Hash, pairs.len(), Vec::new())
+                    (KeyType::Hash, pairs.len(), extra())
                 }
                 Value::Set(members) => {
                     for m in members {
                         w.put(Table::Sub, &sub(m), &[])?;
                     }
-                    (KeyType::Set, members.len(), Vec::new())
+                    (KeyType::Set, members.len(), extra())
                 }
                 Value::ZSet(pairs) => {
                     for (m, score) in pairs {
-                        // One zero, as ZADD keeps it.
-                        let score = if *score == 0.0 { 0.0 } else { *score };
+                        // A listpack reads -0 back as 0 (see zset.rs).
+                        let score = if *score == 0.0 && !big { 0.0 } else { *score };
                         w.put(Table::Sub, &sub(m), &score.to_be_bytes())?;
-                        w.put(Table::ZScore, &encoding::zscore_key(&prefix, score, m), &[])?;
+                        let row = encoding::zscore_key(&prefix, score, m);
+                        w.put(Table::ZScore, &row, encoding::zscore_value(score))?;
                     }
                     w.signals.push((key.db, key.name.to_vec()));
-                    (KeyType::ZSet, pairs.len(), Vec::new())
+                    (KeyType::ZSet, pairs.len(), extra())
                 }
                 Value::List(items) => {
                     let head = LIST_INITIAL_INDEX;

@@ -136,6 +136,33 @@ pub fn zscore_key(prefix: &[u8], score: f64, member: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The value of a `zscore` row: empty, except for a score of -0, whose
+/// sign the row key cannot keep. The key folds -0 into 0 so that the two
+/// tie and order by member, as Redis compares scores; but a sorted set in
+/// Redis's big encoding (a skiplist) replies the -0 it was given, so the
+/// index, which ZRANGE reads scores from, keeps the sign here.
+pub fn zscore_value(score: f64) -> &'static [u8] {
+    if score == 0.0 && score.is_sign_negative() {
+        NEGATIVE_ZERO
+    } else {
+        &[]
+    }
+}
+
+/// The score a `zscore` row stands for: its key's score, given the sign of
+/// a zero by the row's value (see [`zscore_value`]).
+pub fn zscore_of_row(score_bytes: [u8; 8], value: &[u8]) -> f64 {
+    let score = score_from_bytes(score_bytes);
+    if score == 0.0 && value == NEGATIVE_ZERO {
+        -0.0
+    } else {
+        score
+    }
+}
+
+/// The `zscore` row value marking a score of -0.
+const NEGATIVE_ZERO: &[u8] = b"-";
+
 /// A `ttl` row key: `expire_ms:u64 ns slot user_key` (ardb's KEY_TTL_SORT), so
 /// the reaper finds due keys by scanning from the start of the table.
 pub fn ttl_key(expire_ms: u64, db: u8, slot: u16, key: &[u8]) -> Vec<u8> {
@@ -171,7 +198,8 @@ pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
 
 /// Maps an f64 to 8 bytes whose unsigned big-endian order is the numeric
 /// order: negatives have every bit flipped, positives only the sign bit.
-/// -0.0 is folded into +0.0 first, because Redis treats them as equal scores.
+/// -0.0 is folded into +0.0 first, because Redis treats them as equal scores
+/// (a `zscore` row keeps the sign in its value, see [`zscore_value`]).
 pub fn score_to_bytes(score: f64) -> [u8; 8] {
     let score = if score == 0.0 { 0.0 } else { score };
     let bits = score.to_bits();
