@@ -330,3 +330,102 @@ fn the_stream_waits_behind_a_busy_script() {
     caught_up(&mut p, &mut c);
     assert_eq!(q(&mut c, &["GET", "during"]), bulk("busy"));
 }
+
+/// A primary played by the test: it answers the handshake, sends an empty
+/// copy and then whatever commands the test writes on the returned stream.
+/// It lets a test send what a real primary sends only under clock skew.
+fn scripted_primary(replica: &mut Connection) -> std::net::TcpStream {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    ok(replica, &["REPLICAOF", "127.0.0.1", &port]);
+    let (stream, _) = listener.accept().unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream.try_clone().unwrap();
+    // Each handshake command is a RESP array of bulk strings.
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let n: usize = line.trim_end()[1..].parse().unwrap();
+        let mut words = Vec::new();
+        for _ in 0..n {
+            let mut len = String::new();
+            reader.read_line(&mut len).unwrap();
+            let len: usize = len.trim_end()[1..].parse().unwrap();
+            let mut word = vec![0; len + 2];
+            reader.read_exact(&mut word).unwrap();
+            word.truncate(len);
+            words.push(String::from_utf8(word).unwrap().to_ascii_uppercase());
+        }
+        match words[0].as_str() {
+            "PING" => out.write_all(b"+PONG\r\n").unwrap(),
+            "PSYNC" => break,
+            _ => out.write_all(b"+OK\r\n").unwrap(),
+        }
+    }
+    // An RDB of no keys: the header, the end mark, the CRC of both.
+    let mut rdb = b"REDIS0009\xff".to_vec();
+    let crc = cairn::util::rdb::crc64(&rdb);
+    rdb.extend_from_slice(&crc.to_le_bytes());
+    let id = "0123456789abcdef0123456789abcdef01234567";
+    write!(out, "+FULLRESYNC {id} 0\r\n${}\r\n", rdb.len()).unwrap();
+    out.write_all(&rdb).unwrap();
+    eventually("the copy to load", || link_state(replica) == "connected");
+    stream
+}
+
+/// Only the primary expires keys on a replica: a key past its time on the
+/// replica's clock reads as missing to clients but stays (the reaper
+/// leaves it), and the primary's commands still find it, as a primary
+/// whose clock is behind may send a PERSIST for it; its DEL removes it.
+#[test]
+fn a_replica_leaves_expiry_to_its_primary() {
+    use std::io::Write;
+    let cairn = TestServer::start();
+    let mut c = cairn.client();
+    let mut primary = scripted_primary(&mut c);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    let at = (now_ms + 100).to_string();
+    let mut stream = Vec::new();
+    cairn::protocol::encode_command(&mut stream, &[b"SELECT", b"0"]);
+    for key in ["kept", "deleted", "grown", "left"] {
+        cairn::protocol::encode_command(
+            &mut stream,
+            &[b"SET", key.as_bytes(), b"v", b"PXAT", at.as_bytes()],
+        );
+    }
+    primary.write_all(&stream).unwrap();
+    eventually("the writes to arrive", || int(&mut c, &["DBSIZE"]) == 4);
+    // Several reaper ticks after the keys' time.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(q(&mut c, &["GET", "kept"]), Value::Nil);
+    assert_eq!(int(&mut c, &["EXISTS", "kept", "deleted"]), 0);
+    assert_eq!(
+        int(&mut c, &["DBSIZE"]),
+        4,
+        "expired keys wait for the primary"
+    );
+    let mut stream = Vec::new();
+    cairn::protocol::encode_command(&mut stream, &[b"PERSIST", b"kept"]);
+    cairn::protocol::encode_command(&mut stream, &[b"DEL", b"deleted"]);
+    // The APPEND finds "grown" alive, as the primary did.
+    cairn::protocol::encode_command(&mut stream, &[b"APPEND", b"grown", b"w"]);
+    cairn::protocol::encode_command(&mut stream, &[b"PERSIST", b"grown"]);
+    primary.write_all(&stream).unwrap();
+    eventually("the DEL to arrive", || int(&mut c, &["DBSIZE"]) == 3);
+    assert_eq!(q(&mut c, &["GET", "kept"]), bulk("v"));
+    assert_eq!(int(&mut c, &["TTL", "kept"]), -1);
+    assert_eq!(q(&mut c, &["GET", "grown"]), bulk("vw"));
+    // A promoted replica expires keys itself.
+    ok(&mut c, &["REPLICAOF", "NO", "ONE"]);
+    eventually("the promoted server to expire the key", || {
+        int(&mut c, &["DBSIZE"]) == 2
+    });
+    drop(primary);
+}

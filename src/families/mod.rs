@@ -342,6 +342,10 @@ impl KvRead for Counted<'_> {
         self.inner.now_ms()
     }
 
+    fn expiry_clock(&self) -> u64 {
+        self.inner.expiry_clock()
+    }
+
     fn get(&self, table: crate::storage::Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.inner.get(table, key)
     }

@@ -425,7 +425,7 @@ fn incr_by(s: &mut Session, key: Bytes, by: i64) -> Action {
         // expired key, another type, an error) takes the general path.
         // A key that is absent (no row at all) is read once too: the
         // general path would look it up again only to find nothing.
-        let now = w.now_ms();
+        let now = w.expiry_clock();
         let fast = w.modify_meta(&k.meta_key(), |raw| {
             let Some(raw) = raw else {
                 return (None, Err(true));

@@ -167,6 +167,14 @@ impl KvRead for Remote<'_> {
         now_ms()
     }
 
+    fn expiry_clock(&self) -> u64 {
+        if self.at.locked.is_primary() {
+            0
+        } else {
+            now_ms()
+        }
+    }
+
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.to_vec();
         self.at.step(self.shard, move |w| w.get(table, &key))

@@ -1279,6 +1279,9 @@ async fn execute(
     let mut kept = crate::families::slowlog::keep(session, checked, &args);
     let mut action = (spec.handler)(session, args);
     action = crate::families::tracking::after_command(session, spec, action);
+    if session.from_primary {
+        action = as_primary(action);
+    }
     let mut feed = monitored.map(|argv| {
         let (db, addr) = (session.db, session.entry.addr.clone());
         let server = server.clone();
@@ -1757,6 +1760,37 @@ fn while_unfenced(action: Action, fence: Arc<std::sync::atomic::AtomicBool>) -> 
                 }
                 f(w)
             }),
+        },
+        other => other,
+    }
+}
+
+/// Makes a replica's primary's command find every key alive, wherever its
+/// writes run (see `WriteCtx::as_primary`). Its reads answer nobody.
+fn as_primary(action: Action) -> Action {
+    match action {
+        Action::Write { shard, f } => Action::Write {
+            shard,
+            f: Box::new(move |w| w.as_primary(f)),
+        },
+        Action::Plan { ids, blind, plan } => Action::Plan {
+            ids,
+            blind,
+            plan: Box::new(move |locked| {
+                locked.as_primary();
+                plan(locked)
+            }),
+        },
+        Action::Script {
+            shard,
+            f,
+            fell_back,
+            slow,
+        } => Action::Script {
+            shard,
+            f: Box::new(move |w| w.as_primary(f)),
+            fell_back,
+            slow: Box::new(move || as_primary(slow())),
         },
         other => other,
     }

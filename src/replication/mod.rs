@@ -287,6 +287,11 @@ impl Replication {
             down_since: None,
         });
         self.replica.store(true, Ordering::Release);
+        server
+            .shards
+            .switches
+            .replica
+            .store(true, Ordering::Relaxed);
         drop(p);
         set_directive(server, &format!("{host} {port}"));
         tracing::info!("REPLICAOF {host}:{port} enabled");
@@ -301,6 +306,11 @@ impl Replication {
             return;
         };
         self.replica.store(false, Ordering::Release);
+        server
+            .shards
+            .switches
+            .replica
+            .store(false, Ordering::Relaxed);
         stop(old);
         set_directive(server, "");
         let offset = self.offset();

@@ -675,6 +675,7 @@ impl ShardCore {
             // 0 turns expiry off.
             if !self.shared.pause.writes_paused()
                 && self.shared.switches.active_expire.load(Relaxed)
+                && !self.shared.switches.replica.load(Relaxed)
             {
                 keyspace::reap_expired(&mut ctx, REAP_KEYS_PER_TICK, &mut stats)?;
             }

@@ -149,6 +149,9 @@ pub struct Locked {
     finished: AtomicBool,
     /// Steps sent so far: the next step's place in the round.
     steps_sent: std::sync::atomic::AtomicU64,
+    /// Set when the round runs a command of the primary this server
+    /// replicates: every step runs under `WriteCtx::as_primary`.
+    primary: AtomicBool,
 }
 
 /// Where a round's steps go: to the shards' threads, or to the caller's
@@ -240,6 +243,7 @@ impl Locked {
             ),
             finished: AtomicBool::new(false),
             steps_sent: std::sync::atomic::AtomicU64::new(0),
+            primary: AtomicBool::new(false),
         }
     }
 
@@ -266,7 +270,11 @@ impl Locked {
             .position(|&i| i == id)
             .expect("shard not locked");
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let step: StepFn = Box::new(move |w| f(w).map(|t| Box::new(t) as StepOut));
+        let step: StepFn = if self.is_primary() {
+            Box::new(move |w| w.as_primary(f).map(|t| Box::new(t) as StepOut))
+        } else {
+            Box::new(move |w| f(w).map(|t| Box::new(t) as StepOut))
+        };
         // A closed channel shows up as Unavailable when the result is awaited.
         let place = self.steps_sent.fetch_add(1, Ordering::Relaxed);
         match &self.route {
@@ -286,6 +294,17 @@ impl Locked {
     /// `WriteCtx::message_place` to (this, the key's position).
     pub fn reserve_place(&self) -> u64 {
         self.steps_sent.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Marks the round as a command of the primary this server replicates
+    /// (see `WriteCtx::as_primary`), before its first step.
+    pub fn as_primary(&self) {
+        self.primary.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the round runs a command of the primary's.
+    pub fn is_primary(&self) -> bool {
+        self.primary.load(Ordering::Relaxed)
     }
 
     /// Runs `f` on shard `id` and waits for its output.

@@ -108,24 +108,30 @@ impl ShardStats {
     }
 }
 
-/// Server-wide switches DEBUG turns (Redis keeps them in its `server`
-/// struct): the shards' reaper reads the first two.
+/// Server-wide switches the shards read: those DEBUG turns (Redis keeps
+/// them in its `server` struct), and whether the server is a replica.
 #[derive(Debug)]
-pub struct DebugSwitches {
+pub struct Switches {
     /// DEBUG SET-ACTIVE-EXPIRE: the reaper expires keys.
     pub active_expire: AtomicBool,
     /// DEBUG PAUSE-CRON: the reaper (expiry and garbage collection) waits.
     pub cron_paused: AtomicBool,
     /// DEBUG SET-SKIP-CHECKSUM-VALIDATION: RESTORE skips the CRC check.
     pub skip_checksum: AtomicBool,
+    /// Set while the server replicates a primary (REPLICAOF): only the
+    /// primary expires keys, by the DEL it sends, as on a Redis replica.
+    /// The reaper expires nothing, and an expired key a client's read
+    /// finds reads as missing but stays.
+    pub replica: AtomicBool,
 }
 
-impl Default for DebugSwitches {
+impl Default for Switches {
     fn default() -> Self {
-        DebugSwitches {
+        Switches {
             active_expire: AtomicBool::new(true),
             cron_paused: AtomicBool::new(false),
             skip_checksum: AtomicBool::new(false),
+            replica: AtomicBool::new(false),
         }
     }
 }
@@ -145,7 +151,7 @@ pub struct ShardShared {
     path: PathBuf,
     options: set::StoreOptions,
     /// DEBUG's switches (shared by every shard).
-    pub switches: Arc<DebugSwitches>,
+    pub switches: Arc<Switches>,
     /// Held for writing while commits become visible, for reading while a
     /// multi-shard reader opens its snapshots (see the module doc).
     pub commit_lock: parking_lot::RwLock<()>,
@@ -182,7 +188,7 @@ impl ShardShared {
     fn new(
         id: usize,
         (store, path, options): (Arc<Store>, PathBuf, set::StoreOptions),
-        switches: Arc<DebugSwitches>,
+        switches: Arc<Switches>,
         blocked: Arc<blocking::BlockRegistry>,
         hub: Arc<crate::pubsub::Hub>,
         latency: Arc<crate::families::latency::LatencyMonitor>,
@@ -277,7 +283,9 @@ impl ShardShared {
             .then(|| self.watches.clone() as Arc<dyn crate::storage::tables::RowObserver>);
         ctx.notify_flags = self.hub.notify_flags();
         ctx.tracked = self.hub.tracking.active().then(Default::default);
-        ctx.found_expired = (!self.pause.writes_paused()).then(Default::default);
+        let keep_expired =
+            self.pause.writes_paused() || self.switches.replica.load(Ordering::Relaxed);
+        ctx.found_expired = (!keep_expired).then(Default::default);
         ctx
     }
 

@@ -75,7 +75,7 @@ pub struct ShardSet {
     /// CLIENT PAUSE, which the connections and the reapers observe.
     pub pause: Arc<super::pause::Pause>,
     /// DEBUG's server-wide switches (every shard holds them too).
-    pub switches: Arc<super::DebugSwitches>,
+    pub switches: Arc<super::Switches>,
     /// Steps from which a round run on one thread spreads its shards'
     /// parts over threads of their own (see `actor::run_round_here`).
     spread_from: std::sync::atomic::AtomicUsize,
@@ -271,7 +271,7 @@ impl ShardSet {
         }
         let mut shared = Vec::with_capacity(n);
         let mut states = Vec::with_capacity(n);
-        let switches = Arc::new(super::DebugSwitches::default());
+        let switches = Arc::new(super::Switches::default());
         for (i, ((path, store), options)) in dbs.into_iter().zip(own_options).enumerate() {
             let state = match store.latest(0).and_then(|base| ShardState::load(&base)) {
                 Ok(s) => s,

@@ -55,7 +55,7 @@ pub fn peek(r: &dyn KvRead, key: Key) -> Result<Option<Meta>, StoreError> {
         return Ok(None);
     };
     let meta = Meta::decode(&raw)?;
-    if meta.is_expired(r.now_ms()) {
+    if meta.is_expired(r.expiry_clock()) {
         r.note_expired(key.db, key.name);
         return Ok(None);
     }
@@ -70,7 +70,7 @@ pub fn lookup_header(r: &dyn KvRead, key: Key) -> Result<Option<(KeyType, u64)>,
         return Ok(None);
     };
     let (t, expire) = Meta::peek_header(&raw)?;
-    let expired = expire != 0 && expire <= r.now_ms();
+    let expired = expire != 0 && expire <= r.expiry_clock();
     r.note_lookup(!expired);
     if expired {
         r.note_miss(key.db, key.name);
@@ -96,7 +96,7 @@ pub fn lookup_for_write_at(
         return Ok(None);
     };
     let meta = Meta::decode(&raw)?;
-    if meta.is_expired(w.now_ms()) {
+    if meta.is_expired(w.expiry_clock()) {
         delete(w, key, &meta)?;
         lazily_expired(w, key);
         return Ok(None);
@@ -167,7 +167,7 @@ pub fn replace_at(
         .swap(Table::Meta, meta_key, &new.encode())?
         .map(|raw| Meta::decode(&raw))
         .transpose()?;
-    let expired = old.as_ref().is_some_and(|m| m.is_expired(w.now_ms()));
+    let expired = old.as_ref().is_some_and(|m| m.is_expired(w.expiry_clock()));
     if expired {
         lazily_expired(w, key);
     }

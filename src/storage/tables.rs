@@ -110,8 +110,15 @@ from_redb!(
 /// Read access shared by both views, object-safe so command logic can be
 /// written once and run on either.
 pub trait KvRead {
-    /// The time lazy expiry is judged against.
+    /// The time: what TTLs are counted from and, but for a replica's
+    /// primary (see [`KvRead::expiry_clock`]), what expiry is judged by.
     fn now_ms(&self) -> u64;
+    /// The time lazy expiry is judged against: `now_ms`, or 0 (nothing has
+    /// expired) for a command of the primary a replica applies (see
+    /// [`WriteCtx::as_primary`]).
+    fn expiry_clock(&self) -> u64 {
+        self.now_ms()
+    }
     /// One row.
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError>;
     /// [`KvRead::get`] of a row read once and not again soon (a random
@@ -1502,9 +1509,13 @@ pub struct WriteCtx<'t> {
     pub expired: u64,
     /// Keys lookups found expired and not deleted yet (see
     /// [`KvRead::note_expired`]): the shard deletes them after the command
-    /// that found them. `None` where expired keys stay (writes are paused,
-    /// as Redis expires nothing then, or a transaction outside a shard).
+    /// that found them. `None` where expired keys stay: writes are paused
+    /// (Redis expires nothing then), the server is a replica (its primary
+    /// expires keys), or a transaction outside a shard.
     pub found_expired: Option<std::cell::RefCell<Vec<DbKey>>>,
+    /// Set while a replica applies a command of its primary's (see
+    /// [`WriteCtx::as_primary`]): every key it finds is alive.
+    pub from_primary: bool,
     /// The shard's in-memory state, updated as rows are written.
     pub state: &'t mut ShardState,
     /// Told of row changes while any key of the shard is watched.
@@ -1575,6 +1586,7 @@ impl<'t> WriteCtx<'t> {
             lookups: Default::default(),
             expired: 0,
             found_expired: None,
+            from_primary: false,
             state,
             observer: None,
             quiet: false,
@@ -1582,6 +1594,19 @@ impl<'t> WriteCtx<'t> {
             undo: None,
             memo: None,
         }
+    }
+
+    /// Runs `f` as a command of the primary this server replicates. Only
+    /// the primary expires keys on a replica: its DEL arrives in the
+    /// stream. A key whose time has passed on this clock may still be
+    /// alive on the primary's (a PERSIST or a write on its way), so the
+    /// primary's commands find every key alive, as Redis's replicas let
+    /// their master's commands do.
+    pub fn as_primary<T>(&mut self, f: impl FnOnce(&mut Self) -> T) -> T {
+        let was = std::mem::replace(&mut self.from_primary, true);
+        let out = f(self);
+        self.from_primary = was;
+        out
     }
 
     /// Starts keeping what the overlay says of each row changed (see
@@ -1960,7 +1985,7 @@ impl<'t> WriteCtx<'t> {
         let memo = self.memo.take()?;
         let same_key =
             super::encoding::decode_meta_key(&memo.meta_key) == Some((key.db, key.slot, key.name));
-        (same_key && !memo.meta.is_expired(self.now_ms)).then_some(memo)
+        (same_key && !memo.meta.is_expired(self.expiry_clock())).then_some(memo)
     }
 
     /// Removes a row; true if it existed.
@@ -2130,6 +2155,14 @@ impl<'t> WriteCtx<'t> {
 impl KvRead for WriteCtx<'_> {
     fn now_ms(&self) -> u64 {
         self.now_ms
+    }
+
+    fn expiry_clock(&self) -> u64 {
+        if self.from_primary {
+            0
+        } else {
+            self.now_ms
+        }
     }
 
     fn get_head(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
