@@ -285,7 +285,11 @@ fn turning_replica_ends_blocked_commands() {
         .into_iter()
         .map(|args| {
             let mut b = cairn.client();
-            std::thread::spawn(move || common::err(&mut b, &args))
+            std::thread::spawn(move || {
+                let e = common::err(&mut b, &args);
+                // Closed after the reply, as Redis closes them.
+                (e, cmd(&["PING"]).query::<String>(&mut b).is_err())
+            })
         })
         .collect();
     eventually("both clients to block", || {
@@ -293,10 +297,12 @@ fn turning_replica_ends_blocked_commands() {
     });
     follow(&mut c, &redis);
     for b in blocked {
+        let (e, closed) = b.join().unwrap();
         assert_eq!(
-            b.join().unwrap(),
+            e,
             "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
         );
+        assert!(closed, "a force-unblocked client is closed");
     }
 }
 

@@ -856,7 +856,10 @@ async fn serve(session: &mut Session, stream: &mut TcpStream, mut buf: BytesMut)
                 if session.from_primary {
                     server.replication.advance(len as u64, session.db);
                 }
-                if quit {
+                // A client marked to close (killed, or force-unblocked)
+                // runs nothing more: its replies so far go out, then it
+                // closes.
+                if quit || session.entry.killed.load(Ordering::Relaxed) {
                     close = true;
                     break;
                 }

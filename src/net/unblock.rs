@@ -145,11 +145,16 @@ pub fn redirect_unserved(
 }
 
 /// Ends the wait of every client blocked in a command (on keys, or in
-/// WAIT) with `reply`: a server turning replica unblocks them all, as
-/// Redis's disconnectAllBlockedClients does.
+/// WAIT) with `reply`, and closes each once that reply is written: a
+/// server turning replica unblocks them all, as Redis's
+/// disconnectAllBlockedClients does (its clients close after the reply,
+/// running nothing they had sent after the blocked command).
 pub fn end_all(clients: impl Iterator<Item = Arc<ClientEntry>>, reply: &Reply) {
     for c in clients {
         if let Some(b) = c.unblock.lock().take() {
+            // Set before the wait ends, so its connection sees it once
+            // the command is done.
+            c.killed.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = b.tx.send(Unblock::Redirect(reply.clone()));
         }
     }
