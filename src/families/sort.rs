@@ -3,18 +3,20 @@
 //! other keys per element (`GET pattern`) and storing the result as a list.
 //!
 //! # Where it runs
+//! SORT always writes, if only to convert the sorted set it sorts (Redis
+//! converts a listpack to a skiplist for good, see `keep_as_skiplist`).
 //! BY and GET patterns name keys that are known only once the source has
 //! been read, and they may live on any shard. So:
 //! * no pattern that reads keys (no BY with a `*`, GETs only `#` or
-//!   constants) and no STORE: one read of the source's shard;
-//! * no such pattern, with STORE: like SINTERSTORE (one write op when the
-//!   source and destination share a shard, else one coordinated command);
-//! * patterns, no STORE: one read of every shard from one consistent
-//!   point (what KEYS uses);
-//! * patterns and STORE: one coordinated command holding every shard. The
-//!   source is read on its shard, then each shard is asked in one step for
-//!   the values it holds, then the destination is written: every read is
-//!   of the same state, and the write commits with nobody in between.
+//!   constants), and STORE's destination (if any) on the source's shard:
+//!   one write op there;
+//! * no such pattern, the destination elsewhere: one coordinated command
+//!   over the two shards;
+//! * patterns: one coordinated command holding every shard. The source is
+//!   read on its shard, then each shard is asked in one step for the
+//!   values it holds, then the destination (if any) is written: every
+//!   read is of the same state, and a write commits with nobody in
+//!   between.
 //!
 //! # Redis's rules kept here
 //! * Numeric weights are read as C's `strtod` reads them (leading blanks,
@@ -43,7 +45,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::collection::View;
-use super::{coordinated, load_then_store, Fail};
+use super::{coordinated, Fail};
 use crate::command::args::{error, is, Args, SYNTAX};
 use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
@@ -173,40 +175,71 @@ fn sort_command(s: &mut Session, a: Args, readonly: bool) -> Action {
     let opts = Arc::new(opts);
     let src = a.get(1).clone();
     let db = s.db;
-    match (opts.reads_keys(), opts.store.clone()) {
-        (false, None) => s.read(&src, move |r, k| {
-            let mut job = load(r, k, &opts)?;
-            job.sort(Vec::new())?;
-            let gets = job.get_lookups();
-            Ok(job.reply(fill(gets, Vec::new())))
-        }),
-        (false, Some(dest)) => load_then_store(
-            s,
-            vec![src],
-            dest,
-            move |r, k| load(r, k, &opts),
-            |w, kd, mut jobs| {
-                let mut job = jobs.pop().expect("one source");
-                job.sort(Vec::new())?;
-                let gets = job.get_lookups();
-                let items = job.items(fill(gets, Vec::new()));
-                store(w, kd, &items)?;
-                Ok(Reply::Int(items.len() as i64))
-            },
-        ),
-        (true, None) => read_everywhere(s, src, opts),
-        (true, Some(dest)) => {
-            let shards = s.server.shards.clone();
-            let ids: Vec<usize> = (0..shards.len()).collect();
-            coordinated(ids, move |locked| async move {
-                match store_everywhere(&locked, &shards, db, src, dest, opts).await? {
-                    Ok(r) => Ok(Ok(r)),
-                    Err(Fail::Reply(r)) => Ok(Err(r)),
-                    Err(Fail::Store(e)) => Err(e.into()),
-                }
-            })
+    let shards = s.server.shards.clone();
+    let src_shard = shards.shard_of_key(&src);
+    // Every path writes, if only to convert a sorted set it sorts.
+    let ids: Vec<usize> = match (opts.reads_keys(), &opts.store) {
+        (false, None) => return s.write(&src, move |w, k| sort_here(w, k, &opts, None)),
+        (false, Some(dest)) if shards.shard_of_key(dest) == src_shard => {
+            let dest = dest.clone();
+            return s.write(&src, move |w, k| {
+                sort_here(w, k, &opts, Some(Key::new(db, &dest)))
+            });
         }
+        (false, Some(dest)) => vec![src_shard, shards.shard_of_key(dest)],
+        (true, _) => (0..shards.len()).collect(),
+    };
+    coordinated(ids, move |locked| async move {
+        match sort_locked(&locked, &shards, db, src, opts).await? {
+            Ok(r) => Ok(Ok(r)),
+            // A sorted set converted before the error stays converted.
+            Err((Fail::Reply(r), true)) => Ok(Ok(r)),
+            Err((Fail::Reply(r), false)) => Ok(Err(r)),
+            Err((Fail::Store(e), _)) => Err(e.into()),
+        }
+    })
+}
+
+/// SORT whose source (and STORE destination, if any) is on the shard of
+/// the write `w`, with no pattern reading other keys.
+fn sort_here(
+    w: &mut crate::storage::WriteCtx,
+    k: Key,
+    opts: &Opts,
+    dest: Option<Key>,
+) -> Result<Reply, Fail> {
+    let mut job = load(w, k, opts)?;
+    keep_as_skiplist(w, k, &job)?;
+    job.sort(Vec::new())?;
+    let gets = job.get_lookups();
+    let found = fill(gets, Vec::new());
+    let Some(dest) = dest else {
+        return Ok(job.reply(found));
+    };
+    let items = job.items(found);
+    store(w, dest, &items)?;
+    Ok(Reply::Int(items.len() as i64))
+}
+
+/// Redis converts a sorted set it sorts to its big encoding (a skiplist)
+/// and keeps it so, even when the sort then fails: OBJECT ENCODING and
+/// DUMP say so, and a later score of -0 keeps its sign. Not a change of
+/// the key's value: nobody watching it is told, and nothing is counted.
+fn keep_as_skiplist(w: &mut crate::storage::WriteCtx, k: Key, job: &Job) -> Result<(), Fail> {
+    if !job.compact_zset {
+        return Ok(());
     }
+    w.quietly(
+        &k.meta_key(),
+        |w| -> Result<(), Fail> {
+            if let Some(mut e) = super::collection::Edit::load(w, k, KeyType::ZSet)? {
+                e.mark_converted();
+                e.save(w, k)?;
+            }
+            Ok(())
+        },
+        |_| 0,
+    )
 }
 
 /// STORE's write: the sorted list replaces the key (an empty one deletes
@@ -222,71 +255,44 @@ fn store(w: &mut crate::storage::WriteCtx, key: Key, items: &[Vec<u8>]) -> Resul
     Ok(())
 }
 
-/// SORT with patterns and no STORE: one read of every shard.
-fn read_everywhere(s: &Session, src: Bytes, opts: Arc<Opts>) -> Action {
-    let db = s.db;
-    let server = s.server.clone();
-    let shards = s.server.shards.clone();
-    Action::ReadMany {
-        ids: (0..shards.len()).collect(),
-        f: Box::new(move |readers| {
-            let counted: Vec<super::Counted> = readers
-                .iter()
-                .map(|&inner| super::Counted {
-                    inner,
-                    stats: &server.stats,
-                    hub: Some(&server.pubsub),
-                })
-                .collect();
-            let reader_of = |name: &[u8]| &counted[shards.shard_of_key(name)] as &dyn KvRead;
-            let direct = |wants: Vec<Want>| -> Result<Vec<Value>, StoreError> {
-                wants
-                    .iter()
-                    .map(|(k, f)| fetch(reader_of(k), db, k, f.as_deref()))
-                    .collect()
-            };
-            let run = || -> Result<Reply, Fail> {
-                let mut job = load(reader_of(&src), Key::new(db, &src), &opts)?;
-                let by = job.by_lookups();
-                let found = direct(wants_of(&by))?;
-                job.sort(fill(by, found))?;
-                let gets = job.get_lookups();
-                let found = direct(wants_of(&gets))?;
-                Ok(job.reply(fill(gets, found)))
-            };
-            match run() {
-                Ok(r) | Err(Fail::Reply(r)) => r,
-                Err(Fail::Store(e)) => Reply::err(e),
-            }
-        }),
-    }
-}
-
-/// SORT with patterns and STORE, inside a coordinated command holding
-/// every shard. Writes nothing unless it succeeds.
-async fn store_everywhere(
+/// SORT that is not one shard's write (see the module's notes): the
+/// source is read on its shard (and a sorted set converted there), each
+/// shard is asked in one step for the values patterns name, and STORE's
+/// destination is written, all in one coordinated round. An error says
+/// whether a sorted set was converted before it (that write stands).
+async fn sort_locked(
     locked: &Arc<Locked>,
     shards: &ShardSet,
     db: u8,
     src: Bytes,
-    dest: Bytes,
     opts: Arc<Opts>,
-) -> Result<Result<Reply, Fail>, CoordError> {
+) -> Result<Result<Reply, (Fail, bool)>, CoordError> {
     let src_shard = shards.shard_of_key(&src);
+    let dest = opts.store.clone();
     let loaded = locked
-        .run(src_shard, move |w| Ok(load(w, Key::new(db, &src), &opts)))
+        .run(src_shard, move |w| {
+            let k = Key::new(db, &src);
+            Ok(load(w, k, &opts).and_then(|job| {
+                keep_as_skiplist(w, k, &job)?;
+                Ok(job)
+            }))
+        })
         .await?;
     let mut job = match loaded {
         Ok(j) => j,
-        Err(e) => return Ok(Err(e)),
+        Err(e) => return Ok(Err((e, false))),
     };
+    let converted = job.compact_zset;
     let by = job.by_lookups();
     let found = fetch_locked(locked, shards, db, wants_of(&by)).await?;
     if let Err(e) = job.sort(fill(by, found)) {
-        return Ok(Err(e));
+        return Ok(Err((e, converted)));
     }
     let gets = job.get_lookups();
     let found = fetch_locked(locked, shards, db, wants_of(&gets)).await?;
+    let Some(dest) = dest else {
+        return Ok(Ok(job.reply(fill(gets, found))));
+    };
     let items = job.items(fill(gets, found));
     let n = items.len() as i64;
     let stored = locked
@@ -294,7 +300,7 @@ async fn store_everywhere(
             Ok(store(w, Key::new(db, &dest), &items))
         })
         .await?;
-    Ok(stored.map(|()| Reply::Int(n)))
+    Ok(stored.map(|()| Reply::Int(n)).map_err(|e| (e, converted)))
 }
 
 /// Looks `wants` up on their shards: one step per shard, all sent before
@@ -444,6 +450,9 @@ struct Job {
     /// STORE given: ALPHA compares every byte.
     store: bool,
     gets: Vec<Bytes>,
+    /// The source is a sorted set in its compact encoding (a listpack),
+    /// which SORT converts (see [`keep_as_skiplist`]).
+    compact_zset: bool,
 }
 
 /// Redis's LIMIT arithmetic over `len` elements: the window `start..=end`.
@@ -506,6 +515,7 @@ fn load(r: &dyn KvRead, k: Key, o: &Opts) -> Result<Job, Fail> {
         desc: o.desc,
         store: o.store.is_some(),
         gets: o.gets.clone(),
+        compact_zset: ktype == KeyType::ZSet && view.as_ref().is_some_and(|v| !v.converted()),
     };
     let Some(v) = view else {
         return Ok(job);

@@ -41,13 +41,16 @@ def undefined(c):
     COUNT. Also what Redis changes on a primary without telling its
     replicas, which a Redis replica misses as cairn does: BITFIELD with
     OVERFLOW FAIL creates a missing key even when no write succeeds, and
-    is then not propagated; SORT and SORT_RO turn a sorted set's listpack
-    into a skiplist, which later decides whether a score of -0 keeps its
-    sign."""
+    is then not propagated; SORT and SORT_RO (also called by a script)
+    turn a sorted set's listpack into a skiplist, which later decides
+    whether a score of -0 keeps its sign, and are propagated only with
+    STORE."""
     words = [w.upper() if isinstance(w, str) else "" for w in c]
     if words[0] == "ZREMRANGEBYLEX" or (words[0] == "ZRANGESTORE" and "BYLEX" in words):
         return True
-    if words[0] == "BITFIELD" and "FAIL" in words or words[0] in ("SORT", "SORT_RO"):
+    if words[0] == "BITFIELD" and "FAIL" in words:
+        return True
+    if ("SORT" in words or "SORT_RO" in words) and "STORE" not in words:
         return True
     return words[0].startswith("GEO") and "COUNT" in words and (
         words[0] == "GEOSEARCHSTORE" or "STORE" in words or "STOREDIST" in words)
