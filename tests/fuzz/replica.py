@@ -44,13 +44,13 @@ def undefined(c):
     is then not propagated; SORT and SORT_RO (also called by a script)
     turn a sorted set's listpack into a skiplist, which later decides
     whether a score of -0 keeps its sign, and are propagated only with
-    STORE."""
+    STORE and only when they succeed."""
     words = [w.upper() if isinstance(w, str) else "" for w in c]
     if words[0] == "ZREMRANGEBYLEX" or (words[0] == "ZRANGESTORE" and "BYLEX" in words):
         return True
     if words[0] == "BITFIELD" and "FAIL" in words:
         return True
-    if ("SORT" in words or "SORT_RO" in words) and "STORE" not in words:
+    if "SORT" in words or "SORT_RO" in words:
         return True
     return words[0].startswith("GEO") and "COUNT" in words and (
         words[0] == "GEOSEARCHSTORE" or "STORE" in words or "STOREDIST" in words)
