@@ -40,15 +40,16 @@ def undefined(c):
     members of different scores, geo members at equal distances cut by
     COUNT. Also what Redis changes on a primary without telling its
     replicas, which a Redis replica misses as cairn does: BITFIELD with
-    OVERFLOW FAIL creates a missing key even when no write succeeds, and
-    is then not propagated; SORT and SORT_RO (also called by a script)
+    OVERFLOW FAIL (also called by a script) creates a missing key, or
+    pads a short one, even when no write succeeds, and is then not
+    propagated; SORT and SORT_RO (also called by a script)
     turn a sorted set's listpack into a skiplist, which later decides
     whether a score of -0 keeps its sign, and are propagated only with
     STORE and only when they succeed."""
     words = [w.upper() if isinstance(w, str) else "" for w in c]
     if words[0] == "ZREMRANGEBYLEX" or (words[0] == "ZRANGESTORE" and "BYLEX" in words):
         return True
-    if words[0] == "BITFIELD" and "FAIL" in words:
+    if "BITFIELD" in words and "FAIL" in words:
         return True
     if "SORT" in words or "SORT_RO" in words:
         return True
