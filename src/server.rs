@@ -404,7 +404,7 @@ impl Server {
             latency,
             acl,
             replid: parking_lot::Mutex::new(crate::util::hex_id()),
-            replication: Default::default(),
+            replication: crate::replication::Replication::new(shards.switches.clone()),
             pubsub,
             config,
             limits,

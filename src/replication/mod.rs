@@ -74,11 +74,12 @@ pub struct SyncProgress {
 }
 
 /// The replication state of the server (see the module doc).
-#[derive(Default)]
 pub struct Replication {
     primary: parking_lot::Mutex<Option<Primary>>,
-    /// Whether `primary` is set: every command asks, without the lock.
-    replica: AtomicBool,
+    /// The shards' switches, whose `replica` says whether `primary` is
+    /// set: every command asks, without the lock, and the shards leave
+    /// expiry to the primary while it is.
+    switches: Arc<crate::shard::Switches>,
     /// Bytes of the primary's stream applied: the replica's offset
     /// (ROLE's, INFO's `slave_repl_offset` and `master_repl_offset`).
     offset: AtomicI64,
@@ -110,9 +111,24 @@ fn unix_secs() -> u64 {
 }
 
 impl Replication {
+    /// No primary yet; `switches` are the shards'.
+    pub fn new(switches: Arc<crate::shard::Switches>) -> Replication {
+        Replication {
+            primary: Default::default(),
+            switches,
+            offset: Default::default(),
+            synced: Default::default(),
+            previous: Default::default(),
+            last_io: Default::default(),
+            stream_db: Default::default(),
+            sync: Default::default(),
+            loading: Default::default(),
+        }
+    }
+
     /// Whether this server is a replica (REPLICAOF host port is in force).
     pub fn is_replica(&self) -> bool {
-        self.replica.load(Ordering::Acquire)
+        self.switches.replica.load(Ordering::Acquire)
     }
 
     /// Why a client's command is refused on a replica, if it is: READONLY
@@ -286,12 +302,7 @@ impl Replication {
             master: None,
             down_since: None,
         });
-        self.replica.store(true, Ordering::Release);
-        server
-            .shards
-            .switches
-            .replica
-            .store(true, Ordering::Relaxed);
+        self.switches.replica.store(true, Ordering::Release);
         drop(p);
         set_directive(server, &format!("{host} {port}"));
         tracing::info!("REPLICAOF {host}:{port} enabled");
@@ -305,12 +316,7 @@ impl Replication {
         let Some(old) = self.primary.lock().take() else {
             return;
         };
-        self.replica.store(false, Ordering::Release);
-        server
-            .shards
-            .switches
-            .replica
-            .store(false, Ordering::Relaxed);
+        self.switches.replica.store(false, Ordering::Release);
         stop(old);
         set_directive(server, "");
         let offset = self.offset();

@@ -270,11 +270,11 @@ impl Locked {
             .position(|&i| i == id)
             .expect("shard not locked");
         let (tx, rx) = tokio::sync::oneshot::channel();
-        let step: StepFn = if self.is_primary() {
-            Box::new(move |w| w.as_primary(f).map(|t| Box::new(t) as StepOut))
-        } else {
-            Box::new(move |w| f(w).map(|t| Box::new(t) as StepOut))
-        };
+        let primary = self.is_primary();
+        let step: StepFn = Box::new(move |w| {
+            let out = if primary { w.as_primary(f) } else { f(w) };
+            out.map(|t| Box::new(t) as StepOut)
+        });
         // A closed channel shows up as Unavailable when the result is awaited.
         let place = self.steps_sent.fetch_add(1, Ordering::Relaxed);
         match &self.route {
