@@ -587,7 +587,7 @@ fn flush_db(w: &mut WriteCtx, db: u8) -> Result<(), StoreError> {
 }
 
 /// Runs `f` on every shard inside one coordinated commit.
-fn on_all_shards(
+pub(crate) fn on_all_shards(
     s: &Session,
     f: impl Fn(&mut WriteCtx, usize) -> Result<(), StoreError> + Send + Sync + 'static,
     reply: Reply,

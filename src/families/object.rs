@@ -5,8 +5,9 @@
 //! value under the current `*-max-listpack-*` thresholds (cairn stores
 //! every value the same way on disk; what matters to clients is what Redis
 //! would say). Redis keeps a collection in its big encoding once it has
-//! grown past a threshold even if it shrinks again; cairn answers from the
-//! value as it is now.
+//! grown past a threshold even if it shrinks again, and so does cairn (a
+//! mark in its `meta` row, see `collection::is_converted`), until DEBUG
+//! RELOAD encodes every value afresh ([`encode_afresh`]).
 //!
 //! The access clock is a fixed table in memory, not a field per key: a
 //! disk-backed store cannot afford a write for every read, nor memory per
@@ -32,6 +33,8 @@ use crate::protocol::Reply;
 use crate::rdb::keys;
 use crate::rdb::object::{Limits, Value};
 use crate::storage::encoding::StringForm;
+use crate::storage::keyspace::Key;
+use crate::storage::{KeyType, KvRead};
 use crate::util::num::parse_i64;
 
 /// log2 of the access table's slots (1M slots, 8 MiB).
@@ -267,6 +270,108 @@ pub fn encoding_of(v: &Value, l: &Limits) -> &'static str {
         }
         Value::Stream(_) => "stream",
     }
+}
+
+/// DEBUG RELOAD's encodings: Redis's reload saves an RDB file and loads it
+/// back, and loading encodes every value afresh from its contents, under
+/// `limits`, whatever its history: a set, hash or sorted set that shrank
+/// back under its thresholds is an intset or listpack again (a -0 score
+/// in a sorted set becoming a listpack reads 0), and a string written in
+/// place (APPEND, SETRANGE) or by INCRBYFLOAT is `int`, `embstr` or `raw`
+/// by its contents. Runs on one shard's writes; quiet, as the reload is
+/// no change of any value: nothing counted, notified or watched.
+pub(crate) fn encode_afresh(
+    w: &mut crate::storage::WriteCtx,
+    limits: &Limits,
+) -> Result<(), crate::storage::StoreError> {
+    encode_all_afresh(w, limits).map_err(|e| match e {
+        super::Fail::Store(e) => e,
+        // Only a value the tables hold wrongly gets here: every key it
+        // reads is one it found, of the type it found.
+        super::Fail::Reply(r) => {
+            crate::storage::StoreError::Internal(format!("encoding a value afresh: {r:?}"))
+        }
+    })
+}
+
+/// [`encode_afresh`], with the families' errors.
+fn encode_all_afresh(w: &mut crate::storage::WriteCtx, limits: &Limits) -> Result<(), super::Fail> {
+    for db in 0..crate::storage::tables::DATABASES as u8 {
+        let now = w.expiry_clock();
+        let mut stale = Vec::new();
+        keys::each_key(&*w, db, |name, meta| {
+            if !meta.is_expired(now) && history_decides(&meta, limits) {
+                stale.push(name.to_vec());
+            }
+            Ok::<(), super::Fail>(())
+        })?;
+        for name in &stale {
+            let key = Key::new(db, name);
+            w.quietly(
+                &key.meta_key(),
+                |w| encode_key_afresh(w, key, limits),
+                |_| 0,
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether the encoding Redis would hold `meta`'s value in may owe
+/// something to its history: a string not stored afresh, or a collection
+/// marked converted that is small enough to be compact again.
+fn history_decides(meta: &crate::storage::Meta, l: &Limits) -> bool {
+    use crate::storage::encoding::MetaBody;
+    let most = match meta.ktype {
+        KeyType::String => return meta.form != StringForm::Fresh || is_hll(meta),
+        KeyType::Set => l.set_intset_entries,
+        KeyType::Hash => l.hash_entries,
+        KeyType::ZSet => l.zset_entries,
+        KeyType::List | KeyType::Stream => return false,
+    };
+    let small = matches!(meta.body, MetaBody::Collection { size, .. } if size <= most as u64);
+    small && super::collection::is_converted(meta)
+}
+
+/// Whether `meta` is a string holding a HyperLogLog (which PFADD and
+/// PFMERGE write as raw strings: see [`encoding_of`]).
+fn is_hll(meta: &crate::storage::Meta) -> bool {
+    matches!(&meta.body, crate::storage::encoding::MetaBody::String(s) if s.starts_with(b"HYLL"))
+}
+
+/// [`encode_afresh`] for one key [`history_decides`] picked.
+fn encode_key_afresh(
+    w: &mut crate::storage::WriteCtx,
+    key: Key,
+    limits: &Limits,
+) -> Result<(), super::Fail> {
+    let Some(mut meta) = crate::storage::keyspace::peek(&*w, key)? else {
+        return Ok(());
+    };
+    let ktype = meta.ktype;
+    if ktype == KeyType::String {
+        // A HyperLogLog is a string loaded like any other: `embstr` or
+        // `raw` by its length, until PFADD writes it again.
+        meta.form = match is_hll(&meta) {
+            true => StringForm::Text,
+            false => StringForm::Fresh,
+        };
+        crate::storage::keyspace::replace(w, key, &meta)?;
+        return Ok(());
+    }
+    let value = keys::read_meta(&*w, key, meta)?.value;
+    if !matches!(encoding_of(&value, limits), "listpack" | "intset") {
+        return Ok(());
+    }
+    let Some(mut e) = super::collection::Edit::load(w, key, ktype)? else {
+        return Ok(());
+    };
+    e.extra.clear();
+    if let Value::ZSet(entries) = &value {
+        super::zset::drop_zero_signs(w, &mut e, entries)?;
+    }
+    e.save(w, key)?;
+    Ok(())
 }
 
 /// The thresholds that decide the encoding of the value whose metadata

@@ -77,6 +77,29 @@ pub(crate) fn walk_scores(
     )
 }
 
+/// Gives every member of `entries` scored -0 the score 0, as Redis's
+/// listpack reads it: DEBUG RELOAD encoding a sorted set that has left its
+/// skiplist as a listpack again (see `object::encode_afresh`). The index
+/// row's key already reads 0; its value and the member's row lose the sign.
+pub(crate) fn drop_zero_signs(
+    w: &mut WriteCtx,
+    e: &mut Edit,
+    entries: &[(Vec<u8>, f64)],
+) -> Result<(), StoreError> {
+    for (member, _) in entries
+        .iter()
+        .filter(|(_, s)| *s == 0.0 && s.is_sign_negative())
+    {
+        e.swap(w, member, &0f64.to_be_bytes())?;
+        w.put(
+            Table::ZScore,
+            &encoding::zscore_key(&e.prefix, 0.0, member),
+            encoding::zscore_value(0.0),
+        )?;
+    }
+    Ok(())
+}
+
 /// Every entry in score order (ascending or descending).
 fn all_entries(r: &dyn KvRead, prefix: &[u8], reverse: bool) -> Result<Vec<Entry>, StoreError> {
     let mut out = Vec::new();

@@ -297,30 +297,32 @@ fn protocol(name: &[u8], resp3: bool) -> Action {
 /// append-only files. cairn's log and shard files are that record, so
 /// this reopens them as DEBUG RELOAD does, and answers OK.
 fn loadaof(s: &Session) -> Action {
-    reopen(s, "Append Only File loaded by DEBUG LOADAOF")
+    reopen(s, "Append Only File loaded by DEBUG LOADAOF", None)
 }
 
-/// Reopens every shard's files (DEBUG RELOAD and LOADAOF). Inside a
-/// transaction the reply is Redis's OK without the reopen: the
-/// transaction holds the shards a reopen must close, and what a client
-/// reads after a reload is what it read before, so the reopen is the only
-/// part left out.
-fn reopen(s: &Session, done: &'static str) -> Action {
+/// Reopens every shard's files (DEBUG RELOAD and LOADAOF), then runs
+/// `then` (RELOAD's encodings afresh: see `object::encode_afresh`). Inside
+/// a transaction only `then` runs: the transaction holds the shards a
+/// reopen must close, and what a client reads after a reload is what it
+/// read before, so the reopen is the only part left out.
+fn reopen(s: &Session, done: &'static str, then: Option<Action>) -> Action {
     if s.in_exec {
-        return Reply::Ok.into();
+        return then.unwrap_or_else(|| Reply::Ok.into());
     }
-    let shards = s.server.shards.clone();
+    let server = s.server.clone();
     Action::Job(Box::pin(async move {
-        match shards.reopen().await {
-            Ok(()) => {
-                tracing::info!("{done}");
-                Reply::Ok
-            }
-            Err(e) => {
-                tracing::error!(error = %e, "reopening the shard files failed");
-                Reply::err(LOAD_FAILED)
-            }
+        if let Err(e) = server.shards.reopen().await {
+            tracing::error!(error = %e, "reopening the shard files failed");
+            return Reply::err(LOAD_FAILED);
         }
+        let reply = match then {
+            Some(then) => super::blocking::run(&server, then).await,
+            None => Reply::Ok,
+        };
+        if matches!(reply, Reply::Ok) {
+            tracing::info!("{done}");
+        }
+        reply
     }))
 }
 
@@ -348,7 +350,13 @@ fn reload(s: &Session, a: &Args) -> Action {
         tracing::warn!("DEBUG RELOAD NOFLUSH: the saved function libraries already exist");
         return Reply::err(LOAD_FAILED).into();
     }
-    reopen(s, "DB reloaded by DEBUG RELOAD")
+    let limits = s.server.encoding_limits();
+    let afresh = super::generic::on_all_shards(
+        s,
+        move |w, _| super::object::encode_afresh(w, &limits),
+        Reply::Ok,
+    );
+    reopen(s, "DB reloaded by DEBUG RELOAD", Some(afresh))
 }
 
 #[cfg(test)]
