@@ -889,6 +889,9 @@ class Gen:
             cmd = [c]
             if c.endswith("STORE"):
                 cmd.append(self.key())
+                # A set's members score 1, and weights scale scores: lex
+                # ranges over what it stores are Redis-undefined from here.
+                self.lex = False
             n = str(len(ks)) if self.p(0.92) else self.ch(["0", "5", "x", "-1"])
             cmd += [n] + ks
             if c != "ZDIFF" and c != "ZDIFFSTORE":
