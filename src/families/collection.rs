@@ -518,10 +518,9 @@ impl View {
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
         if self.ordered() {
-            for row in place_rows(r, &self.prefix)? {
-                let field = &row[self.prefix.len() + 8..];
-                if let Some(value) = self.get(r, field)? {
-                    if !visit(field, &value) {
+            for field in fields_in_order(r, &self.prefix)? {
+                if let Some(value) = self.get(r, &field)? {
+                    if !visit(&field, &value) {
                         break;
                     }
                 }
@@ -596,16 +595,17 @@ pub(crate) fn place_key(prefix: &[u8], place: u64, field: &[u8]) -> Vec<u8> {
     encoding::zscore_key(prefix, place as f64, field)
 }
 
-/// The keys of an ordered hash's place rows under `prefix`, in place
-/// order; a row's field is what follows the prefix and the 8-byte place.
-fn place_rows(r: &dyn KvRead, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
+/// The fields of an ordered hash's place rows under `prefix`, in place
+/// order.
+fn fields_in_order(r: &dyn KvRead, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
     let end = encoding::prefix_successor(prefix);
-    let mut rows = Vec::new();
+    let n = prefix.len() + 8;
+    let mut fields = Vec::new();
     r.scan(Table::ZScore, prefix, end.as_deref(), false, &mut |k, _| {
-        rows.push(k.to_vec());
+        fields.push(k[n..].to_vec());
         true
     })?;
-    Ok(rows)
+    Ok(fields)
 }
 
 fn extra_of(m: &Meta) -> Vec<u8> {
@@ -836,7 +836,19 @@ impl Edit {
         if !self.ordered() {
             return Ok(());
         }
-        for row in place_rows(w, &self.prefix)? {
+        let end = encoding::prefix_successor(&self.prefix);
+        let mut rows = Vec::new();
+        w.scan(
+            Table::ZScore,
+            &self.prefix,
+            end.as_deref(),
+            false,
+            &mut |k, _| {
+                rows.push(k.to_vec());
+                true
+            },
+        )?;
+        for row in rows {
             w.del_seen(Table::ZScore, &row)?;
         }
         self.extra.clear();
@@ -849,10 +861,21 @@ impl Edit {
         if !self.ordered() {
             return Ok(());
         }
+        let end = encoding::prefix_successor(&self.prefix);
         let n = self.prefix.len() + 8;
-        let found = place_rows(w, &self.prefix)?
-            .into_iter()
-            .find(|row| &row[n..] == field);
+        let mut found = None;
+        w.scan(
+            Table::ZScore,
+            &self.prefix,
+            end.as_deref(),
+            false,
+            &mut |k, _| {
+                if &k[n..] == field {
+                    found = Some(k.to_vec());
+                }
+                found.is_none()
+            },
+        )?;
         if let Some(row) = found {
             w.del_seen(Table::ZScore, &row)?;
         }
