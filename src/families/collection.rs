@@ -243,8 +243,7 @@ pub fn scan_members(
             })?;
             return Ok(reply(0, out));
         }
-        // So is a hash Redis holds as a listpack, in its order.
-        if v.size <= SCAN_ALL_AT_ONCE || v.ordered() {
+        if v.size <= SCAN_ALL_AT_ONCE {
             v.scan(r, &mut |m, val| {
                 if opts.matches(m, ktype) {
                     emit(m, val, &mut out);
@@ -319,12 +318,6 @@ impl View {
     /// compact encoding (see [`CONVERTED`]).
     pub fn converted(&self) -> bool {
         self.extra == CONVERTED
-    }
-
-    /// Whether it is a hash that keeps its fields' order (see
-    /// [`ORDERED`]).
-    pub fn ordered(&self) -> bool {
-        next_place(&self.extra).is_some()
     }
 
     /// The collection at `key` if it exists and has type `ktype`.
@@ -444,14 +437,6 @@ impl View {
         use rand::Rng;
         let mut out = Encoder::array_body();
         let mut len = 0;
-        if count >= 0 && self.ordered() && count as u64 >= self.size {
-            // The whole of a hash Redis holds as a listpack, in its order.
-            self.scan(r, &mut |m, v| {
-                len += put(&mut out, m, v);
-                true
-            })?;
-            return Ok(out.into_array(len));
-        }
         if count >= 0 {
             for (m, v) in self.random(r, (count as u64).min(self.size) as usize)? {
                 len += put(&mut out, &m, &v);
@@ -517,16 +502,6 @@ impl View {
         r: &dyn KvRead,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        if self.ordered() {
-            for field in fields_in_order(r, &self.prefix)? {
-                if let Some(value) = self.get(r, &field)? {
-                    if !visit(&field, &value) {
-                        break;
-                    }
-                }
-            }
-            return Ok(());
-        }
         let end = encoding::prefix_successor(&self.prefix);
         let n = self.prefix.len();
         r.scan(
@@ -554,58 +529,6 @@ pub(crate) const CONVERTED: &[u8] = &[1];
 pub fn is_converted(m: &Meta) -> bool {
     matches!(m.ktype, KeyType::Set | KeyType::Hash | KeyType::ZSet)
         && matches!(&m.body, MetaBody::Collection { extra, .. } if extra == CONVERTED)
-}
-
-/// The first byte of the `extra` of a hash that keeps its fields in the
-/// order they were added, as Redis's listpack does (HGETALL, HKEYS, HVALS,
-/// HSCAN, HRANDFIELD of the whole hash, DUMP list a listpack that way):
-/// `ORDERED` and the next field's place, a u64 big-endian. Each field's
-/// place is a row of the `zscore` table, `zscore_key(prefix, place,
-/// field)` with an empty value, so the rows read in place order, as a
-/// sorted set's score index reads in score order. A hash keeps the order
-/// from its creation until it leaves its compact encoding (which drops the
-/// rows: a hash table's order is no order); a hash stored before this
-/// marker existed has none and lists its fields in field order. Nine bytes
-/// starting with `ORDERED` are no other collection's `extra` that a
-/// [`View`] or [`Edit`] holds (a list's is sixteen bytes, a set's and a
-/// sorted set's empty or [`CONVERTED`]).
-const ORDERED: u8 = 2;
-
-/// The `extra` of a hash keeping its order whose next field goes at
-/// `next`.
-pub(crate) fn ordered_extra(next: u64) -> Vec<u8> {
-    let mut extra = Vec::with_capacity(9);
-    extra.push(ORDERED);
-    extra.extend_from_slice(&next.to_be_bytes());
-    extra
-}
-
-/// The next field's place of a hash keeping its order, from its `extra`.
-fn next_place(extra: &[u8]) -> Option<u64> {
-    match extra {
-        [ORDERED, next @ ..] => Some(u64::from_be_bytes(next.try_into().ok()?)),
-        _ => None,
-    }
-}
-
-/// The `zscore` row holding `field`'s place in its hash's order. A place
-/// stays below 2^53 (one per field ever added while the hash is compact),
-/// so the score holds it exactly.
-pub(crate) fn place_key(prefix: &[u8], place: u64, field: &[u8]) -> Vec<u8> {
-    encoding::zscore_key(prefix, place as f64, field)
-}
-
-/// The fields of an ordered hash's place rows under `prefix`, in place
-/// order.
-fn fields_in_order(r: &dyn KvRead, prefix: &[u8]) -> Result<Vec<Vec<u8>>, StoreError> {
-    let end = encoding::prefix_successor(prefix);
-    let n = prefix.len() + 8;
-    let mut fields = Vec::new();
-    r.scan(Table::ZScore, prefix, end.as_deref(), false, &mut |k, _| {
-        fields.push(k[n..].to_vec());
-        true
-    })?;
-    Ok(fields)
 }
 
 fn extra_of(m: &Meta) -> Vec<u8> {
@@ -778,23 +701,14 @@ impl Edit {
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let old = w.swap(Table::Sub, &encoding::sub_key(&self.prefix, member), value)?;
-        if old.is_none() {
-            self.size += 1;
-            if let Some(next) = next_place(&self.extra) {
-                w.put(Table::ZScore, &place_key(&self.prefix, next, member), &[])?;
-                self.extra = ordered_extra(next + 1);
-            }
-        }
+        self.size += old.is_none() as u64;
         Ok(old)
     }
 
     /// Removes a member; true if it was there.
     pub fn remove(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<bool, StoreError> {
         let removed = w.del(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
-        if removed {
-            self.size -= 1;
-            self.unplace(w, member)?;
-        }
+        self.size -= removed as u64;
         Ok(removed)
     }
 
@@ -803,82 +717,6 @@ impl Edit {
     pub fn remove_seen(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<(), StoreError> {
         w.del_seen(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
         self.size -= 1;
-        self.unplace(w, member)
-    }
-
-    /// Whether it is a hash that keeps its fields' order (see
-    /// [`ORDERED`]).
-    pub fn ordered(&self) -> bool {
-        next_place(&self.extra).is_some()
-    }
-
-    /// Starts keeping the order of the fields added from now on: a hash
-    /// created compact (every hash is, until its first write decides).
-    pub fn keep_order(&mut self) {
-        debug_assert_eq!(self.meta.ktype, KeyType::Hash);
-        self.extra = ordered_extra(0);
-    }
-
-    /// Gives `fields`, the whole hash, places in that order, and keeps the
-    /// order from here (a hash written whole: RESTORE, DEBUG RELOAD).
-    pub fn order_as(&mut self, w: &mut WriteCtx, fields: &[&[u8]]) -> Result<(), StoreError> {
-        self.drop_order(w)?;
-        for (place, field) in (0..).zip(fields) {
-            w.put(Table::ZScore, &place_key(&self.prefix, place, field), &[])?;
-        }
-        self.extra = ordered_extra(fields.len() as u64);
-        Ok(())
-    }
-
-    /// Forgets the fields' order, deleting their places (a hash leaving
-    /// its compact encoding: the caller marks it converted).
-    pub fn drop_order(&mut self, w: &mut WriteCtx) -> Result<(), StoreError> {
-        if !self.ordered() {
-            return Ok(());
-        }
-        let end = encoding::prefix_successor(&self.prefix);
-        let mut rows = Vec::new();
-        w.scan(
-            Table::ZScore,
-            &self.prefix,
-            end.as_deref(),
-            false,
-            &mut |k, _| {
-                rows.push(k.to_vec());
-                true
-            },
-        )?;
-        for row in rows {
-            w.del_seen(Table::ZScore, &row)?;
-        }
-        self.extra.clear();
-        Ok(())
-    }
-
-    /// Deletes a removed field's place, if the hash keeps its order: the
-    /// places of a compact hash are few, so they are read to find it.
-    fn unplace(&mut self, w: &mut WriteCtx, field: &[u8]) -> Result<(), StoreError> {
-        if !self.ordered() {
-            return Ok(());
-        }
-        let end = encoding::prefix_successor(&self.prefix);
-        let n = self.prefix.len() + 8;
-        let mut found = None;
-        w.scan(
-            Table::ZScore,
-            &self.prefix,
-            end.as_deref(),
-            false,
-            &mut |k, _| {
-                if &k[n..] == field {
-                    found = Some(k.to_vec());
-                }
-                found.is_none()
-            },
-        )?;
-        if let Some(row) = found {
-            w.del_seen(Table::ZScore, &row)?;
-        }
         Ok(())
     }
 
@@ -1032,68 +870,6 @@ pub(crate) mod tests {
             assert!(keyspace::lookup(w, Key::new(0, b"never"))
                 .unwrap()
                 .is_none());
-        });
-    }
-
-    /// A hash keeping its order lists its fields as they were added (an
-    /// update keeps a field's place, a re-added field goes last), and
-    /// leaves no place row behind once emptied or its order dropped.
-    #[test]
-    fn an_ordered_hash_lists_fields_as_added() {
-        with_shard(|w| {
-            let k = Key::new(0, b"h");
-            let keys = |w: &WriteCtx| {
-                let v = View::load(w, k, KeyType::Hash).unwrap().unwrap();
-                let mut out = Vec::new();
-                v.scan(w, &mut |f, _| {
-                    out.push(String::from_utf8(f.to_vec()).unwrap());
-                    true
-                })
-                .unwrap();
-                out.join(" ")
-            };
-            let places = |w: &WriteCtx| {
-                let mut n = 0;
-                w.scan(Table::ZScore, &[], None, false, &mut |_, _| {
-                    n += 1;
-                    true
-                })
-                .unwrap();
-                n
-            };
-            let mut e = Edit::load_or_create(w, k, KeyType::Hash).unwrap();
-            e.keep_order();
-            for f in [&b"z"[..], b"a", b"m"] {
-                e.put(w, f, b"1").unwrap();
-            }
-            e.save(w, k).unwrap();
-            assert_eq!(keys(w), "z a m");
-            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
-            assert!(e.remove(w, b"a").unwrap());
-            e.put(w, b"z", b"2").unwrap();
-            e.put(w, b"a", b"3").unwrap();
-            e.save(w, k).unwrap();
-            assert_eq!(keys(w), "z m a");
-            assert_eq!(places(w), 3);
-
-            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
-            e.drop_order(w).unwrap();
-            e.mark_converted();
-            e.save(w, k).unwrap();
-            assert_eq!((keys(w).as_str(), places(w)), ("a m z", 0));
-
-            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
-            e.extra.clear();
-            e.order_as(w, &[b"m", b"a", b"z"]).unwrap();
-            e.save(w, k).unwrap();
-            assert_eq!(keys(w), "m a z");
-            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
-            for f in [&b"a"[..], b"m", b"z"] {
-                assert!(e.remove(w, f).unwrap());
-            }
-            e.save(w, k).unwrap();
-            assert!(keyspace::lookup(w, k).unwrap().is_none());
-            assert_eq!(places(w), 0);
         });
     }
 

@@ -9,8 +9,7 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::rdb::object::Limits;
-use crate::storage::keyspace::Key;
-use crate::storage::{KeyType, StoreError, WriteCtx};
+use crate::storage::KeyType;
 use crate::util::num;
 
 const HASH: KeyType = KeyType::Hash;
@@ -30,32 +29,14 @@ fn field_pairs(a: &Args, from: usize) -> Result<Vec<(Bytes, Bytes)>, Reply> {
         .collect())
 }
 
-/// The hash at `key` for writing, created if absent: a new one starts
-/// compact, keeping its fields in the order they are added (see
-/// `collection::ORDERED`).
-fn load_or_create(w: &mut WriteCtx, key: Key) -> Result<Edit, Fail> {
-    let mut h = Edit::load_or_create(w, key, HASH)?;
-    if h.is_new() {
-        h.keep_order();
-    }
-    Ok(h)
-}
-
 /// Records that `h` left its compact encoding (a listpack) if this write
 /// makes it: an argument (field or value) of `longest` bytes over
 /// `hash-max-listpack-value`, or more fields than
-/// `hash-max-listpack-entries`. Its fields' order goes with it.
-fn note_written(
-    w: &mut WriteCtx,
-    h: &mut Edit,
-    longest: usize,
-    limits: &Limits,
-) -> Result<(), StoreError> {
+/// `hash-max-listpack-entries`.
+fn note_written(h: &mut Edit, longest: usize, limits: &Limits) {
     if !h.converted() && (longest > limits.hash_value || h.size > limits.hash_entries as u64) {
-        h.drop_order(w)?;
         h.mark_converted();
     }
-    Ok(())
 }
 
 fn hset_generic(s: &mut Session, mut a: Args, reply_ok: bool) -> Action {
@@ -65,13 +46,13 @@ fn hset_generic(s: &mut Session, mut a: Args, reply_ok: bool) -> Action {
     };
     let limits = s.server.encoding_limits();
     s.write_owned(a.take(1), move |w, k| {
-        let mut h = load_or_create(w, k)?;
+        let mut h = Edit::load_or_create(w, k, HASH)?;
         let mut added = 0;
         for (f, v) in &pairs {
             added += h.put(w, f, v)? as i64;
         }
         let longest = pairs.iter().map(|(f, v)| f.len().max(v.len())).max();
-        note_written(w, &mut h, longest.unwrap_or(0), &limits)?;
+        note_written(&mut h, longest.unwrap_or(0), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hset", k);
         w.count_changes(pairs.len() as u64);
@@ -98,12 +79,12 @@ pub fn hsetnx(s: &mut Session, a: Args) -> Action {
     let (f, v) = (a.get(2).clone(), a.get(3).clone());
     let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
-        let mut h = load_or_create(w, k)?;
+        let mut h = Edit::load_or_create(w, k, HASH)?;
         if h.get(w, &f)?.is_some() {
             return Ok(Reply::Int(0));
         }
         h.put(w, &f, &v)?;
-        note_written(w, &mut h, f.len().max(v.len()), &limits)?;
+        note_written(&mut h, f.len().max(v.len()), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hset", k);
         Ok(Reply::Int(1))
@@ -224,7 +205,7 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
     let f = a.get(2).clone();
     let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
-        let mut h = load_or_create(w, k)?;
+        let mut h = Edit::load_or_create(w, k, HASH)?;
         let cur = match h.get(w, &f)? {
             Some(v) => {
                 num::parse_i64(&v).ok_or_else(|| Reply::err("hash value is not an integer"))?
@@ -237,7 +218,7 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
         let new_text = new.to_string();
         h.put(w, &f, new_text.as_bytes())?;
         // Redis checks the field and the new value as it stores them.
-        note_written(w, &mut h, f.len().max(new_text.len()), &limits)?;
+        note_written(&mut h, f.len().max(new_text.len()), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hincrby", k);
         Ok(Reply::Int(new))
@@ -253,11 +234,11 @@ pub fn hincrbyfloat(s: &mut Session, a: Args) -> Action {
     }
     let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
-        let mut h = load_or_create(w, k)?;
+        let mut h = Edit::load_or_create(w, k, HASH)?;
         let cur = h.get(w, &f)?;
         let text = num::hincrbyfloat(cur.as_deref(), &by).map_err(incr_float_error)?;
         h.put(w, &f, text.as_bytes())?;
-        note_written(w, &mut h, f.len().max(text.len()), &limits)?;
+        note_written(&mut h, f.len().max(text.len()), &limits);
         h.save(w, k)?;
         w.event(notify::HASH, "hincrbyfloat", k);
         Ok(Reply::bulk(text))

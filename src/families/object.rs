@@ -367,15 +367,8 @@ fn encode_key_afresh(
         return Ok(());
     };
     e.extra.clear();
-    match &value {
-        Value::ZSet(entries) => super::zset::drop_zero_signs(w, &mut e, entries)?,
-        // A listpack again: its fields keep an order from here (Redis's
-        // is its hash table's, which no client can count on).
-        Value::Hash(pairs) => {
-            let fields: Vec<&[u8]> = pairs.iter().map(|(f, _)| f.as_slice()).collect();
-            e.order_as(w, &fields)?;
-        }
-        _ => {}
+    if let Value::ZSet(entries) = &value {
+        super::zset::drop_zero_signs(w, &mut e, entries)?;
     }
     e.save(w, key)?;
     Ok(())

@@ -246,20 +246,7 @@ pub fn write(
                     for (f, v) in pairs {
                         w.put(Table::Sub, &sub(f), v)?;
                     }
-                    if big {
-                        (KeyType::Hash, pairs.len(), extra())
-                    } else {
-                        // A listpack keeps its fields in the order loaded.
-                        for (place, (f, _)) in (0..).zip(pairs) {
-                            w.put(
-                                Table::ZScore,
-                                &collection::place_key(&prefix, place, f),
-                                &[],
-                            )?;
-                        }
-                        let extra = collection::ordered_extra(pairs.len() as u64);
-                        (KeyType::Hash, pairs.len(), extra)
-                    }
+                    (KeyType::Hash, pairs.len(), extra())
                 }
                 Value::Set(members) => {
                     for m in members {

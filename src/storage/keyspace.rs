@@ -264,12 +264,10 @@ pub fn delete_if_live(w: &mut WriteCtx, key: Key) -> Result<bool, StoreError> {
 }
 
 /// The tables that hold a collection version's rows: `sub` for every
-/// type, and `zscore` too for a sorted set (its score index) and a hash
-/// (its fields' places, while it keeps their order: see
-/// `collection::ORDERED`).
+/// type, and `zscore` too for a sorted set.
 pub fn version_tables(ktype: KeyType) -> &'static [Table] {
     match ktype {
-        KeyType::ZSet | KeyType::Hash => &[Table::Sub, Table::ZScore],
+        KeyType::ZSet => &[Table::Sub, Table::ZScore],
         _ => &[Table::Sub],
     }
 }
