@@ -243,7 +243,8 @@ pub fn scan_members(
             })?;
             return Ok(reply(0, out));
         }
-        if v.size <= SCAN_ALL_AT_ONCE {
+        // So is a hash Redis holds as a listpack, in its order.
+        if v.size <= SCAN_ALL_AT_ONCE || v.ordered() {
             v.scan(r, &mut |m, val| {
                 if opts.matches(m, ktype) {
                     emit(m, val, &mut out);
@@ -318,6 +319,12 @@ impl View {
     /// compact encoding (see [`CONVERTED`]).
     pub fn converted(&self) -> bool {
         self.extra == CONVERTED
+    }
+
+    /// Whether it is a hash that keeps its fields' order (see
+    /// [`ORDERED`]).
+    pub fn ordered(&self) -> bool {
+        self.extra.first() == Some(&ORDERED)
     }
 
     /// The collection at `key` if it exists and has type `ktype`.
@@ -437,6 +444,14 @@ impl View {
         use rand::Rng;
         let mut out = Encoder::array_body();
         let mut len = 0;
+        if count >= 0 && self.ordered() && count as u64 >= self.size {
+            // The whole of a hash Redis holds as a listpack, in its order.
+            self.scan(r, &mut |m, v| {
+                len += put(&mut out, m, v);
+                true
+            })?;
+            return Ok(out.into_array(len));
+        }
         if count >= 0 {
             for (m, v) in self.random(r, (count as u64).min(self.size) as usize)? {
                 len += put(&mut out, &m, &v);
@@ -502,6 +517,32 @@ impl View {
         r: &dyn KvRead,
         visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
     ) -> Result<(), StoreError> {
+        if let Some(order) = order_of(&self.extra) {
+            // The rows come in field order: each field of the order finds
+            // its value among them.
+            let mut rows: Vec<MemberValue> = Vec::with_capacity(self.size as usize);
+            self.scan_rows(r, &mut |f, v| {
+                rows.push((f.to_vec(), v.to_vec()));
+                true
+            })?;
+            for field in order {
+                if let Ok(i) = rows.binary_search_by(|(f, _)| f.as_slice().cmp(field)) {
+                    if !visit(field, &rows[i].1) {
+                        break;
+                    }
+                }
+            }
+            return Ok(());
+        }
+        self.scan_rows(r, visit)
+    }
+
+    /// Every (member, value) in member order.
+    fn scan_rows(
+        &self,
+        r: &dyn KvRead,
+        visit: &mut dyn FnMut(&[u8], &[u8]) -> bool,
+    ) -> Result<(), StoreError> {
         let end = encoding::prefix_successor(&self.prefix);
         let n = self.prefix.len();
         r.scan(
@@ -529,6 +570,52 @@ pub(crate) const CONVERTED: &[u8] = &[1];
 pub fn is_converted(m: &Meta) -> bool {
     matches!(m.ktype, KeyType::Set | KeyType::Hash | KeyType::ZSet)
         && matches!(&m.body, MetaBody::Collection { extra, .. } if extra == CONVERTED)
+}
+
+/// The first byte of the `extra` of a hash that keeps its fields in the
+/// order they were added, as Redis's listpack does (HGETALL, HKEYS, HVALS,
+/// HSCAN, HRANDFIELD of the whole hash, DUMP list a listpack that way):
+/// `ORDERED`, then each field in that order, its length (u32 big-endian)
+/// and its bytes. The `meta` row every command on the hash reads anyway
+/// carries the order, so listing the hash is still one scan of its rows
+/// (kept beside them as rows of their own, the order cost HGETALL a
+/// second read: see DESIGN-NOTES). A hash keeps the order from its
+/// creation until it leaves its compact encoding, whose fields are few
+/// and short; a hash table's order is no order, and a hash stored before
+/// this marker existed has none: both list their fields by field. No
+/// other collection's `extra` that a [`View`] or [`Edit`] holds begins
+/// with it (a list's is two indexes from `u64::MAX / 2`, a set's and a
+/// sorted set's empty or [`CONVERTED`]).
+const ORDERED: u8 = 2;
+
+/// The fields of a hash keeping its order, from its `extra`, in order.
+fn order_of(extra: &[u8]) -> Option<Vec<&[u8]>> {
+    let (&ORDERED, mut rest) = extra.split_first()? else {
+        return None;
+    };
+    let mut fields = Vec::new();
+    while !rest.is_empty() {
+        let (len, tail) = rest.split_first_chunk::<4>()?;
+        let len = u32::from_be_bytes(*len) as usize;
+        fields.push(tail.get(..len)?);
+        rest = &tail[len..];
+    }
+    Some(fields)
+}
+
+/// Appends `field` to an ordered hash's `extra`.
+fn push_field(extra: &mut Vec<u8>, field: &[u8]) {
+    extra.extend_from_slice(&(field.len() as u32).to_be_bytes());
+    extra.extend_from_slice(field);
+}
+
+/// The `extra` of a hash keeping `fields` in that order.
+pub(crate) fn ordered_extra<'a>(fields: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut extra = vec![ORDERED];
+    for f in fields {
+        push_field(&mut extra, f);
+    }
+    extra
 }
 
 fn extra_of(m: &Meta) -> Vec<u8> {
@@ -701,14 +788,22 @@ impl Edit {
         value: &[u8],
     ) -> Result<Option<Vec<u8>>, StoreError> {
         let old = w.swap(Table::Sub, &encoding::sub_key(&self.prefix, member), value)?;
-        self.size += old.is_none() as u64;
+        if old.is_none() {
+            self.size += 1;
+            if self.ordered() {
+                push_field(&mut self.extra, member);
+            }
+        }
         Ok(old)
     }
 
     /// Removes a member; true if it was there.
     pub fn remove(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<bool, StoreError> {
         let removed = w.del(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
-        self.size -= removed as u64;
+        if removed {
+            self.size -= 1;
+            self.unplace(member);
+        }
         Ok(removed)
     }
 
@@ -717,7 +812,44 @@ impl Edit {
     pub fn remove_seen(&mut self, w: &mut WriteCtx, member: &[u8]) -> Result<(), StoreError> {
         w.del_seen(Table::Sub, &encoding::sub_key(&self.prefix, member))?;
         self.size -= 1;
+        self.unplace(member);
         Ok(())
+    }
+
+    /// Whether it is a hash that keeps its fields' order (see
+    /// [`ORDERED`]).
+    pub fn ordered(&self) -> bool {
+        self.extra.first() == Some(&ORDERED)
+    }
+
+    /// Starts keeping the order of the fields added from now on: a hash
+    /// created compact (every hash is, until its first write decides).
+    pub fn keep_order(&mut self) {
+        debug_assert_eq!(self.meta.ktype, KeyType::Hash);
+        self.extra = vec![ORDERED];
+    }
+
+    /// Keeps `fields`, the whole hash, in that order from here (a hash
+    /// written whole: DEBUG RELOAD making it a listpack again).
+    pub fn order_as(&mut self, fields: &[&[u8]]) {
+        self.extra = ordered_extra(fields.iter().copied());
+    }
+
+    /// Forgets the fields' order (a hash leaving its compact encoding: the
+    /// caller marks it converted).
+    pub fn drop_order(&mut self) {
+        if self.ordered() {
+            self.extra.clear();
+        }
+    }
+
+    /// Takes a removed field out of the order, if the hash keeps one.
+    fn unplace(&mut self, field: &[u8]) {
+        if let Some(order) = order_of(&self.extra) {
+            if order.contains(&field) {
+                self.extra = ordered_extra(order.into_iter().filter(|f| *f != field));
+            }
+        }
     }
 
     /// Pops `want` (at most its size) random members, uniformly (SPOP):
@@ -870,6 +1002,55 @@ pub(crate) mod tests {
             assert!(keyspace::lookup(w, Key::new(0, b"never"))
                 .unwrap()
                 .is_none());
+        });
+    }
+
+    /// A hash keeping its order lists its fields as they were added (an
+    /// update keeps a field's place, a re-added field goes last, a
+    /// dropped order lists by field).
+    #[test]
+    fn an_ordered_hash_lists_fields_as_added() {
+        with_shard(|w| {
+            let k = Key::new(0, b"h");
+            let keys = |w: &WriteCtx| {
+                let v = View::load(w, k, KeyType::Hash).unwrap().unwrap();
+                let mut out = Vec::new();
+                v.scan(w, &mut |f, _| {
+                    out.push(String::from_utf8(f.to_vec()).unwrap());
+                    true
+                })
+                .unwrap();
+                out.join(" ")
+            };
+            let mut e = Edit::load_or_create(w, k, KeyType::Hash).unwrap();
+            e.keep_order();
+            for f in [&b"z"[..], b"a", b"m"] {
+                e.put(w, f, b"1").unwrap();
+            }
+            e.save(w, k).unwrap();
+            assert_eq!(keys(w), "z a m");
+            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
+            assert!(e.remove(w, b"a").unwrap());
+            assert!(!e.remove(w, b"nope").unwrap());
+            e.put(w, b"z", b"2").unwrap();
+            e.put(w, b"a", b"3").unwrap();
+            e.save(w, k).unwrap();
+            assert_eq!(keys(w), "z m a");
+            assert_eq!(
+                order_of(&ordered_extra([&b"z"[..], b"m"])),
+                Some(vec![&b"z"[..], b"m"])
+            );
+
+            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
+            e.drop_order();
+            e.mark_converted();
+            e.save(w, k).unwrap();
+            assert_eq!(keys(w), "a m z");
+
+            let mut e = Edit::load(w, k, KeyType::Hash).unwrap().unwrap();
+            e.order_as(&[b"m", b"a", b"z"]);
+            e.save(w, k).unwrap();
+            assert_eq!(keys(w), "m a z");
         });
     }
 

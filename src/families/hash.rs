@@ -9,7 +9,8 @@ use crate::net::session::{Action, Session};
 use crate::protocol::Reply;
 use crate::pubsub::notify;
 use crate::rdb::object::Limits;
-use crate::storage::KeyType;
+use crate::storage::keyspace::Key;
+use crate::storage::{KeyType, WriteCtx};
 use crate::util::num;
 
 const HASH: KeyType = KeyType::Hash;
@@ -29,12 +30,24 @@ fn field_pairs(a: &Args, from: usize) -> Result<Vec<(Bytes, Bytes)>, Reply> {
         .collect())
 }
 
+/// The hash at `key` for writing, created if absent: a new one starts
+/// compact, keeping its fields in the order they are added (see
+/// `collection::ORDERED`).
+fn load_or_create(w: &mut WriteCtx, key: Key) -> Result<Edit, Fail> {
+    let mut h = Edit::load_or_create(w, key, HASH)?;
+    if h.is_new() {
+        h.keep_order();
+    }
+    Ok(h)
+}
+
 /// Records that `h` left its compact encoding (a listpack) if this write
 /// makes it: an argument (field or value) of `longest` bytes over
 /// `hash-max-listpack-value`, or more fields than
-/// `hash-max-listpack-entries`.
+/// `hash-max-listpack-entries`. Its fields' order goes with it.
 fn note_written(h: &mut Edit, longest: usize, limits: &Limits) {
     if !h.converted() && (longest > limits.hash_value || h.size > limits.hash_entries as u64) {
+        h.drop_order();
         h.mark_converted();
     }
 }
@@ -46,7 +59,7 @@ fn hset_generic(s: &mut Session, mut a: Args, reply_ok: bool) -> Action {
     };
     let limits = s.server.encoding_limits();
     s.write_owned(a.take(1), move |w, k| {
-        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let mut h = load_or_create(w, k)?;
         let mut added = 0;
         for (f, v) in &pairs {
             added += h.put(w, f, v)? as i64;
@@ -79,7 +92,7 @@ pub fn hsetnx(s: &mut Session, a: Args) -> Action {
     let (f, v) = (a.get(2).clone(), a.get(3).clone());
     let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
-        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let mut h = load_or_create(w, k)?;
         if h.get(w, &f)?.is_some() {
             return Ok(Reply::Int(0));
         }
@@ -205,7 +218,7 @@ pub fn hincrby(s: &mut Session, a: Args) -> Action {
     let f = a.get(2).clone();
     let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
-        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let mut h = load_or_create(w, k)?;
         let cur = match h.get(w, &f)? {
             Some(v) => {
                 num::parse_i64(&v).ok_or_else(|| Reply::err("hash value is not an integer"))?
@@ -234,7 +247,7 @@ pub fn hincrbyfloat(s: &mut Session, a: Args) -> Action {
     }
     let limits = s.server.encoding_limits();
     s.write(a.get(1), move |w, k| {
-        let mut h = Edit::load_or_create(w, k, HASH)?;
+        let mut h = load_or_create(w, k)?;
         let cur = h.get(w, &f)?;
         let text = num::hincrbyfloat(cur.as_deref(), &by).map_err(incr_float_error)?;
         h.put(w, &f, text.as_bytes())?;

@@ -367,8 +367,15 @@ fn encode_key_afresh(
         return Ok(());
     };
     e.extra.clear();
-    if let Value::ZSet(entries) = &value {
-        super::zset::drop_zero_signs(w, &mut e, entries)?;
+    match &value {
+        Value::ZSet(entries) => super::zset::drop_zero_signs(w, &mut e, entries)?,
+        // A listpack again: its fields keep an order from here (Redis's
+        // is its hash table's, which no client can count on).
+        Value::Hash(pairs) => {
+            let fields: Vec<&[u8]> = pairs.iter().map(|(f, _)| f.as_slice()).collect();
+            e.order_as(&fields);
+        }
+        _ => {}
     }
     e.save(w, key)?;
     Ok(())

@@ -246,7 +246,13 @@ pub fn write(
                     for (f, v) in pairs {
                         w.put(Table::Sub, &sub(f), v)?;
                     }
-                    (KeyType::Hash, pairs.len(), extra())
+                    if big {
+                        (KeyType::Hash, pairs.len(), extra())
+                    } else {
+                        // A listpack keeps its fields in the order loaded.
+                        let order = collection::ordered_extra(pairs.iter().map(|(f, _)| &f[..]));
+                        (KeyType::Hash, pairs.len(), order)
+                    }
                 }
                 Value::Set(members) => {
                     for m in members {
